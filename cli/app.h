@@ -1,0 +1,27 @@
+// The detaudit command line: argv rewriting, --config, dispatch and exit codes.
+//
+// Exit codes: 0 success · 1 divergence beyond --fail-on · 2 usage or input error · 3 target
+// unreachable · 4 internal error (a bug or exhausted resource). Every usage or input error is one
+// line on stderr.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace detaudit::cli {
+
+constexpr int EXIT_OK = 0;
+constexpr int EXIT_DIVERGED = 1;
+constexpr int EXIT_USAGE = 2;
+constexpr int EXIT_UNREACHABLE = 3;
+constexpr int EXIT_INTERNAL = 4;  // a bug or resource failure in detaudit itself
+
+// Runs the command line; returns the process exit code. Never throws.
+int cli_main(int argc, char** argv);
+
+// llama.cpp-style multi-letter short flags ("-np", "-ub", "-ngl", ...) rewritten to their long
+// forms ("--parallel", ...), since CLI11 accepts only one-character short options. Arguments after
+// a bare "--" are left alone.
+std::vector<std::string> cli_rewrite_args(const std::vector<std::string>& args);
+
+}  // namespace detaudit::cli

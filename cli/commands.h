@@ -1,0 +1,15 @@
+// One setup_<name>(CLI::App&) per subcommand, each in cli/cmd_<name>.cpp. A setup function adds
+// its subcommand, binds an options struct held by shared_ptr, and sets a callback that only calls
+// a library. Callbacks report bad input by throwing detaudit::input_error.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace detaudit::cli {
+
+void setup_inspect(CLI::App& app);
+void setup_tokenize(CLI::App& app);
+void setup_vocab(CLI::App& app);
+void setup_synth(CLI::App& app);
+
+}  // namespace detaudit::cli

@@ -1,0 +1,1 @@
+#include "gguf/dtype.h"

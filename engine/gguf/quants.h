@@ -1,0 +1,33 @@
+// Quantize and dequantize rows of ggml block types, bit-compatible with llama.cpp's layouts.
+//
+// Goals: every type synth writes can be produced from float and read back; dequantization is
+// the exact inverse of the on-disk layout (llama.cpp's quantizer and ours both decode here).
+// Non-goals: speed; the exact engine's integer kernels (kernels/) read blocks directly.
+#pragma once
+
+#include <cstdint>
+
+#include "gguf/dtype.h"
+
+namespace detaudit::gguf {
+
+// IEEE half / bfloat16 conversions, bit-exact, round-to-nearest-even, no hardware dependence.
+float fp16_to_f32(uint16_t h);
+uint16_t f32_to_fp16(float f);
+float bf16_to_f32(uint16_t h);
+uint16_t f32_to_bf16(float f);
+
+// True for the types quants_quantize_row can write: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0
+// Q2_K Q3_K Q4_K Q5_K Q6_K Q8_K.
+bool quants_can_quantize(dtype t);
+// True for the types quants_dequantize_row can read: the above.
+bool quants_can_dequantize(dtype t);
+
+// Quantizes n floats (n a multiple of the block size) into dtype_row_bytes(t, n) bytes at dst.
+// Throws input_error for an unsupported type or a bad n.
+void quants_quantize_row(dtype t, const float* src, void* dst, int64_t n);
+
+// Decodes dtype_row_bytes(t, n) bytes at src into n floats.
+void quants_dequantize_row(dtype t, const void* src, float* dst, int64_t n);
+
+}  // namespace detaudit::gguf

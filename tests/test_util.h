@@ -1,0 +1,93 @@
+// Helpers shared by the tests: where the fixtures, the built binary and scratch space are.
+#pragma once
+
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <unistd.h>
+
+namespace detaudit::test {
+
+// A fixture path such as "models/stories260K.gguf". Throws (failing the test, never skipping it)
+// when DETAUDIT_FIXTURES is unset or the file is missing.
+inline std::string fixture(const std::string& rel) {
+  const char* dir = std::getenv("DETAUDIT_FIXTURES");
+  if (!dir || !*dir) throw std::runtime_error("DETAUDIT_FIXTURES is not set (run tests through ctest)");
+  std::filesystem::path p = std::filesystem::path(dir) / rel;
+  if (!std::filesystem::exists(p)) throw std::runtime_error("fixture missing: " + p.string());
+  return p.string();
+}
+
+// The detaudit binary under test.
+inline std::string detaudit_bin() {
+  const char* b = std::getenv("DETAUDIT_BIN");
+  if (!b || !*b) throw std::runtime_error("DETAUDIT_BIN is not set (run tests through ctest)");
+  return b;
+}
+
+// A fresh scratch directory for one test, removed and recreated on each call.
+inline std::string scratch_dir(const std::string& name) {
+  const char* t = std::getenv("DETAUDIT_TEST_TMP");
+  std::filesystem::path base = (t && *t) ? std::filesystem::path(t) : std::filesystem::temp_directory_path() / "detaudit-test";
+  std::filesystem::path p = base / name;
+  std::filesystem::remove_all(p);
+  std::filesystem::create_directories(p);
+  return p.string();
+}
+
+}  // namespace detaudit::test
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <sys/wait.h>
+
+namespace detaudit::test {
+
+struct cmd_result {
+  int exit_code = -1;    // exit status; 128+N when killed by signal N
+  bool signaled = false;
+  std::string out;       // stdout
+  std::string err;       // stderr
+};
+
+// Runs a shell command line, capturing stdout and stderr separately.
+inline cmd_result run_cmd(const std::string& cmdline) {
+  static int counter = 0;
+  std::string errfile = scratch_dir("run_cmd_" + std::to_string(::getpid()) + "_" + std::to_string(counter++)) + "/stderr";
+  std::string full = cmdline + " 2>" + errfile;
+  cmd_result r;
+  FILE* p = ::popen(full.c_str(), "r");
+  if (!p) throw std::runtime_error("popen failed: " + cmdline);
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int st = ::pclose(p);
+  if (WIFEXITED(st)) {
+    r.exit_code = WEXITSTATUS(st);
+    // sh reports a child killed by a signal as 128+N
+    r.signaled = r.exit_code > 128;
+  } else if (WIFSIGNALED(st)) {
+    r.signaled = true;
+    r.exit_code = 128 + WTERMSIG(st);
+  }
+  std::ifstream ef(errfile);
+  std::stringstream ss;
+  ss << ef.rdbuf();
+  r.err = ss.str();
+  return r;
+}
+
+// Quotes a string for /bin/sh.
+inline std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) {
+    if (c == '\'') q += "'\\''";
+    else q += c;
+  }
+  return q + "'";
+}
+
+}  // namespace detaudit::test
