@@ -9,11 +9,27 @@
 
 namespace detaudit::test {
 
+// An environment variable, else the default CMake compiled in, else "".
+inline std::string setting(const char* env, const char* dflt) {
+  const char* v = std::getenv(env);
+  return (v && *v) ? v : dflt;
+}
+
+#ifndef DETAUDIT_FIXTURES_DEFAULT
+#define DETAUDIT_FIXTURES_DEFAULT ""
+#endif
+#ifndef DETAUDIT_BIN_DEFAULT
+#define DETAUDIT_BIN_DEFAULT ""
+#endif
+#ifndef DETAUDIT_TEST_TMP_DEFAULT
+#define DETAUDIT_TEST_TMP_DEFAULT ""
+#endif
+
 // A fixture path such as "models/stories260K.gguf". Throws (failing the test, never skipping it)
-// when DETAUDIT_FIXTURES is unset or the file is missing.
+// when no fixtures folder is known or the file is missing.
 inline std::string fixture(const std::string& rel) {
-  const char* dir = std::getenv("DETAUDIT_FIXTURES");
-  if (!dir || !*dir) throw std::runtime_error("DETAUDIT_FIXTURES is not set (run tests through ctest)");
+  std::string dir = setting("DETAUDIT_FIXTURES", DETAUDIT_FIXTURES_DEFAULT);
+  if (dir.empty()) throw std::runtime_error("DETAUDIT_FIXTURES is not set and no default was configured");
   std::filesystem::path p = std::filesystem::path(dir) / rel;
   if (!std::filesystem::exists(p)) throw std::runtime_error("fixture missing: " + p.string());
   return p.string();
@@ -21,15 +37,15 @@ inline std::string fixture(const std::string& rel) {
 
 // The detaudit binary under test.
 inline std::string detaudit_bin() {
-  const char* b = std::getenv("DETAUDIT_BIN");
-  if (!b || !*b) throw std::runtime_error("DETAUDIT_BIN is not set (run tests through ctest)");
+  std::string b = setting("DETAUDIT_BIN", DETAUDIT_BIN_DEFAULT);
+  if (b.empty()) throw std::runtime_error("DETAUDIT_BIN is not set and no default was configured");
   return b;
 }
 
 // A fresh scratch directory for one test, removed and recreated on each call.
 inline std::string scratch_dir(const std::string& name) {
-  const char* t = std::getenv("DETAUDIT_TEST_TMP");
-  std::filesystem::path base = (t && *t) ? std::filesystem::path(t) : std::filesystem::temp_directory_path() / "detaudit-test";
+  std::string t = setting("DETAUDIT_TEST_TMP", DETAUDIT_TEST_TMP_DEFAULT);
+  std::filesystem::path base = !t.empty() ? std::filesystem::path(t) : std::filesystem::temp_directory_path() / "detaudit-test";
   std::filesystem::path p = base / name;
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
