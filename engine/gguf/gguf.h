@@ -100,7 +100,8 @@ struct tensor_info {
 
 class file {
  public:
-  // Maps and validates a GGUF file. Throws input_error on any malformation.
+  // Maps and validates a GGUF file. Throws input_error when the file cannot be opened or mapped and
+  // on any malformation. The mapping lives as long as the file object (moves keep it).
   static file open(const std::string& path);
   // Validates a GGUF image held in memory (tests, fuzzing). `name` is used in messages.
   static file from_memory(std::vector<uint8_t> bytes, const std::string& name);
@@ -119,7 +120,8 @@ class file {
   const std::vector<kv>& metadata() const;  // in file order
   const value* find(std::string_view key) const;
   // Typed getters. Without a default they throw input_error when the key is missing; with one
-  // they return it. A key present with the wrong type always throws.
+  // they return it. A key present with the wrong type always throws. get_int accepts any integer
+  // type (and throws when a uint64 exceeds int64); get_float accepts floats and integers.
   std::string get_string(std::string_view key) const;
   std::string get_string(std::string_view key, std::string_view dflt) const;
   int64_t get_int(std::string_view key) const;
@@ -127,7 +129,8 @@ class file {
   double get_float(std::string_view key) const;
   double get_float(std::string_view key, double dflt) const;
   bool get_bool(std::string_view key, bool dflt) const;
-  // Array getters: throw when missing or when an element has another type.
+  // Array getters: throw when missing or when an element has another type. get_i32s accepts any
+  // integer element type whose values fit in int32.
   std::vector<std::string> get_strings(std::string_view key) const;
   std::vector<float> get_f32s(std::string_view key) const;
   std::vector<int32_t> get_i32s(std::string_view key) const;
@@ -147,9 +150,14 @@ class file {
 class writer {
  public:
   explicit writer(uint64_t alignment = 32);
-  // Throws std::invalid_argument on a duplicate key.
+  // Throws std::invalid_argument on a duplicate key, a malformed array (element types differ from
+  // elem_type, nesting deeper than the reader accepts) or a general.alignment that differs from the
+  // writer's. general.alignment is written automatically when the alignment is not 32.
   void set(std::string key, value v);
   // Copies n_bytes (must equal the type's row bytes times the other dims) of tensor data.
+  // Throws input_error when ne[0] is not a multiple of the block size; std::invalid_argument for a
+  // duplicate or empty name, a name over 63 bytes (llama.cpp's limit), 0 or > 4 dims, a dim <= 0
+  // or a wrong n_bytes.
   void add_tensor(std::string name, dtype type, std::vector<int64_t> ne, const void* data, uint64_t n_bytes);
   // Serialises to bytes / to a file (written to PATH.tmp, then renamed). Throws on I/O errors.
   std::vector<uint8_t> to_bytes() const;
@@ -162,6 +170,10 @@ class writer {
     std::vector<int64_t> ne;
     std::vector<uint8_t> bytes;
   };
+  // Header, metadata and tensor infos padded to the alignment; fills each tensor's data offset and
+  // the padded size of the data section.
+  std::vector<uint8_t> meta_bytes(std::vector<uint64_t>* offsets, uint64_t* data_bytes) const;
+
   uint64_t alignment_;
   std::vector<kv> kvs_;
   std::vector<pending_tensor> tensors_;
