@@ -1,7 +1,82 @@
+#include <iostream>
+#include <memory>
+
 #include "commands.h"
+#include "gguf/dtype.h"
+#include "model/synth.h"
+#include "util/error.h"
 
 namespace detaudit::cli {
 
-void setup_synth(CLI::App& app) { app.add_subcommand("synth", "(under construction)"); }
+struct synth_cmd_options {
+  model::synth_options synth;
+  std::string out;
+  std::string arch = "llama";
+  std::string type = "f16";
+  std::string preset;
+};
+
+namespace {
+
+const char* k_types = "f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k";
+
+// Applies --preset, then lets every shape flag given explicitly override it.
+void resolve(CLI::App* sub, synth_cmd_options& o) {
+  auto a = model::arch_from_name(o.arch);
+  if (!a) throw input_error("synth: --arch '" + o.arch + "' is not one of llama, qwen2, qwen3");
+  o.synth.arch = *a;
+  const gguf::dtype_traits* t = gguf::dtype_from_name(o.type);
+  if (!t) throw input_error("synth: --type '" + o.type + "' is not one of " + k_types);
+  o.synth.type = t->type;
+  if (o.preset.empty()) return;
+  const model::synth_preset* p = model::synth_find_preset(o.preset);
+  if (!p) throw input_error("synth: --preset '" + o.preset + "' is not one of " + model::synth_preset_names());
+  model::synth_options given = o.synth;
+  model::synth_apply_preset(o.synth, *p);
+  const std::pair<const char*, int64_t model::synth_options::*> shape_flags[] = {
+      {"--n-embd", &model::synth_options::n_embd}, {"--n-layer", &model::synth_options::n_layer},
+      {"--n-head", &model::synth_options::n_head}, {"--n-head-kv", &model::synth_options::n_head_kv},
+      {"--n-ff", &model::synth_options::n_ff},     {"--n-ctx", &model::synth_options::n_ctx}};
+  for (auto [flag, member] : shape_flags)
+    if (sub->get_option(flag)->count() > 0) o.synth.*member = given.*member;
+}
+
+}  // namespace
+
+void setup_synth(CLI::App& app) {
+  auto opt = std::make_shared<synth_cmd_options>();
+  CLI::App* sub = app.add_subcommand(
+      "synth", "Write a model with random weights (seeded, realistic scales) as a GGUF file llama.cpp can load");
+  model::synth_options& s = opt->synth;
+  sub->add_option("-o,--output", opt->out, "Output GGUF file")->required();
+  sub->add_option("--arch", opt->arch, "Architecture: llama, qwen2 (q/k/v biases), qwen3 (q/k norms)")->capture_default_str();
+  sub->add_option("--type", opt->type, std::string("Weight matrix type: ") + k_types)->capture_default_str();
+  sub->add_option("--preset", opt->preset, "Shape preset: " + model::synth_preset_names() + " (shape flags override it)");
+  sub->add_option("--n-embd", s.n_embd, "Embedding width")->capture_default_str();
+  sub->add_option("--n-layer", s.n_layer, "Number of transformer blocks")->capture_default_str();
+  sub->add_option("--n-head", s.n_head, "Attention heads")->capture_default_str();
+  sub->add_option("--n-head-kv", s.n_head_kv, "Key/value heads (grouped-query attention when fewer)")->capture_default_str();
+  sub->add_option("--n-ff", s.n_ff, "Feed-forward width")->capture_default_str();
+  sub->add_option("--n-ctx", s.n_ctx, "Trained context length recorded in the file")->capture_default_str();
+  sub->add_option("--head-dim", s.head_dim, "Head dimension (default n_embd / n_head)");
+  sub->add_flag("--tied-output", s.tied_output, "Omit output.weight; the output projection reuses token_embd");
+  sub->add_option("--vocab-from", s.vocab_from, "Copy the vocabulary (tokenizer.*) from this GGUF instead of the built-in one")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--seed", s.seed, "Random seed; the same options and seed give the same bytes")->capture_default_str();
+  sub->add_option("--name", s.name, "general.name written to the file")->capture_default_str();
+  sub->footer(
+      "Norms and biases are always f32. K-quant types (q2_k..q6_k) need n_embd, n_ff and n_head x head_dim\n"
+      "to be multiples of 256.\n"
+      "Examples:\n"
+      "  detaudit synth -o tiny.gguf --preset tiny --type q8_0\n"
+      "  detaudit synth -o q.gguf --arch qwen2 --type q4_k --n-embd 512 --n-ff 1536\n"
+      "  detaudit synth -o 1b.gguf --preset 1b --type q4_k --vocab-from ggml-vocab-llama-spm.gguf");
+  sub->callback([sub, opt] {
+    resolve(sub, *opt);
+    uint64_t n = model::synth_write(opt->synth, opt->out);
+    std::cout << "wrote " << opt->out << ": " << model::arch_name(opt->synth.arch) << ", "
+              << gguf::dtype_get(opt->synth.type).name << ", " << n << " parameters\n";
+  });
+}
 
 }  // namespace detaudit::cli

@@ -1,0 +1,187 @@
+#include "model/arch.h"
+
+#include <map>
+#include <set>
+
+#include "util/error.h"
+
+namespace detaudit::model {
+namespace {
+
+struct arch_row {
+  arch_id id;
+  const char* name;
+  rope_kind rope;
+  bool qkv_bias;   // blk.N.attn_{q,k,v}.bias
+  bool qk_norm;    // blk.N.attn_{q,k}_norm.weight, over head_dim
+  bool rope_freqs; // an optional rope_freqs.weight (Llama 3 frequency factors)
+};
+
+// The architectures, one row each.
+const arch_row k_arches[] = {
+    {ARCH_LLAMA, "llama", ROPE_NORM, false, false, true},
+    {ARCH_QWEN2, "qwen2", ROPE_NEOX, true, false, false},
+    {ARCH_QWEN3, "qwen3", ROPE_NEOX, false, true, false},
+};
+
+const arch_row& row_of(arch_id a) {
+  for (const arch_row& r : k_arches)
+    if (r.id == a) return r;
+  throw std::logic_error("unknown arch id");
+}
+
+std::string key(const hparams& hp, const char* suffix) { return std::string(arch_name(hp.arch)) + "." + suffix; }
+
+// Upper bounds far beyond any real model, so a corrupted count cannot drive a huge allocation.
+constexpr int64_t k_max_count = int64_t(1) << 27;
+
+int64_t positive(const gguf::file& f, const std::string& k, int64_t v, int64_t max = k_max_count) {
+  if (v <= 0 || v > max)
+    throw input_error(f.path() + ": key '" + k + "': expected a count from 1 to " + std::to_string(max) + ", found " +
+                      std::to_string(v));
+  return v;
+}
+
+void check_consistency(const gguf::file& f, const hparams& hp) {
+  auto bad = [&](const std::string& what) { throw input_error(f.path() + ": inconsistent hyperparameters: " + what); };
+  if (hp.n_head_kv > hp.n_head || hp.n_head % hp.n_head_kv != 0)
+    bad("head_count " + std::to_string(hp.n_head) + " is not a multiple of head_count_kv " + std::to_string(hp.n_head_kv));
+  if (hp.head_dim % 2 != 0) bad("head dimension " + std::to_string(hp.head_dim) + " is odd (RoPE rotates pairs)");
+  if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0)
+    bad("rope.dimension_count " + std::to_string(hp.n_rot) + " must be even and at most the head dimension " +
+        std::to_string(hp.head_dim));
+  if (!(hp.rms_eps > 0)) bad("layer_norm_rms_epsilon must be positive");
+  if (!(hp.rope_freq_base > 0)) bad("rope.freq_base must be positive");
+}
+
+}  // namespace
+
+const char* arch_name(arch_id a) { return row_of(a).name; }
+
+std::optional<arch_id> arch_from_name(const std::string& name) {
+  for (const arch_row& r : k_arches)
+    if (name == r.name) return r.id;
+  return std::nullopt;
+}
+
+rope_kind arch_rope_kind(arch_id a) { return row_of(a).rope; }
+
+hparams hparams_from_gguf(const gguf::file& f) {
+  std::string name = f.get_string("general.architecture");
+  std::optional<arch_id> a = arch_from_name(name);
+  if (!a) throw input_error(f.path() + ": general.architecture '" + name + "' is not supported (llama, qwen2, qwen3)");
+  hparams hp;
+  hp.arch = *a;
+  auto count = [&](const char* suffix) { return positive(f, key(hp, suffix), f.get_int(key(hp, suffix))); };
+  hp.n_embd = count("embedding_length");
+  hp.n_layer = positive(f, key(hp, "block_count"), f.get_int(key(hp, "block_count")), 4096);
+  if (hp.n_layer > static_cast<int64_t>(f.tensors().size()))
+    throw input_error(f.path() + ": block_count " + std::to_string(hp.n_layer) + " but the file holds only " +
+                      std::to_string(f.tensors().size()) + " tensors");
+  hp.n_head = positive(f, key(hp, "attention.head_count"), f.get_int(key(hp, "attention.head_count")), 4096);
+  hp.n_head_kv = positive(f, key(hp, "attention.head_count_kv"), f.get_int(key(hp, "attention.head_count_kv"), hp.n_head));
+  hp.n_ff = count("feed_forward_length");
+  hp.n_ctx_train = count("context_length");
+  if (hp.n_embd % hp.n_head != 0 && !f.find(key(hp, "attention.key_length")))
+    throw input_error(f.path() + ": embedding_length " + std::to_string(hp.n_embd) + " is not a multiple of head_count " +
+                      std::to_string(hp.n_head) + " and attention.key_length is absent");
+  hp.head_dim = positive(f, key(hp, "attention.key_length"), f.get_int(key(hp, "attention.key_length"), hp.n_embd / hp.n_head));
+  int64_t v_len = f.get_int(key(hp, "attention.value_length"), hp.head_dim);
+  if (v_len != hp.head_dim)
+    throw input_error(f.path() + ": attention.value_length " + std::to_string(v_len) + " differs from key_length " +
+                      std::to_string(hp.head_dim) + " (not supported)");
+  hp.n_rot = positive(f, key(hp, "rope.dimension_count"), f.get_int(key(hp, "rope.dimension_count"), hp.head_dim));
+  hp.rope_freq_base = f.get_float(key(hp, "rope.freq_base"), 10000.0);
+  std::string scaling = f.get_string(key(hp, "rope.scaling.type"), "none");
+  if (scaling == "linear") hp.rope_scale_linear = 1.0 / f.get_float(key(hp, "rope.scaling.factor"), 1.0);
+  else if (scaling != "none")
+    throw input_error(f.path() + ": rope.scaling.type '" + scaling + "' is not supported (none, linear)");
+  hp.rms_eps = f.get_float(key(hp, "attention.layer_norm_rms_epsilon"));
+  const gguf::tensor_info* emb = f.find_tensor("token_embd.weight");
+  if (!emb || emb->ne.size() != 2) throw input_error(f.path() + ": tensor 'token_embd.weight' is missing or not 2-D");
+  hp.n_vocab = emb->ne[1];
+  hp.tied_output = f.find_tensor("output.weight") == nullptr;
+  check_consistency(f, hp);
+  return hp;
+}
+
+void hparams_write(gguf::writer& w, const hparams& hp) {
+  auto u32 = [](int64_t v) { return gguf::value::of_u32(static_cast<uint32_t>(v)); };
+  w.set("general.architecture", gguf::value::of_string(arch_name(hp.arch)));
+  w.set(key(hp, "context_length"), u32(hp.n_ctx_train));
+  w.set(key(hp, "embedding_length"), u32(hp.n_embd));
+  w.set(key(hp, "block_count"), u32(hp.n_layer));
+  w.set(key(hp, "feed_forward_length"), u32(hp.n_ff));
+  w.set(key(hp, "attention.head_count"), u32(hp.n_head));
+  w.set(key(hp, "attention.head_count_kv"), u32(hp.n_head_kv));
+  if (hp.head_dim != hp.n_embd / hp.n_head || hp.arch == ARCH_QWEN3) {
+    w.set(key(hp, "attention.key_length"), u32(hp.head_dim));
+    w.set(key(hp, "attention.value_length"), u32(hp.head_dim));
+  }
+  w.set(key(hp, "rope.dimension_count"), u32(hp.n_rot));
+  w.set(key(hp, "rope.freq_base"), gguf::value::of_f32(static_cast<float>(hp.rope_freq_base)));
+  w.set(key(hp, "attention.layer_norm_rms_epsilon"), gguf::value::of_f32(static_cast<float>(hp.rms_eps)));
+  w.set(key(hp, "vocab_size"), u32(hp.n_vocab));
+}
+
+std::vector<tensor_desc> arch_tensors(const hparams& hp) {
+  const arch_row& r = row_of(hp.arch);
+  const int64_t q_dim = hp.n_head * hp.head_dim, kv_dim = hp.n_head_kv * hp.head_dim;
+  std::vector<tensor_desc> out;
+  auto add = [&](std::string name, std::vector<int64_t> ne, tensor_kind k, bool opt = false) {
+    out.push_back({std::move(name), std::move(ne), k, opt});
+  };
+  add("token_embd.weight", {hp.n_embd, hp.n_vocab}, TENSOR_MATRIX);
+  add("output_norm.weight", {hp.n_embd}, TENSOR_VECTOR);
+  add("output.weight", {hp.n_embd, hp.n_vocab}, TENSOR_MATRIX, true);
+  if (r.rope_freqs) add("rope_freqs.weight", {hp.n_rot / 2}, TENSOR_VECTOR, true);
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    add(b + "attn_norm.weight", {hp.n_embd}, TENSOR_VECTOR);
+    add(b + "attn_q.weight", {hp.n_embd, q_dim}, TENSOR_MATRIX);
+    add(b + "attn_k.weight", {hp.n_embd, kv_dim}, TENSOR_MATRIX);
+    add(b + "attn_v.weight", {hp.n_embd, kv_dim}, TENSOR_MATRIX);
+    if (r.qkv_bias) {
+      add(b + "attn_q.bias", {q_dim}, TENSOR_VECTOR);
+      add(b + "attn_k.bias", {kv_dim}, TENSOR_VECTOR);
+      add(b + "attn_v.bias", {kv_dim}, TENSOR_VECTOR);
+    }
+    if (r.qk_norm) {
+      add(b + "attn_q_norm.weight", {hp.head_dim}, TENSOR_VECTOR);
+      add(b + "attn_k_norm.weight", {hp.head_dim}, TENSOR_VECTOR);
+    }
+    add(b + "attn_output.weight", {q_dim, hp.n_embd}, TENSOR_MATRIX);
+    add(b + "ffn_norm.weight", {hp.n_embd}, TENSOR_VECTOR);
+    add(b + "ffn_gate.weight", {hp.n_embd, hp.n_ff}, TENSOR_MATRIX);
+    add(b + "ffn_down.weight", {hp.n_ff, hp.n_embd}, TENSOR_MATRIX);
+    add(b + "ffn_up.weight", {hp.n_embd, hp.n_ff}, TENSOR_MATRIX);
+  }
+  return out;
+}
+
+void arch_check_tensors(const gguf::file& f, const hparams& hp) {
+  std::set<std::string> expected;
+  for (const tensor_desc& d : arch_tensors(hp)) {
+    expected.insert(d.name);
+    const gguf::tensor_info* t = f.find_tensor(d.name);
+    if (!t) {
+      if (d.optional) continue;
+      throw input_error(f.path() + ": tensor '" + d.name + "' is missing (architecture " + arch_name(hp.arch) + ")");
+    }
+    if (t->ne != d.ne) {
+      auto shape = [](const std::vector<int64_t>& ne) {
+        std::string s = "[";
+        for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+        return s + "]";
+      };
+      throw input_error(f.path() + ": tensor '" + d.name + "': expected shape " + shape(d.ne) + ", found " + shape(t->ne));
+    }
+    if (d.kind == TENSOR_VECTOR && t->type != gguf::DTYPE_F32)
+      throw input_error(f.path() + ": tensor '" + d.name + "': expected f32, found " + gguf::dtype_get(t->type).name);
+  }
+  for (const gguf::tensor_info& t : f.tensors())
+    if (!expected.count(t.name))
+      throw input_error(f.path() + ": unexpected tensor '" + t.name + "' for architecture " + arch_name(hp.arch));
+}
+
+}  // namespace detaudit::model

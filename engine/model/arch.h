@@ -1,0 +1,74 @@
+// Architectures the engine knows: hyperparameters as GGUF stores them, and the tensor list of each
+// architecture in one table.
+//
+// Goals: one place that says which tensors an architecture has, with which shapes, under which
+// GGUF names and keys; read by the loader, by synth (which writes them) and by inspect.
+// Non-goals: computing anything (the forward pass lives elsewhere).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+
+namespace detaudit::model {
+
+enum arch_id { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3 };
+
+enum rope_kind {
+  ROPE_NORM,  // adjacent pairs (x[2i], x[2i+1]) rotate: llama
+  ROPE_NEOX,  // halves (x[i], x[i + d/2]) rotate: qwen2, qwen3
+};
+
+// Returns "llama", "qwen2", "qwen3".
+const char* arch_name(arch_id a);
+// Parses a general.architecture value; nullopt when the engine does not know it.
+std::optional<arch_id> arch_from_name(const std::string& name);
+rope_kind arch_rope_kind(arch_id a);
+
+struct hparams {
+  arch_id arch = ARCH_LLAMA;
+  int64_t n_vocab = 0;
+  int64_t n_embd = 0;
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t n_ff = 0;
+  int64_t n_ctx_train = 0;
+  int64_t head_dim = 0;         // {arch}.attention.key_length, else n_embd / n_head
+  int64_t n_rot = 0;            // {arch}.rope.dimension_count, else head_dim
+  double rope_freq_base = 10000.0;
+  double rope_scale_linear = 1.0;  // 1 / {arch}.rope.scaling.factor when scaling.type is "linear"
+  double rms_eps = 1e-5;
+  bool tied_output = false;     // no output.weight: the output projection reuses token_embd
+};
+
+// Reads and checks hyperparameters. Throws input_error naming the file and key when a key is
+// missing or inconsistent (e.g. n_embd not divisible by n_head, n_head not a multiple of n_head_kv).
+hparams hparams_from_gguf(const gguf::file& f);
+
+// Writes general.architecture and the {arch}.* keys.
+void hparams_write(gguf::writer& w, const hparams& hp);
+
+enum tensor_kind {
+  TENSOR_MATRIX,  // a weight matrix: may be quantized
+  TENSOR_VECTOR,  // a norm weight or bias: always F32
+};
+
+struct tensor_desc {
+  std::string name;           // e.g. "blk.3.attn_q.weight"
+  std::vector<int64_t> ne;    // ggml order: ne[0] is the row length (input dimension)
+  tensor_kind kind;
+  bool optional;              // may be absent from a file (output.weight when tied)
+};
+
+// Every tensor the architecture uses, in the order llama.cpp's converter writes them.
+std::vector<tensor_desc> arch_tensors(const hparams& hp);
+
+// Checks that every required tensor of the architecture is present with the right shape and
+// no tensor is unexpected; throws input_error with expected vs found.
+void arch_check_tensors(const gguf::file& f, const hparams& hp);
+
+}  // namespace detaudit::model

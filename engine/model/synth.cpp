@@ -1,0 +1,233 @@
+#include "model/synth.h"
+
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "gguf/quants.h"
+#include "tokenizer/vocab.h"
+#include "util/error.h"
+
+namespace detaudit::model {
+namespace {
+
+const synth_preset k_presets[] = {
+    {"tiny", "n_embd 256, 2 layers, 4 heads (2 KV), n_ff 768: the shape of the synthetic fixtures", 256, 2, 4, 2, 768, 2048},
+    {"small", "n_embd 512, 4 layers, 8 heads (4 KV), n_ff 1536", 512, 4, 8, 4, 1536, 4096},
+    {"medium", "n_embd 1024, 8 layers, 16 heads (4 KV), n_ff 2816", 1024, 8, 16, 4, 2816, 4096},
+    {"1b", "n_embd 2048, 22 layers, 32 heads (4 KV), n_ff 5632: a 1.1B TinyLlama shape, for benchmarks", 2048, 22, 32, 4,
+     5632, 2048},
+};
+
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// Approximately standard normal: the sum of four 16-bit uniforms, centred and scaled to unit
+// variance (tails end at about 3.5 sigma). Integer arithmetic and one rounding per value, so the
+// same seed gives the same bits everywhere.
+class normal_rng {
+ public:
+  explicit normal_rng(uint64_t seed) : state_(seed) {}
+  float next() {
+    uint64_t r = splitmix64(state_);
+    int64_t sum = int64_t(r & 0xffff) + int64_t((r >> 16) & 0xffff) + int64_t((r >> 32) & 0xffff) + int64_t(r >> 48);
+    // Four U(0, 65535) have mean 131070 and variance 4 * (65536^2 - 1) / 12.
+    constexpr double k_scale = 1.0 / 37837.226;  // 1 / sqrt(4 * (65536^2 - 1) / 12)
+    return static_cast<float>(static_cast<double>(sum - 131070) * k_scale);
+  }
+
+ private:
+  uint64_t state_;
+};
+
+// Standard deviation and offset of each tensor's values (value = offset + std * N(0, 1)).
+struct init_scale {
+  double std;
+  double offset;
+};
+
+// 1/sqrt(n) without libm: Newton iterations on a double, exact enough for a scale.
+double inv_sqrt(double n) {
+  double y = 1.0;
+  while (y * y * n > 4.0) y *= 0.5;
+  while (y * y * n < 0.25) y *= 2.0;
+  for (int i = 0; i < 32; ++i) y = y * (1.5 - 0.5 * n * y * y);
+  return y;
+}
+
+init_scale scale_for(const tensor_desc& d, const hparams& hp) {
+  const std::string& n = d.name;
+  auto ends = [&](const char* s) { return n.size() >= std::string(s).size() && n.compare(n.size() - std::string(s).size(), std::string::npos, s) == 0; };
+  if (ends("norm.weight")) return {0.1, 1.0};
+  if (ends(".bias")) return {0.1, 0.0};
+  if (n == "token_embd.weight") return {hp.tied_output ? 2.5 * inv_sqrt(double(hp.n_embd)) : 1.0, 0.0};
+  if (n == "output.weight") return {2.5 * inv_sqrt(double(hp.n_embd)), 0.0};
+  double fan_in = static_cast<double>(d.ne[0]);
+  // Projections back into the residual stream are scaled down by sqrt(2 * n_layer), as in GPT-2,
+  // so the stream stays O(1) however deep the model.
+  bool to_residual = ends("attn_output.weight") || ends("ffn_down.weight");
+  return {inv_sqrt(fan_in) * (to_residual ? inv_sqrt(2.0 * double(hp.n_layer)) : 1.0), 0.0};
+}
+
+void add_random_tensor(gguf::writer& w, const tensor_desc& d, const hparams& hp, gguf::dtype type, uint64_t seed) {
+  normal_rng rng(seed ^ fnv1a(d.name));
+  init_scale sc = scale_for(d, hp);
+  const int64_t row = d.ne[0];
+  int64_t n_rows = 1;
+  for (size_t i = 1; i < d.ne.size(); ++i) n_rows *= d.ne[i];
+  const uint64_t row_bytes = gguf::dtype_row_bytes(type, row);
+  std::vector<uint8_t> bytes(row_bytes * static_cast<uint64_t>(n_rows));
+  std::vector<float> vals(static_cast<size_t>(row));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    for (float& v : vals) v = static_cast<float>(sc.offset + sc.std * rng.next());
+    gguf::quants_quantize_row(type, vals.data(), bytes.data() + row_bytes * static_cast<uint64_t>(r), row);
+  }
+  w.add_tensor(d.name, type, d.ne, bytes.data(), bytes.size());
+}
+
+hparams hparams_of(const synth_options& o, int64_t n_vocab) {
+  hparams hp;
+  hp.arch = o.arch;
+  hp.n_vocab = n_vocab;
+  hp.n_embd = o.n_embd;
+  hp.n_layer = o.n_layer;
+  hp.n_head = o.n_head;
+  hp.n_head_kv = o.n_head_kv;
+  hp.n_ff = o.n_ff;
+  hp.n_ctx_train = o.n_ctx;
+  hp.head_dim = o.head_dim ? o.head_dim : o.n_embd / o.n_head;
+  hp.n_rot = hp.head_dim;
+  hp.rope_freq_base = o.arch == ARCH_LLAMA ? 10000.0 : 1000000.0;
+  hp.rms_eps = o.arch == ARCH_LLAMA ? 1e-5 : 1e-6;
+  hp.tied_output = o.tied_output;
+  return hp;
+}
+
+// Where the vocabulary comes from: the built-in one, or the tokenizer.* keys of another GGUF.
+struct vocab_source {
+  std::optional<tokenizer::vocab> builtin;
+  std::optional<gguf::file> file;
+  int64_t n_vocab = 0;
+};
+
+vocab_source open_vocab(const synth_options& o) {
+  vocab_source src;
+  if (o.vocab_from.empty()) {
+    src.builtin = tokenizer::vocab_builtin();
+    src.n_vocab = static_cast<int64_t>(src.builtin->size());
+    return src;
+  }
+  src.file = gguf::file::open(o.vocab_from);
+  const gguf::value* tokens = src.file->find("tokenizer.ggml.tokens");
+  if (!tokens || tokens->type != gguf::VALUE_ARRAY || tokens->arr.empty())
+    throw input_error(o.vocab_from + ": --vocab-from needs a GGUF with a vocabulary (tokenizer.ggml.tokens)");
+  src.n_vocab = static_cast<int64_t>(tokens->arr.size());
+  return src;
+}
+
+void write_vocab(gguf::writer& w, const vocab_source& src) {
+  if (src.builtin) {
+    tokenizer::vocab_write(w, *src.builtin);
+    return;
+  }
+  for (const gguf::kv& e : src.file->metadata())
+    if (e.key.rfind("tokenizer.", 0) == 0) w.set(e.key, e.val);
+}
+
+}  // namespace
+
+const synth_preset* synth_find_preset(const std::string& name) {
+  for (const synth_preset& p : k_presets)
+    if (name == p.name) return &p;
+  return nullptr;
+}
+
+std::string synth_preset_names() {
+  std::string s;
+  for (const synth_preset& p : k_presets) s += (s.empty() ? "" : ", ") + std::string(p.name);
+  return s;
+}
+
+void synth_apply_preset(synth_options& o, const synth_preset& p) {
+  o.n_embd = p.n_embd;
+  o.n_layer = p.n_layer;
+  o.n_head = p.n_head;
+  o.n_head_kv = p.n_head_kv;
+  o.n_ff = p.n_ff;
+  o.n_ctx = p.n_ctx;
+}
+
+int64_t synth_file_type(gguf::dtype t) {
+  switch (t) {
+    case gguf::DTYPE_F32: return 0;
+    case gguf::DTYPE_F16: return 1;
+    case gguf::DTYPE_Q4_0: return 2;
+    case gguf::DTYPE_Q4_1: return 3;
+    case gguf::DTYPE_Q8_0: return 7;
+    case gguf::DTYPE_Q5_0: return 8;
+    case gguf::DTYPE_Q5_1: return 9;
+    case gguf::DTYPE_Q2_K: return 10;
+    case gguf::DTYPE_Q3_K: return 11;
+    case gguf::DTYPE_Q4_K: return 14;
+    case gguf::DTYPE_Q5_K: return 16;
+    case gguf::DTYPE_Q6_K: return 18;
+    case gguf::DTYPE_BF16: return 32;
+    default: throw input_error(std::string("synth cannot write weight type ") + gguf::dtype_get(t).name);
+  }
+}
+
+void synth_validate(const synth_options& o) {
+  auto need = [](bool ok, const std::string& msg) {
+    if (!ok) throw input_error("synth: " + msg);
+  };
+  need(o.n_embd > 0 && o.n_layer > 0 && o.n_head > 0 && o.n_head_kv > 0 && o.n_ff > 0 && o.n_ctx > 0,
+       "--n-embd, --n-layer, --n-head, --n-head-kv, --n-ff and --n-ctx must be positive");
+  need(o.n_embd <= (1 << 16) && o.n_ff <= (1 << 18) && o.n_layer <= 256 && o.n_head <= 1024,
+       "shape too large (n_embd <= 65536, n_ff <= 262144, n_layer <= 256, n_head <= 1024)");
+  need(o.head_dim > 0 || o.n_embd % o.n_head == 0,
+       "--n-embd " + std::to_string(o.n_embd) + " is not a multiple of --n-head " + std::to_string(o.n_head));
+  need(o.n_head % o.n_head_kv == 0,
+       "--n-head " + std::to_string(o.n_head) + " is not a multiple of --n-head-kv " + std::to_string(o.n_head_kv));
+  int64_t hd = o.head_dim ? o.head_dim : o.n_embd / o.n_head;
+  need(hd % 2 == 0, "the head dimension " + std::to_string(hd) + " must be even (RoPE rotates pairs)");
+  synth_file_type(o.type);
+  const gguf::dtype_traits& t = gguf::dtype_get(o.type);
+  const std::pair<const char*, int64_t> rows[] = {{"--n-embd", o.n_embd}, {"--n-ff", o.n_ff}, {"--n-head x head_dim", o.n_head * hd}};
+  for (auto [flag, n] : rows)
+    need(n % t.block_size == 0, std::string("--type ") + t.name + " packs rows in blocks of " + std::to_string(t.block_size) +
+                                    "; " + flag + " = " + std::to_string(n) + " is not a multiple of it");
+}
+
+uint64_t synth_write(const synth_options& o, const std::string& path) {
+  synth_validate(o);
+  vocab_source vocab = open_vocab(o);
+  hparams hp = hparams_of(o, vocab.n_vocab);
+  gguf::writer w;
+  hparams_write(w, hp);
+  w.set("general.name", gguf::value::of_string(o.name));
+  w.set("general.file_type", gguf::value::of_u32(static_cast<uint32_t>(synth_file_type(o.type))));
+  if (gguf::dtype_get(o.type).block_size > 1) w.set("general.quantization_version", gguf::value::of_u32(2));
+  w.set("detaudit.synth.seed", gguf::value::of_u64(o.seed));
+  write_vocab(w, vocab);
+  uint64_t n_params = 0;
+  for (const tensor_desc& d : arch_tensors(hp)) {
+    if (d.optional && (d.name != "output.weight" || hp.tied_output)) continue;
+    add_random_tensor(w, d, hp, d.kind == TENSOR_MATRIX ? o.type : gguf::DTYPE_F32, o.seed);
+    uint64_t n = 1;
+    for (int64_t e : d.ne) n *= static_cast<uint64_t>(e);
+    n_params += n;
+  }
+  w.write(path);
+  return n_params;
+}
+
+}  // namespace detaudit::model

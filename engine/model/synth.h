@@ -1,0 +1,57 @@
+// Synthetic models: random weights in any supported architecture, size and weight type, written as
+// GGUF that llama.cpp loads unchanged.
+//
+// Goals: test models that need no download; realistic scales so activations stay in the range of
+// trained models (residual stream O(1), logits with a spread of a few nats); identical bytes for
+// the same options on every machine (no libm, own RNG). Non-goal: weights that mean anything.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "gguf/dtype.h"
+#include "model/arch.h"
+
+namespace detaudit::model {
+
+struct synth_options {
+  arch_id arch = ARCH_LLAMA;
+  gguf::dtype type = gguf::DTYPE_F16;  // weight matrices; norms and biases are always F32
+  int64_t n_embd = 256;
+  int64_t n_layer = 2;
+  int64_t n_head = 4;
+  int64_t n_head_kv = 2;
+  int64_t n_ff = 768;
+  int64_t n_ctx = 2048;
+  int64_t head_dim = 0;            // 0: n_embd / n_head
+  bool tied_output = false;        // omit output.weight (the output projection reuses token_embd)
+  uint64_t seed = 7;
+  std::string vocab_from;          // copy tokenizer.* from this GGUF; empty: the built-in vocabulary
+  std::string name = "synthetic";  // general.name
+};
+
+struct synth_preset {
+  const char* name;
+  const char* description;
+  int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
+};
+
+// The presets ("tiny", "small", "1b", ...). Returns nullptr for an unknown name.
+const synth_preset* synth_find_preset(const std::string& name);
+// A comma-separated list of preset names, for help texts and errors.
+std::string synth_preset_names();
+void synth_apply_preset(synth_options& o, const synth_preset& p);
+
+// Checks the options (shapes divisible by the heads and by the type's block size). Throws
+// input_error naming the flag to change.
+void synth_validate(const synth_options& o);
+
+// Generates the model and writes it to path. Returns the number of parameters written.
+// Throws input_error for bad options or an unreadable --vocab-from file.
+uint64_t synth_write(const synth_options& o, const std::string& path);
+
+// llama.cpp's general.file_type for a file whose matrices are all of type t.
+int64_t synth_file_type(gguf::dtype t);
+
+}  // namespace detaudit::model

@@ -1,0 +1,98 @@
+// The command line: llama.cpp flag rewriting, exit codes, one-line errors, --config.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "app.h"
+#include "test_util.h"
+
+using detaudit::test::run_cmd;
+using detaudit::test::shell_quote;
+
+namespace {
+
+std::string bin() { return shell_quote(detaudit::test::detaudit_bin()); }
+
+size_t count_lines(const std::string& s) {
+  size_t n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("cli: llama.cpp multi-letter short flags become long options") {
+  using detaudit::cli::cli_rewrite_args;
+  std::vector<std::string> in = {"serve", "-np", "8", "-ub", "512", "-ngl", "99", "-m", "x.gguf", "-c", "4096"};
+  std::vector<std::string> want = {"serve", "--parallel", "8", "--ubatch", "512", "--n-gpu-layers", "99",
+                                   "-m", "x.gguf", "-c", "4096"};
+  CHECK(cli_rewrite_args(in) == want);
+  // After a bare "--" nothing is rewritten (it may be a prompt or a file name).
+  std::vector<std::string> pass = {"run", "--", "-np"};
+  CHECK(cli_rewrite_args(pass) == pass);
+  // Unknown multi-letter flags are left for CLI11 to reject.
+  CHECK(cli_rewrite_args({"-xyz"}) == std::vector<std::string>{"-xyz"});
+}
+
+TEST_CASE("cli: usage errors exit 2 with exactly one line on stderr") {
+  const std::vector<std::string> bad = {
+      "",                                   // no subcommand
+      "frobnicate",                         // unknown subcommand
+      "inspect",                            // missing positional
+      "inspect /nonexistent/file.gguf",     // file does not exist
+      "inspect --no-such-flag x",           // unknown flag
+      "synth --type q4_k",                  // missing -o
+      "synth -o /tmp/x.gguf --type q9_9",   // unknown type (input_error from the callback)
+      "synth -o /tmp/x.gguf --n-embd abc",  // not a number
+  };
+  for (const std::string& args : bad) {
+    CAPTURE(args);
+    auto r = run_cmd(bin() + " " + args);
+    CHECK(r.exit_code == 2);
+    CHECK_FALSE(r.signaled);
+    CHECK(count_lines(r.err) == 1);
+    CHECK(r.err.rfind("detaudit", 0) == 0);
+  }
+}
+
+TEST_CASE("cli: --help and --version exit 0 and teach") {
+  auto r = run_cmd(bin() + " --help");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("inspect") != std::string::npos);
+  CHECK(r.out.find("synth") != std::string::npos);
+  auto s = run_cmd(bin() + " synth --help");
+  CHECK(s.exit_code == 0);
+  CHECK(s.out.find("--preset") != std::string::npos);
+  CHECK(s.out.find("Examples") != std::string::npos);
+  auto v = run_cmd(bin() + " --version");
+  CHECK(v.exit_code == 0);
+  CHECK(v.out.find("detaudit ") == 0);
+}
+
+TEST_CASE("cli: --config JSON supplies options and the command line overrides it") {
+  std::string dir = detaudit::test::scratch_dir("cli_config");
+  std::string cfg = dir + "/synth.json";
+  std::ofstream(cfg) << nlohmann::json{{"output", dir + "/from-config.gguf"}, {"preset", "tiny"}, {"type", "q8_0"},
+                                       {"n-layer", 1}, {"tied-output", true}}
+                            .dump();
+  auto r = run_cmd(bin() + " synth --config " + shell_quote(cfg) + " --type q4_0");
+  REQUIRE(r.exit_code == 0);
+  auto i = run_cmd(bin() + " inspect --json " + shell_quote(dir + "/from-config.gguf"));
+  REQUIRE(i.exit_code == 0);
+  auto info = nlohmann::json::parse(i.out);
+  CHECK(info["hparams"]["n_layer"] == 1);                 // from the config
+  CHECK(info["hparams"]["n_embd"] == 256);                // from the preset the config named
+  CHECK(info["file_type"]["name"] == "MOSTLY_Q4_0");      // the command line won over "q8_0"
+  CHECK(info["engine"]["tied_output"] == true);           // a boolean flag from the config
+
+  std::ofstream(dir + "/bad.json") << "{\"preset\": ";
+  auto b = run_cmd(bin() + " synth -o x.gguf --config " + shell_quote(dir + "/bad.json"));
+  CHECK(b.exit_code == 2);
+  CHECK(b.err.find("not valid JSON") != std::string::npos);
+  std::ofstream(dir + "/unknown.json") << R"({"no-such-option": 1})";
+  auto u = run_cmd(bin() + " synth -o x.gguf --config " + shell_quote(dir + "/unknown.json"));
+  CHECK(u.exit_code == 2);
+  CHECK(u.err.find("unknown option 'no-such-option'") != std::string::npos);
+  CHECK(count_lines(u.err) == 1);
+}

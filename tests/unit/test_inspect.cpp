@@ -1,0 +1,99 @@
+// inspect on every GGUF in the fixtures: architecture, block count and vocabulary size as
+// ../shared/fixtures/SOURCES.md records them, through the CLI with --json.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+using detaudit::test::fixture;
+using detaudit::test::run_cmd;
+using detaudit::test::shell_quote;
+
+namespace {
+
+struct expected_file {
+  const char* path;
+  const char* arch;
+  int64_t n_layer;
+  int64_t n_vocab;
+  bool runnable;
+};
+
+const expected_file k_files[] = {
+    {"models/stories260K.gguf", "llama", 5, 512, true},
+    {"models/llama-2-tiny-random.gguf", "llama", 1, 32000, true},
+    {"vocab/ggml-vocab-llama-spm.gguf", "llama", 32, 32000, false},
+    {"vocab/ggml-vocab-phi-3.gguf", "phi3", 32, 32064, false},
+    {"vocab/ggml-vocab-gpt-2.gguf", "gpt2", 12, 50257, false},
+};
+
+nlohmann::json inspect_json(const std::string& path, const std::string& extra = "") {
+  auto r = run_cmd(shell_quote(detaudit::test::detaudit_bin()) + " inspect --json " + extra + " " + shell_quote(path));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  return nlohmann::json::parse(r.out);
+}
+
+}  // namespace
+
+TEST_CASE("inspect: real fixture files") {
+  for (const expected_file& e : k_files) {
+    CAPTURE(e.path);
+    nlohmann::json info = inspect_json(fixture(e.path));
+    CHECK(info["architecture"] == e.arch);
+    CHECK(info["hparams"]["n_layer"] == e.n_layer);
+    CHECK(info["vocab"]["size"] == e.n_vocab);
+    if (e.runnable) CHECK(info["engine"]["runnable"] == true);
+    else CHECK_FALSE(info.contains("engine"));  // vocab-only: no tensors to run
+  }
+}
+
+TEST_CASE("inspect: synthetic fixture files in every weight type") {
+  const char* kinds[] = {"llama-f16", "llama-bf16", "llama-q8_0", "llama-q4_0", "llama-q4_1", "llama-q5_0",
+                         "llama-q5_1", "llama-q2_k", "llama-q3_k_m", "llama-q4_k_m", "llama-q5_k_m", "llama-q6_k",
+                         "qwen2-f16", "qwen2-q8_0", "qwen2-q4_0", "qwen2-q4_k_m", "qwen2-q5_k_m", "qwen2-q6_k"};
+  for (const char* k : kinds) {
+    std::string path = fixture(std::string("models/synthetic/tiny-") + k + ".gguf");
+    CAPTURE(path);
+    nlohmann::json info = inspect_json(path, "--tensors");
+    CHECK(info["architecture"] == (std::string(k).rfind("qwen2", 0) == 0 ? "qwen2" : "llama"));
+    CHECK(info["hparams"]["n_layer"] == 2);
+    CHECK(info["hparams"]["n_embd"] == 256);
+    CHECK(info["vocab"]["size"] == 512);
+    CHECK(info["engine"]["runnable"] == true);
+    CHECK(info["tensors"].size() == info["n_tensors"]);
+  }
+}
+
+TEST_CASE("inspect: text output, tensor table and sha256") {
+  std::string path = fixture("models/stories260K.gguf");
+  auto r = run_cmd(shell_quote(detaudit::test::detaudit_bin()) + " inspect --tensors --sha256 " + shell_quote(path));
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("\narchitecture      llama\n") != std::string::npos);
+  CHECK(r.out.find("blk.4.ffn_down.weight") != std::string::npos);
+  // The digest SOURCES.md records for this file.
+  CHECK(r.out.find("270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d") != std::string::npos);
+}
+
+TEST_CASE("inspect: --metadata lists every key in file order with its type") {
+  nlohmann::json info = inspect_json(fixture("models/stories260K.gguf"), "--metadata");
+  REQUIRE(info["metadata"].size() == 19);  // SOURCES.md: 19 keys
+  CHECK(info["metadata"][0]["key"] == "tokenizer.ggml.tokens");
+  CHECK(info["metadata"][0]["type"] == "array[string]");
+  CHECK(info["metadata"][0]["value"]["count"] == 512);
+  CHECK(info["metadata"][4]["key"] == "general.architecture");
+  CHECK(info["metadata"][4]["value"] == "llama");
+}
+
+TEST_CASE("inspect: a truncated file is one line on stderr and exit 2") {
+  std::string dir = detaudit::test::scratch_dir("inspect_bad");
+  std::string path = dir + "/cut.gguf";
+  auto r0 = run_cmd("head -c 5000 " + shell_quote(fixture("models/stories260K.gguf")) + " > " + shell_quote(path));
+  REQUIRE(r0.exit_code == 0);
+  auto r = run_cmd(shell_quote(detaudit::test::detaudit_bin()) + " inspect " + shell_quote(path));
+  CHECK(r.exit_code == 2);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK(r.err.find(path) != std::string::npos);
+}

@@ -1,0 +1,163 @@
+// synth: every architecture and weight type written, read back, checked against the unquantized
+// values of the same seed, and deterministic to the byte.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "gguf/quants.h"
+#include "model/arch.h"
+#include "model/synth.h"
+#include "test_util.h"
+#include "util/error.h"
+#include "util/sha256.h"
+
+using namespace detaudit;
+
+namespace {
+
+std::vector<float> decode(const gguf::file& f, const gguf::tensor_info& t) {
+  std::vector<float> out(t.n_elements);
+  const int64_t row = t.ne[0];
+  const uint64_t row_bytes = gguf::dtype_row_bytes(t.type, row);
+  const uint8_t* p = f.tensor_data(t);
+  for (uint64_t r = 0; r < t.n_elements / static_cast<uint64_t>(row); ++r)
+    gguf::quants_dequantize_row(t.type, p + r * row_bytes, out.data() + r * static_cast<uint64_t>(row), row);
+  return out;
+}
+
+double rel_rms(const std::vector<float>& got, const std::vector<float>& want) {
+  double e = 0, s = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    e += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    s += double(want[i]) * want[i];
+  }
+  return std::sqrt(e / s);
+}
+
+// Relative RMS error allowed per type on these Gaussian weights. Measured values (seed 7, tiny
+// shape) are well below: the bounds catch a broken quantizer or layout, not a slightly worse one.
+double bound(gguf::dtype t) {
+  switch (t) {
+    case gguf::DTYPE_F32: return 0.0;
+    case gguf::DTYPE_F16: return 1e-3;
+    case gguf::DTYPE_BF16: return 5e-3;
+    case gguf::DTYPE_Q8_0: return 0.01;
+    case gguf::DTYPE_Q6_K: return 0.03;
+    case gguf::DTYPE_Q5_0: case gguf::DTYPE_Q5_1: case gguf::DTYPE_Q5_K: return 0.06;
+    case gguf::DTYPE_Q4_0: case gguf::DTYPE_Q4_1: case gguf::DTYPE_Q4_K: return 0.12;
+    case gguf::DTYPE_Q3_K: return 0.25;
+    case gguf::DTYPE_Q2_K: return 0.45;
+    default: return 0.0;
+  }
+}
+
+model::synth_options tiny(model::arch_id a, gguf::dtype t) {
+  model::synth_options o;
+  o.arch = a;
+  o.type = t;
+  o.n_embd = 256;
+  o.n_layer = 2;
+  o.n_head = 4;
+  o.n_head_kv = 2;
+  o.n_ff = 512;
+  o.seed = 7;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("synth: every architecture and type reads back within the type's quantization error") {
+  const gguf::dtype types[] = {gguf::DTYPE_F16,  gguf::DTYPE_BF16, gguf::DTYPE_Q8_0, gguf::DTYPE_Q4_0, gguf::DTYPE_Q4_1,
+                               gguf::DTYPE_Q5_0, gguf::DTYPE_Q5_1, gguf::DTYPE_Q2_K, gguf::DTYPE_Q3_K, gguf::DTYPE_Q4_K,
+                               gguf::DTYPE_Q5_K, gguf::DTYPE_Q6_K};
+  std::string dir = test::scratch_dir("synth_types");
+  for (model::arch_id a : {model::ARCH_LLAMA, model::ARCH_QWEN2, model::ARCH_QWEN3}) {
+    std::string ref_path = dir + "/" + model::arch_name(a) + "-f32.gguf";
+    model::synth_write(tiny(a, gguf::DTYPE_F32), ref_path);
+    gguf::file ref = gguf::file::open(ref_path);
+    model::hparams ref_hp = model::hparams_from_gguf(ref);
+    model::arch_check_tensors(ref, ref_hp);
+    for (gguf::dtype t : types) {
+      CAPTURE(model::arch_name(a));
+      CAPTURE(gguf::dtype_get(t).name);
+      std::string path = dir + "/" + model::arch_name(a) + "-" + gguf::dtype_get(t).name + ".gguf";
+      model::synth_write(tiny(a, t), path);
+      gguf::file f = gguf::file::open(path);
+      model::hparams hp = model::hparams_from_gguf(f);
+      model::arch_check_tensors(f, hp);
+      CHECK(hp.n_layer == 2);
+      CHECK(hp.n_vocab == ref_hp.n_vocab);
+      CHECK(f.tensors().size() == ref.tensors().size());
+      for (const gguf::tensor_info& ti : f.tensors()) {
+        CAPTURE(ti.name);
+        const gguf::tensor_info* rt = ref.find_tensor(ti.name);
+        REQUIRE(rt);
+        if (ti.ne.size() == 1) {
+          REQUIRE(ti.type == gguf::DTYPE_F32);  // norms and biases stay f32, bit for bit
+          CHECK(std::memcmp(f.tensor_data(ti), ref.tensor_data(*rt), ti.n_bytes) == 0);
+          continue;
+        }
+        CHECK(ti.type == t);
+        CHECK(rel_rms(decode(f, ti), decode(ref, *rt)) <= bound(t));
+      }
+    }
+  }
+}
+
+TEST_CASE("synth: architecture specifics") {
+  std::string dir = test::scratch_dir("synth_arch");
+  model::synth_write(tiny(model::ARCH_QWEN2, gguf::DTYPE_F16), dir + "/q2.gguf");
+  gguf::file q2 = gguf::file::open(dir + "/q2.gguf");
+  CHECK(q2.find_tensor("blk.0.attn_q.bias"));
+  CHECK(q2.find_tensor("blk.1.attn_v.bias"));
+  CHECK(model::arch_rope_kind(model::hparams_from_gguf(q2).arch) == model::ROPE_NEOX);
+
+  model::synth_write(tiny(model::ARCH_QWEN3, gguf::DTYPE_F16), dir + "/q3.gguf");
+  gguf::file q3 = gguf::file::open(dir + "/q3.gguf");
+  CHECK(q3.find_tensor("blk.0.attn_q_norm.weight")->ne == std::vector<int64_t>{64});
+  CHECK(q3.get_int("qwen3.attention.key_length") == 64);
+
+  model::synth_options o = tiny(model::ARCH_LLAMA, gguf::DTYPE_Q8_0);
+  o.tied_output = true;
+  model::synth_write(o, dir + "/tied.gguf");
+  gguf::file tied = gguf::file::open(dir + "/tied.gguf");
+  CHECK(tied.find_tensor("output.weight") == nullptr);
+  CHECK(model::hparams_from_gguf(tied).tied_output);
+  CHECK(model::arch_rope_kind(model::hparams_from_gguf(tied).arch) == model::ROPE_NORM);
+}
+
+TEST_CASE("synth: the same options give the same bytes and another seed does not") {
+  std::string dir = test::scratch_dir("synth_det");
+  model::synth_options o = tiny(model::ARCH_LLAMA, gguf::DTYPE_Q4_K);
+  model::synth_write(o, dir + "/a.gguf");
+  model::synth_write(o, dir + "/b.gguf");
+  o.seed = 8;
+  model::synth_write(o, dir + "/c.gguf");
+  CHECK(sha256_file(dir + "/a.gguf") == sha256_file(dir + "/b.gguf"));
+  CHECK(sha256_file(dir + "/a.gguf") != sha256_file(dir + "/c.gguf"));
+}
+
+TEST_CASE("synth: shapes the type cannot pack are refused with the flag to change") {
+  model::synth_options o = tiny(model::ARCH_LLAMA, gguf::DTYPE_Q4_K);
+  o.n_ff = 172;
+  std::string dir = test::scratch_dir("synth_bad");
+  CHECK_THROWS_WITH_AS(model::synth_write(o, dir + "/x.gguf"), doctest::Contains("--n-ff = 172"), input_error);
+  o = tiny(model::ARCH_LLAMA, gguf::DTYPE_F16);
+  o.n_head_kv = 3;
+  CHECK_THROWS_WITH_AS(model::synth_write(o, dir + "/x.gguf"), doctest::Contains("--n-head-kv"), input_error);
+}
+
+TEST_CASE("synth: --vocab-from copies another file's vocabulary") {
+  std::string dir = test::scratch_dir("synth_vocab");
+  model::synth_options o = tiny(model::ARCH_LLAMA, gguf::DTYPE_Q8_0);
+  o.vocab_from = test::fixture("models/stories260K.gguf");
+  model::synth_write(o, dir + "/v.gguf");
+  gguf::file f = gguf::file::open(dir + "/v.gguf");
+  gguf::file src = gguf::file::open(o.vocab_from);
+  CHECK(f.get_strings("tokenizer.ggml.tokens") == src.get_strings("tokenizer.ggml.tokens"));
+  CHECK(f.get_string("tokenizer.ggml.model") == "llama");
+  CHECK(model::hparams_from_gguf(f).n_vocab == 512);
+}
