@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what detaudit's build and tests need, from Debian 12 packages.
+# Idempotent: when everything is present it only asks dpkg and returns. Uses sudo only when not root.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git curl ca-certificates
+  libcli11-dev nlohmann-json3-dev doctest-dev libpcre2-dev libxxhash-dev
+  libcurl4-openssl-dev libcpp-httplib-dev
+  clang libclang-rt-14-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [ "$status" = "install ok installed" ] || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "setup.sh: installing ${missing[*]}" >&2
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "setup.sh: not root and no sudo; install: ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup.sh: done" >&2
