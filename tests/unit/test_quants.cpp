@@ -21,22 +21,7 @@ namespace {
 
 // ---- Data -----------------------------------------------------------------------------------
 
-// splitmix64: the same numbers on every platform (std:: distributions are not portable).
-struct rng {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  float uniform() { return float(next() >> 40) / float(1 << 24); }  // [0, 1)
-  float normal() {  // Irwin-Hall, close to N(0, 1), no libm
-    float s12 = 0;
-    for (int i = 0; i < 12; ++i) s12 += uniform();
-    return s12 - 6.0f;
-  }
-};
+using rng = detaudit::test::test_rng;
 
 enum distribution {
   DIST_NORMAL,

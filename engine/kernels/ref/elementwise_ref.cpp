@@ -1,0 +1,89 @@
+// RMS norm, SwiGLU, residual add and RoPE (docs/precision-contract.md, "Element-wise ops").
+#include <string>
+#include <vector>
+
+#include "kernels/ref/ref.h"
+#include "util/error.h"
+
+namespace detaudit::kernels {
+
+using numerics::flush;
+
+void rms_norm_f32_ref(const float* x, const float* w, int64_t n, float eps, float* out) {
+  if (n < 1) throw input_error("rms_norm_f32_ref: empty vector");
+  if (!(eps > 0.0f)) throw input_error("rms_norm_f32_ref: eps " + std::to_string(eps) + " is not > 0");
+  // x_i = m_i * 2^e_i (|m_i| < 2^24), x_i^2 = m_i^2 * 2^(2 e_i) with m_i^2 < 2^48.
+  std::vector<int32_t> m(static_cast<size_t>(n));
+  std::vector<int> e(static_cast<size_t>(n));
+  int maxe = numerics::EXP_ZERO;
+  for (int64_t i = 0; i < n; ++i) {
+    numerics::f32_decompose(flush(x[i]), &m[static_cast<size_t>(i)], &e[static_cast<size_t>(i)]);
+    if (m[static_cast<size_t>(i)] != 0 && e[static_cast<size_t>(i)] > maxe) maxe = e[static_cast<size_t>(i)];
+  }
+  float ss = 0.0f;
+  if (maxe != numerics::EXP_ZERO) {
+    const int g = 2 * maxe + 48 + numerics::ceil_log2(n) - 62;
+    int64_t acc = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t mi = m[static_cast<size_t>(i)];
+      if (mi != 0) acc += numerics::round_shift(mi * mi, 2 * e[static_cast<size_t>(i)] - g);
+    }
+    ss = numerics::fixed_to_f32(acc, g);
+  }
+  const float inv_n = static_cast<float>(1.0 / static_cast<double>(n));
+  const float mean = flush(ss * inv_n);
+  const float r = numerics::rsqrt_f32(flush(mean + eps));
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = flush(flush(x[i]) * r);
+    out[i] = w ? flush(v * flush(w[i])) : v;
+  }
+}
+
+void swiglu_f32_ref(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = flush(numerics::silu_f32(gate[i]) * flush(up[i]));
+}
+
+void add_f32_ref(const float* a, const float* b, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = flush(flush(a[i]) + flush(b[i]));
+}
+
+void rope_table_row(int64_t pos, int64_t n_rot, double freq_base, double freq_scale,
+                    const float* factors, float* out) {
+  if (n_rot < 2 || n_rot % 2 != 0) throw input_error("rope_table_row: n_rot " + std::to_string(n_rot) + " is not even and >= 2");
+  if (!(freq_base > 0.0)) throw input_error("rope_table_row: freq_base must be > 0");
+  const double log_base = numerics::log_f64(freq_base);
+  for (int64_t i = 0; i < n_rot / 2; ++i) {
+    const double inv_freq = numerics::exp_f64(-(2.0 * static_cast<double>(i) / static_cast<double>(n_rot)) * log_base);
+    double theta = static_cast<double>(pos) * freq_scale * inv_freq;
+    if (factors) theta = theta / static_cast<double>(factors[i]);
+    double s, c;
+    numerics::sincos_f64(theta, &s, &c);
+    out[2 * i] = flush(static_cast<float>(c));
+    out[2 * i + 1] = flush(static_cast<float>(s));
+  }
+}
+
+void rope_f32_ref(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int64_t pos, bool neox,
+                  const float* cos_sin_table_row) {
+  (void)pos;  // the table row is that of pos; kept in the signature so backends can index tables
+  if (n_rot < 0 || n_rot % 2 != 0 || n_rot > head_dim) {
+    throw input_error("rope_f32_ref: n_rot " + std::to_string(n_rot) + " must be even and <= head_dim " +
+                      std::to_string(head_dim));
+  }
+  const int64_t half = n_rot / 2;
+  for (int64_t h = 0; h < n_head; ++h) {
+    float* xh = x + h * head_dim;
+    for (int64_t i = 0; i < half; ++i) {
+      const int64_t i0 = neox ? i : 2 * i;
+      const int64_t i1 = neox ? i + half : 2 * i + 1;
+      const float c = cos_sin_table_row[2 * i];
+      const float s = cos_sin_table_row[2 * i + 1];
+      const float x0 = flush(xh[i0]);
+      const float x1 = flush(xh[i1]);
+      xh[i0] = flush(flush(x0 * c) - flush(x1 * s));
+      xh[i1] = flush(flush(x0 * s) + flush(x1 * c));
+    }
+  }
+}
+
+}  // namespace detaudit::kernels
