@@ -7,6 +7,7 @@
 
 #include "chat/chat_template.h"
 #include "model/arch.h"
+#include "model/model.h"
 #include "util/error.h"
 #include "util/sha256.h"
 
@@ -15,17 +16,6 @@ namespace {
 
 using nlohmann::json;
 
-// Types the engine computes with (others are readable but not runnable).
-bool engine_computes(gguf::dtype t) {
-  switch (t) {
-    case gguf::DTYPE_F32: case gguf::DTYPE_F16: case gguf::DTYPE_BF16:
-    case gguf::DTYPE_Q4_0: case gguf::DTYPE_Q4_1: case gguf::DTYPE_Q5_0: case gguf::DTYPE_Q5_1: case gguf::DTYPE_Q8_0:
-    case gguf::DTYPE_Q2_K: case gguf::DTYPE_Q3_K: case gguf::DTYPE_Q4_K: case gguf::DTYPE_Q5_K: case gguf::DTYPE_Q6_K:
-      return true;
-    default:
-      return false;
-  }
-}
 
 // A float32 metadata value as the decimal a person wrote (1e-05, not 9.999999747378752e-06).
 double float_value(const gguf::value& v, const std::string& what) {
@@ -127,7 +117,7 @@ json engine_support(const gguf::file& f, const std::string& arch) {
     hparams hp = hparams_from_gguf(f);
     arch_check_tensors(f, hp);
     for (const gguf::tensor_info& t : f.tensors())
-      if (!engine_computes(t.type))
+      if (!model_type_supported(t.type))
         return {{"runnable", false},
                 {"reason", "tensor '" + t.name + "' has type " + gguf::dtype_get(t.type).name + ", which the engine does not compute"}};
     return {{"runnable", true}, {"rope", arch_rope_kind(hp.arch) == ROPE_NEOX ? "neox" : "norm"},

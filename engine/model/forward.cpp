@@ -1,0 +1,87 @@
+#include "model/forward.h"
+
+#include <stdexcept>
+
+#include <xxhash.h>
+
+namespace detaudit::model {
+namespace {
+
+// Appends the xxh3-64 of each row of x (as f32) to the token's trace.
+void trace_rows(ops& o, act x, step_output& out) {
+  std::vector<float> buf(static_cast<size_t>(x.rows * x.cols));
+  o.read_f32(x, buf.data());
+  for (int64_t t = 0; t < x.rows; ++t)
+    out.traces[t].push_back(XXH3_64bits(buf.data() + t * x.cols, sizeof(float) * static_cast<size_t>(x.cols)));
+}
+
+// One transformer block on the residual stream x (n_tokens, n_embd), in place.
+void block(const model& m, ops& o, int64_t l, act x) {
+  const hparams& hp = m.hp();
+  const layer_weights& w = m.layers[l];
+  const int64_t n = x.rows, q_dim = hp.n_head * hp.head_dim, kv_dim = hp.n_head_kv * hp.head_dim;
+
+  act h = o.alloc(n, hp.n_embd);
+  o.rms_norm(x, w.attn_norm, hp.n_embd, h);
+  act q = o.alloc(n, q_dim), k = o.alloc(n, kv_dim), v = o.alloc(n, kv_dim);
+  o.matmul(w.wq, h, q);
+  o.matmul(w.wk, h, k);
+  o.matmul(w.wv, h, v);
+  if (!w.bq.empty()) {  // qwen2
+    o.add_bias(q, w.bq);
+    o.add_bias(k, w.bk);
+    o.add_bias(v, w.bv);
+  }
+  if (!w.q_norm.empty()) {  // qwen3: per-head norms before RoPE
+    o.rms_norm(q, w.q_norm, hp.head_dim, q);
+    o.rms_norm(k, w.k_norm, hp.head_dim, k);
+  }
+  o.rope(q, hp.n_head);
+  o.rope(k, hp.n_head_kv);
+  o.kv_store(l, k, v);
+  act att = o.alloc(n, q_dim);
+  o.attention(l, q, att);
+  act proj = o.alloc(n, hp.n_embd);
+  o.matmul(w.wo, att, proj);
+  o.add(x, proj, x);
+
+  o.rms_norm(x, w.ffn_norm, hp.n_embd, h);
+  act gate = o.alloc(n, hp.n_ff), up = o.alloc(n, hp.n_ff);
+  o.matmul(w.w_gate, h, gate);
+  o.matmul(w.w_up, h, up);
+  o.swiglu(gate, up, gate);
+  o.matmul(w.w_down, gate, proj);
+  o.add(x, proj, x);
+}
+
+}  // namespace
+
+void forward_step(const model& m, ops& o, const std::vector<step_token>& toks, bool trace, step_output& out) {
+  if (toks.empty()) throw std::logic_error("forward_step: empty step");
+  const hparams& hp = m.hp();
+  const int64_t n = static_cast<int64_t>(toks.size());
+  out.logits.clear();
+  out.traces.assign(trace ? toks.size() : 0, {});
+
+  o.begin_step(toks);
+  act x = o.alloc(n, hp.n_embd);
+  o.embed(m.tok_embd, x);
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    block(m, o, l, x);
+    if (trace) trace_rows(o, x, out);
+  }
+  o.rms_norm(x, m.output_norm, hp.n_embd, x);
+  if (trace) trace_rows(o, x, out);
+
+  std::vector<int64_t> rows;
+  for (int64_t t = 0; t < n; ++t)
+    if (toks[t].logits) rows.push_back(t);
+  if (rows.empty()) return;
+  act sel = o.gather_rows(x, rows);
+  act logits = o.alloc(sel.rows, hp.n_vocab);
+  o.matmul(m.output, sel, logits);
+  out.logits.resize(static_cast<size_t>(logits.rows * logits.cols));
+  o.read_f32(logits, out.logits.data());
+}
+
+}  // namespace detaudit::model

@@ -1,0 +1,87 @@
+// The forward pass, written once for every architecture (llama, qwen2, qwen3) as a sequence of
+// named ops, and the op interface that each numerics backend implements.
+//
+// Goals: one place that says what a transformer block computes; backends (runtime/ops_exact,
+// ops_float, ops_reference) implement ops, never whole forward passes, so any op can be compared
+// across backends. A step evaluates tokens of many sequences at once, each at its own position,
+// and each token attends only to its own sequence's cache.
+// Non-goals: scheduling (runtime/context.h), sampling.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/model.h"
+
+namespace detaudit::runtime {
+class kv_cache;
+}
+
+namespace detaudit::model {
+
+// An activation of the current step: (rows, cols), one row per token, stored by the backend in
+// its own number format (f32 or f64). Handles are valid until the next begin_step().
+struct act {
+  int32_t id = -1;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+// One token of a forward step. Its sequence's cache already holds positions [0, pos) and has
+// room for position pos; tokens of one sequence in one step have consecutive positions.
+struct step_token {
+  runtime::kv_cache* cache = nullptr;
+  int64_t pos = 0;
+  int32_t token = 0;
+  bool logits = false;
+};
+
+// The op interface. Every op works on whole activations (all tokens of the step); `x` and `out`
+// may be the same activation unless stated otherwise.
+class ops {
+ public:
+  virtual ~ops() = default;
+
+  // Bytes of one cache cell: the K and V of every KV head of one position of one layer.
+  virtual uint64_t kv_cell_bytes() const = 0;
+  // Starts a step over `toks` (which stay alive until the step ends); frees earlier activations.
+  virtual void begin_step(const std::vector<step_token>& toks) = 0;
+  virtual act alloc(int64_t rows, int64_t cols) = 0;
+
+  // out(t, :) = row toks[t].token of the embedding matrix.
+  virtual void embed(const weight& w, act out) = 0;
+  // Per row, per group of `group` columns (a row or a head): x / rms(x) * w (w has `group` entries).
+  virtual void rms_norm(act x, const std::vector<float>& w, int64_t group, act out) = 0;
+  // y(t, r) = sum_i w(r, i) * x(t, i); y must differ from x.
+  virtual void matmul(const weight& w, act x, act y) = 0;
+  // x(t, :) += b
+  virtual void add_bias(act x, const std::vector<float>& b) = 0;
+  // Rotates the first n_rot dimensions of each of the n_head heads of each row at its token's
+  // position (model hparams: freq base, linear scale, rope_freqs, NORM or NEOX pairing).
+  virtual void rope(act x, int64_t n_head) = 0;
+  // Writes k and v (rows: tokens; cols: n_head_kv * head_dim) into each token's cache cell.
+  virtual void kv_store(int64_t layer, act k, act v) = 0;
+  // Causal attention of each token's q heads over positions [0, pos] of its own cache, head h
+  // reading KV head h / (n_head / n_head_kv); out must differ from q.
+  virtual void attention(int64_t layer, act q, act out) = 0;
+  // out = silu(gate) * up, element-wise.
+  virtual void swiglu(act gate, act up, act out) = 0;
+  // out = a + b, element-wise.
+  virtual void add(act a, act b, act out) = 0;
+  // A new activation holding the listed rows of x, in order.
+  virtual act gather_rows(act x, const std::vector<int64_t>& rows) = 0;
+  // The activation as f32 (rows * cols floats), rounded once where the backend is wider.
+  virtual void read_f32(act x, float* out) = 0;
+};
+
+// What one step returns: logits of the tokens with logits = true, in step order, and (when
+// traced) per token the xxh3-64 of each layer's f32 output then of the final norm's.
+struct step_output {
+  std::vector<float> logits;                     // (n_logit_rows, n_vocab)
+  std::vector<std::vector<uint64_t>> traces;     // (n_tokens) x (n_layer + 1), when traced
+};
+
+// Evaluates one step. Throws std::logic_error on an empty step.
+void forward_step(const model& m, ops& o, const std::vector<step_token>& toks, bool trace, step_output& out);
+
+}  // namespace detaudit::model

@@ -1,0 +1,113 @@
+#include "model/model.h"
+
+#include "numerics/wblock.h"
+
+#include "gguf/quants.h"
+#include "util/error.h"
+#include "util/sha256.h"
+
+namespace detaudit::model {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& ne) {
+  std::string s = "[";
+  for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+  return s + "]";
+}
+
+// The tensor `name` checked against the expected shape; throws input_error with expected vs
+// found. Returns nullptr only when `optional` and the tensor is absent.
+const gguf::tensor_info* tensor_find(const gguf::file& f, const std::string& name, const std::vector<int64_t>& ne,
+                                     bool optional = false) {
+  const gguf::tensor_info* t = f.find_tensor(name);
+  if (!t) {
+    if (optional) return nullptr;
+    throw input_error(f.path() + ": tensor '" + name + "' is missing");
+  }
+  if (t->ne != ne)
+    throw input_error(f.path() + ": tensor '" + name + "': expected shape " + shape_str(ne) + ", found " +
+                      shape_str(t->ne));
+  return t;
+}
+
+// A weight matrix of n_out rows of n_in elements, as a view into the mapping. Throws input_error
+// when the shape differs or the type is one the engine does not compute.
+weight tensor_get_matrix(const gguf::file& f, const std::string& name, int64_t n_in, int64_t n_out) {
+  const gguf::tensor_info* t = tensor_find(f, name, {n_in, n_out});
+  if (!model_type_supported(t->type))
+    throw input_error(f.path() + ": tensor '" + name + "' has type " + gguf::dtype_get(t->type).name +
+                      ", which the engine does not compute (supported: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 "
+                      "q2_K q3_K q4_K q5_K q6_K)");
+  weight w;
+  w.name = name;
+  w.type = t->type;
+  w.n_in = n_in;
+  w.n_out = n_out;
+  w.row_bytes = gguf::dtype_row_bytes(t->type, n_in);
+  w.data = f.tensor_data(*t);
+  return w;
+}
+
+// An F32 vector of n elements, copied. Empty when `optional` and absent.
+std::vector<float> tensor_get_vector(const gguf::file& f, const std::string& name, int64_t n, bool optional = false) {
+  const gguf::tensor_info* t = tensor_find(f, name, {n}, optional);
+  if (!t) return {};
+  if (t->type != gguf::DTYPE_F32)
+    throw input_error(f.path() + ": tensor '" + name + "': expected type f32, found " + gguf::dtype_get(t->type).name);
+  std::vector<float> v(static_cast<size_t>(n));
+  gguf::quants_dequantize_row(gguf::DTYPE_F32, f.tensor_data(*t), v.data(), n);
+  return v;
+}
+
+layer_weights layer_get(const gguf::file& f, const hparams& hp, int64_t l) {
+  const std::string b = "blk." + std::to_string(l) + ".";
+  const int64_t q_dim = hp.n_head * hp.head_dim, kv_dim = hp.n_head_kv * hp.head_dim;
+  layer_weights lw;
+  lw.attn_norm = tensor_get_vector(f, b + "attn_norm.weight", hp.n_embd);
+  lw.wq = tensor_get_matrix(f, b + "attn_q.weight", hp.n_embd, q_dim);
+  lw.wk = tensor_get_matrix(f, b + "attn_k.weight", hp.n_embd, kv_dim);
+  lw.wv = tensor_get_matrix(f, b + "attn_v.weight", hp.n_embd, kv_dim);
+  lw.wo = tensor_get_matrix(f, b + "attn_output.weight", q_dim, hp.n_embd);
+  if (hp.arch == ARCH_QWEN2) {
+    lw.bq = tensor_get_vector(f, b + "attn_q.bias", q_dim);
+    lw.bk = tensor_get_vector(f, b + "attn_k.bias", kv_dim);
+    lw.bv = tensor_get_vector(f, b + "attn_v.bias", kv_dim);
+  }
+  if (hp.arch == ARCH_QWEN3) {
+    lw.q_norm = tensor_get_vector(f, b + "attn_q_norm.weight", hp.head_dim);
+    lw.k_norm = tensor_get_vector(f, b + "attn_k_norm.weight", hp.head_dim);
+  }
+  lw.ffn_norm = tensor_get_vector(f, b + "ffn_norm.weight", hp.n_embd);
+  lw.w_gate = tensor_get_matrix(f, b + "ffn_gate.weight", hp.n_embd, hp.n_ff);
+  lw.w_up = tensor_get_matrix(f, b + "ffn_up.weight", hp.n_embd, hp.n_ff);
+  lw.w_down = tensor_get_matrix(f, b + "ffn_down.weight", hp.n_ff, hp.n_embd);
+  return lw;
+}
+
+}  // namespace
+
+bool model_type_supported(gguf::dtype t) { return numerics::weight_type_supported(t); }
+
+model::model(gguf::file f) : file_(std::move(f)) {
+  path_ = file_.path();
+  hp_ = hparams_from_gguf(file_);
+  arch_check_tensors(file_, hp_);
+  vocab_ = tokenizer::vocab_load(file_);
+  tok_embd = tensor_get_matrix(file_, "token_embd.weight", hp_.n_embd, hp_.n_vocab);
+  output = hp_.tied_output ? tok_embd : tensor_get_matrix(file_, "output.weight", hp_.n_embd, hp_.n_vocab);
+  output_norm = tensor_get_vector(file_, "output_norm.weight", hp_.n_embd);
+  if (hp_.arch == ARCH_LLAMA) rope_factors = tensor_get_vector(file_, "rope_freqs.weight", hp_.n_rot / 2, true);
+  layers.reserve(static_cast<size_t>(hp_.n_layer));
+  for (int64_t l = 0; l < hp_.n_layer; ++l) layers.push_back(layer_get(file_, hp_, l));
+}
+
+std::shared_ptr<const model> model::load(const std::string& path) {
+  return std::make_shared<const model>(gguf::file::open(path));
+}
+
+const std::string& model::sha256() const {
+  std::call_once(sha_once_, [this] { sha256_ = sha256_file(path_); });
+  return sha256_;
+}
+
+}  // namespace detaudit::model

@@ -1,0 +1,75 @@
+// A loaded model: the mapped GGUF, its hyperparameters, vocabulary and weights by role.
+//
+// Goals: one load path for every architecture in model/arch.h, with every tensor checked for
+// type and shape (tensor_get) before anything runs; weights stay in the mapping (no copies of
+// matrices; norms and biases, which are small, are copied to f32 vectors).
+// Non-goals: computing (model/forward.h), caches (runtime/).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "model/arch.h"
+#include "tokenizer/vocab.h"
+
+namespace detaudit::model {
+
+// A weight matrix in the mapping: n_out rows of n_in elements, in its GGUF block type.
+struct weight {
+  std::string name;
+  gguf::dtype type = gguf::DTYPE_F32;
+  int64_t n_in = 0;           // ne[0], the row length
+  int64_t n_out = 0;          // ne[1], the number of rows
+  uint64_t row_bytes = 0;
+  const uint8_t* data = nullptr;
+  const uint8_t* row(int64_t r) const { return data + row_bytes * static_cast<uint64_t>(r); }
+};
+
+struct layer_weights {
+  std::vector<float> attn_norm;        // (n_embd)
+  weight wq, wk, wv, wo;               // wq: (n_head*head_dim rows of n_embd) ...
+  std::vector<float> bq, bk, bv;       // qwen2 only, else empty
+  std::vector<float> q_norm, k_norm;   // qwen3 only (head_dim), else empty
+  std::vector<float> ffn_norm;         // (n_embd)
+  weight w_gate, w_up, w_down;         // gate/up: (n_ff rows of n_embd); down: (n_embd rows of n_ff)
+};
+
+class model {
+ public:
+  // Loads and checks a GGUF model. Throws input_error naming the file and tensor on any problem:
+  // an unsupported architecture, a missing or misshapen tensor, a weight type the engine does not
+  // compute ("tensor 'blk.0.ffn_down.weight' has type iq2_xxs, which the engine does not compute").
+  static std::shared_ptr<const model> load(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  const hparams& hp() const { return hp_; }
+  const tokenizer::vocab& vocab() const { return vocab_; }
+  const gguf::file& file() const { return file_; }
+  // SHA-256 of the file, computed on first call (reads the whole file). Thread-safe.
+  const std::string& sha256() const;
+
+  weight tok_embd;                      // (n_vocab rows of n_embd)
+  weight output;                        // = tok_embd when the output is tied
+  std::vector<float> output_norm;       // (n_embd)
+  std::vector<float> rope_factors;      // Llama 3 rope_freqs (n_rot/2), or empty
+  std::vector<layer_weights> layers;
+
+  explicit model(gguf::file f);  // use load()
+
+ private:
+  gguf::file file_;
+  std::string path_;
+  hparams hp_;
+  tokenizer::vocab vocab_;
+  mutable std::string sha256_;
+  mutable std::once_flag sha_once_;
+};
+
+// The weight types the engine computes with.
+bool model_type_supported(gguf::dtype t);
+
+}  // namespace detaudit::model

@@ -1,0 +1,155 @@
+// --numerics exact: the ops of docs/precision-contract.md on the scalar reference kernels
+// (kernels/ref). Activations are f32 between ops; every matmul quantizes its input rows to int16
+// blocks (quantize_act) and sums on an integer grid (matmul_exact_ref), threads splitting the
+// OUTPUT ROWS, which any split leaves bit-identical; RMSNorm, SwiGLU and adds are the ref
+// kernels; RoPE uses tables computed on the host (rope_table_row); the KV cache holds the roped K
+// and V as int16 blocks with one exponent per block, and attention is attention_exact_ref over
+// exactly the positions [0, pos] of the token's own sequence. No libm anywhere.
+//
+// Cache cell layout (one position, one layer), nb = ceil(head_dim / 32):
+//   [K q: (n_head_kv, nb * 32) int16][V q: same][K exp: (n_head_kv, nb) int32][V exp: same]
+#include <cmath>
+#include <cstring>
+#include <unordered_map>
+
+#include "gguf/quants.h"
+#include "kernels/ref/ref.h"
+#include "runtime/ops_common.h"
+
+namespace detaudit::runtime {
+namespace {
+
+using numerics::QBLOCK;
+
+class ops_exact final : public ops_storage<float> {
+ public:
+  ops_exact(const model::model& m, thread_pool* pool)
+      : ops_storage<float>(m, pool), nb_((m.hp().head_dim + QBLOCK - 1) / QBLOCK) {}
+
+  uint64_t kv_cell_bytes() const override { return 2 * q_elems() * sizeof(int16_t) + 2 * exp_elems() * sizeof(int32_t); }
+
+  void begin_step(const std::vector<model::step_token>& toks) override {
+    q_cached_ = -1;
+    ops_storage<float>::begin_step(toks);
+  }
+  model::act alloc(int64_t rows, int64_t cols) override {
+    q_cached_ = -1;
+    return ops_storage<float>::alloc(rows, cols);
+  }
+
+  void embed(const model::weight& w, model::act out) override {
+    q_cached_ = -1;
+    for (int64_t t = 0; t < out.rows; ++t) {
+      float* o = row(out, t);
+      gguf::quants_dequantize_row(w.type, w.row(tok(t).token), o, w.n_in);
+      for (int64_t i = 0; i < w.n_in; ++i) o[i] = numerics::flush(o[i]);
+    }
+  }
+
+  void rms_norm(model::act x, const std::vector<float>& w, int64_t group, model::act out) override {
+    q_cached_ = -1;
+    const float eps = static_cast<float>(hp_.rms_eps);
+    for (int64_t t = 0; t < x.rows; ++t)
+      for (int64_t g = 0; g < x.cols; g += group) kernels::rms_norm_f32_ref(row(x, t) + g, w.data(), group, eps, row(out, t) + g);
+  }
+
+  void matmul(const model::weight& w, model::act x, model::act y) override {
+    if (q_cached_ != x.id) {
+      xq_.resize(static_cast<size_t>(x.rows));
+      for (int64_t t = 0; t < x.rows; ++t) numerics::quantize_act(row(x, t), x.cols, xq_[t]);
+      q_cached_ = x.id;
+    }
+    const int64_t n_parts = std::min<int64_t>(n_threads(), w.n_out);
+    parallel(n_parts, [&](int64_t part) {
+      int64_t r0, r1;
+      split_range(w.n_out, n_parts, part, 1, &r0, &r1);
+      kernels::matmul_exact_ref(xq_.data(), x.rows, w.type, w.data, w.n_in, w.n_out, data(y), r0, r1);
+    });
+  }
+
+  void add_bias(model::act x, const std::vector<float>& b) override {
+    q_cached_ = -1;
+    for (int64_t t = 0; t < x.rows; ++t)
+      for (int64_t i = 0; i < x.cols; ++i) row(x, t)[i] = numerics::flush(row(x, t)[i] + b[i]);
+  }
+
+  void rope(model::act x, int64_t n_head) override {
+    q_cached_ = -1;
+    const bool neox = model::arch_rope_kind(hp_.arch) == model::ROPE_NEOX;
+    for (int64_t t = 0; t < x.rows; ++t)
+      kernels::rope_f32_ref(row(x, t), n_head, hp_.head_dim, hp_.n_rot, tok(t).pos, neox, rope_row(tok(t).pos));
+  }
+
+  void kv_store(int64_t layer, model::act k, model::act v) override {
+    for (int64_t t = 0; t < k.rows; ++t) {
+      uint8_t* cell = tok(t).cache->cell(layer, tok(t).pos);
+      int16_t* q = reinterpret_cast<int16_t*>(cell);
+      int32_t* e = reinterpret_cast<int32_t*>(cell + 2 * q_elems() * sizeof(int16_t));
+      store_heads(row(k, t), q, e);
+      store_heads(row(v, t), q + q_elems(), e + exp_elems());
+    }
+  }
+
+  void attention(int64_t layer, model::act q, model::act out) override {
+    q_cached_ = -1;
+    const float kq_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hp_.head_dim)));
+    parallel(q.rows * hp_.n_head, [&](int64_t i) {
+      const int64_t t = i / hp_.n_head, h = i % hp_.n_head, kvh = h / (hp_.n_head / hp_.n_head_kv);
+      const uint8_t* base = tok(t).cache->cell(layer, 0);
+      const int16_t* kq = reinterpret_cast<const int16_t*>(base) + kvh * nb_ * QBLOCK;
+      const int32_t* ke = reinterpret_cast<const int32_t*>(base + 2 * q_elems() * sizeof(int16_t)) + kvh * nb_;
+      const int64_t qs = static_cast<int64_t>(kv_cell_bytes() / sizeof(int16_t));
+      const int64_t es = static_cast<int64_t>(kv_cell_bytes() / sizeof(int32_t));
+      const kernels::kv_head_view kv{kq, ke, qs, es};
+      const kernels::kv_head_view vv{kq + q_elems(), ke + exp_elems(), qs, es};
+      kernels::attention_exact_ref(row(q, t) + h * hp_.head_dim, hp_.head_dim, kv, vv, tok(t).pos + 1, kq_scale,
+                                   row(out, t) + h * hp_.head_dim);
+    });
+  }
+
+  void swiglu(model::act gate, model::act up, model::act out) override {
+    q_cached_ = -1;
+    kernels::swiglu_f32_ref(data(gate), data(up), gate.rows * gate.cols, data(out));
+  }
+
+  void add(model::act a, model::act b, model::act out) override {
+    q_cached_ = -1;
+    kernels::add_f32_ref(data(a), data(b), a.rows * a.cols, data(out));
+  }
+
+ private:
+  uint64_t q_elems() const { return static_cast<uint64_t>(hp_.n_head_kv * nb_ * QBLOCK); }
+  uint64_t exp_elems() const { return static_cast<uint64_t>(hp_.n_head_kv * nb_); }
+
+  // Quantizes each KV head of x (n_head_kv, head_dim) into q (n_head_kv, nb * 32), e (n_head_kv, nb).
+  void store_heads(const float* x, int16_t* q, int32_t* e) const {
+    for (int64_t h = 0; h < hp_.n_head_kv; ++h)
+      for (int64_t b = 0; b < nb_; ++b) {
+        const int64_t i0 = b * QBLOCK, n = std::min<int64_t>(QBLOCK, hp_.head_dim - i0);
+        e[h * nb_ + b] = numerics::quantize_block(x + h * hp_.head_dim + i0, static_cast<int>(n), q + (h * nb_ + b) * QBLOCK);
+      }
+  }
+
+  // The RoPE (cos, sin) table row of a position, computed once per position.
+  const float* rope_row(int64_t pos) {
+    auto it = rope_rows_.find(pos);
+    if (it != rope_rows_.end()) return it->second.data();
+    std::vector<float> r(static_cast<size_t>(hp_.n_rot));
+    kernels::rope_table_row(pos, hp_.n_rot, hp_.rope_freq_base, hp_.rope_scale_linear,
+                            m_.rope_factors.empty() ? nullptr : m_.rope_factors.data(), r.data());
+    return rope_rows_.emplace(pos, std::move(r)).first->second.data();
+  }
+
+  int64_t nb_;
+  std::vector<numerics::qvec> xq_;  // the quantized rows of activation q_cached_
+  int32_t q_cached_ = -1;
+  std::unordered_map<int64_t, std::vector<float>> rope_rows_;
+};
+
+}  // namespace
+
+std::unique_ptr<model::ops> ops_exact_create(const model::model& m, thread_pool* pool) {
+  return std::make_unique<ops_exact>(m, pool);
+}
+
+}  // namespace detaudit::runtime

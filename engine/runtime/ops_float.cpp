@@ -1,0 +1,276 @@
+// --numerics float: what an ordinary engine computes, with llama.cpp's (b4748, CPU) rounding
+// points, so that its results move with batch shape and thread count for real reasons:
+//
+//   matmul, < 32 tokens   activations converted to the weight type's dot type (quantized weights:
+//                         8-bit blocks, Q8_0 (d = amax/127 rounded to fp16) or Q8_K for K-quants
+//                         (256-blocks, f32 d); F16 / BF16 weights: activations rounded to f16 /
+//                         bf16; F32: unchanged); per 32-block dot accumulated in f32 in block
+//                         order; K split into one contiguous chunk per thread, the per-thread f32
+//                         partials added in thread order.
+//   matmul, >= 32 tokens  weights dequantized to f32, f32 GEMM whose K loop runs in tiles of 64
+//                         summed separately and then added (threads split output rows).
+//   KV cache              f16; q and the softmax weights rounded to f16 for the two attention
+//                         products (ggml mul_mat's src1 conversion), f32 accumulation, expf
+//                         softmax with a double sum (ggml_vec_soft_max_f32).
+//   RMSNorm               ggml_compute_forward_rms_norm_f32: double sum of f32 squares, f32
+//                         mean, 1.0f / sqrtf.  RoPE: ggml_rope_cache_init (theta *= theta_scale
+//                         in f32, cosf / sinf).  SiLU: x / (1 + expf(-x)).
+// libm is allowed here (and in reference mode) only.
+#include <cmath>
+#include <cstring>
+
+#include "gguf/quants.h"
+#include "runtime/ops_common.h"
+
+namespace detaudit::runtime {
+namespace {
+
+constexpr int64_t k_gemm_min_tokens = 32;  // llama.cpp's switch to the batched kernel
+constexpr int64_t k_gemm_tile = 64;        // K tile of the GEMM path
+
+const float* fp16_table() {
+  static const std::vector<float> t = [] {
+    std::vector<float> v(65536);
+    for (uint32_t i = 0; i < 65536; ++i) v[i] = gguf::fp16_to_f32(static_cast<uint16_t>(i));
+    return v;
+  }();
+  return t.data();
+}
+
+float round_fp16(float x) { return fp16_table()[gguf::f32_to_fp16(x)]; }
+
+// An activation row in the weight type's dot form: x[i] ~= v[i] * d[i / block].
+struct dot_act {
+  int64_t block = 32;
+  std::vector<float> v;
+  std::vector<float> d;
+};
+
+void to_q8(const float* x, int64_t n, int64_t block, bool k_style, dot_act& out) {
+  out.block = block;
+  out.v.assign(static_cast<size_t>(n), 0.0f);
+  out.d.assign(static_cast<size_t>(n / block), 0.0f);
+  for (int64_t b = 0; b < n / block; ++b) {
+    const float* xb = x + b * block;
+    float amax = 0, vmax = 0;
+    for (int64_t i = 0; i < block; ++i)
+      if (std::fabs(xb[i]) > amax) amax = std::fabs(xb[i]), vmax = xb[i];
+    if (amax == 0) continue;
+    if (k_style) {  // quantize_row_q8_K_ref
+      const float iscale = -127.0f / vmax;
+      for (int64_t i = 0; i < block; ++i) out.v[b * block + i] = std::min(127.0f, std::nearbyint(iscale * xb[i]));
+      out.d[b] = 1.0f / iscale;
+    } else {  // quantize_row_q8_0_ref
+      const float d = amax / 127.0f, id = 1.0f / d;
+      for (int64_t i = 0; i < block; ++i) out.v[b * block + i] = std::round(xb[i] * id);
+      out.d[b] = round_fp16(d);
+    }
+  }
+}
+
+void to_dot_act(gguf::dtype t, const float* x, int64_t n, dot_act& out) {
+  switch (t) {
+    case gguf::DTYPE_F32: case gguf::DTYPE_F16: case gguf::DTYPE_BF16:
+      out.block = n;
+      out.v.assign(x, x + n);
+      out.d.assign(1, 1.0f);
+      for (float& v : out.v)
+        v = t == gguf::DTYPE_F16 ? round_fp16(v) : t == gguf::DTYPE_BF16 ? gguf::bf16_to_f32(gguf::f32_to_bf16(v)) : v;
+      return;
+    case gguf::DTYPE_Q2_K: case gguf::DTYPE_Q3_K: case gguf::DTYPE_Q4_K: case gguf::DTYPE_Q5_K: case gguf::DTYPE_Q6_K:
+      return to_q8(x, n, 256, true, out);
+    default:
+      return to_q8(x, n, 32, false, out);
+  }
+}
+
+class ops_float final : public ops_storage<float> {
+ public:
+  ops_float(const model::model& m, thread_pool* pool) : ops_storage<float>(m, pool) {}
+
+  // K then V, each (n_head_kv, head_dim) f16.
+  uint64_t kv_cell_bytes() const override { return 2 * sizeof(uint16_t) * static_cast<uint64_t>(kv_dim()); }
+
+  void embed(const model::weight& w, model::act out) override {
+    for (int64_t t = 0; t < out.rows; ++t) gguf::quants_dequantize_row(w.type, w.row(tok(t).token), row(out, t), w.n_in);
+  }
+
+  void rms_norm(model::act x, const std::vector<float>& w, int64_t group, model::act out) override {
+    for (int64_t t = 0; t < x.rows; ++t)
+      for (int64_t g = 0; g < x.cols; g += group) {
+        const float* a = row(x, t) + g;
+        float* o = row(out, t) + g;
+        double sum = 0;
+        for (int64_t i = 0; i < group; ++i) sum += static_cast<double>(a[i] * a[i]);
+        const float mean = static_cast<float>(sum / static_cast<double>(group));
+        const float scale = 1.0f / std::sqrt(mean + static_cast<float>(hp_.rms_eps));
+        for (int64_t i = 0; i < group; ++i) o[i] = (a[i] * scale) * w[i];
+      }
+  }
+
+  void matmul(const model::weight& w, model::act x, model::act y) override {
+    if (x.rows < k_gemm_min_tokens) matmul_vec(w, x, y);
+    else matmul_gemm(w, x, y);
+  }
+
+  void add_bias(model::act x, const std::vector<float>& b) override {
+    for (int64_t t = 0; t < x.rows; ++t)
+      for (int64_t i = 0; i < x.cols; ++i) row(x, t)[i] += b[i];
+  }
+
+  void rope(model::act x, int64_t n_head) override;
+
+  void kv_store(int64_t layer, model::act k, model::act v) override {
+    const int64_t n = kv_dim();
+    for (int64_t t = 0; t < k.rows; ++t) {
+      uint16_t* cell = reinterpret_cast<uint16_t*>(tok(t).cache->cell(layer, tok(t).pos));
+      for (int64_t i = 0; i < n; ++i) cell[i] = gguf::f32_to_fp16(row(k, t)[i]);
+      for (int64_t i = 0; i < n; ++i) cell[n + i] = gguf::f32_to_fp16(row(v, t)[i]);
+    }
+  }
+
+  void attention(int64_t layer, model::act q, model::act out) override {
+    parallel(q.rows, [&](int64_t t) { attend_token(layer, t, q, out); });
+  }
+
+  void swiglu(model::act gate, model::act up, model::act out) override {
+    for (int64_t i = 0; i < gate.rows * gate.cols; ++i) {
+      const float g = data(gate)[i];
+      data(out)[i] = (g / (1.0f + std::exp(-g))) * data(up)[i];
+    }
+  }
+
+  void add(model::act a, model::act b, model::act out) override {
+    for (int64_t i = 0; i < a.rows * a.cols; ++i) data(out)[i] = data(a)[i] + data(b)[i];
+  }
+
+ private:
+  int64_t kv_dim() const { return hp_.n_head_kv * hp_.head_dim; }
+  void matmul_vec(const model::weight& w, model::act x, model::act y);
+  void matmul_gemm(const model::weight& w, model::act x, model::act y);
+  void attend_token(int64_t layer, int64_t t, model::act q, model::act out);
+};
+
+// Each thread takes one contiguous K chunk (whole blocks) of every row; partials are added in
+// thread order.
+void ops_float::matmul_vec(const model::weight& w, model::act x, model::act y) {
+  std::vector<dot_act> xs(static_cast<size_t>(x.rows));
+  for (int64_t t = 0; t < x.rows; ++t) to_dot_act(w.type, row(x, t), x.cols, xs[t]);
+  const gguf::dtype_traits& tr = gguf::dtype_get(w.type);
+  const int64_t align = std::max<int64_t>(tr.block_size, xs[0].block == w.n_in ? 32 : xs[0].block);
+  const int64_t n_parts = std::min<int64_t>(n_threads(), (w.n_in + align - 1) / align);
+  std::vector<std::vector<float>> partial(static_cast<size_t>(n_parts));
+  parallel(n_parts, [&](int64_t part) {
+    int64_t k0, k1;
+    split_range(w.n_in, n_parts, part, align, &k0, &k1);
+    std::vector<float>& acc = partial[part];
+    acc.assign(static_cast<size_t>(x.rows * w.n_out), 0.0f);
+    std::vector<float> wf(static_cast<size_t>(k1 - k0));
+    for (int64_t r = 0; r < w.n_out; ++r) {
+      const uint8_t* src = w.row(r) + static_cast<uint64_t>(k0 / tr.block_size) * tr.type_size;
+      gguf::quants_dequantize_row(w.type, src, wf.data(), k1 - k0);
+      for (int64_t t = 0; t < x.rows; ++t) {
+        const dot_act& a = xs[t];
+        float sum = 0;
+        for (int64_t b0 = k0; b0 < k1; b0 += 32) {
+          float s = 0;
+          for (int64_t i = b0; i < std::min(b0 + 32, k1); ++i) s += wf[i - k0] * a.v[i];
+          sum += s * a.d[b0 / a.block];
+        }
+        acc[t * w.n_out + r] = sum;
+      }
+    }
+  });
+  for (int64_t t = 0; t < x.rows; ++t)
+    for (int64_t r = 0; r < w.n_out; ++r) {
+      float s = partial[0][t * w.n_out + r];
+      for (int64_t p = 1; p < n_parts; ++p) s += partial[p][t * w.n_out + r];
+      row(y, t)[r] = s;
+    }
+}
+
+void ops_float::matmul_gemm(const model::weight& w, model::act x, model::act y) {
+  parallel(n_threads(), [&](int64_t part) {
+    int64_t r0, r1;
+    split_range(w.n_out, n_threads(), part, 1, &r0, &r1);
+    std::vector<float> wf(static_cast<size_t>(w.n_in));
+    for (int64_t r = r0; r < r1; ++r) {
+      gguf::quants_dequantize_row(w.type, w.row(r), wf.data(), w.n_in);
+      for (int64_t t = 0; t < x.rows; ++t) {
+        const float* a = row(x, t);
+        float sum = 0;
+        for (int64_t k0 = 0; k0 < w.n_in; k0 += k_gemm_tile) {
+          float s = 0;
+          for (int64_t i = k0; i < std::min(k0 + k_gemm_tile, w.n_in); ++i) s += wf[i] * a[i];
+          sum += s;
+        }
+        row(y, t)[r] = sum;
+      }
+    }
+  });
+}
+
+void ops_float::rope(model::act x, int64_t n_head) {
+  const int64_t hd = hp_.head_dim, n_rot = hp_.n_rot, half = n_rot / 2;
+  const bool neox = model::arch_rope_kind(hp_.arch) == model::ROPE_NEOX;
+  const float theta_scale = std::pow(static_cast<float>(hp_.rope_freq_base), -2.0f / static_cast<float>(n_rot));
+  const float freq_scale = static_cast<float>(hp_.rope_scale_linear);
+  std::vector<float> cs(static_cast<size_t>(n_rot));
+  for (int64_t t = 0; t < x.rows; ++t) {
+    float theta = static_cast<float>(tok(t).pos);
+    for (int64_t i = 0; i < half; ++i) {
+      const float ff = m_.rope_factors.empty() ? 1.0f : m_.rope_factors[i];
+      const float th = freq_scale * (theta / ff);
+      cs[2 * i] = std::cos(th);
+      cs[2 * i + 1] = std::sin(th);
+      theta *= theta_scale;
+    }
+    for (int64_t h = 0; h < n_head; ++h) {
+      float* p = row(x, t) + h * hd;
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+        const float a = p[i0], b = p[i1], c = cs[2 * i], s = cs[2 * i + 1];
+        p[i0] = a * c - b * s;
+        p[i1] = a * s + b * c;
+      }
+    }
+  }
+}
+
+void ops_float::attend_token(int64_t layer, int64_t t, model::act q, model::act out) {
+  const float* f16 = fp16_table();
+  const int64_t hd = hp_.head_dim, n_kv = tok(t).pos + 1, group = hp_.n_head / hp_.n_head_kv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  std::vector<float> w(static_cast<size_t>(n_kv)), qh(static_cast<size_t>(hd));
+  for (int64_t h = 0; h < hp_.n_head; ++h) {
+    for (int64_t i = 0; i < hd; ++i) qh[i] = round_fp16(row(q, t)[h * hd + i]);
+    const int64_t off = (h / group) * hd;
+    float mx = -INFINITY;
+    for (int64_t p = 0; p < n_kv; ++p) {
+      const uint16_t* kp = reinterpret_cast<const uint16_t*>(tok(t).cache->cell(layer, p)) + off;
+      float s = 0;
+      for (int64_t i = 0; i < hd; ++i) s += qh[i] * f16[kp[i]];
+      w[p] = s * scale;
+      mx = std::max(mx, w[p]);
+    }
+    double sum = 0;
+    for (int64_t p = 0; p < n_kv; ++p) sum += static_cast<double>(w[p] = std::exp(w[p] - mx));
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t p = 0; p < n_kv; ++p) w[p] = round_fp16(w[p] * inv);
+    float* o = row(out, t) + h * hd;
+    for (int64_t i = 0; i < hd; ++i) {
+      float s = 0;
+      for (int64_t p = 0; p < n_kv; ++p)
+        s += w[p] * f16[reinterpret_cast<const uint16_t*>(tok(t).cache->cell(layer, p))[kv_dim() + off + i]];
+      o[i] = s;
+    }
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<model::ops> ops_float_create(const model::model& m, thread_pool* pool) {
+  return std::make_unique<ops_float>(m, pool);
+}
+
+}  // namespace detaudit::runtime

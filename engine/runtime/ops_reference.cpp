@@ -1,0 +1,145 @@
+// --numerics reference: float64 throughout, scalar and plain. Weights are decoded to float (the
+// exact values the file holds) and widened to double; activations, RMSNorm (with sqrt), RoPE
+// (std::cos / std::sin), softmax attention and the KV cache are double. Only the logits are
+// rounded, once, to f32. Slow: the ground truth fidelity is measured against.
+#include <cmath>
+#include <cstring>
+
+#include "gguf/quants.h"
+#include "runtime/ops_common.h"
+
+namespace detaudit::runtime {
+namespace {
+
+class ops_reference final : public ops_storage<double> {
+ public:
+  ops_reference(const model::model& m, thread_pool* pool) : ops_storage<double>(m, pool) {}
+
+  // K then V, each (n_head_kv, head_dim) doubles.
+  uint64_t kv_cell_bytes() const override { return 2 * sizeof(double) * static_cast<uint64_t>(kv_dim()); }
+
+  void embed(const model::weight& w, model::act out) override {
+    std::vector<float> buf(static_cast<size_t>(w.n_in));
+    for (int64_t t = 0; t < out.rows; ++t) {
+      gguf::quants_dequantize_row(w.type, w.row(tok(t).token), buf.data(), w.n_in);
+      for (int64_t i = 0; i < w.n_in; ++i) row(out, t)[i] = buf[i];
+    }
+  }
+
+  void rms_norm(model::act x, const std::vector<float>& w, int64_t group, model::act out) override {
+    for (int64_t t = 0; t < x.rows; ++t)
+      for (int64_t g = 0; g < x.cols; g += group) {
+        const double* a = row(x, t) + g;
+        double* o = row(out, t) + g;
+        double ss = 0;
+        for (int64_t i = 0; i < group; ++i) ss += a[i] * a[i];
+        const double scale = 1.0 / std::sqrt(ss / static_cast<double>(group) + hp_.rms_eps);
+        for (int64_t i = 0; i < group; ++i) o[i] = a[i] * scale * static_cast<double>(w[i]);
+      }
+  }
+
+  void matmul(const model::weight& w, model::act x, model::act y) override {
+    parallel(n_threads(), [&](int64_t part) {
+      int64_t r0, r1;
+      split_range(w.n_out, n_threads(), part, 1, &r0, &r1);
+      std::vector<float> wf(static_cast<size_t>(w.n_in));
+      std::vector<double> wd(static_cast<size_t>(w.n_in));
+      for (int64_t r = r0; r < r1; ++r) {
+        gguf::quants_dequantize_row(w.type, w.row(r), wf.data(), w.n_in);
+        for (int64_t i = 0; i < w.n_in; ++i) wd[i] = wf[i];
+        for (int64_t t = 0; t < x.rows; ++t) {
+          const double* a = row(x, t);
+          double s = 0;
+          for (int64_t i = 0; i < w.n_in; ++i) s += wd[i] * a[i];
+          row(y, t)[r] = s;
+        }
+      }
+    });
+  }
+
+  void add_bias(model::act x, const std::vector<float>& b) override {
+    for (int64_t t = 0; t < x.rows; ++t)
+      for (int64_t i = 0; i < x.cols; ++i) row(x, t)[i] += b[i];
+  }
+
+  void rope(model::act x, int64_t n_head) override {
+    const int64_t hd = hp_.head_dim, n_rot = hp_.n_rot, half = n_rot / 2;
+    const bool neox = model::arch_rope_kind(hp_.arch) == model::ROPE_NEOX;
+    for (int64_t t = 0; t < x.rows; ++t)
+      for (int64_t i = 0; i < half; ++i) {
+        double theta = static_cast<double>(tok(t).pos) * hp_.rope_scale_linear *
+                       std::pow(hp_.rope_freq_base, -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+        if (!m_.rope_factors.empty()) theta /= m_.rope_factors[i];
+        const double c = std::cos(theta), s = std::sin(theta);
+        for (int64_t h = 0; h < n_head; ++h) {
+          double* p = row(x, t) + h * hd;
+          const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+          const double a = p[i0], b = p[i1];
+          p[i0] = a * c - b * s;
+          p[i1] = a * s + b * c;
+        }
+      }
+  }
+
+  void kv_store(int64_t layer, model::act k, model::act v) override {
+    const size_t bytes = sizeof(double) * static_cast<size_t>(kv_dim());
+    for (int64_t t = 0; t < k.rows; ++t) {
+      uint8_t* cell = tok(t).cache->cell(layer, tok(t).pos);
+      std::memcpy(cell, row(k, t), bytes);
+      std::memcpy(cell + bytes, row(v, t), bytes);
+    }
+  }
+
+  void attention(int64_t layer, model::act q, model::act out) override {
+    parallel(q.rows, [&](int64_t t) { attend_token(layer, t, q, out); });
+  }
+
+  void swiglu(model::act gate, model::act up, model::act out) override {
+    for (int64_t i = 0; i < gate.rows * gate.cols; ++i) {
+      const double g = data(gate)[i];
+      data(out)[i] = g / (1.0 + std::exp(-g)) * data(up)[i];
+    }
+  }
+
+  void add(model::act a, model::act b, model::act out) override {
+    for (int64_t i = 0; i < a.rows * a.cols; ++i) data(out)[i] = data(a)[i] + data(b)[i];
+  }
+
+ private:
+  int64_t kv_dim() const { return hp_.n_head_kv * hp_.head_dim; }
+
+  void attend_token(int64_t layer, int64_t t, model::act q, model::act out) {
+    const int64_t hd = hp_.head_dim, n_kv = tok(t).pos + 1, group = hp_.n_head / hp_.n_head_kv;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    std::vector<double> w(static_cast<size_t>(n_kv));
+    for (int64_t h = 0; h < hp_.n_head; ++h) {
+      const double* qh = row(q, t) + h * hd;
+      const int64_t off = (h / group) * hd;
+      double mx = -INFINITY;
+      for (int64_t p = 0; p < n_kv; ++p) {
+        const double* kp = reinterpret_cast<const double*>(tok(t).cache->cell(layer, p)) + off;
+        double s = 0;
+        for (int64_t i = 0; i < hd; ++i) s += qh[i] * kp[i];
+        w[p] = s * scale;
+        mx = std::max(mx, w[p]);
+      }
+      double sum = 0;
+      for (int64_t p = 0; p < n_kv; ++p) sum += (w[p] = std::exp(w[p] - mx));
+      double* o = row(out, t) + h * hd;
+      std::fill(o, o + hd, 0.0);
+      for (int64_t p = 0; p < n_kv; ++p) {
+        const double* vp = reinterpret_cast<const double*>(tok(t).cache->cell(layer, p)) + kv_dim() + off;
+        for (int64_t i = 0; i < hd; ++i) o[i] += w[p] * vp[i];
+      }
+      for (int64_t i = 0; i < hd; ++i) o[i] /= sum;
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<model::ops> ops_reference_create(const model::model& m, thread_pool* pool) {
+  return std::make_unique<ops_reference>(m, pool);
+}
+
+}  // namespace detaudit::runtime

@@ -1,0 +1,85 @@
+#include "runtime/thread_pool.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace detaudit::runtime {
+
+thread_pool::thread_pool(int n_threads) : n_threads_(n_threads) {
+  if (n_threads < 1) throw std::logic_error("thread_pool: n_threads must be at least 1");
+  for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker(i); });
+}
+
+thread_pool::~thread_pool() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_work_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+void thread_pool::run_share(int index) {
+  for (int64_t i = index; i < n_tasks_; i += n_threads_) {
+    try {
+      (*fn_)(i);
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+  }
+}
+
+void thread_pool::worker(int index) {
+  uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_work_.wait(lk, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+    }
+    run_share(index);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (--pending_ == 0) cv_done_.notify_one();
+    }
+  }
+}
+
+void thread_pool::run(int64_t n_tasks, const std::function<void(int64_t)>& fn) {
+  if (n_tasks <= 0) return;
+  if (workers_.empty() || n_tasks == 1) {
+    for (int64_t i = 0; i < n_tasks; ++i) fn(i);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    fn_ = &fn;
+    n_tasks_ = n_tasks;
+    pending_ = static_cast<int>(workers_.size());
+    error_ = nullptr;
+    ++generation_;
+  }
+  cv_work_.notify_all();
+  run_share(0);
+  std::exception_ptr err;
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_done_.wait(lk, [&] { return pending_ == 0; });
+    fn_ = nullptr;
+    err = error_;
+  }
+  if (err) std::rethrow_exception(err);
+}
+
+void split_range(int64_t n, int64_t n_parts, int64_t part, int64_t align, int64_t* begin, int64_t* end) {
+  const int64_t n_units = (n + align - 1) / align;
+  const int64_t per = n_units / n_parts, extra = n_units % n_parts;
+  const int64_t u0 = part * per + std::min(part, extra);
+  const int64_t u1 = u0 + per + (part < extra ? 1 : 0);
+  *begin = std::min(n, u0 * align);
+  *end = std::min(n, u1 * align);
+}
+
+}  // namespace detaudit::runtime

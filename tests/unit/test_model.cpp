@@ -1,0 +1,216 @@
+// model::load on every fixture model and on synth models of every architecture, each evaluated for
+// a few tokens in every numerics mode; load errors (unsupported weight types, bad files); the
+// wiring of tied output, rope_freqs factors and linear RoPE scaling.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "model/synth.h"
+#include "runtime/context.h"
+#include "test_util.h"
+#include "util/error.h"
+#include "util/sha256.h"
+
+using namespace detaudit;
+
+namespace {
+
+using runtime::NUMERICS_EXACT;
+using runtime::NUMERICS_FLOAT;
+using runtime::NUMERICS_REFERENCE;
+
+// Logits of every position of `tokens` evaluated in one decode call.
+std::vector<std::vector<float>> eval(std::shared_ptr<const model::model> m, runtime::numerics_mode mode,
+                                     const std::vector<int32_t>& tokens) {
+  runtime::context_params p;
+  p.numerics = mode;
+  runtime::context c(std::move(m), p);
+  const int32_t s = c.seq_new();
+  std::vector<runtime::token_in> b;
+  for (int32_t t : tokens) b.push_back({s, t, true});
+  return c.decode(b);
+}
+
+bool all_finite(const std::vector<std::vector<float>>& l) {
+  for (const auto& v : l)
+    for (float x : v)
+      if (!std::isfinite(x)) return false;
+  return true;
+}
+
+int32_t argmax(const std::vector<float>& v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+// A copy of a GGUF file with edits: metadata values replaced or added, a tensor's type label
+// replaced (keeping its bytes: the types must have the same row size), extra tensors added.
+struct gguf_edit {
+  std::vector<gguf::kv> set;
+  std::string retype_tensor;
+  gguf::dtype retype_to = gguf::DTYPE_F32;
+  std::vector<std::pair<std::string, std::vector<float>>> add_f32;
+};
+
+void gguf_copy(const std::string& src, const std::string& dst, const gguf_edit& e) {
+  gguf::file f = gguf::file::open(src);
+  gguf::writer w(f.alignment());
+  for (const gguf::kv& kv : f.metadata()) {
+    if (kv.key == "general.alignment") continue;
+    bool replaced = false;
+    for (const gguf::kv& s : e.set) replaced |= s.key == kv.key;
+    if (!replaced) w.set(kv.key, kv.val);
+  }
+  for (const gguf::kv& s : e.set) w.set(s.key, s.val);
+  for (const gguf::tensor_info& t : f.tensors())
+    w.add_tensor(t.name, t.name == e.retype_tensor ? e.retype_to : t.type, t.ne, f.tensor_data(t), t.n_bytes);
+  for (const auto& [name, v] : e.add_f32)
+    w.add_tensor(name, gguf::DTYPE_F32, {static_cast<int64_t>(v.size())}, v.data(), 4 * v.size());
+  w.write(dst);
+}
+
+model::synth_options small(model::arch_id a, gguf::dtype t) {
+  model::synth_options o;
+  o.arch = a;
+  o.type = t;
+  o.n_embd = 256;
+  o.n_layer = 2;
+  o.n_head = 4;
+  o.n_head_kv = 2;
+  o.n_ff = 512;
+  o.n_ctx = 256;
+  return o;
+}
+
+const std::vector<int32_t> k_tokens = {1, 17, 300, 42, 99};
+
+}  // namespace
+
+TEST_CASE("model: every fixture model loads and evaluates tokens in every numerics mode") {
+  std::vector<std::string> paths = {test::fixture("models/stories260K.gguf"),
+                                    test::fixture("models/llama-2-tiny-random.gguf")};
+  for (const auto& e : std::filesystem::directory_iterator(test::fixture("models/synthetic")))
+    if (e.path().extension() == ".gguf") paths.push_back(e.path().string());
+  std::sort(paths.begin(), paths.end());
+  CHECK(paths.size() >= 20);
+  for (const std::string& path : paths) {
+    CAPTURE(path);
+    auto m = model::model::load(path);
+    CHECK(m->layers.size() == static_cast<size_t>(m->hp().n_layer));
+    CHECK(m->tok_embd.n_out == m->hp().n_vocab);
+    CHECK(m->output.n_in == m->hp().n_embd);
+    auto exact = eval(m, NUMERICS_EXACT, k_tokens);
+    auto flt = eval(m, NUMERICS_FLOAT, k_tokens);
+    auto ref = eval(m, NUMERICS_REFERENCE, k_tokens);
+    REQUIRE(exact.size() == k_tokens.size());
+    CHECK(exact[0].size() == static_cast<size_t>(m->hp().n_vocab));
+    CHECK(all_finite(exact));
+    CHECK(all_finite(flt));
+    CHECK(all_finite(ref));
+    double max_diff = 0;
+    for (size_t i = 0; i < exact.size(); ++i)
+      for (size_t j = 0; j < exact[i].size(); ++j) max_diff = std::max<double>(max_diff, std::fabs(exact[i][j] - ref[i][j]));
+    CAPTURE(max_diff);
+    CHECK(max_diff < 0.05);  // a broken op is off by O(1); quantization noise is ~1e-3
+  }
+}
+
+TEST_CASE("model: stories260K hyperparameters and weights by role") {
+  auto m = model::model::load(test::fixture("models/stories260K.gguf"));
+  const model::hparams& hp = m->hp();
+  CHECK(hp.n_embd == 64);
+  CHECK(hp.n_layer == 5);
+  CHECK(hp.n_head == 8);
+  CHECK(hp.n_head_kv == 4);
+  CHECK(hp.n_ff == 172);
+  CHECK(hp.n_vocab == 512);
+  CHECK(m->vocab().size() == 512);
+  CHECK(hp.tied_output == false);
+  CHECK(m->layers[4].wk.name == "blk.4.attn_k.weight");
+  CHECK(m->layers[4].wk.n_in == 64);
+  CHECK(m->layers[4].wk.n_out == 32);
+  CHECK(m->layers[0].w_down.n_in == 172);
+  CHECK(m->layers[0].attn_norm.size() == 64);
+  CHECK(m->layers[0].bq.empty());
+  CHECK(m->rope_factors.empty());
+  CHECK(m->sha256() == sha256_file(m->path()));
+  CHECK(&m->sha256() == &m->sha256());
+}
+
+TEST_CASE("model: qwen3 and qwen2 synth models with tied output load and run") {
+  std::string dir = test::scratch_dir("model_qwen3");
+  for (model::arch_id a : {model::ARCH_QWEN3, model::ARCH_QWEN2}) {
+    CAPTURE(model::arch_name(a));
+    model::synth_options o = small(a, gguf::DTYPE_Q8_0);
+    o.tied_output = true;
+    const std::string path = dir + "/" + model::arch_name(a) + ".gguf";
+    model::synth_write(o, path);
+    auto m = model::model::load(path);
+    CHECK(m->hp().tied_output);
+    CHECK(m->output.data == m->tok_embd.data);
+    if (a == model::ARCH_QWEN3) {
+      CHECK(m->layers[1].q_norm.size() == static_cast<size_t>(m->hp().head_dim));
+      CHECK(m->layers[1].k_norm.size() == static_cast<size_t>(m->hp().head_dim));
+    } else {
+      CHECK(m->layers[1].bk.size() == static_cast<size_t>(m->hp().n_head_kv * m->hp().head_dim));
+    }
+    auto exact = eval(m, NUMERICS_EXACT, k_tokens);
+    auto ref = eval(m, NUMERICS_REFERENCE, k_tokens);
+    for (size_t i = 0; i < exact.size(); ++i) CHECK(argmax(exact[i]) == argmax(ref[i]));
+  }
+}
+
+TEST_CASE("model: a weight type the engine does not compute is refused, naming tensor and type") {
+  std::string dir = test::scratch_dir("model_unsupported");
+  model::synth_options o = small(model::ARCH_LLAMA, gguf::DTYPE_Q4_0);
+  model::synth_write(o, dir + "/q4_0.gguf");
+  gguf_edit e;  // iq4_nl blocks are 18 bytes per 32 elements, like q4_0
+  e.retype_tensor = "blk.1.ffn_down.weight";
+  e.retype_to = gguf::DTYPE_IQ4_NL;
+  gguf_copy(dir + "/q4_0.gguf", dir + "/iq4_nl.gguf", e);
+  try {
+    model::model::load(dir + "/iq4_nl.gguf");
+    FAIL("an iq4_nl tensor was accepted");
+  } catch (const input_error& err) {
+    const std::string msg = err.what();
+    CHECK(msg.find("iq4_nl.gguf") != std::string::npos);
+    CHECK(msg.find("'blk.1.ffn_down.weight' has type iq4_nl, which the engine does not compute") != std::string::npos);
+  }
+  CHECK_THROWS_AS(model::model::load(dir + "/missing.gguf"), input_error);
+  CHECK_FALSE(model::model_type_supported(gguf::DTYPE_Q8_K));
+  CHECK(model::model_type_supported(gguf::DTYPE_Q3_K));
+}
+
+TEST_CASE("model: rope_freqs factors and linear RoPE scaling reach the forward pass") {
+  std::string dir = test::scratch_dir("model_rope");
+  model::synth_options o = small(model::ARCH_LLAMA, gguf::DTYPE_Q8_0);
+  const std::string base = dir + "/base.gguf";
+  model::synth_write(o, base);
+  const int64_t half = o.n_embd / o.n_head / 2;
+  gguf_edit ones, twos, linear;
+  ones.add_f32 = {{"rope_freqs.weight", std::vector<float>(static_cast<size_t>(half), 1.0f)}};
+  twos.add_f32 = {{"rope_freqs.weight", std::vector<float>(static_cast<size_t>(half), 2.0f)}};
+  linear.set = {{"llama.rope.scaling.type", gguf::value::of_string("linear")},
+                {"llama.rope.scaling.factor", gguf::value::of_f32(2.0f)}};
+  gguf_copy(base, dir + "/ones.gguf", ones);
+  gguf_copy(base, dir + "/twos.gguf", twos);
+  gguf_copy(base, dir + "/linear.gguf", linear);
+  auto m_twos = model::model::load(dir + "/twos.gguf");
+  CHECK(m_twos->rope_factors.size() == static_cast<size_t>(half));
+  CHECK(model::model::load(dir + "/linear.gguf")->hp().rope_scale_linear == 0.5);
+  for (runtime::numerics_mode mode : {NUMERICS_EXACT, NUMERICS_FLOAT, NUMERICS_REFERENCE}) {
+    CAPTURE(runtime::numerics_name(mode));
+    auto l_base = eval(model::model::load(base), mode, k_tokens);
+    auto l_ones = eval(model::model::load(dir + "/ones.gguf"), mode, k_tokens);
+    auto l_twos = eval(m_twos, mode, k_tokens);
+    auto l_linear = eval(model::model::load(dir + "/linear.gguf"), mode, k_tokens);
+    CHECK(l_base == l_ones);
+    CHECK(l_base[0] == l_twos[0]);  // position 0 does not rotate
+    CHECK(l_base.back() != l_twos.back());
+    CHECK(l_twos == l_linear);  // factor 2 everywhere and linear scale 1/2: the same angles, exactly
+  }
+}
