@@ -128,6 +128,8 @@ void build_app(CLI::App& app) {
   setup_tokenize(app);
   setup_vocab(app);
   setup_synth(app);
+  setup_generate(app);
+  setup_score(app);
 }
 
 int report_parse_error(CLI::App& app, const CLI::ParseError& e) {
@@ -159,7 +161,7 @@ int cli_main(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
     args = cli_rewrite_args(args);
     args = expand_config(app, std::move(args));
-    if (args.empty()) throw CLI::RequiredError("a subcommand is required (inspect, tokenize, vocab, synth)");
+    if (args.empty()) throw CLI::RequiredError("a subcommand is required (inspect, tokenize, vocab, synth, generate, score)");
     std::reverse(args.begin(), args.end());  // CLI11 parses a reversed vector
     app.parse(args);
     return EXIT_OK;

@@ -11,5 +11,7 @@ void setup_inspect(CLI::App& app);
 void setup_tokenize(CLI::App& app);
 void setup_vocab(CLI::App& app);
 void setup_synth(CLI::App& app);
+void setup_generate(CLI::App& app);
+void setup_score(CLI::App& app);
 
 }  // namespace detaudit::cli

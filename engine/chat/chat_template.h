@@ -1,12 +1,14 @@
 // Chat template families, recognised from a GGUF's tokenizer.chat_template (a Jinja string).
 //
-// Goal: name the family a template belongs to by its distinguishing markers, so the engine can
-// render conversations with its own implementation of that family. Non-goal: a Jinja interpreter.
+// Goal: name the family a template belongs to by its distinguishing markers, and render
+// conversations with the engine's own implementation of that family (system, user and assistant
+// turns). Non-goals: a Jinja interpreter, tool calls, multimodal content.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace detaudit::chat {
 
@@ -25,5 +27,46 @@ std::optional<template_family> template_family_from_name(std::string_view name);
 
 // Returns the family whose markers the template contains, or nullopt when none fits.
 std::optional<template_family> chat_detect_family(std::string_view jinja);
+
+// ---- rendering (chat_render.cpp): each family's template re-implemented, no Jinja ----
+
+struct chat_message {
+  std::string role;  // "system", "user" or "assistant"
+  std::string content;
+};
+
+struct chat_options {
+  bool enable_thinking = true;  // qwen3: false closes an empty <think> block after the assistant header
+  // Text of the BOS / EOS tokens, written where the template writes bos_token / eos_token (llama2
+  // writes them between turns, phi3 writes EOS after a conversation without generation prompt).
+  std::string bos_token;
+  std::string eos_token;
+  // Write a bos_token that would open the text. Leave false when the tokenizer adds BOS itself
+  // (vocab add_bos), so BOS is not doubled; llama.cpp strips it for the same reason.
+  bool leading_bos = false;
+  // chatml: the system message written when the conversation has none (Qwen2.5's templates carry
+  // "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."); "" writes none.
+  std::string default_system;
+  // deepseek-r1: the generation prompt opens "<think>\n", as the templates published since
+  // January 2025 do; false for the earlier ones that end at "<｜Assistant｜>".
+  bool open_think = true;
+};
+
+// The options a template implies: default_system for ChatML templates that write a literal
+// default system message, open_think for DeepSeek-R1 templates. BOS / EOS text are left empty.
+chat_options chat_options_from_template(std::string_view jinja);
+
+// Renders a conversation as the family's template does (the source of each is named in
+// chat_render.cpp). add_generation_prompt appends the assistant header (llama2 has none: its text
+// always ends with " [/INST]" after a user turn). Throws input_error for a role other than system,
+// user and assistant, and for llama2 when user and assistant turns do not alternate.
+std::string chat_render(template_family f, const std::vector<chat_message>& messages, bool add_generation_prompt,
+                        const chat_options& opt = {});
+
+// The family to render with: the one named by `override_name` when it is not empty, else the one
+// detected in `jinja`. Throws input_error for an unknown override name, and, naming `origin` (the
+// model file), when no family fits: "model.gguf: chat template not recognised; pass
+// --chat-template chatml|qwen3|deepseek-r1|llama3|llama2|phi3".
+template_family chat_resolve_family(std::string_view override_name, std::string_view jinja, const std::string& origin);
 
 }  // namespace detaudit::chat

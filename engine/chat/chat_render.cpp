@@ -1,0 +1,224 @@
+// Chat rendering: each family's Jinja template re-implemented for system / user / assistant turns.
+//
+// Sources (the published templates, read for behaviour; the expected strings in
+// tests/unit/test_chat_render.cpp are derived from the same):
+//   chatml       Qwen/Qwen2.5-7B-Instruct tokenizer_config.json (no-tools branch)
+//   qwen3        Qwen/Qwen3-0.6B tokenizer_config.json (no-tools branch, reasoning_content absent)
+//   deepseek-r1  deepseek-ai/DeepSeek-R1-Distill-Qwen-32B tokenizer_config.json (January 2025)
+//   llama3       meta-llama/Meta-Llama-3-8B-Instruct tokenizer_config.json
+//   llama2       meta-llama/Llama-2-7b-chat-hf tokenizer_config.json
+//   phi3         microsoft/Phi-3.5-mini-instruct tokenizer_config.json
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "chat/chat_template.h"
+#include "util/error.h"
+
+namespace detaudit::chat {
+namespace {
+
+// Jinja's trim / Python's str.strip() on the ASCII whitespace the templates meet in practice.
+std::string strip(std::string_view s, std::string_view chars = " \t\n\r\f\v") {
+  const size_t b = s.find_first_not_of(chars);
+  if (b == std::string_view::npos) return "";
+  const size_t e = s.find_last_not_of(chars);
+  return std::string(s.substr(b, e - b + 1));
+}
+
+std::string lstrip(std::string_view s, std::string_view chars) {
+  const size_t b = s.find_first_not_of(chars);
+  return b == std::string_view::npos ? "" : std::string(s.substr(b));
+}
+
+std::string rstrip(std::string_view s, std::string_view chars) {
+  const size_t e = s.find_last_not_of(chars);
+  return e == std::string_view::npos ? "" : std::string(s.substr(0, e + 1));
+}
+
+// Python's s.split(sep)[0] and s.split(sep)[-1].
+std::string_view before_first(std::string_view s, std::string_view sep) {
+  const size_t p = s.find(sep);
+  return p == std::string_view::npos ? s : s.substr(0, p);
+}
+std::string_view after_last(std::string_view s, std::string_view sep) {
+  const size_t p = s.rfind(sep);
+  return p == std::string_view::npos ? s : s.substr(p + sep.size());
+}
+
+void check_roles(const std::vector<chat_message>& messages) {
+  for (const chat_message& m : messages)
+    if (m.role != "system" && m.role != "user" && m.role != "assistant")
+      throw input_error("chat: role '" + m.role + "' is not supported (system, user, assistant)");
+}
+
+const char* const k_im_start = "<|im_start|>";
+const char* const k_im_end = "<|im_end|>\n";
+
+std::string render_chatml(const std::vector<chat_message>& ms, bool gen, const chat_options& opt) {
+  std::string out;
+  const bool first_system = !ms.empty() && ms[0].role == "system";
+  if (first_system) out += std::string(k_im_start) + "system\n" + ms[0].content + k_im_end;
+  else if (!opt.default_system.empty()) out += std::string(k_im_start) + "system\n" + opt.default_system + k_im_end;
+  for (size_t i = first_system ? 1 : 0; i < ms.size(); ++i)
+    out += k_im_start + ms[i].role + "\n" + ms[i].content + k_im_end;
+  if (gen) out += std::string(k_im_start) + "assistant\n";
+  return out;
+}
+
+bool is_tool_response(std::string_view c) {
+  return c.starts_with("<tool_response>") && c.ends_with("</tool_response>");
+}
+
+// An assistant turn of Qwen3: reasoning split off at </think>; shown again only for turns after
+// the last user message (the current agentic turn).
+std::string qwen3_assistant(const chat_message& m, bool after_last_query, bool is_last) {
+  std::string content = m.content;
+  std::string reasoning;
+  if (m.content.find("</think>") != std::string::npos) {
+    content = lstrip(after_last(m.content, "</think>"), "\n");
+    reasoning = lstrip(after_last(rstrip(before_first(m.content, "</think>"), "\n"), "<think>"), "\n");
+  }
+  std::string out = std::string(k_im_start) + "assistant\n";
+  if (after_last_query && (is_last || !reasoning.empty()))
+    out += "<think>\n" + strip(reasoning, "\n") + "\n</think>\n\n" + lstrip(content, "\n");
+  else
+    out += content;
+  return out + k_im_end;
+}
+
+std::string render_qwen3(const std::vector<chat_message>& ms, bool gen, const chat_options& opt) {
+  std::string out;
+  const bool first_system = !ms.empty() && ms[0].role == "system";
+  if (first_system) out += std::string(k_im_start) + "system\n" + ms[0].content + k_im_end;
+  size_t last_query = ms.empty() ? 0 : ms.size() - 1;
+  for (size_t i = ms.size(); i-- > 0;)
+    if (ms[i].role == "user" && !is_tool_response(ms[i].content)) {
+      last_query = i;
+      break;
+    }
+  for (size_t i = first_system ? 1 : 0; i < ms.size(); ++i) {
+    if (ms[i].role == "assistant") out += qwen3_assistant(ms[i], i > last_query, i + 1 == ms.size());
+    else out += k_im_start + ms[i].role + "\n" + ms[i].content + k_im_end;
+  }
+  if (gen) {
+    out += std::string(k_im_start) + "assistant\n";
+    if (!opt.enable_thinking) out += "<think>\n\n</think>\n\n";
+  }
+  return out;
+}
+
+std::string render_deepseek_r1(const std::vector<chat_message>& ms, bool gen, const chat_options& opt) {
+  std::string system;  // the template keeps the last system message
+  for (const chat_message& m : ms)
+    if (m.role == "system") system = m.content;
+  std::string out = (opt.leading_bos ? opt.bos_token : "") + system;
+  for (const chat_message& m : ms) {
+    if (m.role == "user") out += "<\xef\xbd\x9cUser\xef\xbd\x9c>" + m.content;
+    else if (m.role == "assistant")
+      out += "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>" + std::string(after_last(m.content, "</think>")) +
+             "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>";
+  }
+  if (gen) out += opt.open_think ? "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c><think>\n" : "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>";
+  return out;
+}
+
+std::string render_llama3(const std::vector<chat_message>& ms, bool gen, const chat_options& opt) {
+  std::string out = opt.leading_bos && !ms.empty() ? opt.bos_token : "";
+  for (const chat_message& m : ms)
+    out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + strip(m.content) + "<|eot_id|>";
+  if (gen) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+std::string render_llama2(const std::vector<chat_message>& ms, const chat_options& opt) {
+  const bool has_system = !ms.empty() && ms[0].role == "system";
+  std::string out;
+  for (size_t i = has_system ? 1 : 0, k = 0; i < ms.size(); ++i, ++k) {
+    const chat_message& m = ms[i];
+    if ((m.role == "user") != (k % 2 == 0))
+      throw input_error("chat: llama2 template: conversation roles must alternate user/assistant/user/... "
+                        "(after an optional first system message)");
+    std::string content = m.content;
+    if (k == 0 && has_system) content = "<<SYS>>\n" + ms[0].content + "\n<</SYS>>\n\n" + content;
+    if (m.role == "user") out += (k == 0 && !opt.leading_bos ? "" : opt.bos_token) + "[INST] " + strip(content) + " [/INST]";
+    else out += " " + strip(content) + " " + opt.eos_token;
+  }
+  return out;
+}
+
+std::string render_phi3(const std::vector<chat_message>& ms, bool gen, const chat_options& opt) {
+  std::string out;
+  for (const chat_message& m : ms) {
+    if (m.role == "system" && m.content.empty()) continue;
+    out += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
+  }
+  out += gen ? "<|assistant|>\n" : opt.eos_token;
+  return out;
+}
+
+// The literal text of a Jinja string up to `end`, with its escapes resolved; nullopt when the
+// text is not a plain literal (it contains a quote, an expression or a concatenation).
+std::optional<std::string> jinja_literal(std::string_view src, size_t from, std::string_view end) {
+  const size_t stop = src.find(end, from);
+  if (stop == std::string_view::npos) return std::nullopt;
+  std::string out;
+  for (size_t i = from; i < stop; ++i) {
+    const char c = src[i];
+    if (c == '\'' || c == '"' || c == '{' || c == '}' || c == '+') return std::nullopt;
+    if (c == '\\' && i + 1 < stop) {
+      const char e = src[++i];
+      out += e == 'n' ? '\n' : e == 't' ? '\t' : e;
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+chat_options chat_options_from_template(std::string_view jinja) {
+  chat_options opt;
+  const std::string_view head = "<|im_start|>system\\n";
+  for (size_t p = jinja.find(head); p != std::string_view::npos; p = jinja.find(head, p + 1)) {
+    std::optional<std::string> lit = jinja_literal(jinja, p + head.size(), "<|im_end|>");
+    if (lit && !lit->empty()) {
+      opt.default_system = *lit;
+      break;
+    }
+  }
+  if (jinja.find("<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>") != std::string_view::npos)
+    opt.open_think = jinja.find("<\xef\xbd\x9c" "Assistant\xef\xbd\x9c><think>") != std::string_view::npos;
+  return opt;
+}
+
+std::string chat_render(template_family f, const std::vector<chat_message>& messages, bool add_generation_prompt,
+                        const chat_options& opt) {
+  check_roles(messages);
+  switch (f) {
+    case TEMPLATE_CHATML: return render_chatml(messages, add_generation_prompt, opt);
+    case TEMPLATE_QWEN3: return render_qwen3(messages, add_generation_prompt, opt);
+    case TEMPLATE_DEEPSEEK_R1: return render_deepseek_r1(messages, add_generation_prompt, opt);
+    case TEMPLATE_LLAMA3: return render_llama3(messages, add_generation_prompt, opt);
+    case TEMPLATE_LLAMA2: return render_llama2(messages, opt);
+    case TEMPLATE_PHI3: return render_phi3(messages, add_generation_prompt, opt);
+  }
+  throw std::logic_error("chat_render: unknown template family");
+}
+
+template_family chat_resolve_family(std::string_view override_name, std::string_view jinja, const std::string& origin) {
+  const char* const choices = "chatml|qwen3|deepseek-r1|llama3|llama2|phi3";
+  if (!override_name.empty()) {
+    std::optional<template_family> f = template_family_from_name(override_name);
+    if (!f) throw input_error("unknown chat template '" + std::string(override_name) + "'; expected " + choices);
+    return *f;
+  }
+  std::optional<template_family> f = chat_detect_family(jinja);
+  if (!f)
+    throw input_error(origin + ": chat template not recognised" + (jinja.empty() ? " (the file has none)" : "") +
+                      "; pass --chat-template " + choices);
+  return *f;
+}
+
+}  // namespace detaudit::chat

@@ -1,0 +1,130 @@
+// Chat rendering. Each expected string is what the family's published Jinja template renders for
+// the same messages, worked out by hand from the template text (tokenizer_config.json
+// "chat_template" of: Qwen/Qwen2.5-7B-Instruct, Qwen/Qwen3-0.6B,
+// deepseek-ai/DeepSeek-R1-Distill-Qwen-32B, meta-llama/Meta-Llama-3-8B-Instruct,
+// meta-llama/Llama-2-7b-chat-hf, microsoft/Phi-3.5-mini-instruct), with bos_token / eos_token the
+// tokenizer's special tokens.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "chat/chat_template.h"
+#include "util/error.h"
+
+using namespace detaudit::chat;
+
+namespace {
+
+const std::string k_bos_r1 = "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>";
+const std::string k_eos_r1 = "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>";
+const std::string k_user_r1 = "<\xef\xbd\x9cUser\xef\xbd\x9c>";
+const std::string k_asst_r1 = "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>";
+
+std::vector<chat_message> sys_user() { return {{"system", "You are terse."}, {"user", "Hi"}}; }
+
+}  // namespace
+
+TEST_CASE("chat: chatml renders Qwen2.5's template with its default system message") {
+  CHECK(chat_render(TEMPLATE_CHATML, sys_user(), true) ==
+        "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  chat_options opt;
+  opt.default_system = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+  CHECK(chat_render(TEMPLATE_CHATML, {{"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye"}}, true, opt) ==
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello<|im_end|>\n"
+        "<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n");
+  CHECK(chat_render(TEMPLATE_CHATML, {{"user", "Hi"}}, false) == "<|im_start|>user\nHi<|im_end|>\n");
+  // The literal default system message is read from the template source (Jinja escapes resolved).
+  const std::string qwen25 =
+      "{%- else %}\n    {%- if messages[0]['role'] == 'system' %}\n        {{- '<|im_start|>system\\n' + "
+      "messages[0]['content'] + '<|im_end|>\\n' }}\n    {%- else %}\n        {{- '<|im_start|>system\\nYou are Qwen, "
+      "created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}\n    {%- endif %}";
+  CHECK(chat_options_from_template(qwen25).default_system == opt.default_system);
+  CHECK(chat_options_from_template("{{ '<|im_start|>' + message['role'] }}").default_system.empty());
+}
+
+TEST_CASE("chat: qwen3 renders the enable_thinking switch and strips past reasoning") {
+  chat_options off;
+  off.enable_thinking = false;
+  CHECK(chat_render(TEMPLATE_QWEN3, {{"user", "Hi"}}, true, off) ==
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  CHECK(chat_render(TEMPLATE_QWEN3, sys_user(), true) ==
+        "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  // Reasoning of turns before the last user message is dropped.
+  CHECK(chat_render(TEMPLATE_QWEN3, {{"user", "a"}, {"assistant", "<think>\nr\n</think>\n\nB"}, {"user", "c"}}, true) ==
+        "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\nB<|im_end|>\n<|im_start|>user\nc<|im_end|>\n"
+        "<|im_start|>assistant\n");
+  // The last assistant turn after the last user message keeps it, normalised.
+  CHECK(chat_render(TEMPLATE_QWEN3, {{"user", "a"}, {"assistant", "<think>r</think>B"}}, false) ==
+        "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\n<think>\nr\n</think>\n\nB<|im_end|>\n");
+}
+
+TEST_CASE("chat: deepseek-r1 puts the system prompt after BOS and opens a think block") {
+  chat_options opt;
+  opt.bos_token = k_bos_r1;
+  opt.leading_bos = true;
+  CHECK(chat_render(TEMPLATE_DEEPSEEK_R1, sys_user(), true, opt) ==
+        k_bos_r1 + "You are terse." + k_user_r1 + "Hi" + k_asst_r1 + "<think>\n");
+  opt.leading_bos = false;  // the tokenizer adds BOS: not doubled
+  CHECK(chat_render(TEMPLATE_DEEPSEEK_R1, {{"user", "Hi"}, {"assistant", "<think>x</think>Yes"}, {"user", "Ok"}}, true, opt) ==
+        k_user_r1 + "Hi" + k_asst_r1 + "Yes" + k_eos_r1 + k_user_r1 + "Ok" + k_asst_r1 + "<think>\n");
+  opt.open_think = false;  // templates before January 2025
+  CHECK(chat_render(TEMPLATE_DEEPSEEK_R1, {{"user", "Hi"}}, true, opt) == k_user_r1 + "Hi" + k_asst_r1);
+  CHECK(chat_options_from_template("{{'" + k_asst_r1 + "<think>\\n'}}").open_think);
+  CHECK_FALSE(chat_options_from_template("{{'" + k_asst_r1 + "'}}").open_think);
+}
+
+TEST_CASE("chat: llama3 renders headers, trims content and writes BOS only when asked") {
+  chat_options opt;
+  opt.bos_token = "<|begin_of_text|>";
+  opt.leading_bos = true;
+  CHECK(chat_render(TEMPLATE_LLAMA3, {{"system", " S "}, {"user", "Hi\n"}}, true, opt) ==
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  opt.leading_bos = false;
+  CHECK(chat_render(TEMPLATE_LLAMA3, {{"user", "Hi"}}, false, opt) == "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
+}
+
+TEST_CASE("chat: llama2 wraps the system prompt in SYS tags and writes BOS and EOS between turns") {
+  chat_options opt;
+  opt.bos_token = "<s>";
+  opt.eos_token = "</s>";
+  CHECK(chat_render(TEMPLATE_LLAMA2, {{"system", "S"}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye"}}, true, opt) ==
+        "[INST] <<SYS>>\nS\n<</SYS>>\n\nHi [/INST] Hello </s><s>[INST] Bye [/INST]");
+  opt.leading_bos = true;
+  CHECK(chat_render(TEMPLATE_LLAMA2, {{"user", " Hi "}}, true, opt) == "<s>[INST] Hi [/INST]");
+  CHECK_THROWS_AS(chat_render(TEMPLATE_LLAMA2, {{"user", "a"}, {"user", "b"}}, true, opt), detaudit::input_error);
+  CHECK_THROWS_AS(chat_render(TEMPLATE_LLAMA2, {{"assistant", "a"}}, true, opt), detaudit::input_error);
+}
+
+TEST_CASE("chat: phi3 renders role tags, skips an empty system message and ends with EOS without a generation prompt") {
+  chat_options opt;
+  opt.eos_token = "<|endoftext|>";
+  CHECK(chat_render(TEMPLATE_PHI3, sys_user(), true, opt) ==
+        "<|system|>\nYou are terse.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\n");
+  CHECK(chat_render(TEMPLATE_PHI3, {{"system", ""}, {"user", "Hi"}, {"assistant", "Yo"}}, false, opt) ==
+        "<|user|>\nHi<|end|>\n<|assistant|>\nYo<|end|>\n<|endoftext|>");
+}
+
+TEST_CASE("chat: unknown roles are input errors") {
+  CHECK_THROWS_AS(chat_render(TEMPLATE_CHATML, {{"tool", "x"}}, true), detaudit::input_error);
+}
+
+TEST_CASE("chat: the family comes from an override name or the template, else a clear error") {
+  CHECK(chat_resolve_family("llama3", "", "m.gguf") == TEMPLATE_LLAMA3);
+  CHECK(chat_resolve_family("", "<|im_start|>x<|im_end|>", "m.gguf") == TEMPLATE_CHATML);
+  CHECK(chat_resolve_family("phi3", "<|im_start|>x<|im_end|>", "m.gguf") == TEMPLATE_PHI3);
+  for (const char* jinja : {"", "{{ messages }}"}) {
+    CAPTURE(jinja);
+    try {
+      chat_resolve_family("", jinja, "model.gguf");
+      FAIL("expected an input_error");
+    } catch (const detaudit::input_error& e) {
+      const std::string msg = e.what();
+      CHECK(msg.rfind("model.gguf: chat template not recognised", 0) == 0);
+      CHECK(msg.find("pass --chat-template chatml|qwen3|deepseek-r1|llama3|llama2|phi3") != std::string::npos);
+    }
+  }
+  CHECK_THROWS_AS(chat_resolve_family("vicuna", "", "m.gguf"), detaudit::input_error);
+}
