@@ -24,8 +24,10 @@ struct generate_cmd_options {
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int64_t ubatch = 512;
   int64_t ctx_size = 0;
+  int batch_with = 0;
   runtime::generate_params gen;
   bool hashes = false;
+  bool trace_hashes = false;
   bool json = false;
   bool verbose = false;
 };
@@ -44,9 +46,12 @@ void run_generate(const generate_cmd_options& o) {
   cp.n_threads = o.threads;
   cp.n_ubatch = o.ubatch;
   cp.n_ctx = o.ctx_size;
+  cp.trace_hashes = o.trace_hashes;
   const std::string text = o.file.empty() ? o.prompt : read_prompt_file(o.file);
   auto m = model::model::load(o.model);
   runtime::context ctx(m, cp);
+  runtime::generate_params gen = o.gen;
+  gen.companions = runtime::generate_filler_prompts(m->vocab(), o.batch_with);
   std::string prompt_text = text;
   if (o.chat) prompt_text = runtime::generate_render_chat(*m, {o.system, text, o.chat_template, !o.no_thinking});
   const std::vector<int32_t> prompt = runtime::generate_tokenize(m->vocab(), prompt_text);
@@ -54,12 +59,13 @@ void run_generate(const generate_cmd_options& o) {
 
   runtime::text_callback stream;
   if (!o.json) stream = [](std::string_view piece) { std::cout << piece << std::flush; };
-  const runtime::generate_result r = runtime::generate(ctx, prompt, o.gen, stream);
+  const runtime::generate_result r = runtime::generate(ctx, prompt, gen, stream);
   if (o.json) {
     std::cout << model::safe_dump(runtime::generate_to_json(r, *m, cp.numerics, o.gen)) << "\n";
   } else {
     if (r.text.empty() || r.text.back() != '\n') std::cout << "\n";
     if (o.hashes) std::cout << runtime::generate_hashes_text(r);
+    if (o.trace_hashes) std::cout << runtime::generate_trace_text(r);
   }
   std::cout << std::flush;
   if (o.verbose) std::cerr << runtime::generate_summary_text(r);
@@ -116,6 +122,14 @@ void setup_generate(CLI::App& app) {
   sub->add_flag("--hashes", opt->hashes,
                 "After the text, print 'step token_id logit_hash' per step and 'chained HASH': identical runs give "
                 "identical output (ignored with --json, which always has the hashes)");
+  sub->add_option("--batch-with", opt->batch_with,
+                  "Evaluate the request in the same forward steps as N other sequences (built-in filler prompts, "
+                  "continued greedily): the 'beside N others' condition")
+      ->check(CLI::Range(0, 256))
+      ->capture_default_str();
+  sub->add_flag("--trace-hashes", opt->trace_hashes,
+                "After the text, print 'trace POS LAYER HASH' for every position of the request and every layer "
+                "(xxh3-64 of its f32 output): diff two runs to find the first layer where they part");
   sub->add_flag("--json", opt->json, "Print exactly one JSON object (tokens, top log-probs, hashes, timings) and nothing else");
   sub->add_flag("-v,--verbose", opt->verbose, "Prompt size, timings and the finish reason on stderr");
   sub->footer(
@@ -125,6 +139,7 @@ void setup_generate(CLI::App& app) {
       "  detaudit generate -m stories260K.gguf -p 'Once upon a time' -n 64\n"
       "  detaudit generate -m model.gguf -p 'Once upon a time' -n 64 --hashes -t 1 > a.txt\n"
       "  detaudit generate -m model.gguf -p 'Once upon a time' -n 64 --hashes -t 8 -ub 1 > b.txt && cmp a.txt b.txt\n"
+      "  detaudit generate -m model.gguf -p 'Once upon a time' -n 64 --hashes --batch-with 7 > c.txt && cmp a.txt c.txt\n"
       "  detaudit generate -m qwen.gguf --chat --system 'Be brief.' -p 'What is 7*8?' --json | jq .tokens[0]\n"
       "  detaudit generate -m model.gguf -f prompt.txt --temp 0.7 --seed 42 --stop $'\\n\\n'");
   sub->callback([opt] { run_generate(*opt); });

@@ -37,6 +37,51 @@ class seq_scope {
   int32_t id_;
 };
 
+// Companion sequences running beside a request (generate_params::companions).
+class companion_set {
+ public:
+  companion_set(context& ctx, const std::vector<std::vector<int32_t>>& prompts) : ctx_(ctx), prompts_(prompts) {
+    for (size_t i = 0; i < prompts.size(); ++i) ids_.push_back(ctx.seq_new());
+  }
+  ~companion_set() {
+    for (int32_t id : ids_) ctx_.seq_free(id);
+  }
+  companion_set(const companion_set&) = delete;
+  companion_set& operator=(const companion_set&) = delete;
+  // Appends every companion's prompt (logits at its last token) to batch.
+  void add_prompts(std::vector<token_in>& batch) const {
+    for (size_t i = 0; i < ids_.size(); ++i)
+      for (size_t t = 0; t < prompts_[i].size(); ++t) batch.push_back({ids_[i], prompts_[i][t], t + 1 == prompts_[i].size()});
+  }
+  // Takes the companions' logits (the first n of `logits`, in add order) and appends each one's next
+  // greedy token, while it has room in the context.
+  void add_next(const std::vector<std::vector<float>>& logits, std::vector<token_in>& batch, int64_t n_ctx) {
+    next_.clear();
+    for (size_t i = 0; i < n_wanting_; ++i) next_.push_back(sample_greedy(logits[i]));
+    n_wanting_ = 0;
+    for (size_t i = 0; i < ids_.size() && i < next_.size(); ++i)
+      if (ctx_.seq_len(ids_[i]) < n_ctx) {
+        batch.push_back({ids_[i], next_[i], true});
+        ++n_wanting_;
+      }
+  }
+  void set_wanting(size_t n) { n_wanting_ = n; }
+  size_t wanting() const { return n_wanting_; }
+
+ private:
+  context& ctx_;
+  const std::vector<std::vector<int32_t>>& prompts_;
+  std::vector<int32_t> ids_;
+  std::vector<int32_t> next_;
+  size_t n_wanting_ = 0;
+};
+
+void collect_traces(const context& ctx, int32_t seq, std::vector<token_trace>& out) {
+  if (!ctx.params().trace_hashes) return;
+  for (const token_trace& t : ctx.last_traces())
+    if (t.seq == seq) out.push_back(t);
+}
+
 int64_t context_limit(const context& ctx) {
   return ctx.params().n_ctx > 0 ? ctx.params().n_ctx : ctx.model().hp().n_ctx_train;
 }
@@ -240,12 +285,18 @@ generate_result generate(context& ctx, std::span<const int32_t> prompt, const ge
   r.prompt_tokens.assign(prompt.begin(), prompt.end());
   r.timings.n_prompt = static_cast<int64_t>(prompt.size());
 
+  for (const auto& c : p.companions)
+    if (c.empty()) throw input_error("generate: a companion sequence has an empty prompt");
+  companion_set others(ctx, p.companions);
   std::vector<token_in> batch;
-  batch.reserve(prompt.size());
+  others.add_prompts(batch);
+  others.set_wanting(p.companions.size());
   for (size_t i = 0; i < prompt.size(); ++i) batch.push_back({seq.id(), prompt[i], i + 1 == prompt.size()});
   auto t0 = clock_type::now();
-  std::vector<float> logits = std::move(ctx.decode(batch).at(0));
+  std::vector<std::vector<float>> out = ctx.decode(batch);
+  std::vector<float> logits = std::move(out.back());
   r.timings.prompt_ms = ms_since(t0);
+  collect_traces(ctx, seq.id(), r.traces);
 
   t0 = clock_type::now();
   std::vector<int32_t> history(prompt.begin(), prompt.end());
@@ -276,7 +327,12 @@ generate_result generate(context& ctx, std::span<const int32_t> prompt, const ge
       r.stop = STOP_CONTEXT;
       break;
     }
-    logits = std::move(ctx.decode({{seq.id(), id, true}}).at(0));
+    batch.clear();
+    others.add_next(out, batch, n_ctx);
+    batch.push_back({seq.id(), id, true});
+    out = ctx.decode(batch);
+    logits = std::move(out.back());
+    collect_traces(ctx, seq.id(), r.traces);
   }
   stream.finish();
   r.text = stream.text();
@@ -284,6 +340,24 @@ generate_result generate(context& ctx, std::span<const int32_t> prompt, const ge
   r.timings.n_gen = static_cast<int64_t>(r.tokens.size());
   r.timings.gen_ms = ms_since(t0);
   return r;
+}
+
+std::vector<std::vector<int32_t>> generate_filler_prompts(const tokenizer::vocab& v, int n) {
+  static const char* const k_fillers[] = {
+      "Tell a short story about a lighthouse keeper and a storm.",
+      "List ten facts about octopuses.",
+      "Explain how a hash table handles collisions.",
+      "Summarise the rules of chess in a few sentences.",
+      "Describe how bread rises.",
+      "Write four short poems about autumn leaves.",
+      "Explain the difference between a list and a set.",
+  };
+  std::vector<std::vector<int32_t>> out;
+  for (int i = 0; i < n; ++i) {
+    const char* text = k_fillers[static_cast<size_t>(i) % std::size(k_fillers)];
+    out.push_back(tokenizer::encode(v, std::string(text) + (i >= 7 ? " (" + std::to_string(i) + ")" : ""), true, false));
+  }
+  return out;
 }
 
 // ---- teacher-forced scoring ----
@@ -376,6 +450,15 @@ std::string generate_hashes_text(const generate_result& r) {
   for (size_t i = 0; i < r.tokens.size(); ++i)
     out += std::to_string(i) + " " + std::to_string(r.tokens[i].id) + " " + hash_hex(r.tokens[i].logit_hash) + "\n";
   return out + "chained " + hash_hex(r.chained_hash) + "\n";
+}
+
+std::string generate_trace_text(const generate_result& r) {
+  std::string out;
+  for (const token_trace& t : r.traces)
+    for (size_t l = 0; l < t.layer_hashes.size(); ++l)
+      out += "trace " + std::to_string(t.pos) + " " + (l + 1 == t.layer_hashes.size() ? std::string("norm") : std::to_string(l)) +
+             " " + hash_hex(t.layer_hashes[l]) + "\n";
+  return out;
 }
 
 std::string generate_summary_text(const generate_result& r) {

@@ -56,7 +56,15 @@ struct generate_params {
   sampling_params sampling;
   std::vector<std::string> stop;  // generation ends when the text contains one; the text ends before it
   int n_top_logprobs = 5;         // top log-probs reported per step (0: none)
+  // Other sequences evaluated in the same forward steps as this one (the "beside N others"
+  // condition): each companion's prompt is prefilled in the request's prefill step and it then
+  // continues greedily, one token per step, while the request generates. Their output is
+  // discarded; they exist so batch composition can be varied.
+  std::vector<std::vector<int32_t>> companions;
 };
+
+// n companion prompts (built-in filler texts, cycled) tokenized with v, for generate_params.
+std::vector<std::vector<int32_t>> generate_filler_prompts(const tokenizer::vocab& v, int n);
 
 enum finish_reason { FINISH_STOP, FINISH_LENGTH };           // OpenAI's "stop" / "length"
 enum stop_type { STOP_EOG, STOP_WORD, STOP_LIMIT, STOP_CONTEXT };  // why, in llama.cpp server's terms
@@ -89,6 +97,9 @@ struct generate_result {
   stop_type stop = STOP_LIMIT;
   std::string stop_word;                // the stop string that ended generation (STOP_WORD)
   run_timings timings;
+  // With context_params::trace_hashes: per evaluated position of this request (prompt and
+  // generated tokens, in order), the hash of every layer's output and of the final norm.
+  std::vector<token_trace> traces;
 };
 
 // Called with each new piece of text as soon as it is safe to show: never a partial UTF-8
@@ -177,6 +188,9 @@ nlohmann::json generate_to_json(const generate_result& r, const model::model& m,
 // One line per step "step token_id logit_hash" (step from 0) and a last line "chained <hash>":
 // nothing that varies between identical runs, so two outputs compare with cmp.
 std::string generate_hashes_text(const generate_result& r);
+// "trace POS LAYER HASH" per traced position and layer ("norm" for the final norm), for diffing
+// two runs: the first differing line names the first position and layer where they part.
+std::string generate_trace_text(const generate_result& r);
 
 // Timings and the finish reason, for stderr.
 std::string generate_summary_text(const generate_result& r);

@@ -312,3 +312,40 @@ TEST_CASE("golden: stories260K exact greedy token ids and chained hash") {
     CHECK(j["chained_hash"] == g["chained_hash"]);
   }
 }
+
+TEST_CASE("generate: --hashes identical across threads, ubatch and batch composition in exact mode only") {
+  const char* conditions[] = {"-t 1", "-t 2 -ub 3", "--batch-with 7", "--batch-with 3 -ub 5 -t 2"};
+  const std::string base = "-p 'Once upon a time' -n 48";
+  std::string first = hashes_run(base + " --numerics exact -t 1");
+  for (const char* c : conditions) {
+    CAPTURE(std::string(c));
+    CHECK(hashes_run(base + " --numerics exact " + c) == first);
+  }
+  // The same conditions move float numerics: its kernels and rounding follow the batch shape.
+  std::string float_first = hashes_run(base + " --numerics float -t 1");
+  int n_differ = 0;
+  for (const char* c : conditions) n_differ += hashes_run(base + " --numerics float " + c) != float_first;
+  MESSAGE("float numerics: " << n_differ << " of 4 conditions changed the logit hashes");
+  CHECK(n_differ > 0);
+}
+
+TEST_CASE("generate: --trace-hashes names the first position and layer where two runs part") {
+  auto trace = [](const std::string& args) {
+    auto r = run_cmd(bin() + " generate -m " + stories() + " -p 'Once upon' -n 3 --trace-hashes " + args);
+    REQUIRE(r.exit_code == 0);
+    return r.out;
+  };
+  const std::string a = trace("--numerics exact -t 1");
+  CHECK(a.find("trace 0 0 ") != std::string::npos);
+  // 3 prompt tokens (BOS, "Once", " upon") and the 2 generated tokens fed back: positions 0 to 4.
+  CHECK(a.find("trace 4 norm ") != std::string::npos);
+  CHECK(a.find("trace 5 ") == std::string::npos);
+  CHECK(trace("--numerics exact -t 2 -ub 1") == a);
+  const std::string f1 = trace("--numerics float -t 1"), f2 = trace("--numerics float -t 2 -ub 1");
+  REQUIRE(f1 != f2);
+  // The first differing trace line is a real position and layer.
+  size_t i = 0;
+  while (i < f1.size() && f1[i] == f2[i]) ++i;
+  const size_t line = f1.rfind('\n', i) + 1;
+  CHECK(f1.compare(line, 6, "trace ") == 0);
+}
