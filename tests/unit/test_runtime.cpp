@@ -194,13 +194,18 @@ struct model_case {
   std::string path;
 };
 
-// stories260K and synth models of each architecture in several weight types.
+// stories260K and synth models covering every weight type, each architecture in five or more.
 std::vector<model_case> invariance_models(const std::string& dir) {
   std::vector<model_case> cases = {{"stories260K", test::fixture("models/stories260K.gguf")}};
   const std::pair<model::arch_id, gguf::dtype> kinds[] = {
       {model::ARCH_LLAMA, gguf::DTYPE_F16},  {model::ARCH_QWEN2, gguf::DTYPE_Q8_0},
       {model::ARCH_QWEN3, gguf::DTYPE_Q4_K}, {model::ARCH_LLAMA, gguf::DTYPE_Q6_K},
       {model::ARCH_QWEN2, gguf::DTYPE_Q4_K}, {model::ARCH_QWEN3, gguf::DTYPE_F16},
+      {model::ARCH_LLAMA, gguf::DTYPE_F32},  {model::ARCH_QWEN2, gguf::DTYPE_BF16},
+      {model::ARCH_QWEN3, gguf::DTYPE_Q8_0}, {model::ARCH_LLAMA, gguf::DTYPE_Q4_0},
+      {model::ARCH_QWEN2, gguf::DTYPE_Q4_1}, {model::ARCH_QWEN3, gguf::DTYPE_Q5_0},
+      {model::ARCH_LLAMA, gguf::DTYPE_Q5_1}, {model::ARCH_QWEN2, gguf::DTYPE_Q2_K},
+      {model::ARCH_QWEN3, gguf::DTYPE_Q3_K}, {model::ARCH_LLAMA, gguf::DTYPE_Q5_K},
   };
   for (const auto& [a, t] : kinds) {
     const std::string name = std::string(model::arch_name(a)) + "-" + gguf::dtype_get(t).name;
