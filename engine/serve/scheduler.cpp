@@ -1,0 +1,579 @@
+// The scheduler thread: admission of queued requests to slots (prompt cache by longest common
+// prefix, as llama-server's slot selection), one decode() per step holding every active request's
+// tokens (prefill, next token, n-gram drafts), and per-request sampling identical to
+// runtime::generate(): the step counter of a request is its own number of generated tokens.
+#include "serve/scheduler.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "runtime/hashes.h"
+#include "tokenizer/vocab.h"
+#include "util/error.h"
+
+namespace detaudit::serve {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double ms_between(clock_type::time_point a, clock_type::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+struct queued {
+  request req;
+  request_callbacks cb;
+};
+
+// A request while it holds a slot.
+struct active {
+  request req;
+  request_callbacks cb;
+  request_result res;
+  std::unique_ptr<runtime::text_stream> stream;
+  std::string released;           // text released by the stream since the last token event
+  std::vector<int32_t> history;   // prompt + generated tokens (the last one not yet evaluated)
+  runtime::hash_chain chain;
+  bool prefilled = false;
+  int64_t n_prefill = 0;          // prompt tokens evaluated in the prefill step
+  clock_type::time_point t_start, t_gen;
+};
+
+struct slot {
+  int id = 0;
+  int32_t seq = 0;
+  std::unique_ptr<active> req;  // null: free
+};
+
+size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
+// Prompt lookup (n-gram) drafting, as llama.cpp's lookup example: the most recent earlier
+// occurrence of the last n tokens (n = 3, 2, 1) and up to n_draft tokens that followed it.
+std::vector<int32_t> ngram_draft(const std::vector<int32_t>& h, int64_t n_draft) {
+  std::vector<int32_t> out;
+  if (n_draft <= 0) return out;
+  for (size_t n = 3; n >= 1; --n) {
+    if (h.size() <= n) continue;
+    const size_t tail = h.size() - n;
+    for (size_t i = tail; i-- > 0;) {
+      if (!std::equal(h.begin() + static_cast<std::ptrdiff_t>(i), h.begin() + static_cast<std::ptrdiff_t>(i + n),
+                      h.begin() + static_cast<std::ptrdiff_t>(tail)))
+        continue;
+      for (size_t j = i + n; j < h.size() && static_cast<int64_t>(out.size()) < n_draft; ++j) out.push_back(h[j]);
+      return out;
+    }
+  }
+  return out;
+}
+
+// The part of one request in a step's batch: where its logits start in decode()'s output.
+struct batch_part {
+  slot* s = nullptr;
+  size_t first_logits = 0;
+  std::vector<int32_t> drafts;
+  int64_t base_len = 0;  // the sequence's length before this step
+};
+
+bool filename_ok(const std::string& f) {
+  return !f.empty() && f.find('/') == std::string::npos && f.find('\\') == std::string::npos &&
+         f.find("..") == std::string::npos && f.find('\0') == std::string::npos;
+}
+
+}  // namespace
+
+struct scheduler::impl {
+  std::shared_ptr<const model::model> m;
+  scheduler_params p;
+  int64_t slot_n_ctx = 0;
+  size_t queue_cap = 0;
+  std::unique_ptr<runtime::context> ctx;
+  std::vector<slot> slots;  // owned by the scheduler thread
+
+  std::mutex inline_mu;   // serializes slot actions run after the thread has exited
+  mutable std::mutex mu;  // guards everything below
+  std::condition_variable cv;
+  std::deque<queued> queue;
+  std::deque<std::function<void()>> tasks;
+  bool stopping = false;
+  bool exited = false;
+  metrics_snapshot met;
+  std::vector<slot_info> info;
+  std::thread thread;
+
+  void loop();
+  void admit(std::deque<queued>& waiting);
+  std::string check_request(const request& r) const;
+  void start(slot& s, queued q);
+  void step();
+  void fail_all(const std::string& msg);
+  // Processes one position's logits for s's request; returns true when the request is finished.
+  bool process_logits(slot& s, const std::vector<float>& logits, int64_t evaluated_len);
+  void finish(slot& s, int64_t keep_len);
+  void publish();
+  void run_task(const std::function<void()>& fn);
+  template <class F>
+  std::string slot_action(int id, int* status, bool needs_path, F&& body);
+};
+
+std::string scheduler::impl::check_request(const request& r) const {
+  try {
+    runtime::sampling_check_params(r.sampling);
+  } catch (const input_error& e) {
+    return e.what();
+  }
+  if (r.prompt.empty()) return "the prompt has no tokens";
+  if (r.n_predict < -1) return "n_predict must be >= -1, found " + std::to_string(r.n_predict);
+  if (r.n_probs < 0) return "n_probs must be >= 0, found " + std::to_string(r.n_probs);
+  if (r.id_slot < -1 || r.id_slot >= p.n_slots)
+    return "id_slot " + std::to_string(r.id_slot) + " does not exist (" + std::to_string(p.n_slots) + " slots)";
+  for (const std::string& s : r.stop)
+    if (s.empty()) return "a stop string is empty";
+  for (int32_t t : r.prompt)
+    if (t < 0 || t >= m->hp().n_vocab) return "prompt token id " + std::to_string(t) + " is outside the vocabulary";
+  if (static_cast<int64_t>(r.prompt.size()) > slot_n_ctx)
+    return "the prompt has " + std::to_string(r.prompt.size()) + " tokens; a slot's context holds " +
+           std::to_string(slot_n_ctx);
+  return "";
+}
+
+void scheduler::impl::start(slot& s, queued q) {
+  auto a = std::make_unique<active>();
+  a->req = std::move(q.req);
+  a->cb = std::move(q.cb);
+  a->t_start = clock_type::now();
+  active* ap = a.get();
+  a->stream = std::make_unique<runtime::text_stream>(a->req.stop, [ap](std::string_view t) { ap->released += t; });
+  const std::vector<int32_t>& prompt = a->req.prompt;
+  size_t keep = 0;
+  if (a->req.cache_prompt) keep = std::min(common_prefix(ctx->seq_tokens(s.seq), prompt), prompt.size() - 1);
+  ctx->seq_truncate(s.seq, static_cast<int64_t>(keep));
+  a->res.slot = s.id;
+  a->res.n_cached = static_cast<int64_t>(keep);
+  a->res.gen.prompt_tokens = prompt;
+  a->res.gen.timings.n_prompt = static_cast<int64_t>(prompt.size());
+  a->n_prefill = static_cast<int64_t>(prompt.size() - keep);
+  a->history = prompt;
+  s.req = std::move(a);
+  std::lock_guard<std::mutex> lk(mu);
+  met.prompt_tokens_cached += static_cast<int64_t>(keep);
+  met.prompt_tokens_total += static_cast<int64_t>(prompt.size() - keep);
+}
+
+// Takes what fits from the front of `waiting` (FIFO; a request for a busy id_slot waits its turn
+// without blocking the ones behind it).
+void scheduler::impl::admit(std::deque<queued>& waiting) {
+  for (auto it = waiting.begin(); it != waiting.end();) {
+    const std::string err = check_request(it->req);
+    if (!err.empty()) {
+      request_result r;
+      r.error = err;
+      r.http_status = 400;
+      if (it->cb.on_done) it->cb.on_done(r);
+      it = waiting.erase(it);
+      continue;
+    }
+    slot* best = nullptr;
+    if (it->req.id_slot >= 0) {
+      if (!slots[static_cast<size_t>(it->req.id_slot)].req) best = &slots[static_cast<size_t>(it->req.id_slot)];
+    } else {
+      size_t best_lcp = 0;
+      for (slot& s : slots) {
+        if (s.req) continue;
+        const size_t lcp = it->req.cache_prompt ? common_prefix(ctx->seq_tokens(s.seq), it->req.prompt) : 0;
+        if (!best || lcp > best_lcp) {
+          best = &s;
+          best_lcp = lcp;
+        }
+      }
+    }
+    if (!best) {
+      ++it;
+      continue;
+    }
+    start(*best, std::move(*it));
+    it = waiting.erase(it);
+  }
+}
+
+bool scheduler::impl::process_logits(slot& s, const std::vector<float>& logits, int64_t evaluated_len) {
+  active& a = *s.req;
+  const tokenizer::vocab& v = m->vocab();
+  runtime::generate_result& g = a.res.gen;
+  const uint64_t step = g.tokens.size();
+  runtime::generated_token t;
+  t.logit_hash = runtime::logit_hash(logits);
+  a.chain.add(t.logit_hash);
+  t.top = runtime::top_logprobs(logits, a.req.n_probs);
+  t.id = runtime::sample_token(logits, a.history, a.req.sampling, step);
+  t.piece = tokenizer::token_to_piece(v, t.id, /*special=*/true);
+  g.tokens.push_back(t);
+  a.history.push_back(t.id);
+  bool done = false;
+  if (v.is_eog(t.id)) {
+    g.finish = runtime::FINISH_STOP;
+    g.stop = runtime::STOP_EOG;
+    done = true;
+  } else if (a.stream->add(tokenizer::token_to_piece(v, t.id, /*special=*/false))) {
+    g.finish = runtime::FINISH_STOP;
+    g.stop = runtime::STOP_WORD;
+    g.stop_word = a.stream->stop_word();
+    done = true;
+  } else if (a.req.n_predict >= 0 && step + 1 >= static_cast<uint64_t>(a.req.n_predict)) {
+    done = true;
+  } else if (evaluated_len >= slot_n_ctx) {
+    g.stop = runtime::STOP_CONTEXT;
+    done = true;
+  }
+  if (done) a.stream->finish();
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    ++met.generated_tokens_total;
+  }
+  token_event ev{std::move(t), std::move(a.released)};
+  a.released.clear();
+  if (a.cb.on_token && !a.cb.on_token(ev) && !done) {
+    a.res.error = "the request was cancelled by the client";
+    a.res.http_status = 499;
+    done = true;
+  }
+  return done;
+}
+
+// Ends s's request: its sequence keeps the first keep_len evaluated tokens as the slot's cache.
+void scheduler::impl::finish(slot& s, int64_t keep_len) {
+  active& a = *s.req;
+  if (ctx->seq_len(s.seq) > keep_len) ctx->seq_truncate(s.seq, keep_len);
+  runtime::generate_result& g = a.res.gen;
+  g.text = a.stream->text();
+  g.chained_hash = a.chain.value();
+  g.timings.n_gen = static_cast<int64_t>(g.tokens.size());
+  g.timings.gen_ms = ms_between(a.t_gen, clock_type::now());
+  std::erase_if(g.traces, [&](const runtime::token_trace& t) { return t.pos >= keep_len; });
+  std::unique_ptr<active> done = std::move(s.req);
+  if (done->cb.on_done) done->cb.on_done(done->res);
+}
+
+void scheduler::impl::step() {
+  std::vector<runtime::token_in> batch;
+  std::vector<batch_part> parts;
+  size_t n_logits = 0;
+  for (slot& s : slots) {
+    if (!s.req) continue;
+    active& a = *s.req;
+    batch_part part{&s, n_logits, {}, ctx->seq_len(s.seq)};
+    if (!a.prefilled) {
+      const size_t from = a.req.prompt.size() - static_cast<size_t>(a.n_prefill);
+      for (size_t i = from; i < a.req.prompt.size(); ++i)
+        batch.push_back({s.seq, a.req.prompt[i], i + 1 == a.req.prompt.size()});
+      n_logits += 1;
+    } else {
+      batch.push_back({s.seq, a.history.back(), true});
+      n_logits += 1;
+      if (p.spec == SPEC_NGRAM && a.req.speculative) {
+        int64_t room = std::min<int64_t>(p.n_draft, slot_n_ctx - part.base_len - 1);
+        if (a.req.n_predict >= 0)
+          room = std::min<int64_t>(room, a.req.n_predict - static_cast<int64_t>(a.res.gen.tokens.size()) - 1);
+        part.drafts = ngram_draft(a.history, room);
+        for (int32_t d : part.drafts) batch.push_back({s.seq, d, true});
+        n_logits += part.drafts.size();
+      }
+    }
+    parts.push_back(std::move(part));
+  }
+  if (parts.empty()) return;
+  const auto t0 = clock_type::now();
+  std::vector<std::vector<float>> out;
+  try {
+    out = ctx->decode(batch);
+  } catch (const std::exception& e) {
+    fail_all(std::string("forward step failed: ") + e.what());
+    return;
+  }
+  const auto t1 = clock_type::now();
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    ++met.steps_total;
+    met.max_seqs_in_step = std::max(met.max_seqs_in_step, ctx->max_seqs_in_step());
+    met.max_tokens_in_step = std::max(met.max_tokens_in_step, ctx->max_tokens_in_step());
+  }
+  for (batch_part& part : parts) {
+    slot& s = *part.s;
+    active& a = *s.req;
+    if (ctx->params().trace_hashes)
+      for (const runtime::token_trace& t : ctx->last_traces())
+        if (t.seq == s.seq) a.res.gen.traces.push_back(t);
+    if (!a.prefilled) {
+      a.prefilled = true;
+      a.res.gen.timings.prompt_ms = ms_between(t0, t1);
+      a.t_gen = t1;
+      if (process_logits(s, out[part.first_logits], ctx->seq_len(s.seq))) finish(s, ctx->seq_len(s.seq));
+      continue;
+    }
+    // Position j's logits follow the next token (j = 0) or draft j; draft j+1 is accepted when it
+    // is the token sampled from position j.
+    size_t j = 0;
+    bool done = false;
+    int64_t accepted = 0;
+    for (;; ++j) {
+      const int64_t evaluated = part.base_len + 1 + static_cast<int64_t>(j);
+      done = process_logits(s, out[part.first_logits + j], evaluated);
+      if (done || j >= part.drafts.size() || a.history.back() != part.drafts[j]) break;
+      ++accepted;
+    }
+    const int64_t keep = part.base_len + 1 + static_cast<int64_t>(j);
+    a.res.n_draft_proposed += static_cast<int64_t>(part.drafts.size());
+    a.res.n_draft_accepted += accepted;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      met.draft_proposed_total += static_cast<int64_t>(part.drafts.size());
+      met.draft_accepted_total += accepted;
+    }
+    if (done) {
+      finish(s, keep);
+    } else if (ctx->seq_len(s.seq) > keep) {
+      ctx->seq_truncate(s.seq, keep);
+      std::erase_if(a.res.gen.traces, [&](const runtime::token_trace& t) { return t.pos >= keep; });
+    }
+  }
+}
+
+void scheduler::impl::fail_all(const std::string& msg) {
+  for (slot& s : slots) {
+    if (!s.req) continue;
+    s.req->res.error = msg;
+    s.req->res.http_status = 500;
+    ctx->seq_truncate(s.seq, 0);
+    std::unique_ptr<active> done = std::move(s.req);
+    if (done->cb.on_done) done->cb.on_done(done->res);
+  }
+}
+
+void scheduler::impl::publish() {
+  std::lock_guard<std::mutex> lk(mu);
+  int64_t n_active = 0;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    info[i].busy = slots[i].req != nullptr;
+    info[i].n_cached = ctx->seq_len(slots[i].seq);
+    n_active += info[i].busy ? 1 : 0;
+  }
+  met.requests_active = n_active;
+  met.requests_waiting = static_cast<int64_t>(queue.size());
+}
+
+void scheduler::impl::loop() {
+  std::deque<queued> waiting;  // taken from `queue`; only this thread touches it
+  for (;;) {
+    std::deque<std::function<void()>> todo;
+    bool stop_now = false;
+    {
+      std::unique_lock<std::mutex> lk(mu);
+      const auto has_free = [&] {
+        return std::any_of(slots.begin(), slots.end(), [](const slot& s) { return !s.req; });
+      };
+      const bool any_active = std::any_of(slots.begin(), slots.end(), [](const slot& s) { return s.req != nullptr; });
+      cv.wait(lk, [&] {
+        return stopping || !tasks.empty() || any_active || (!queue.empty() && has_free()) ||
+               (!waiting.empty() && has_free());
+      });
+      todo.swap(tasks);
+      while (!queue.empty()) {
+        waiting.push_back(std::move(queue.front()));
+        queue.pop_front();
+      }
+      stop_now = stopping;
+    }
+    for (auto& fn : todo) fn();
+    if (stop_now) {
+      for (queued& q : waiting) {
+        request_result r;
+        r.error = "server is shutting down";
+        r.http_status = 503;
+        if (q.cb.on_done) q.cb.on_done(r);
+      }
+      waiting.clear();
+    }
+    admit(waiting);
+    step();
+    {
+      // requests not yet admitted go back to the front of the queue so it stays bounded and FIFO
+      std::lock_guard<std::mutex> lk(mu);
+      while (!waiting.empty()) {
+        queue.push_front(std::move(waiting.back()));
+        waiting.pop_back();
+      }
+    }
+    publish();
+    const bool any_active = std::any_of(slots.begin(), slots.end(), [](const slot& s) { return s.req != nullptr; });
+    std::lock_guard<std::mutex> lk(mu);
+    if (stopping && !any_active && queue.empty() && tasks.empty()) {
+      exited = true;
+      return;
+    }
+  }
+}
+
+void scheduler::impl::run_task(const std::function<void()>& fn) {
+  std::packaged_task<void()> task(fn);
+  std::future<void> f = task.get_future();
+  bool inline_run = false;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    inline_run = exited;  // the thread is gone: nothing can race this
+    if (!inline_run) tasks.push_back([&task] { task(); });
+  }
+  if (inline_run) {
+    std::lock_guard<std::mutex> lk(inline_mu);
+    task();
+  } else {
+    cv.notify_all();
+  }
+  f.get();
+}
+
+template <class F>
+std::string scheduler::impl::slot_action(int id, int* status, bool needs_path, F&& body) {
+  int st = 200;
+  std::string err;
+  if (id < 0 || id >= p.n_slots) {
+    st = 400;
+    err = "slot " + std::to_string(id) + " does not exist (" + std::to_string(p.n_slots) + " slots)";
+  } else if (needs_path && p.slot_save_path.empty()) {
+    st = 501;
+    err = "slot save/restore is disabled: start the server with --slot-save-path";
+  } else {
+    run_task([&] {
+      slot& s = slots[static_cast<size_t>(id)];
+      if (s.req) {
+        st = 409;
+        err = "slot " + std::to_string(id) + " is busy";
+        return;
+      }
+      try {
+        body(s, st, err);
+      } catch (const input_error& e) {
+        st = 400;
+        err = e.what();
+      } catch (const std::exception& e) {
+        st = 500;
+        err = e.what();
+      }
+      publish();
+    });
+  }
+  if (status) *status = st;
+  return err;
+}
+
+scheduler::scheduler(std::shared_ptr<const model::model> m, const scheduler_params& p) : p_(std::make_unique<impl>()) {
+  if (!m) throw input_error("serve: no model");
+  if (p.n_slots < 1) throw input_error("serve: --parallel must be >= 1, found " + std::to_string(p.n_slots));
+  if (p.n_queue < 0) throw input_error("serve: the queue size must be >= 0, found " + std::to_string(p.n_queue));
+  if (p.n_draft < 0) throw input_error("serve: --draft-max must be >= 0, found " + std::to_string(p.n_draft));
+  if (p.spec == SPEC_DRAFT) throw input_error("serve: --draft is not implemented yet");
+  const int64_t total = p.ctx.n_ctx > 0 ? p.ctx.n_ctx : m->hp().n_ctx_train;
+  const int64_t per_slot = total / p.n_slots;
+  if (per_slot < 2)
+    throw input_error("serve: a context of " + std::to_string(total) + " tokens is too small for " +
+                      std::to_string(p.n_slots) + " slots");
+  impl& d = *p_;
+  d.m = std::move(m);
+  d.p = p;
+  d.slot_n_ctx = per_slot;
+  d.queue_cap = static_cast<size_t>(std::max(p.n_queue, p.n_slots));
+  runtime::context_params cp = p.ctx;
+  cp.n_ctx = per_slot;
+  d.ctx = std::make_unique<runtime::context>(d.m, cp);
+  for (int i = 0; i < p.n_slots; ++i) {
+    d.slots.push_back(slot{i, d.ctx->seq_new(), nullptr});
+    d.info.push_back(slot_info{i, false, per_slot, 0});
+  }
+  d.thread = std::thread([&d] { d.loop(); });
+}
+
+scheduler::~scheduler() { stop(); }
+
+bool scheduler::submit(request r, request_callbacks cb) {
+  {
+    std::lock_guard<std::mutex> lk(p_->mu);
+    if (p_->stopping || p_->queue.size() >= p_->queue_cap) {
+      ++p_->met.requests_rejected;
+      return false;
+    }
+    ++p_->met.requests_total;
+    p_->queue.push_back({std::move(r), std::move(cb)});
+    p_->met.requests_waiting = static_cast<int64_t>(p_->queue.size());
+  }
+  p_->cv.notify_all();
+  return true;
+}
+
+std::string scheduler::slot_save(int id, const std::string& filename, int* status) {
+  if (!filename_ok(filename)) {
+    if (status) *status = 400;
+    return "invalid file name '" + filename + "'";
+  }
+  impl& d = *p_;
+  return d.slot_action(id, status, true, [&](slot& s, int&, std::string&) {
+    d.ctx->seq_save(s.seq, (std::filesystem::path(d.p.slot_save_path) / filename).string());
+  });
+}
+
+std::string scheduler::slot_restore(int id, const std::string& filename, int* status) {
+  if (!filename_ok(filename)) {
+    if (status) *status = 400;
+    return "invalid file name '" + filename + "'";
+  }
+  impl& d = *p_;
+  return d.slot_action(id, status, true, [&](slot& s, int& st, std::string& err) {
+    const std::string path = (std::filesystem::path(d.p.slot_save_path) / filename).string();
+    if (!std::filesystem::is_regular_file(path)) {
+      st = 404;
+      err = "slot file '" + filename + "' not found";
+      return;
+    }
+    const int32_t seq = d.ctx->seq_restore(path);
+    d.ctx->seq_free(s.seq);
+    s.seq = seq;
+  });
+}
+
+std::string scheduler::slot_erase(int id, int* status) {
+  impl& d = *p_;
+  return d.slot_action(id, status, false, [&](slot& s, int&, std::string&) { d.ctx->seq_truncate(s.seq, 0); });
+}
+
+std::vector<slot_info> scheduler::slots() const {
+  std::lock_guard<std::mutex> lk(p_->mu);
+  return p_->info;
+}
+
+metrics_snapshot scheduler::metrics() const {
+  std::lock_guard<std::mutex> lk(p_->mu);
+  return p_->met;
+}
+
+const scheduler_params& scheduler::params() const { return p_->p; }
+const model::model& scheduler::model() const { return *p_->m; }
+int64_t scheduler::slot_n_ctx() const { return p_->slot_n_ctx; }
+
+void scheduler::stop() {
+  {
+    std::lock_guard<std::mutex> lk(p_->mu);
+    p_->stopping = true;
+  }
+  p_->cv.notify_all();
+  if (p_->thread.joinable() && p_->thread.get_id() != std::this_thread::get_id()) p_->thread.join();
+}
+
+}  // namespace detaudit::serve

@@ -1,0 +1,435 @@
+// serve::scheduler: continuous batching, prompt cache, slot save/restore and n-gram speculation
+// change nothing in exact numerics (token ids, top log-probs and logit hashes compared bit for bit,
+// against each other and against runtime::generate()); queue limits and shutdown answer as
+// llama-server does. In float numerics a shared step can change a request's logits.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <future>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "model/model.h"
+#include "model/synth.h"
+#include "runtime/generate.h"
+#include "serve/scheduler.h"
+#include "test_util.h"
+#include "util/error.h"
+
+using namespace detaudit;
+
+namespace {
+
+std::shared_ptr<const model::model> stories() {
+  static auto m = model::model::load(test::fixture("models/stories260K.gguf"));
+  return m;
+}
+
+serve::scheduler_params sched_params(int n_slots, int64_t total_ctx,
+                                     runtime::numerics_mode mode = runtime::NUMERICS_EXACT) {
+  serve::scheduler_params p;
+  p.ctx.numerics = mode;
+  p.ctx.n_ctx = total_ctx;
+  p.n_slots = n_slots;
+  p.n_queue = 2 * n_slots;
+  return p;
+}
+
+const char* const k_texts[] = {
+    "Once upon a time, there was a little dog",
+    "Lily liked to play in the park with her ball",
+    "The sun was hot and the boy wanted",
+    "Tom had a big red truck. One day",
+    "A bird sat on a tree",
+    "Mom said it was time for bed, but Sue",
+    "There was a cat who loved milk",
+    "The little girl found a shiny stone",
+};
+
+serve::request make_request(const model::model& m, const std::string& text, int64_t n_predict = 24) {
+  serve::request r;
+  r.prompt = runtime::generate_tokenize(m.vocab(), text);
+  r.n_predict = n_predict;
+  r.n_probs = 5;
+  r.logit_hashes = true;
+  return r;
+}
+
+// Collects results by key; waits for them.
+struct collector {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<int, serve::request_result> done;
+  std::map<int, size_t> n_events;
+
+  serve::request_callbacks callbacks(int key) {
+    serve::request_callbacks cb;
+    cb.on_token = [this, key](const serve::token_event&) {
+      std::lock_guard<std::mutex> lk(mu);
+      ++n_events[key];
+      return true;
+    };
+    cb.on_done = [this, key](const serve::request_result& r) {
+      std::lock_guard<std::mutex> lk(mu);
+      done[key] = r;
+      cv.notify_all();
+    };
+    return cb;
+  }
+  void wait(int key) {
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait(lk, [&] { return done.count(key) > 0; });
+  }
+  serve::request_result get(int key) {
+    wait(key);
+    std::lock_guard<std::mutex> lk(mu);
+    return done[key];
+  }
+};
+
+// A one-token request whose on_token blocks until release(): holds the scheduler thread so that
+// requests submitted meanwhile are admitted together, and keeps its slot busy.
+struct blocker {
+  std::promise<void> entered, gate;
+  std::shared_future<void> gate_f = gate.get_future().share();
+  bool released = false;
+
+  void submit(serve::scheduler& s, collector& c, int key, int id_slot = -1) {
+    serve::request r;
+    r.prompt = {1, 403};
+    r.n_predict = 1;
+    r.id_slot = id_slot;
+    r.cache_prompt = false;
+    serve::request_callbacks cb = c.callbacks(key);
+    cb.on_token = [this](const serve::token_event&) {
+      entered.set_value();
+      gate_f.wait();
+      return true;
+    };
+    REQUIRE(s.submit(r, cb));
+    entered.get_future().wait();
+  }
+  void release() {
+    if (!released) gate.set_value();
+    released = true;
+  }
+  ~blocker() { release(); }  // never leave the scheduler thread held when a check fails
+};
+
+serve::request_result run_alone(serve::scheduler& s, const serve::request& r) {
+  collector c;
+  REQUIRE(s.submit(r, c.callbacks(0)));
+  return c.get(0);
+}
+
+// Submits every request while the scheduler thread is held, so they start in the same step.
+std::vector<serve::request_result> run_together(serve::scheduler& s, const std::vector<serve::request>& rs) {
+  collector c;
+  blocker b;
+  b.submit(s, c, -1);
+  for (size_t i = 0; i < rs.size(); ++i) REQUIRE(s.submit(rs[i], c.callbacks(static_cast<int>(i))));
+  b.release();
+  std::vector<serve::request_result> out;
+  for (size_t i = 0; i < rs.size(); ++i) out.push_back(c.get(static_cast<int>(i)));
+  c.wait(-1);
+  return out;
+}
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// Bitwise equality of everything an audit compares; names the first difference.
+std::string diff(const runtime::generate_result& a, const runtime::generate_result& b) {
+  if (a.tokens.size() != b.tokens.size())
+    return "token count " + std::to_string(a.tokens.size()) + " vs " + std::to_string(b.tokens.size());
+  for (size_t i = 0; i < a.tokens.size(); ++i) {
+    const runtime::generated_token &x = a.tokens[i], &y = b.tokens[i];
+    if (x.id != y.id) return "step " + std::to_string(i) + ": token id";
+    if (x.logit_hash != y.logit_hash) return "step " + std::to_string(i) + ": logit hash";
+    if (x.top.size() != y.top.size()) return "step " + std::to_string(i) + ": top size";
+    for (size_t k = 0; k < x.top.size(); ++k)
+      if (x.top[k].id != y.top[k].id || bits(x.top[k].logprob) != bits(y.top[k].logprob))
+        return "step " + std::to_string(i) + ": top log-prob " + std::to_string(k);
+  }
+  if (a.chained_hash != b.chained_hash) return "chained hash";
+  if (a.text != b.text) return "text";
+  if (a.finish != b.finish || a.stop != b.stop) return "finish";
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("serve scheduler: 8 requests together equal each alone and runtime::generate bit for bit") {
+  auto m = stories();
+  std::vector<serve::request> rs;
+  for (const char* t : k_texts) rs.push_back(make_request(*m, t));
+  rs[3].sampling.temp = 0.8f;
+  rs[3].sampling.seed = 42;
+  rs[5].stop = {"."};
+  std::vector<serve::request_result> alone;
+  {
+    serve::scheduler s(m, sched_params(4, 1024));
+    for (const serve::request& r : rs) alone.push_back(run_alone(s, r));
+    CHECK(s.metrics().max_seqs_in_step == 1);
+  }
+  serve::scheduler s(m, sched_params(4, 1024));
+  const std::vector<serve::request_result> together = run_together(s, rs);
+  const serve::metrics_snapshot mt = s.metrics();
+  CHECK(mt.max_seqs_in_step >= 2);
+  CHECK(mt.requests_total == 9);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    CAPTURE(i);
+    CHECK(alone[i].error.empty());
+    CHECK(alone[i].gen.tokens.size() > 0);
+    CHECK(diff(alone[i].gen, together[i].gen) == "");
+    // the same request on a fresh context with generate()
+    runtime::context_params cp;
+    cp.n_ctx = s.slot_n_ctx();
+    runtime::context c(m, cp);
+    runtime::generate_params gp;
+    gp.n_predict = rs[i].n_predict;
+    gp.sampling = rs[i].sampling;
+    gp.stop = rs[i].stop;
+    gp.n_top_logprobs = rs[i].n_probs;
+    CHECK(diff(runtime::generate(c, rs[i].prompt, gp), together[i].gen) == "");
+  }
+}
+
+TEST_CASE("serve scheduler: the prompt cache serves the second run and changes nothing") {
+  auto m = stories();
+  serve::scheduler s(m, sched_params(1, 512));
+  const serve::request r = make_request(*m, k_texts[0]);
+  const serve::request_result first = run_alone(s, r);
+  CHECK(first.n_cached == 0);
+  const serve::request_result second = run_alone(s, r);
+  CHECK(second.n_cached == static_cast<int64_t>(r.prompt.size()) - 1);
+  CHECK(diff(first.gen, second.gen) == "");
+  serve::request off = r;
+  off.cache_prompt = false;
+  const serve::request_result third = run_alone(s, off);
+  CHECK(third.n_cached == 0);
+  CHECK(diff(first.gen, third.gen) == "");
+  // a request sharing only a prefix reuses that prefix
+  serve::request longer = make_request(*m, std::string(k_texts[0]) + " named Max");
+  const serve::request_result fourth = run_alone(s, longer);
+  CHECK(fourth.n_cached > 0);
+  CHECK(fourth.n_cached < static_cast<int64_t>(longer.prompt.size()));
+  const serve::metrics_snapshot mt = s.metrics();
+  CHECK(mt.prompt_tokens_cached == second.n_cached + fourth.n_cached);
+  CHECK(mt.generated_tokens_total == static_cast<int64_t>(first.gen.tokens.size() * 3 + fourth.gen.tokens.size()));
+}
+
+TEST_CASE("serve scheduler: slot save, erase and restore keep the cache bit for bit") {
+  auto m = stories();
+  const std::string dir = test::scratch_dir("serve_scheduler_slots");
+  serve::scheduler_params p = sched_params(2, 512);
+  p.slot_save_path = dir;
+  serve::scheduler s(m, p);
+  serve::request r = make_request(*m, k_texts[1]);
+  r.id_slot = 0;
+  const serve::request_result first = run_alone(s, r);
+  CHECK(first.slot == 0);
+  int st = 0;
+  CHECK(s.slot_save(0, "slot0.bin", &st) == "");
+  CHECK(st == 200);
+  CHECK(s.slot_erase(0, &st) == "");
+  CHECK(st == 200);
+  CHECK(s.slots()[0].n_cached == 0);
+  CHECK(s.slot_restore(0, "slot0.bin", &st) == "");
+  CHECK(st == 200);
+  CHECK(s.slots()[0].n_cached > 0);
+  const serve::request_result second = run_alone(s, r);
+  CHECK(second.n_cached == static_cast<int64_t>(r.prompt.size()) - 1);
+  CHECK(diff(first.gen, second.gen) == "");
+
+  for (const std::string& bad : {std::string(), std::string("../x"), std::string("a/b"), std::string("a\\b"),
+                                 std::string("a\0b", 3), std::string("..")}) {
+    CAPTURE(bad);
+    CHECK(s.slot_save(0, bad, &st) != "");
+    CHECK(st == 400);
+    CHECK(s.slot_restore(0, bad, &st) != "");
+    CHECK(st == 400);
+  }
+  CHECK(s.slot_restore(0, "missing.bin", &st) != "");
+  CHECK(st == 404);
+  CHECK(s.slot_save(7, "x.bin", &st) != "");
+  CHECK(st == 400);
+  {
+    // a request that runs until the client goes away (on_token returns false) keeps slot 1 busy
+    collector c;
+    std::atomic<bool> go_away{false};
+    std::promise<void> started;
+    std::atomic<bool> started_set{false};
+    serve::request busy = make_request(*m, k_texts[2], -1);
+    busy.id_slot = 1;
+    serve::request_callbacks cb = c.callbacks(0);
+    cb.on_token = [&](const serve::token_event&) {
+      if (!started_set.exchange(true)) started.set_value();
+      return !go_away.load();
+    };
+    REQUIRE(s.submit(busy, cb));
+    started.get_future().wait();
+    CHECK(s.slot_save(1, "x.bin", &st) != "");
+    CHECK(st == 409);
+    CHECK(s.slot_erase(1, &st) != "");
+    CHECK(st == 409);
+    go_away = true;
+    const serve::request_result r = c.get(0);
+    CHECK(r.http_status == 499);
+    CHECK(r.gen.tokens.size() >= 2);
+  }
+  serve::scheduler none(m, sched_params(1, 256));
+  CHECK(none.slot_save(0, "x.bin", &st) != "");
+  CHECK(st == 501);
+  CHECK(none.slot_restore(0, "x.bin", &st) != "");
+  CHECK(st == 501);
+}
+
+TEST_CASE("serve scheduler: n-gram speculation gives the same output and accepts drafts") {
+  auto m = stories();
+  const std::string text =
+      "The cat sat on the mat. The cat sat on the mat. The cat sat on the mat. The cat sat on the mat.";
+  serve::scheduler_params p = sched_params(2, 1024);
+  serve::scheduler plain(m, p);
+  p.spec = serve::SPEC_NGRAM;
+  p.n_draft = 8;
+  serve::scheduler spec(m, p);
+  for (float temp : {0.0f, 0.8f}) {
+    CAPTURE(temp);
+    serve::request r = make_request(*m, text, 64);
+    r.sampling.temp = temp;
+    r.sampling.seed = 1234;
+    const serve::request_result a = run_alone(plain, r);
+    const serve::request_result b = run_alone(spec, r);
+    CHECK(diff(a.gen, b.gen) == "");
+    CHECK(a.n_draft_proposed == 0);
+    CHECK(b.n_draft_proposed > 0);
+    if (temp == 0.0f) CHECK(b.n_draft_accepted > 0);
+    MESSAGE("temp " << temp << ": drafts proposed " << b.n_draft_proposed << ", accepted " << b.n_draft_accepted);
+    r.speculative = false;
+    const serve::request_result c = run_alone(spec, r);
+    CHECK(c.n_draft_proposed == 0);
+    CHECK(diff(a.gen, c.gen) == "");
+    // speculation beside other requests in the same steps
+    std::vector<serve::request> rs = {make_request(*m, k_texts[2], 64), make_request(*m, text, 64)};
+    rs[1].sampling = r.sampling;
+    rs[1].speculative = true;
+    const std::vector<serve::request_result> both = run_together(spec, rs);
+    CHECK(diff(a.gen, both[1].gen) == "");
+  }
+  CHECK(spec.metrics().draft_accepted_total > 0);
+  CHECK(spec.metrics().draft_proposed_total >= spec.metrics().draft_accepted_total);
+  serve::scheduler_params d = sched_params(1, 256);
+  d.spec = serve::SPEC_DRAFT;
+  CHECK_THROWS_AS(serve::scheduler(m, d), input_error);
+}
+
+TEST_CASE("serve scheduler: a full queue refuses, stop() answers waiting requests with 503") {
+  auto m = stories();
+  {
+    serve::scheduler_params q = sched_params(1, 256);
+    q.n_queue = 0;
+    serve::scheduler s(m, q);
+    collector c;
+    blocker b;
+    b.submit(s, c, 0);
+    CHECK(s.submit(make_request(*m, k_texts[0], 4), c.callbacks(1)));
+    CHECK_FALSE(s.submit(make_request(*m, k_texts[1], 4), c.callbacks(2)));
+    CHECK(s.metrics().requests_rejected == 1);
+    CHECK(s.metrics().requests_waiting == 1);
+    b.release();
+    CHECK(c.get(1).error == "");
+    CHECK(c.done.count(2) == 0);
+  }
+  serve::scheduler_params p = sched_params(1, 256);
+  p.n_queue = 4;
+  serve::scheduler s(m, p);
+  collector c;
+  blocker b;
+  b.submit(s, c, 0);
+  CHECK(s.submit(make_request(*m, k_texts[0], 4), c.callbacks(1)));
+  CHECK(s.submit(make_request(*m, k_texts[1], 4), c.callbacks(2)));
+  std::thread stopper([&] { s.stop(); });
+  int key = 10;
+  for (int i = 0; i < 2000 && s.submit(make_request(*m, k_texts[2], 4), c.callbacks(key)); ++i) {
+    ++key;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  b.release();
+  stopper.join();
+  CHECK(c.get(0).error == "");
+  for (int k : {1, 2}) {
+    const serve::request_result r = c.get(k);
+    CHECK(r.http_status == 503);
+    CHECK(r.error == "server is shutting down");
+  }
+  CHECK_FALSE(s.submit(make_request(*m, k_texts[0], 4), c.callbacks(99)));
+}
+
+TEST_CASE("serve scheduler: bad requests fail alone with 400") {
+  auto m = stories();
+  serve::scheduler s(m, sched_params(2, 256));
+  serve::request r = make_request(*m, k_texts[0], 4);
+  r.prompt.assign(200, 403);
+  CHECK(run_alone(s, r).http_status == 400);
+  r = make_request(*m, k_texts[0], 4);
+  r.stop = {""};
+  CHECK(run_alone(s, r).http_status == 400);
+  r = make_request(*m, k_texts[0], 4);
+  r.prompt.push_back(1 << 20);
+  CHECK(run_alone(s, r).http_status == 400);
+  r = make_request(*m, k_texts[0], 4);
+  r.id_slot = 2;
+  CHECK(run_alone(s, r).http_status == 400);
+  // a slot's context full ends the request as generate() does
+  r = make_request(*m, k_texts[0], -1);
+  const serve::request_result full = run_alone(s, r);
+  CHECK(full.error == "");
+  if (full.gen.stop == runtime::STOP_CONTEXT)
+    CHECK(static_cast<int64_t>(r.prompt.size() + full.gen.tokens.size()) == s.slot_n_ctx() + 1);
+}
+
+TEST_CASE("serve scheduler: in float numerics a shared step changes logits") {
+  const std::string dir = test::scratch_dir("serve_scheduler_float");
+  model::synth_options o;
+  o.n_embd = 64;
+  o.n_layer = 2;
+  o.n_head = 4;
+  o.n_head_kv = 2;
+  o.n_ff = 192;
+  o.vocab_from = test::fixture("models/stories260K.gguf");
+  model::synth_write(o, dir + "/synth.gguf");
+  std::shared_ptr<const model::model> m = model::model::load(dir + "/synth.gguf");
+  std::vector<serve::request> rs;
+  for (int i = 0; i < 16; ++i) rs.push_back(make_request(*m, k_texts[i % 8] + std::string(i >= 8 ? " again" : ""), 4));
+  const int n = static_cast<int>(rs.size());
+  std::vector<serve::request_result> alone;
+  {
+    serve::scheduler s(m, sched_params(n, 64 * n, runtime::NUMERICS_FLOAT));
+    for (const serve::request& r : rs) alone.push_back(run_alone(s, r));
+    CHECK(s.metrics().max_tokens_in_step < 32);
+  }
+  serve::scheduler s(m, sched_params(n, 64 * n, runtime::NUMERICS_FLOAT));
+  const std::vector<serve::request_result> together = run_together(s, rs);
+  CHECK(s.metrics().max_tokens_in_step >= 32);
+  int n_differ = 0;
+  for (int i = 0; i < n; ++i) n_differ += diff(alone[static_cast<size_t>(i)].gen, together[static_cast<size_t>(i)].gen) != "" ? 1 : 0;
+  MESSAGE("float numerics: " << n_differ << " of " << n << " requests differ when batched");
+  CHECK(n_differ > 0);
+  // the same in exact numerics: none differs
+  std::vector<serve::request_result> ex_alone;
+  {
+    serve::scheduler e(m, sched_params(n, 64 * n));
+    for (const serve::request& r : rs) ex_alone.push_back(run_alone(e, r));
+  }
+  serve::scheduler e(m, sched_params(n, 64 * n));
+  const std::vector<serve::request_result> ex_together = run_together(e, rs);
+  for (int i = 0; i < n; ++i) CHECK(diff(ex_alone[static_cast<size_t>(i)].gen, ex_together[static_cast<size_t>(i)].gen) == "");
+}
