@@ -130,6 +130,7 @@ void build_app(CLI::App& app) {
   setup_synth(app);
   setup_generate(app);
   setup_score(app);
+  setup_serve(app);
 }
 
 int report_parse_error(CLI::App& app, const CLI::ParseError& e) {

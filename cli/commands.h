@@ -13,5 +13,6 @@ void setup_vocab(CLI::App& app);
 void setup_synth(CLI::App& app);
 void setup_generate(CLI::App& app);
 void setup_score(CLI::App& app);
+void setup_serve(CLI::App& app);
 
 }  // namespace detaudit::cli

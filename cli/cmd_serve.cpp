@@ -1,0 +1,113 @@
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <pthread.h>
+#include <thread>
+
+#include "commands.h"
+#include "runtime/context.h"
+#include "serve/http_server.h"
+#include "serve/scheduler.h"
+#include "util/error.h"
+
+namespace detaudit::cli {
+namespace {
+
+struct serve_cmd_options {
+  std::string model;
+  int n_slots = 1;
+  int64_t ctx_size = 0;
+  int64_t ubatch = 512;
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::string numerics = "exact";
+  std::string spec;
+  std::string slot_save_path;
+  std::string api_key;
+  std::string api_key_env;
+  serve::http_server_params http;
+};
+
+serve::scheduler_params scheduler_params_make(const serve_cmd_options& o) {
+  serve::scheduler_params sp;
+  sp.ctx.numerics = runtime::numerics_from_name(o.numerics);
+  sp.ctx.n_threads = o.threads;
+  sp.ctx.n_ubatch = o.ubatch;
+  sp.ctx.n_ctx = o.ctx_size;
+  sp.n_slots = o.n_slots;
+  sp.slot_save_path = o.slot_save_path;
+  if (o.spec == "ngram") sp.spec = serve::SPEC_NGRAM;
+  else if (!o.spec.empty()) throw input_error("--spec: expected ngram, found '" + o.spec + "'");
+  return sp;
+}
+
+// Serves until SIGINT or SIGTERM. The signals are blocked in every thread (before any starts)
+// and taken here with sigwait, so no handler runs inside the server or the scheduler.
+void run_serve(const serve_cmd_options& o) {
+  serve::http_server_params hp = o.http;
+  hp.api_key = o.api_key;
+  if (!o.api_key_env.empty()) {
+    const char* k = std::getenv(o.api_key_env.c_str());
+    if (!k || !*k) throw input_error("--api-key-env: environment variable " + o.api_key_env + " is not set or empty");
+    hp.api_key = k;
+  }
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  auto m = model::model::load(o.model);
+  serve::scheduler sched(m, scheduler_params_make(o));
+  serve::http_server server(sched, hp);
+  const int port = server.bind();
+  std::cout << "listening on http://" << hp.host << ":" << port << std::endl;
+  std::thread listener([&server] {
+    if (!server.listen()) std::cerr << "serve: the HTTP server stopped with an error\n";
+    kill(getpid(), SIGTERM);  // wakes sigwait below when the server ended on its own
+  });
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  server.stop();
+  listener.join();
+  sched.stop();
+}
+
+}  // namespace
+
+void setup_serve(CLI::App& app) {
+  auto opt = std::make_shared<serve_cmd_options>();
+  CLI::App* sub = app.add_subcommand(
+      "serve",
+      "Serve the model over HTTP: llama.cpp's /completion, /tokenize, /detokenize, /props, /slots, /metrics and\n"
+      "OpenAI's /v1/completions, /v1/chat/completions, /v1/models, with continuous batching over -np slots. In\n"
+      "--numerics exact a request's tokens, log-probs and logit hashes do not depend on what else is served.\n"
+      "docs/serve-api.md lists every endpoint and field.");
+  sub->add_option("-m,--model", opt->model, "GGUF model file")->required()->check(CLI::ExistingFile)->type_name("FILE.gguf");
+  sub->add_option("--parallel", opt->n_slots, "Slots: requests generated at once (-np)")->check(CLI::Range(1, 256))->capture_default_str();
+  sub->add_option("-c,--ctx-size", opt->ctx_size, "Total context, split evenly among the slots; 0: the model's trained context per slot")
+      ->capture_default_str();
+  sub->add_option("--ubatch", opt->ubatch, "Most tokens evaluated in one forward step (-ub)")->capture_default_str();
+  sub->add_option("-t,--threads", opt->threads, "Threads used by the engine")->capture_default_str();
+  sub->add_option("--numerics", opt->numerics, "exact (bit-identical under any batching) or float")->capture_default_str()->type_name("MODE");
+  sub->add_option("--host", opt->http.host, "Address to listen on")->capture_default_str();
+  sub->add_option("--port", opt->http.port, "Port to listen on; 0: any free port (printed)")->check(CLI::Range(0, 65535))->capture_default_str();
+  CLI::Option* key = sub->add_option("--api-key", opt->api_key, "Require 'Authorization: Bearer KEY' on every route but /health")
+                         ->type_name("KEY");
+  sub->add_option("--api-key-env", opt->api_key_env, "Read the API key from this environment variable")->excludes(key)->type_name("NAME");
+  sub->add_option("--slot-save-path", opt->slot_save_path, "Folder for POST /slots/{id}?action=save|restore")->type_name("DIR");
+  sub->add_option("--spec", opt->spec, "Speculative decoding: ngram (drafts from the request's own text)")->type_name("KIND");
+  sub->add_option("--chat-template", opt->http.chat_template,
+                  "Chat template family for /v1/chat/completions instead of the detected one: chatml, qwen3, deepseek-r1, "
+                  "llama3, llama2, phi3")
+      ->type_name("NAME");
+  sub->add_option("--timeout", opt->http.timeout_s, "Socket read / write timeout in seconds")->check(CLI::Range(1, 86400))->capture_default_str();
+  sub->footer(
+      "Prints 'listening on http://HOST:PORT' when ready; SIGINT / SIGTERM stop it (exit 0).\n"
+      "Examples:\n"
+      "  detaudit serve -m stories260K.gguf -np 4 -c 2048 --port 8080\n"
+      "  curl -s localhost:8080/completion -d '{\"prompt\": \"Once upon a time\", \"n_predict\": 32, \"logit_hashes\": true}'");
+  sub->callback([opt] { run_serve(*opt); });
+}
+
+}  // namespace detaudit::cli

@@ -1,0 +1,105 @@
+// Shared by the http_*.cpp files: the error type every handler may throw, JSON field readers
+// that name the field they reject, token / log-prob formatting, and the two ways to run a
+// completion on the scheduler (blocking, or streamed as server-sent events).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "serve/http_server.h"
+#include "serve/scheduler.h"
+
+namespace detaudit::serve {
+
+using json = nlohmann::json;
+
+// Answered as an OpenAI error object with this status.
+class http_error : public std::runtime_error {
+ public:
+  http_error(int status, const std::string& message) : std::runtime_error(message), status_(status) {}
+  int status() const { return status_; }
+
+ private:
+  int status_;
+};
+
+struct http_state {
+  scheduler& sched;
+  http_server_params params;
+  std::string model_id;     // the model file's name
+  std::string fingerprint;  // system_fingerprint
+  std::atomic<int64_t> next_id{1};
+};
+
+// ---- http_json.cpp ----
+
+// {"error": {"message", "type", "code"}}; type from the status ("invalid_request_error", ...).
+json error_json(int status, const std::string& message);
+void error_send(httplib::Response& res, int status, const std::string& message);
+// JSON text; invalid UTF-8 (a byte token's piece) replaced by U+FFFD.
+std::string json_text(const json& j);
+void json_send(httplib::Response& res, const json& j);
+// "data: {...}\n\n".
+std::string sse_event(const json& j);
+
+// The request body as a JSON object. Throws http_error 400 for malformed JSON or a non-object.
+json body_parse(const httplib::Request& req);
+// Field readers: the default when the key is absent or null; http_error 400 naming the key when
+// the value has the wrong type or lies outside [lo, hi].
+int64_t field_int(const json& b, const char* key, int64_t dflt, int64_t lo, int64_t hi);
+double field_number(const json& b, const char* key, double dflt);
+bool field_bool(const json& b, const char* key, bool dflt);
+std::string field_string(const json& b, const char* key, const std::string& dflt);
+// A string or an array of strings.
+std::vector<std::string> field_stop(const json& b, const char* key);
+// Token ids: a string (tokenized as a plain prompt), an array of ids, or a one-element array
+// holding either. Ids are checked against the vocabulary.
+std::vector<int32_t> field_prompt(const http_state& st, const json& b, const char* key);
+// Throws http_error 400 naming `key` unless it is absent or equal to 1.
+void field_require_n1(const json& b, const char* key);
+
+// Sampling fields shared by all completion endpoints (temperature, top_k, top_p, min_p, seed,
+// repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty), checked.
+void sampling_parse(const json& b, runtime::sampling_params& s);
+json sampling_to_json(const runtime::sampling_params& s);
+
+// Token text (control tokens as their text) and its bytes.
+std::string token_piece(const http_state& st, int32_t id);
+json token_bytes(const std::string& piece);
+// llama.cpp's completion_probabilities entry for one generated token.
+json token_probs_llamacpp(const http_state& st, const runtime::generated_token& t);
+// The sampled token's log-prob when it is among the top entries, else null.
+json token_logprob_of(const runtime::generated_token& t);
+
+// "eos" | "word" | "limit"; OpenAI's "stop" | "length".
+const char* stop_type_llamacpp(runtime::stop_type s);
+const char* finish_reason_openai(const runtime::generate_result& g);
+// llama.cpp's timings object.
+json timings_json(const runtime::run_timings& t);
+
+// ---- http_server.cpp ----
+
+// Submits and waits for the result. Throws http_error 503 when the queue is full, 400 when the
+// prompt does not fit a slot, and the scheduler's status when the request failed.
+request_result completion_run(http_state& st, request r);
+
+struct stream_format {
+  std::function<std::string(const token_event&)> token;     // SSE text for one token ("" = none)
+  std::function<std::string(const request_result&)> done;   // SSE text that ends a successful stream
+};
+// Submits and answers with a chunked text/event-stream; a failed request ends with an error event.
+void completion_stream(http_state& st, request r, stream_format fmt, httplib::Response& res);
+
+// ---- route registration ----
+void routes_llamacpp(httplib::Server& srv, http_state& st,
+                     const std::function<httplib::Server::Handler(httplib::Server::Handler)>& wrap);
+void routes_openai(httplib::Server& srv, http_state& st,
+                   const std::function<httplib::Server::Handler(httplib::Server::Handler)>& wrap);
+
+}  // namespace detaudit::serve

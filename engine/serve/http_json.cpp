@@ -1,0 +1,205 @@
+// JSON in and out of the HTTP layer: field readers that name what they reject, OpenAI error
+// objects, and the token / log-prob / timing shapes llama.cpp's server and OpenAI use.
+#include <cmath>
+#include <limits>
+
+#include "serve/http_handlers.h"
+#include "tokenizer/vocab.h"
+
+namespace detaudit::serve {
+namespace {
+
+const char* error_type(int status) {
+  switch (status) {
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 501: return "not_supported_error";
+    case 503: return "unavailable_error";
+    default: return status >= 500 ? "server_error" : "invalid_request_error";
+  }
+}
+
+[[noreturn]] void field_fail(const char* key, const char* expected, const json& v) {
+  throw http_error(400, std::string("field '") + key + "': expected " + expected + ", found " +
+                            (v.is_primitive() ? json_text(v) : std::string(v.type_name())));
+}
+
+}  // namespace
+
+json error_json(int status, const std::string& message) {
+  return {{"error", {{"message", message}, {"type", error_type(status)}, {"code", status}}}};
+}
+
+std::string json_text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void json_send(httplib::Response& res, const json& j) { res.set_content(json_text(j), "application/json"); }
+
+void error_send(httplib::Response& res, int status, const std::string& message) {
+  res.status = status;
+  json_send(res, error_json(status, message));
+}
+
+std::string sse_event(const json& j) { return "data: " + json_text(j) + "\n\n"; }
+
+json body_parse(const httplib::Request& req) {
+  json b = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (b.is_discarded()) throw http_error(400, "request body: not valid JSON");
+  if (!b.is_object()) throw http_error(400, std::string("request body: expected a JSON object, found ") + b.type_name());
+  return b;
+}
+
+int64_t field_int(const json& b, const char* key, int64_t dflt, int64_t lo, int64_t hi) {
+  auto it = b.find(key);
+  if (it == b.end() || it->is_null()) return dflt;
+  int64_t v = 0;
+  if (it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+    field_fail(key, "a 64-bit signed integer", *it);
+  if (it->is_number_integer()) v = it->get<int64_t>();
+  else if (it->is_number_float() && std::floor(it->get<double>()) == it->get<double>() && std::fabs(it->get<double>()) < 9e15)
+    v = static_cast<int64_t>(it->get<double>());
+  else field_fail(key, "an integer", *it);
+  if (v < lo || v > hi)
+    throw http_error(400, std::string("field '") + key + "': expected an integer in [" + std::to_string(lo) + ", " +
+                              std::to_string(hi) + "], found " + json_text(*it));
+  return v;
+}
+
+double field_number(const json& b, const char* key, double dflt) {
+  auto it = b.find(key);
+  if (it == b.end() || it->is_null()) return dflt;
+  if (!it->is_number()) field_fail(key, "a number", *it);
+  return it->get<double>();
+}
+
+bool field_bool(const json& b, const char* key, bool dflt) {
+  auto it = b.find(key);
+  if (it == b.end() || it->is_null()) return dflt;
+  if (!it->is_boolean()) field_fail(key, "true or false", *it);
+  return it->get<bool>();
+}
+
+std::string field_string(const json& b, const char* key, const std::string& dflt) {
+  auto it = b.find(key);
+  if (it == b.end() || it->is_null()) return dflt;
+  if (!it->is_string()) field_fail(key, "a string", *it);
+  return it->get<std::string>();
+}
+
+std::vector<std::string> field_stop(const json& b, const char* key) {
+  auto it = b.find(key);
+  std::vector<std::string> out;
+  if (it == b.end() || it->is_null()) return out;
+  if (it->is_string()) out.push_back(it->get<std::string>());
+  else if (it->is_array()) {
+    for (const json& s : *it) {
+      if (!s.is_string()) field_fail(key, "a string or an array of strings", *it);
+      out.push_back(s.get<std::string>());
+    }
+  } else {
+    field_fail(key, "a string or an array of strings", *it);
+  }
+  for (const std::string& s : out)
+    if (s.empty()) throw http_error(400, std::string("field '") + key + "': empty stop string");
+  return out;
+}
+
+std::vector<int32_t> field_prompt(const http_state& st, const json& b, const char* key) {
+  auto it = b.find(key);
+  if (it == b.end() || it->is_null()) throw http_error(400, std::string("field '") + key + "': missing");
+  const json* p = &*it;
+  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
+  const tokenizer::vocab& v = st.sched.model().vocab();
+  std::vector<int32_t> ids;
+  if (p->is_string()) {
+    ids = runtime::generate_tokenize(v, p->get<std::string>());
+  } else if (p->is_array()) {
+    for (const json& t : *p) {
+      if (!t.is_number_integer()) field_fail(key, "a string or an array of token ids", *it);
+      const int64_t id = t.get<int64_t>();
+      if (id < 0 || id >= v.size())
+        throw http_error(400, std::string("field '") + key + "': token id " + std::to_string(id) +
+                                  " outside the vocabulary [0, " + std::to_string(v.size()) + ")");
+      ids.push_back(static_cast<int32_t>(id));
+    }
+  } else {
+    field_fail(key, "a string or an array of token ids", *it);
+  }
+  if (ids.empty()) throw http_error(400, std::string("field '") + key + "': empty prompt");
+  return ids;
+}
+
+void field_require_n1(const json& b, const char* key) {
+  const int64_t n = field_int(b, key, 1, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+  if (n != 1) throw http_error(400, std::string("field '") + key + "': only 1 choice per request is supported, found " + std::to_string(n));
+}
+
+void sampling_parse(const json& b, runtime::sampling_params& s) {
+  s.temp = static_cast<float>(field_number(b, "temperature", s.temp));
+  s.top_k = static_cast<int32_t>(field_int(b, "top_k", s.top_k, 0, INT32_MAX));
+  s.top_p = static_cast<float>(field_number(b, "top_p", s.top_p));
+  s.min_p = static_cast<float>(field_number(b, "min_p", s.min_p));
+  const int64_t seed = field_int(b, "seed", static_cast<int64_t>(s.seed), -1, INT64_MAX);
+  s.seed = seed < 0 ? 0 : static_cast<uint64_t>(seed);
+  s.repeat_penalty = static_cast<float>(field_number(b, "repeat_penalty", s.repeat_penalty));
+  s.penalty_last_n = static_cast<int32_t>(field_int(b, "repeat_last_n", s.penalty_last_n, -1, INT32_MAX));
+  s.presence_penalty = static_cast<float>(field_number(b, "presence_penalty", s.presence_penalty));
+  s.frequency_penalty = static_cast<float>(field_number(b, "frequency_penalty", s.frequency_penalty));
+  runtime::sampling_check_params(s);
+}
+
+json sampling_to_json(const runtime::sampling_params& s) {
+  return {{"temperature", s.temp},         {"top_k", s.top_k},
+          {"top_p", s.top_p},              {"min_p", s.min_p},
+          {"seed", s.seed},                {"repeat_penalty", s.repeat_penalty},
+          {"repeat_last_n", s.penalty_last_n}, {"presence_penalty", s.presence_penalty},
+          {"frequency_penalty", s.frequency_penalty}};
+}
+
+std::string token_piece(const http_state& st, int32_t id) {
+  return tokenizer::token_to_piece(st.sched.model().vocab(), id, /*special=*/true);
+}
+
+json token_bytes(const std::string& piece) {
+  json a = json::array();
+  for (unsigned char c : piece) a.push_back(static_cast<int>(c));
+  return a;
+}
+
+json token_probs_llamacpp(const http_state& st, const runtime::generated_token& t) {
+  json top = json::array();
+  for (const runtime::token_logprob& e : t.top) {
+    const std::string piece = token_piece(st, e.id);
+    top.push_back({{"id", e.id}, {"token", piece}, {"logprob", e.logprob}, {"bytes", token_bytes(piece)}});
+  }
+  return {{"id", t.id}, {"token", t.piece}, {"logprob", token_logprob_of(t)}, {"bytes", token_bytes(t.piece)}, {"top_logprobs", top}};
+}
+
+json token_logprob_of(const runtime::generated_token& t) {
+  for (const runtime::token_logprob& e : t.top)
+    if (e.id == t.id) return e.logprob;
+  return nullptr;
+}
+
+const char* stop_type_llamacpp(runtime::stop_type s) {
+  switch (s) {
+    case runtime::STOP_EOG: return "eos";
+    case runtime::STOP_WORD: return "word";
+    default: return "limit";
+  }
+}
+
+const char* finish_reason_openai(const runtime::generate_result& g) { return runtime::finish_reason_name(g.finish); }
+
+json timings_json(const runtime::run_timings& t) {
+  return {{"prompt_n", t.n_prompt},
+          {"prompt_ms", t.prompt_ms},
+          {"prompt_per_token_ms", t.n_prompt > 0 ? t.prompt_ms / static_cast<double>(t.n_prompt) : 0.0},
+          {"prompt_per_second", t.prompt_tokens_per_s()},
+          {"predicted_n", t.n_gen},
+          {"predicted_ms", t.gen_ms},
+          {"predicted_per_token_ms", t.n_gen > 0 ? t.gen_ms / static_cast<double>(t.n_gen) : 0.0},
+          {"predicted_per_second", t.gen_tokens_per_s()}};
+}
+
+}  // namespace detaudit::serve
