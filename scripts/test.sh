@@ -26,4 +26,5 @@ cmake -S . -B "$build" "${cmake_args[@]}" >/dev/null
 cmake --build "$build" -j "$jobs"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-ctest --test-dir "$build" --output-on-failure -j "$jobs" "${ctest_args[@]}"
+# A hung test fails after 10 minutes instead of holding the run.
+ctest --test-dir "$build" --output-on-failure --timeout 600 -j "$jobs" "${ctest_args[@]}"
