@@ -15,7 +15,20 @@ for p in "${packages[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
   [ "$status" = "install ok installed" ] || missing+=("$p")
 done
+install_node_modules() {
+  # The e2e test of the official OpenAI Node client: its exact version is pinned by the lockfile.
+  local dir
+  dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../tests/e2e/openai-node" && pwd)
+  if [ ! -d "$dir/node_modules/openai" ]; then
+    (cd "$dir" && npm ci --no-audit --no-fund --silent) || { echo "setup.sh: npm ci failed in $dir" >&2; exit 1; }
+  fi
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
+  command -v npm >/dev/null || missing+=(nodejs npm)
+fi
+if [ ${#missing[@]} -eq 0 ]; then
+  install_node_modules
   exit 0
 fi
 
@@ -28,4 +41,6 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+command -v npm >/dev/null || $sudo apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+install_node_modules
 echo "setup.sh: done" >&2
