@@ -12,6 +12,7 @@
 #include "model/model.h"
 #include "model/synth.h"
 #include "runtime/context.h"
+#include "synth_util.h"
 #include "test_util.h"
 #include "util/error.h"
 #include "util/sha256.h"
@@ -73,18 +74,7 @@ void gguf_copy(const std::string& src, const std::string& dst, const gguf_edit& 
   w.write(dst);
 }
 
-model::synth_options small(model::arch_id a, gguf::dtype t) {
-  model::synth_options o;
-  o.arch = a;
-  o.type = t;
-  o.n_embd = 256;
-  o.n_layer = 2;
-  o.n_head = 4;
-  o.n_head_kv = 2;
-  o.n_ff = 512;
-  o.n_ctx = 256;
-  return o;
-}
+model::synth_options small(model::arch_id a, gguf::dtype t) { return test::small_model(a, t, 7, 256); }
 
 const std::vector<int32_t> k_tokens = {1, 17, 300, 42, 99};
 

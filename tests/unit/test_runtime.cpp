@@ -12,6 +12,7 @@
 #include "model/model.h"
 #include "model/synth.h"
 #include "runtime/context.h"
+#include "synth_util.h"
 #include "test_util.h"
 
 using namespace detaudit;
@@ -175,19 +176,7 @@ outcome invariance_matrix(std::shared_ptr<const model::model> m, runtime::numeri
   return o;
 }
 
-model::synth_options synth(model::arch_id a, gguf::dtype t) {
-  model::synth_options o;
-  o.arch = a;
-  o.type = t;
-  o.n_embd = 256;
-  o.n_layer = 2;
-  o.n_head = 4;
-  o.n_head_kv = 2;
-  o.n_ff = 512;
-  o.n_ctx = 256;
-  o.seed = 11;
-  return o;
-}
+model::synth_options synth(model::arch_id a, gguf::dtype t) { return test::small_model(a, t, 11, 256); }
 
 struct model_case {
   std::string name;

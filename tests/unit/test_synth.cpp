@@ -10,6 +10,7 @@
 #include "gguf/quants.h"
 #include "model/arch.h"
 #include "model/synth.h"
+#include "synth_util.h"
 #include "test_util.h"
 #include "util/error.h"
 #include "util/sha256.h"
@@ -54,18 +55,7 @@ double bound(gguf::dtype t) {
   }
 }
 
-model::synth_options tiny(model::arch_id a, gguf::dtype t) {
-  model::synth_options o;
-  o.arch = a;
-  o.type = t;
-  o.n_embd = 256;
-  o.n_layer = 2;
-  o.n_head = 4;
-  o.n_head_kv = 2;
-  o.n_ff = 512;
-  o.seed = 7;
-  return o;
-}
+model::synth_options tiny(model::arch_id a, gguf::dtype t) { return test::small_model(a, t); }
 
 }  // namespace
 
