@@ -131,6 +131,10 @@ void build_app(CLI::App& app) {
   setup_generate(app);
   setup_score(app);
   setup_serve(app);
+  setup_run(app);
+  setup_merge(app);
+  setup_compare(app);
+  setup_report(app);
 }
 
 int report_parse_error(CLI::App& app, const CLI::ParseError& e) {
@@ -162,7 +166,7 @@ int cli_main(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
     args = cli_rewrite_args(args);
     args = expand_config(app, std::move(args));
-    if (args.empty()) throw CLI::RequiredError("a subcommand is required (inspect, tokenize, vocab, synth, generate, score)");
+    if (args.empty()) throw CLI::RequiredError("a subcommand is required (run, compare, report, merge, serve, generate, score, synth, inspect, tokenize, vocab)");
     std::reverse(args.begin(), args.end());  // CLI11 parses a reversed vector
     app.parse(args);
     return EXIT_OK;
@@ -174,6 +178,8 @@ int cli_main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     return report_parse_error(app, e);
+  } catch (const exit_with& e) {
+    return e.code();
   } catch (const input_error& e) {
     std::fprintf(stderr, "detaudit: %s\n", one_line(e.what()).c_str());
     return EXIT_USAGE;

@@ -5,6 +5,7 @@
 // line on stderr.
 #pragma once
 
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,18 @@ constexpr int EXIT_DIVERGED = 1;
 constexpr int EXIT_USAGE = 2;
 constexpr int EXIT_UNREACHABLE = 3;
 constexpr int EXIT_INTERNAL = 4;  // a bug or resource failure in detaudit itself
+
+// Thrown by a subcommand's callback to end with a given exit code after it has printed what it
+// has to say (e.g. EXIT_DIVERGED after a report, EXIT_UNREACHABLE after keeping the records).
+class exit_with : public std::exception {
+ public:
+  explicit exit_with(int code) : code_(code) {}
+  int code() const { return code_; }
+  const char* what() const noexcept override { return "exit"; }
+
+ private:
+  int code_;
+};
 
 // Runs the command line; returns the process exit code. Never throws.
 int cli_main(int argc, char** argv);

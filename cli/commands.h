@@ -14,5 +14,9 @@ void setup_synth(CLI::App& app);
 void setup_generate(CLI::App& app);
 void setup_score(CLI::App& app);
 void setup_serve(CLI::App& app);
+void setup_run(CLI::App& app);
+void setup_merge(CLI::App& app);
+void setup_compare(CLI::App& app);
+void setup_report(CLI::App& app);
 
 }  // namespace detaudit::cli

@@ -1,0 +1,70 @@
+// The audit runner: items x probes x conditions against one or more targets, records appended per
+// response, resumable, shardable.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "probes/target.h"
+#include "reports/record.h"
+
+namespace detaudit::probes {
+
+struct item {
+  std::string id;
+  std::string prompt;     // the question / prompt text
+  std::string reference;  // gold answer ("" = not graded)
+  std::string grader;     // gsm8k, exact, numeric, regex:..., "" = not graded
+};
+
+// --prompts FILE.txt (one prompt per line; blank lines skipped) or FILE.jsonl ({"id"?, "prompt",
+// "answer"?, "grader"?} per line); --dataset gsm8k:FILE[:N] (GSM8K test.jsonl: question/answer; the
+// prompt is the question, graded by gsm8k strict-match). Throws input_error naming file and line.
+std::vector<item> items_load_prompts(const std::string& path);
+std::vector<item> items_load_dataset(const std::string& spec);
+
+// A lint finding: a request or prompt pitfall found before anything is sent.
+struct lint_finding {
+  std::string severity;  // "warning" | "error"
+  std::string code;      // e.g. "temp0-top-p", "n-gt-1", "penalty", "bom", "zero-width", "crlf", "timestamp"
+  std::string item_id;   // "" for request-level findings
+  std::string message;
+};
+std::vector<lint_finding> lint(const std::vector<item>& items, const gen_request& base);
+
+struct run_options {
+  std::vector<std::string> probes;   // repeat, concurrency, cache, speculation, batch, seed, cross, lint
+  int concurrency = 8;               // the concurrency probe's N
+  int seed_k = 5;                    // the seed probe's K
+  double seed_temperature = 0.7;
+  uint64_t seed = 42;
+  bool chat = true;                  // chat request (--chat) or raw completion (--raw)
+  gen_request base;                  // n_predict, temperature 0, n_probs, extra
+  std::string out_dir;
+  std::string run_id;                // "" = new (resume keeps the folder's)
+  bool resume = false;
+  int shard_index = 0, shard_count = 1;  // --shard I/N (0-based index here; the CLI takes 1-based)
+  bool progress_tty = false;         // a redrawn progress line instead of plain lines
+  std::function<void(const std::string&)> log;  // progress output (stderr)
+};
+
+struct run_result {
+  size_t records_written = 0;
+  size_t records_skipped = 0;  // already present (--resume)
+  size_t errors = 0;
+  bool unreachable = false;    // a target became unreachable; the run stopped early
+  std::string unreachable_message;
+  std::string records_path;
+};
+
+// Runs the audit; writes run.json and records into opt.out_dir. Targets are given labelled A, B, ...
+run_result run_audit(const std::vector<target*>& targets, const std::vector<item>& items, const run_options& opt);
+
+// `detaudit merge OUT DIR...`: joins shard folders into one run folder (no duplicates: a key seen
+// twice keeps its first record). Returns the number of records written.
+size_t runs_merge(const std::vector<std::string>& dirs, const std::string& out_dir);
+
+}  // namespace detaudit::probes

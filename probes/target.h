@@ -1,0 +1,113 @@
+// Targets: what the audit sends requests to. One interface over the in-process engine and the HTTP
+// dialects (openai-chat, openai-completions, llamacpp, ollama); every response is normalised into a
+// reports::record (text, tokens, top log-probs, hashes, finish reason, usage, timings, evidence).
+//
+// Thread-safety: complete() may be called from many threads at once (that is how concurrency is
+// produced); everything else from one thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "reports/record.h"
+
+namespace detaudit::probes {
+
+using json = nlohmann::json;
+
+// The target cannot be reached (connection refused, DNS, timeouts after every retry). The run
+// stops, keeps what it has, and exits 3.
+class unreachable_error : public std::runtime_error {
+ public:
+  explicit unreachable_error(const std::string& what) : std::runtime_error(what) {}
+};
+
+struct chat_message {
+  std::string role;
+  std::string content;
+};
+
+// One generation request, dialect-neutral.
+struct gen_request {
+  std::string prompt;                  // raw completion prompt (when messages is empty)
+  std::vector<chat_message> messages;  // chat request when non-empty
+  int64_t n_predict = 64;
+  double temperature = 0;
+  std::optional<uint64_t> seed;        // nullopt: none sent
+  std::optional<double> top_p;         // nullopt: the target's default is not overridden
+  std::optional<int64_t> top_k;
+  int n_probs = 2;                     // top log-probs per step (0: none asked)
+  std::optional<bool> cache_prompt;    // nullopt: the target's default
+  std::optional<bool> speculative;     // nullopt: the target's default
+  int id_slot = -1;
+  json extra = json::object();         // merged into the request body last (from --config "request")
+};
+
+struct capabilities {
+  bool reachable = false;
+  bool token_ids = false;        // responses carry token ids
+  bool cache_control = false;    // per-request prompt-cache switch (llamacpp cache_prompt)
+  bool logit_hashes = false;     // per-step logit hashes (engine, detaudit serve)
+  bool metrics = false;          // /metrics readable (batch width, cache and draft counters)
+  bool seed = true;              // honours a per-request seed
+  int logprob_cap = 0;           // most top log-probs per step (0: none)
+  std::string logprobs_kind;     // "pre-sampling" | "post-sampling" | ""
+  std::string build;             // server build / version
+  std::string fingerprint;       // system_fingerprint or equivalent
+  std::string model;             // model name or file
+  std::string model_sha256;      // when known
+  int n_slots = 0;               // parallel slots when the target says (llama.cpp /props)
+  json raw = json::object();     // what the probe read (/props, /v1/models, /api/version), no secrets
+};
+
+json capabilities_to_json(const capabilities& c);
+
+struct target_options {
+  double timeout_s = 120;        // per request
+  int retries = 3;               // for connection errors, 5xx and 429 (Retry-After honoured)
+  double backoff_s = 0.5;        // first backoff; doubles per retry
+  std::string api_key;           // the bearer token's value (from --api-key-env); never recorded
+  std::string api;               // --api: force a dialect ("" = detect)
+  std::string model;             // model name to send (OpenAI/ollama "model"); "" = the target's first
+  int n_parallel = 8;            // engine targets: slots (at least the run's concurrency)
+};
+
+class target {
+ public:
+  virtual ~target() = default;
+  virtual std::string spec() const = 0;     // as given (secrets never part of it)
+  virtual std::string dialect() const = 0;  // engine | openai-chat | openai-completions | llamacpp | ollama
+  // Reads what the target supports. Throws unreachable_error.
+  virtual capabilities probe() = 0;
+  // One request. Returns a record with the response fields filled (text, tokens, top_logprobs,
+  // logprobs_kind, logit_hashes, chained_hash, finish_reason, usage, timings incl. t_start/t_end,
+  // evidence.cached_tokens when known, request = body as sent with secrets redacted, error and
+  // http_status for a failed request after retries). Throws unreachable_error only when the target
+  // cannot be reached at all.
+  virtual reports::record complete(const gen_request& r) = 0;
+  // Server counters (/metrics) as {"name": value}; empty when not available.
+  virtual json metrics() { return json::object(); }
+  // A target of the same kind with some settings changed (engine: "ubatch", "spec", "numerics",
+  // "threads"); nullptr when the target cannot be varied that way (HTTP servers).
+  virtual std::unique_ptr<target> variant(const std::string& key, const std::string& value) const {
+    (void)key;
+    (void)value;
+    return nullptr;
+  }
+};
+
+// "engine:PATH.gguf[?numerics=float&threads=2&ubatch=512&spec=ngram&ctx=N]", or an http(s) URL
+// (dialect from opt.api, else detected: /props -> llamacpp, /api/version -> ollama,
+// /v1/models -> openai-chat). Throws input_error for a bad spec, unreachable_error when detection
+// cannot reach the URL.
+std::unique_ptr<target> target_make(const std::string& spec, const target_options& opt);
+
+// Removes secrets from a request body or header map before it is recorded: any value equal to
+// `secret`, and Authorization / api-key fields.
+json redact(const json& j, const std::string& secret);
+
+}  // namespace detaudit::probes

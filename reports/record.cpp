@@ -1,0 +1,256 @@
+// Run records to and from JSON lines.
+#include "reports/record.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "util/error.h"
+
+namespace detaudit::reports {
+namespace {
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+uint64_t parse_hex64(const std::string& s, const std::string& where) {
+  if (s.empty() || s.size() > 16 || s.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+    throw input_error(where + ": logit hash '" + s + "' is not a 64-bit hex value");
+  return std::stoull(s, nullptr, 16);
+}
+
+template <class T>
+T get_or(const json& j, const char* key, T dflt, const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return dflt;
+  try {
+    return it->get<T>();
+  } catch (const json::exception&) {
+    throw input_error(where + ": field '" + key + "' has the wrong type (" + it->type_name() + ")");
+  }
+}
+
+json obj_or_empty(const json& j, const char* key, const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return json::object();
+  if (!it->is_object()) throw input_error(where + ": field '" + key + "' must be an object");
+  return *it;
+}
+
+}  // namespace
+
+json record_to_json(const record& r) {
+  json j;
+  j["schema"] = r.schema;
+  j["run_id"] = r.run_id;
+  j["item_id"] = r.item_id;
+  j["probe"] = r.probe;
+  j["condition"] = r.condition;
+  j["repetition"] = r.repetition;
+  j["target"] = r.target;
+  j["request"] = r.request;
+  j["prompt_sha256"] = r.prompt_sha256;
+  j["text"] = r.text;
+  json toks = json::array();
+  for (const token_rec& t : r.tokens) {
+    json o = {{"id", t.id}, {"text", t.text}};
+    if (!t.bytes.empty()) o["bytes"] = t.bytes;
+    if (t.logprob) o["logprob"] = *t.logprob;
+    toks.push_back(std::move(o));
+  }
+  j["tokens"] = std::move(toks);
+  json tops = json::array();
+  for (const auto& step : r.top_logprobs) {
+    json s = json::array();
+    for (const alt_rec& a : step) s.push_back(json::array({a.id, a.token, a.logprob}));
+    tops.push_back(std::move(s));
+  }
+  j["top_logprobs"] = std::move(tops);
+  j["logprobs_kind"] = r.logprobs_kind;
+  json hashes = json::array();
+  for (uint64_t h : r.logit_hashes) hashes.push_back(hex64(h));
+  j["logit_hashes"] = std::move(hashes);
+  j["chained_hash"] = r.chained_hash;
+  j["finish_reason"] = r.finish_reason;
+  j["usage"] = r.usage;
+  j["timings"] = r.timings;
+  j["evidence"] = r.evidence;
+  j["reference"] = r.reference;
+  j["grader"] = r.grader;
+  j["error"] = r.error;
+  j["http_status"] = r.http_status;
+  return j;
+}
+
+record record_from_json(const json& j, const std::string& where) {
+  if (!j.is_object()) throw input_error(where + ": a record must be a JSON object");
+  record r;
+  r.schema = get_or<int>(j, "schema", 0, where);
+  if (r.schema < 1 || r.schema > RECORD_SCHEMA)
+    throw input_error(where + ": record schema " + std::to_string(r.schema) + " is not supported (this build reads 1.." +
+                      std::to_string(RECORD_SCHEMA) + ")");
+  r.item_id = get_or<std::string>(j, "item_id", "", where);
+  if (r.item_id.empty()) throw input_error(where + ": the record has no item_id");
+  r.run_id = get_or<std::string>(j, "run_id", "", where);
+  r.probe = get_or<std::string>(j, "probe", "", where);
+  r.condition = get_or<std::string>(j, "condition", "", where);
+  if (r.condition.empty()) throw input_error(where + ": the record has no condition");
+  r.repetition = get_or<int>(j, "repetition", 0, where);
+  r.target = obj_or_empty(j, "target", where);
+  r.request = obj_or_empty(j, "request", where);
+  r.prompt_sha256 = get_or<std::string>(j, "prompt_sha256", "", where);
+  r.text = get_or<std::string>(j, "text", "", where);
+  if (auto it = j.find("tokens"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) throw input_error(where + ": field 'tokens' must be an array");
+    for (const json& t : *it) {
+      if (!t.is_object()) throw input_error(where + ": each entry of 'tokens' must be an object");
+      token_rec tr;
+      tr.id = get_or<int32_t>(t, "id", -1, where);
+      tr.text = get_or<std::string>(t, "text", "", where);
+      tr.bytes = get_or<std::vector<uint8_t>>(t, "bytes", {}, where);
+      if (auto lp = t.find("logprob"); lp != t.end() && lp->is_number()) tr.logprob = lp->get<double>();
+      r.tokens.push_back(std::move(tr));
+    }
+  }
+  if (auto it = j.find("top_logprobs"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) throw input_error(where + ": field 'top_logprobs' must be an array");
+    for (const json& step : *it) {
+      if (!step.is_array()) throw input_error(where + ": each step of 'top_logprobs' must be an array");
+      std::vector<alt_rec> alts;
+      for (const json& a : step) {
+        if (!a.is_array() || a.size() != 3 || !a[0].is_number_integer() || !a[1].is_string() || !a[2].is_number())
+          throw input_error(where + ": a 'top_logprobs' entry must be [id, token, logprob]");
+        alts.push_back({a[0].get<int32_t>(), a[1].get<std::string>(), a[2].get<double>()});
+      }
+      r.top_logprobs.push_back(std::move(alts));
+    }
+  }
+  r.logprobs_kind = get_or<std::string>(j, "logprobs_kind", "", where);
+  for (const std::string& h : get_or<std::vector<std::string>>(j, "logit_hashes", {}, where))
+    r.logit_hashes.push_back(parse_hex64(h, where));
+  r.chained_hash = get_or<std::string>(j, "chained_hash", "", where);
+  r.finish_reason = get_or<std::string>(j, "finish_reason", "", where);
+  r.usage = obj_or_empty(j, "usage", where);
+  r.timings = obj_or_empty(j, "timings", where);
+  r.evidence = obj_or_empty(j, "evidence", where);
+  r.reference = get_or<std::string>(j, "reference", "", where);
+  r.grader = get_or<std::string>(j, "grader", "", where);
+  r.error = get_or<std::string>(j, "error", "", where);
+  r.http_status = get_or<int>(j, "http_status", 0, where);
+  return r;
+}
+
+struct record_writer::impl {
+  std::string path;
+  std::FILE* f = nullptr;
+  std::mutex mu;
+};
+
+record_writer::record_writer(const std::string& path) : p_(new impl) {
+  p_->path = path;
+  p_->f = std::fopen(path.c_str(), "ab");
+  if (!p_->f) {
+    delete p_;
+    throw input_error("cannot open '" + path + "' for appending records");
+  }
+}
+
+record_writer::~record_writer() {
+  if (p_->f) std::fclose(p_->f);
+  delete p_;
+}
+
+void record_writer::write(const record& r) {
+  // One write() of the whole line, then a flush: a reader sees a complete line or none of it.
+  std::string line = record_to_json(r).dump(-1, ' ', false, json::error_handler_t::replace);
+  line += '\n';
+  std::lock_guard<std::mutex> lk(p_->mu);
+  if (std::fwrite(line.data(), 1, line.size(), p_->f) != line.size() || std::fflush(p_->f) != 0)
+    throw std::runtime_error("writing a record to '" + p_->path + "' failed");
+}
+
+const std::string& record_writer::path() const { return p_->path; }
+
+std::vector<record> records_read_file(const std::string& path, read_stats* stats) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw input_error("cannot open records file '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string data = ss.str();
+  std::vector<record> out;
+  read_stats st;
+  size_t pos = 0, line_no = 0;
+  while (pos < data.size()) {
+    const size_t nl = data.find('\n', pos);
+    ++line_no;
+    if (nl == std::string::npos) {
+      ++st.truncated;  // the writer died mid-line: the line never completed
+      break;
+    }
+    const std::string line = data.substr(pos, nl - pos);
+    pos = nl + 1;
+    ++st.lines;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(line_no);
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (const json::parse_error& e) {
+      throw input_error(where + ": not a JSON line (" + std::string(e.what()) + ")");
+    }
+    out.push_back(record_from_json(j, where));
+    ++st.records;
+  }
+  if (stats) {
+    stats->lines += st.lines;
+    stats->records += st.records;
+    stats->truncated += st.truncated;
+  }
+  return out;
+}
+
+std::vector<record> records_read(const std::string& dir_or_file, read_stats* stats) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_regular_file(dir_or_file, ec)) return records_read_file(dir_or_file, stats);
+  if (!fs::is_directory(dir_or_file, ec)) throw input_error("'" + dir_or_file + "' is neither a run folder nor a .jsonl file");
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir_or_file))
+    if (e.is_regular_file() && e.path().extension() == ".jsonl") files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  if (files.empty()) throw input_error("'" + dir_or_file + "' holds no *.jsonl records");
+  std::vector<record> out;
+  for (const std::string& f : files) {
+    std::vector<record> part = records_read_file(f, stats);
+    out.insert(out.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
+  }
+  return out;
+}
+
+json run_manifest_read(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const fs::path p = fs::path(dir) / "run.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(p, ec)) return json::object();
+  std::ifstream in(p);
+  try {
+    return json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw input_error(p.string() + ": not valid JSON (" + std::string(e.what()) + ")");
+  }
+}
+
+std::string record_key(const record& r) {
+  const std::string label = r.target.is_object() && r.target.contains("label") && r.target["label"].is_string()
+                                ? r.target["label"].get<std::string>()
+                                : "";
+  return r.item_id + "\x1f" + label + "\x1f" + r.condition + "\x1f" + std::to_string(r.repetition);
+}
+
+}  // namespace detaudit::reports
