@@ -22,6 +22,9 @@ struct serve_cmd_options {
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::string numerics = "exact";
   std::string spec;
+  std::string draft;
+  int n_draft = 8;
+  int n_queue = 0;
   std::string slot_save_path;
   std::string api_key;
   std::string api_key_env;
@@ -35,9 +38,18 @@ serve::scheduler_params scheduler_params_make(const serve_cmd_options& o) {
   sp.ctx.n_ubatch = o.ubatch;
   sp.ctx.n_ctx = o.ctx_size;
   sp.n_slots = o.n_slots;
+  sp.n_queue = o.n_queue;
+  sp.n_draft = o.n_draft;
   sp.slot_save_path = o.slot_save_path;
   if (o.spec == "ngram") sp.spec = serve::SPEC_NGRAM;
   else if (!o.spec.empty()) throw input_error("--spec: expected ngram, found '" + o.spec + "'");
+  if (!o.draft.empty()) {
+    if (sp.spec == serve::SPEC_NGRAM) throw input_error("--spec ngram and --draft exclude each other: choose one kind of drafting");
+    if (o.draft.find_first_not_of("0123456789") == std::string::npos)
+      throw input_error("--draft takes the draft MODEL.gguf; for the number of draft tokens use --draft-max " + o.draft);
+    sp.spec = serve::SPEC_DRAFT;
+    sp.draft = model::model::load(o.draft);
+  }
   return sp;
 }
 
@@ -58,7 +70,8 @@ void run_serve(const serve_cmd_options& o) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
   auto m = model::model::load(o.model);
-  serve::scheduler sched(m, scheduler_params_make(o));
+  const serve::scheduler_params sp = scheduler_params_make(o);
+  serve::scheduler sched(m, sp);
   serve::http_server server(sched, hp);
   const int port = server.bind();
   std::cout << "listening on http://" << hp.host << ":" << port << std::endl;
@@ -96,7 +109,15 @@ void setup_serve(CLI::App& app) {
                          ->type_name("KEY");
   sub->add_option("--api-key-env", opt->api_key_env, "Read the API key from this environment variable")->excludes(key)->type_name("NAME");
   sub->add_option("--slot-save-path", opt->slot_save_path, "Folder for POST /slots/{id}?action=save|restore")->type_name("DIR");
+  sub->add_option("--queue", opt->n_queue, "Most requests waiting for a slot before 503 (0: as many as slots; never fewer)")
+      ->check(CLI::Range(0, 1 << 20))->capture_default_str();
   sub->add_option("--spec", opt->spec, "Speculative decoding: ngram (drafts from the request's own text)")->type_name("KIND");
+  sub->add_option("--draft,--model-draft", opt->draft,
+                  "Speculative decoding with a draft model sharing the model's vocabulary (-md); drafts are verified in "
+                  "the same batch and accepted only when they equal the token the model itself draws")
+      ->type_name("FILE.gguf");
+  sub->add_option("--draft-max", opt->n_draft, "Most draft tokens proposed per step (--spec ngram or --draft)")
+      ->check(CLI::Range(0, 64))->capture_default_str();
   sub->add_option("--chat-template", opt->http.chat_template,
                   "Chat template family for /v1/chat/completions instead of the detected one: chatml, qwen3, deepseek-r1, "
                   "llama3, llama2, phi3")

@@ -1,6 +1,6 @@
 // The scheduler thread: admission of queued requests to slots (prompt cache by longest common
 // prefix, as llama-server's slot selection), one decode() per step holding every active request's
-// tokens (prefill, next token, n-gram drafts), and per-request sampling identical to
+// tokens (prefill, next token, drafts from n-gram lookup or a draft model), and per-request sampling identical to
 // runtime::generate(): the step counter of a request is its own number of generated tokens.
 #include "serve/scheduler.h"
 
@@ -83,7 +83,22 @@ struct batch_part {
   size_t first_logits = 0;
   std::vector<int32_t> drafts;
   int64_t base_len = 0;  // the sequence's length before this step
+  int64_t room = 0;      // most drafts this step may propose
 };
+
+// A draft model must speak the target's vocabulary token for token.
+void draft_check(const model::model& target, const model::model* draft) {
+  if (!draft) throw input_error("serve: speculative decoding with a draft model needs --draft MODEL.gguf");
+  const tokenizer::vocab& a = target.vocab();
+  const tokenizer::vocab& b = draft->vocab();
+  if (a.size() != b.size() || target.hp().n_vocab != draft->hp().n_vocab)
+    throw input_error("serve: the draft model has " + std::to_string(b.size()) + " tokens, the model " +
+                      std::to_string(a.size()) + ": they must share one vocabulary");
+  for (int32_t i = 0; i < a.size(); ++i)
+    if (a.token_text(i) != b.token_text(i))
+      throw input_error("serve: the draft model's token " + std::to_string(i) + " differs from the model's ('" +
+                        b.token_text(i) + "' vs '" + a.token_text(i) + "'): they must share one vocabulary");
+}
 
 bool filename_ok(const std::string& f) {
   return !f.empty() && f.find('/') == std::string::npos && f.find('\\') == std::string::npos &&
@@ -99,11 +114,14 @@ struct scheduler::impl {
   size_t queue_cap = 0;
   std::unique_ptr<runtime::context> ctx;
   std::vector<slot> slots;  // owned by the scheduler thread
+  std::unique_ptr<runtime::context> draft_ctx;  // SPEC_DRAFT: the draft model, one sequence per slot
+  std::vector<int32_t> draft_seqs;               // (n_slots)
 
   std::mutex inline_mu;   // serializes slot actions run after the thread has exited
   mutable std::mutex mu;  // guards everything below
   std::condition_variable cv;
   std::deque<queued> queue;
+  size_t n_held = 0;  // waiting requests the scheduler thread holds outside `queue` during a step
   std::deque<std::function<void()>> tasks;
   bool stopping = false;
   bool exited = false;
@@ -116,6 +134,10 @@ struct scheduler::impl {
   std::string check_request(const request& r) const;
   void start(slot& s, queued q);
   void step();
+  std::vector<batch_part> step_plan();
+  void draft_propose(std::vector<batch_part>& parts, const std::vector<size_t>& want);
+  std::vector<runtime::token_in> step_batch(std::vector<batch_part>& parts) const;
+  void step_continue(batch_part& part, const std::vector<std::vector<float>>& out);
   void fail_all(const std::string& msg);
   // Processes one position's logits for s's request; returns true when the request is finished.
   bool process_logits(slot& s, const std::vector<float>& logits, int64_t evaluated_len);
@@ -245,6 +267,8 @@ bool scheduler::impl::process_logits(slot& s, const std::vector<float>& logits, 
   if (a.cb.on_token && !a.cb.on_token(ev) && !done) {
     a.res.error = "the request was cancelled by the client";
     a.res.http_status = 499;
+    std::lock_guard<std::mutex> lk(mu);
+    ++met.requests_cancelled;
     done = true;
   }
   return done;
@@ -264,14 +288,74 @@ void scheduler::impl::finish(slot& s, int64_t keep_len) {
   if (done->cb.on_done) done->cb.on_done(done->res);
 }
 
-void scheduler::impl::step() {
-  std::vector<runtime::token_in> batch;
+// Which requests take part in this step and what each proposes: the prompt of a new request, or
+// the next token plus drafts (n-gram lookup or the draft model).
+std::vector<batch_part> scheduler::impl::step_plan() {
   std::vector<batch_part> parts;
-  size_t n_logits = 0;
+  std::vector<size_t> want_draft;
   for (slot& s : slots) {
     if (!s.req) continue;
     active& a = *s.req;
-    batch_part part{&s, n_logits, {}, ctx->seq_len(s.seq)};
+    batch_part part{&s, 0, {}, ctx->seq_len(s.seq), 0};
+    if (a.prefilled && p.spec != SPEC_NONE && a.req.speculative) {
+      part.room = std::min<int64_t>(p.n_draft, slot_n_ctx - part.base_len - 1);
+      if (a.req.n_predict >= 0)
+        part.room = std::min<int64_t>(part.room, a.req.n_predict - static_cast<int64_t>(a.res.gen.tokens.size()) - 1);
+      if (p.spec == SPEC_NGRAM) part.drafts = ngram_draft(a.history, part.room);
+      else if (part.room > 0) want_draft.push_back(parts.size());
+    }
+    parts.push_back(std::move(part));
+  }
+  if (!want_draft.empty()) draft_propose(parts, want_draft);
+  return parts;
+}
+
+// Greedy drafts from the draft model for parts[want[i]], all slots in one draft batch per round.
+// Each slot's draft sequence is first brought up to the request's history (reusing the common
+// prefix it already holds). A failed draft step only means no drafts.
+void scheduler::impl::draft_propose(std::vector<batch_part>& parts, const std::vector<size_t>& want) {
+  std::vector<runtime::token_in> batch;
+  std::vector<size_t> live;
+  for (size_t w : want) {
+    const slot& s = *parts[w].s;
+    const std::vector<int32_t>& h = s.req->history;
+    const int32_t dseq = draft_seqs[static_cast<size_t>(s.id)];
+    const size_t keep = std::min(common_prefix(draft_ctx->seq_tokens(dseq), h), h.size() - 1);
+    draft_ctx->seq_truncate(dseq, static_cast<int64_t>(keep));
+    for (size_t k = keep; k < h.size(); ++k) batch.push_back({dseq, h[k], k + 1 == h.size()});
+    live.push_back(w);
+  }
+  try {
+    while (!live.empty()) {
+      const std::vector<std::vector<float>> out = draft_ctx->decode(batch);
+      batch.clear();
+      std::vector<size_t> next;
+      for (size_t i = 0; i < live.size(); ++i) {
+        batch_part& part = parts[live[i]];
+        const std::vector<float>& l = out[i];
+        const int32_t tok = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+        part.drafts.push_back(tok);
+        if (static_cast<int64_t>(part.drafts.size()) < part.room && !m->vocab().is_eog(tok)) {
+          batch.push_back({draft_seqs[static_cast<size_t>(part.s->id)], tok, true});
+          next.push_back(live[i]);
+        }
+      }
+      live.swap(next);
+    }
+  } catch (const std::exception&) {
+    for (size_t w : want) parts[w].drafts.clear();
+  }
+}
+
+// One decode() for every part: a prefill's prompt tokens (logits at its end), or the next token
+// and its drafts (logits at each).
+std::vector<runtime::token_in> scheduler::impl::step_batch(std::vector<batch_part>& parts) const {
+  std::vector<runtime::token_in> batch;
+  size_t n_logits = 0;
+  for (batch_part& part : parts) {
+    const slot& s = *part.s;
+    const active& a = *s.req;
+    part.first_logits = n_logits;
     if (!a.prefilled) {
       const size_t from = a.req.prompt.size() - static_cast<size_t>(a.n_prefill);
       for (size_t i = from; i < a.req.prompt.size(); ++i)
@@ -279,19 +363,47 @@ void scheduler::impl::step() {
       n_logits += 1;
     } else {
       batch.push_back({s.seq, a.history.back(), true});
-      n_logits += 1;
-      if (p.spec == SPEC_NGRAM && a.req.speculative) {
-        int64_t room = std::min<int64_t>(p.n_draft, slot_n_ctx - part.base_len - 1);
-        if (a.req.n_predict >= 0)
-          room = std::min<int64_t>(room, a.req.n_predict - static_cast<int64_t>(a.res.gen.tokens.size()) - 1);
-        part.drafts = ngram_draft(a.history, room);
-        for (int32_t d : part.drafts) batch.push_back({s.seq, d, true});
-        n_logits += part.drafts.size();
-      }
+      for (int32_t d : part.drafts) batch.push_back({s.seq, d, true});
+      n_logits += 1 + part.drafts.size();
     }
-    parts.push_back(std::move(part));
   }
+  return batch;
+}
+
+// A continuing request's logits: position j follows the next token (j = 0) or draft j; draft j+1
+// is accepted when it equals the token sampled from position j (same RNG counter as without drafts).
+void scheduler::impl::step_continue(batch_part& part, const std::vector<std::vector<float>>& out) {
+  slot& s = *part.s;
+  active& a = *s.req;
+  size_t j = 0;
+  bool done = false;
+  int64_t accepted = 0;
+  for (;; ++j) {
+    const int64_t evaluated = part.base_len + 1 + static_cast<int64_t>(j);
+    done = process_logits(s, out[part.first_logits + j], evaluated);
+    if (done || j >= part.drafts.size() || a.history.back() != part.drafts[j]) break;
+    ++accepted;
+  }
+  const int64_t keep = part.base_len + 1 + static_cast<int64_t>(j);
+  a.res.n_draft_proposed += static_cast<int64_t>(part.drafts.size());
+  a.res.n_draft_accepted += accepted;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    met.draft_proposed_total += static_cast<int64_t>(part.drafts.size());
+    met.draft_accepted_total += accepted;
+  }
+  if (done) {
+    finish(s, keep);
+  } else if (ctx->seq_len(s.seq) > keep) {
+    ctx->seq_truncate(s.seq, keep);
+    std::erase_if(a.res.gen.traces, [&](const runtime::token_trace& t) { return t.pos >= keep; });
+  }
+}
+
+void scheduler::impl::step() {
+  std::vector<batch_part> parts = step_plan();
   if (parts.empty()) return;
+  const std::vector<runtime::token_in> batch = step_batch(parts);
   const auto t0 = clock_type::now();
   std::vector<std::vector<float>> out;
   try {
@@ -313,38 +425,14 @@ void scheduler::impl::step() {
     if (ctx->params().trace_hashes)
       for (const runtime::token_trace& t : ctx->last_traces())
         if (t.seq == s.seq) a.res.gen.traces.push_back(t);
-    if (!a.prefilled) {
-      a.prefilled = true;
-      a.res.gen.timings.prompt_ms = ms_between(t0, t1);
-      a.t_gen = t1;
-      if (process_logits(s, out[part.first_logits], ctx->seq_len(s.seq))) finish(s, ctx->seq_len(s.seq));
+    if (a.prefilled) {
+      step_continue(part, out);
       continue;
     }
-    // Position j's logits follow the next token (j = 0) or draft j; draft j+1 is accepted when it
-    // is the token sampled from position j.
-    size_t j = 0;
-    bool done = false;
-    int64_t accepted = 0;
-    for (;; ++j) {
-      const int64_t evaluated = part.base_len + 1 + static_cast<int64_t>(j);
-      done = process_logits(s, out[part.first_logits + j], evaluated);
-      if (done || j >= part.drafts.size() || a.history.back() != part.drafts[j]) break;
-      ++accepted;
-    }
-    const int64_t keep = part.base_len + 1 + static_cast<int64_t>(j);
-    a.res.n_draft_proposed += static_cast<int64_t>(part.drafts.size());
-    a.res.n_draft_accepted += accepted;
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      met.draft_proposed_total += static_cast<int64_t>(part.drafts.size());
-      met.draft_accepted_total += accepted;
-    }
-    if (done) {
-      finish(s, keep);
-    } else if (ctx->seq_len(s.seq) > keep) {
-      ctx->seq_truncate(s.seq, keep);
-      std::erase_if(a.res.gen.traces, [&](const runtime::token_trace& t) { return t.pos >= keep; });
-    }
+    a.prefilled = true;
+    a.res.gen.timings.prompt_ms = ms_between(t0, t1);
+    a.t_gen = t1;
+    if (process_logits(s, out[part.first_logits], ctx->seq_len(s.seq))) finish(s, ctx->seq_len(s.seq));
   }
 }
 
@@ -368,7 +456,7 @@ void scheduler::impl::publish() {
     n_active += info[i].busy ? 1 : 0;
   }
   met.requests_active = n_active;
-  met.requests_waiting = static_cast<int64_t>(queue.size());
+  met.requests_waiting = static_cast<int64_t>(queue.size() + n_held);
 }
 
 void scheduler::impl::loop() {
@@ -391,6 +479,7 @@ void scheduler::impl::loop() {
         waiting.push_back(std::move(queue.front()));
         queue.pop_front();
       }
+      n_held = waiting.size();
       stop_now = stopping;
     }
     for (auto& fn : todo) fn();
@@ -404,6 +493,10 @@ void scheduler::impl::loop() {
       waiting.clear();
     }
     admit(waiting);
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      n_held = waiting.size();
+    }
     step();
     {
       // requests not yet admitted go back to the front of the queue so it stays bounded and FIFO
@@ -412,6 +505,7 @@ void scheduler::impl::loop() {
         queue.push_front(std::move(waiting.back()));
         waiting.pop_back();
       }
+      n_held = 0;
     }
     publish();
     const bool any_active = std::any_of(slots.begin(), slots.end(), [](const slot& s) { return s.req != nullptr; });
@@ -480,7 +574,7 @@ scheduler::scheduler(std::shared_ptr<const model::model> m, const scheduler_para
   if (p.n_slots < 1) throw input_error("serve: --parallel must be >= 1, found " + std::to_string(p.n_slots));
   if (p.n_queue < 0) throw input_error("serve: the queue size must be >= 0, found " + std::to_string(p.n_queue));
   if (p.n_draft < 0) throw input_error("serve: --draft-max must be >= 0, found " + std::to_string(p.n_draft));
-  if (p.spec == SPEC_DRAFT) throw input_error("serve: --draft is not implemented yet");
+  if (p.spec == SPEC_DRAFT) draft_check(*m, p.draft.get());
   const int64_t total = p.ctx.n_ctx > 0 ? p.ctx.n_ctx : m->hp().n_ctx_train;
   const int64_t per_slot = total / p.n_slots;
   if (per_slot < 2)
@@ -498,6 +592,10 @@ scheduler::scheduler(std::shared_ptr<const model::model> m, const scheduler_para
     d.slots.push_back(slot{i, d.ctx->seq_new(), nullptr});
     d.info.push_back(slot_info{i, false, per_slot, 0});
   }
+  if (p.spec == SPEC_DRAFT) {
+    d.draft_ctx = std::make_unique<runtime::context>(p.draft, cp);
+    for (int i = 0; i < p.n_slots; ++i) d.draft_seqs.push_back(d.draft_ctx->seq_new());
+  }
   d.thread = std::thread([&d] { d.loop(); });
 }
 
@@ -506,13 +604,13 @@ scheduler::~scheduler() { stop(); }
 bool scheduler::submit(request r, request_callbacks cb) {
   {
     std::lock_guard<std::mutex> lk(p_->mu);
-    if (p_->stopping || p_->queue.size() >= p_->queue_cap) {
+    if (p_->stopping || p_->queue.size() + p_->n_held >= p_->queue_cap) {
       ++p_->met.requests_rejected;
       return false;
     }
     ++p_->met.requests_total;
     p_->queue.push_back({std::move(r), std::move(cb)});
-    p_->met.requests_waiting = static_cast<int64_t>(p_->queue.size());
+    p_->met.requests_waiting = static_cast<int64_t>(p_->queue.size() + p_->n_held);
   }
   p_->cv.notify_all();
   return true;

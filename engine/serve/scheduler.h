@@ -30,7 +30,9 @@ struct scheduler_params {
   int n_slots = 1;              // -np
   int n_queue = 0;              // most waiting requests; 0: n_slots (always at least n_slots)
   spec_kind spec = SPEC_NONE;   // --spec ngram | --draft MODEL.gguf
-  std::string draft_model;      // with SPEC_DRAFT
+  // With SPEC_DRAFT: the draft model (same vocabulary as the target). It proposes n_draft tokens
+  // greedily per step; the target verifies them in the same batch as every other request.
+  std::shared_ptr<const model::model> draft;
   int n_draft = 8;              // most draft tokens proposed per step
   std::string slot_save_path;   // --slot-save-path ("" disables save/restore)
 };
@@ -73,6 +75,7 @@ struct request_callbacks {
 struct metrics_snapshot {
   int64_t requests_total = 0;
   int64_t requests_rejected = 0;        // 503: queue full
+  int64_t requests_cancelled = 0;       // the client went away mid-generation
   int64_t requests_active = 0;
   int64_t requests_waiting = 0;
   int64_t prompt_tokens_total = 0;      // evaluated (not from cache)
@@ -94,8 +97,9 @@ struct slot_info {
 
 class scheduler {
  public:
-  // Loads nothing itself: takes a loaded model. Starts the scheduler thread. Throws input_error
-  // for bad parameters (n_slots < 1, a total context too small for the slots, a bad draft model).
+  // Loads nothing itself: takes loaded models. Starts the scheduler thread. Throws input_error
+  // for bad parameters (n_slots < 1, a total context too small for the slots, SPEC_DRAFT without a
+  // draft model or with one whose vocabulary differs from the target's).
   scheduler(std::shared_ptr<const model::model> m, const scheduler_params& p);
   ~scheduler();  // stop(), then joins
   scheduler(const scheduler&) = delete;

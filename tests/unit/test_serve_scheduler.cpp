@@ -326,9 +326,58 @@ TEST_CASE("serve scheduler: n-gram speculation gives the same output and accepts
   }
   CHECK(spec.metrics().draft_accepted_total > 0);
   CHECK(spec.metrics().draft_proposed_total >= spec.metrics().draft_accepted_total);
+}
+
+TEST_CASE("serve scheduler: draft-model speculation gives the same output, accepts and rejects drafts") {
+  auto m = stories();
+  // Two drafts: the model itself (every greedy draft is right) and a random model sharing its
+  // vocabulary (most drafts are wrong, so the rejection path runs).
+  const std::string dir = test::scratch_dir("serve_scheduler_draft");
+  model::synth_options o;
+  o.n_embd = 64;
+  o.n_layer = 1;
+  o.n_head = 4;
+  o.n_head_kv = 2;
+  o.n_ff = 128;
+  o.vocab_from = test::fixture("models/stories260K.gguf");
+  model::synth_write(o, dir + "/draft.gguf");
+  std::shared_ptr<const model::model> random_draft = model::model::load(dir + "/draft.gguf");
+  serve::scheduler plain(m, sched_params(2, 1024));
+  for (const auto& draft : {m, random_draft}) {
+    serve::scheduler_params p = sched_params(2, 1024);
+    p.spec = serve::SPEC_DRAFT;
+    p.draft = draft;
+    p.n_draft = 6;
+    serve::scheduler spec(m, p);
+    for (float temp : {0.0f, 0.8f}) {
+      CAPTURE(temp);
+      CAPTURE(draft == m);
+      serve::request r = make_request(*m, k_texts[0], 40);
+      r.sampling.temp = temp;
+      r.sampling.seed = 99;
+      const serve::request_result a = run_alone(plain, r);
+      const serve::request_result b = run_alone(spec, r);
+      CHECK(diff(a.gen, b.gen) == "");
+      CHECK(b.n_draft_proposed > 0);
+      if (draft == m && temp == 0.0f) CHECK(b.n_draft_accepted == b.n_draft_proposed);
+      if (draft != m) CHECK(b.n_draft_accepted < b.n_draft_proposed);
+      MESSAGE("draft " << std::string(draft == m ? "self" : "random") << ", temp " << temp << ": proposed " << b.n_draft_proposed
+                       << ", accepted " << b.n_draft_accepted);
+      std::vector<serve::request> rs = {make_request(*m, k_texts[3], 40), r};
+      const std::vector<serve::request_result> both = run_together(spec, rs);
+      CHECK(diff(a.gen, both[1].gen) == "");
+    }
+    CHECK(spec.metrics().draft_accepted_total > 0);
+  }
   serve::scheduler_params d = sched_params(1, 256);
   d.spec = serve::SPEC_DRAFT;
   CHECK_THROWS_AS(serve::scheduler(m, d), input_error);
+  model::synth_options other;
+  other.n_embd = 64;
+  other.n_ff = 128;
+  model::synth_write(other, dir + "/other-vocab.gguf");
+  d.draft = model::model::load(dir + "/other-vocab.gguf");
+  CHECK_THROWS_WITH_AS(serve::scheduler(m, d), doctest::Contains("vocabulary"), input_error);
 }
 
 TEST_CASE("serve scheduler: a full queue refuses, stop() answers waiting requests with 503") {
