@@ -64,6 +64,10 @@ std::vector<int32_t> field_prompt(const http_state& st, const json& b, const cha
 // Throws http_error 400 naming `key` unless it is absent or equal to 1.
 void field_require_n1(const json& b, const char* key);
 
+// Throws http_error 400 naming the field when a request sets a feature detaudit serve does not
+// implement (grammar, json_schema, logit_bias, ignore_eos, mirostat, typical_p < 1, dry, xtc,
+// post_sampling_probs, tools, a non-text response_format). sampling_parse() calls it.
+void fields_reject_unsupported(const json& b);
 // Sampling fields shared by all completion endpoints (temperature, top_k, top_p, min_p, seed,
 // repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty), checked.
 void sampling_parse(const json& b, runtime::sampling_params& s);
@@ -100,6 +104,8 @@ void completion_stream(http_state& st, request r, stream_format fmt, httplib::Re
 void routes_llamacpp(httplib::Server& srv, http_state& st,
                      const std::function<httplib::Server::Handler(httplib::Server::Handler)>& wrap);
 void routes_openai(httplib::Server& srv, http_state& st,
+                   const std::function<httplib::Server::Handler(httplib::Server::Handler)>& wrap);
+void routes_ollama(httplib::Server& srv, http_state& st,
                    const std::function<httplib::Server::Handler(httplib::Server::Handler)>& wrap);
 
 }  // namespace detaudit::serve

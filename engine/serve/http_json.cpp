@@ -134,7 +134,48 @@ void field_require_n1(const json& b, const char* key) {
   if (n != 1) throw http_error(400, std::string("field '") + key + "': only 1 choice per request is supported, found " + std::to_string(n));
 }
 
+namespace {
+
+// Fields that would change which tokens are drawn, or what a log-prob means, when set to anything
+// but their neutral value. detaudit serve does not implement them; ignoring them would silently
+// answer a different question, so a non-neutral value is a 400 naming the field.
+struct unsupported_field {
+  const char* key;
+  bool (*active)(const json& v);
+};
+
+bool nonempty(const json& v) {
+  if (v.is_string()) return !v.get_ref<const std::string&>().empty();
+  return (v.is_array() || v.is_object()) && !v.empty();
+}
+bool is_true(const json& v) { return v.is_boolean() && v.get<bool>(); }
+bool positive(const json& v) { return v.is_number() && v.get<double>() > 0; }
+bool below_one(const json& v) { return v.is_number() && v.get<double>() < 1; }
+bool not_text_format(const json& v) {
+  return v.is_object() && v.contains("type") && !(v["type"].is_string() && v["type"].get<std::string>() == "text");
+}
+
+const unsupported_field k_unsupported[] = {
+    {"grammar", nonempty},          {"json_schema", nonempty},         {"response_format", not_text_format},
+    {"logit_bias", nonempty},       {"ignore_eos", is_true},           {"mirostat", positive},
+    {"typical_p", below_one},       {"dry_multiplier", positive},      {"xtc_probability", positive},
+    {"post_sampling_probs", is_true}, {"tools", nonempty},              {"functions", nonempty},
+};
+
+}  // namespace
+
+void fields_reject_unsupported(const json& b) {
+  for (const unsupported_field& f : k_unsupported) {
+    auto it = b.find(f.key);
+    if (it != b.end() && !it->is_null() && f.active(*it))
+      throw http_error(400, std::string("field '") + f.key +
+                                "' is not supported by detaudit serve (it would change the generated tokens or their "
+                                "log-probs); leave it out or at its neutral value");
+  }
+}
+
 void sampling_parse(const json& b, runtime::sampling_params& s) {
+  fields_reject_unsupported(b);
   s.temp = static_cast<float>(field_number(b, "temperature", s.temp));
   s.top_k = static_cast<int32_t>(field_int(b, "top_k", s.top_k, 0, INT32_MAX));
   s.top_p = static_cast<float>(field_number(b, "top_p", s.top_p));

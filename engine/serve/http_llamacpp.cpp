@@ -211,6 +211,7 @@ void handle_metrics(http_state& st, const httplib::Request&, httplib::Response& 
   std::ostringstream os;
   metric(os, "requests_total", "counter", "Requests admitted.", m.requests_total);
   metric(os, "requests_rejected_total", "counter", "Requests rejected with 503 (queue full).", m.requests_rejected);
+  metric(os, "requests_cancelled_total", "counter", "Requests stopped because the client went away.", m.requests_cancelled);
   metric(os, "requests_active", "gauge", "Requests in a slot now.", m.requests_active);
   metric(os, "requests_waiting", "gauge", "Requests queued now.", m.requests_waiting);
   metric(os, "prompt_tokens_total", "counter", "Prompt tokens evaluated (not from a cache).", m.prompt_tokens_total);

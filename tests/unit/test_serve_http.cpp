@@ -10,6 +10,9 @@
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <vector>
 
 #include "test_util.h"
@@ -281,7 +284,15 @@ TEST_CASE("serve_http: bad requests get their status and an OpenAI error object"
       {"unknown POST route", "POST", "/v2/completions", "{}", 404},
       {"slot that does not exist", "POST", "/slots/7?action=erase", "{}", 404},
       {"body too large", "POST", "/completion", std::string(9u << 20, ' '), 413},
+      {"grammar", "POST", "/completion", "{\"prompt\": \"a\", \"grammar\": \"root ::= [a-z]+\"}", 400},
+      {"ignore_eos", "POST", "/completion", "{\"prompt\": \"a\", \"ignore_eos\": true}", 400},
+      {"logit_bias", "POST", "/v1/completions", "{\"prompt\": \"a\", \"logit_bias\": {\"5\": 100}}", 400},
+      {"json response_format", "POST", "/v1/chat/completions",
+       "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"response_format\": {\"type\": \"json_object\"}}", 400},
   };
+  // Neutral values of the rejected fields are accepted.
+  post(port, "/completion", {{"prompt", "a"}, {"n_predict", 2}, {"grammar", ""}, {"ignore_eos", false}, {"logit_bias", json::array()},
+                             {"typical_p", 1.0}, {"n_keep", 4}});
   for (const bad_case& bc : cases) {
     CAPTURE(bc.name);
     auto c = client(port);
@@ -358,4 +369,117 @@ TEST_CASE("serve_http: 8 concurrent requests give the tokens, log-probs and hash
   }
   CHECK(metric_value(get(port, "/metrics").get<std::string>(), "max_seqs_in_step") >= 2);
   CHECK(srv.stop() == 0);
+}
+
+namespace {
+
+// A raw HTTP/1.1 POST on its own socket, so a test can read part of a streamed answer and then
+// vanish, as a client that was killed does.
+struct raw_request {
+  int fd = -1;
+  raw_request(int port, const std::string& path, const std::string& body) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    const std::string req = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    REQUIRE(::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size()));
+  }
+  // Reads until `needle` has arrived (or 60 s pass); returns what was read.
+  std::string read_until(const std::string& needle) {
+    std::string got;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (got.find(needle) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 500) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    return got;
+  }
+  void vanish() {
+    if (fd < 0) return;
+    linger l{1, 0};  // close with RST, as a killed process's socket
+    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    ::close(fd);
+    fd = -1;
+  }
+  ~raw_request() { vanish(); }
+};
+
+int64_t metric_now(int port, const std::string& name) { return metric_value(get(port, "/metrics").get<std::string>(), name); }
+
+bool wait_metric(int port, const std::string& name, int64_t at_least) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (metric_now(port, name) >= at_least) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("serve_http: a full queue answers 503 and a vanished streaming client frees its slot") {
+  // One slot, a queue of one. A streams a generation that would take hours (a 65536-token slot);
+  // B waits in the queue; C finds it full. When A's client vanishes, A stops and B is served.
+  server_proc srv({"-np", "1", "-c", "65536", "--queue", "1"});
+  const int port = srv.port;
+  raw_request a(port, "/completion", json{{"prompt", "Once upon a time"}, {"n_predict", -1}, {"stream", true}}.dump());
+  CHECK(a.read_until("data: ").find("data: ") != std::string::npos);
+  int b_status = 0;
+  std::jthread b_thread([&] {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(90, 0);  // without the cancellation B would wait for A's whole slot
+    auto r = c.Post("/completion", json{{"prompt", "The cat"}, {"n_predict", 4}}.dump(), "application/json");
+    if (r) b_status = r->status;
+  });
+  REQUIRE(wait_metric(port, "requests_waiting", 1));
+  {
+    auto c = client(port);
+    auto r = c.Post("/completion", json{{"prompt", "The dog"}, {"n_predict", 4}}.dump(), "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 503);
+    CHECK(is_openai_error(json::parse(r->body), 503));
+  }
+  CHECK(metric_now(port, "requests_rejected_total") == 1);
+  a.vanish();
+  b_thread.join();
+  CHECK(b_status == 200);
+  CHECK(metric_now(port, "requests_cancelled_total") == 1);
+  // A was stopped long before its 4096-token slot filled.
+  CHECK(metric_now(port, "generated_tokens_total") < 60000);
+  bool idle = false;  // /slots is published after the step that answered B
+  for (int i = 0; i < 500 && !idle; ++i) {
+    idle = get(port, "/slots")[0]["is_processing"] == false;
+    if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(idle);
+  CHECK(srv.stop() == 0);
+}
+
+TEST_CASE("serve_http: a draft model drafts, and the answers equal the server without one") {
+  server_proc plain({"-np", "2", "-c", "1024"});
+  server_proc drafted({"-np", "2", "-c", "1024", "--draft", detaudit::test::fixture("models/stories260K.gguf"), "--draft-max", "4"});
+  for (double temp : {0.0, 0.9}) {
+    CAPTURE(temp);
+    const json body = {{"prompt", "Lily and Ben went"}, {"n_predict", 32}, {"n_probs", 3}, {"logit_hashes", true},
+                       {"return_tokens", true}, {"temperature", temp}, {"seed", 5}};
+    const json a = post(plain.port, "/completion", body);
+    const json b = post(drafted.port, "/completion", body);
+    CHECK(a["tokens"] == b["tokens"]);
+    CHECK(a["completion_probabilities"] == b["completion_probabilities"]);
+    CHECK(a["logit_hashes"] == b["logit_hashes"]);
+    CHECK(b["draft_accepted"].get<int64_t>() > 0);
+  }
+  CHECK(metric_value(get(drafted.port, "/metrics").get<std::string>(), "draft_accepted_total") > 0);
+  CHECK(get(drafted.port, "/props")["speculative"] == true);
+  CHECK(plain.stop() == 0);
+  CHECK(drafted.stop() == 0);
 }
