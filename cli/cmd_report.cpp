@@ -1,7 +1,66 @@
+#include <iostream>
+#include <memory>
+
+#include "app.h"
 #include "commands.h"
+#include "reports/compare.h"
+#include "reports/output.h"
 
 namespace detaudit::cli {
+namespace {
 
-void setup_report(CLI::App& app) { (void)app; }
+struct report_cmd_options {
+  std::string dir;
+  std::string format = "text";
+  std::string output;
+  std::string fail_on = "none";
+};
+
+void run_report(const report_cmd_options& o) {
+  const reports::fail_policy policy = reports::fail_policy_parse(o.fail_on);
+  reports::read_stats stats;
+  std::vector<reports::record> records = reports::records_read(o.dir, &stats);
+  if (stats.truncated)
+    std::cerr << "detaudit report: " << o.dir << ": skipped " << stats.truncated
+              << " last line(s) cut short (the run was interrupted while writing)\n";
+  const reports::report rep = reports::compare_run(std::move(records), reports::run_manifest_read(o.dir));
+  reports::report_output(rep, o.format, o.output);
+  const std::vector<std::string> reasons = reports::fail_reasons(rep, policy);
+  for (const std::string& r : reasons) std::cerr << "detaudit report: --fail-on " << o.fail_on << ": " << r << "\n";
+  if (!reasons.empty()) throw exit_with(EXIT_DIVERGED);
+}
+
+}  // namespace
+
+void setup_report(CLI::App& app) {
+  auto opt = std::make_shared<report_cmd_options>();
+  CLI::App* sub = app.add_subcommand(
+      "report",
+      "Report a run folder written by 'detaudit run': per probe, the alone-vs-alone control pair (run-to-run noise)\n"
+      "and each condition against alone; per item whether the responses are identical, the first differing token and\n"
+      "byte, the two tokens, 40 characters before and 60 after, the top-2 log-prob margins, the first differing logit\n"
+      "hash, graded results and flips (right->wrong, wrong->right). Conditions that did not take effect are counted\n"
+      "as not exercised, never as identical.");
+  sub->add_option("dir", opt->dir, "Run folder (its *.jsonl records and run.json), or one .jsonl file")
+      ->required()->type_name("DIR");
+  sub->add_option("--format", opt->format,
+                  "text: a table for the terminal; json: every row, for scripts (schema in docs/records.md); md: a "
+                  "summary for a pull request or issue; junit: JUnit XML for CI test reports")
+      ->check(CLI::IsMember({"text", "json", "md", "junit"}))->capture_default_str()->type_name("FORMAT");
+  sub->add_option("-o,--output", opt->output, "Write the report to FILE instead of stdout")->type_name("FILE");
+  sub->add_option("--fail-on", opt->fail_on,
+                  "Exit 1 when: any (a pair differs on some item, the control pair included), flips (an answer went "
+                  "right->wrong), score-drop:X (a pair's score fell by more than X percentage points), none (never)")
+      ->capture_default_str()->type_name("SPEC");
+  sub->footer(
+      "Exit codes: 0 within --fail-on, 1 beyond it (the reasons go to stderr), 2 bad input.\n"
+      "Examples:\n"
+      "  detaudit report runs/audit-1\n"
+      "  detaudit report runs/audit-1 --format md -o report.md\n"
+      "  detaudit report runs/audit-1 --format junit -o detaudit.xml --fail-on any\n"
+      "  detaudit report runs/audit-1 --format json | jq '.pairs[] | {probe, cond_b, differ, items}'\n"
+      "  detaudit report runs/quant --fail-on score-drop:2");
+  sub->callback([opt] { run_report(*opt); });
+}
 
 }  // namespace detaudit::cli

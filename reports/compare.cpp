@@ -1,0 +1,261 @@
+// compare_run and compare_runs: which responses are paired, how each row is judged (error, not
+// exercised, identical or not, graded, flipped), and the per-pair counts.
+//
+// Pairs of one run (see docs/records.md, "Report"):
+//   per target label: control (alone vs control), then (alone, X) for every other condition X,
+//   ordered by probe (repeat, concurrency, cache, batch, speculation, ...) then by name;
+//   seed: one pair "seed-fixed#0 vs seed-fixed#k" whose rows are every item and every k >= 1;
+//   seed-none: not a pair (answers are expected to differ): a note per item with its distinct answers;
+//   two or more labels: cross pairs, the first label against each other one, per shared condition.
+// Non-goals: deciding pass/fail (fail_reasons), presentation (report_render).
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "reports/compare.h"
+#include "reports/compare_internal.h"
+#include "reports/grade.h"
+#include "util/error.h"
+
+namespace detaudit::reports {
+namespace {
+
+// (item, repetition) in natural order: "item-2" before "item-10".
+struct item_rep_less {
+  bool operator()(const std::pair<std::string, int>& x, const std::pair<std::string, int>& y) const {
+    if (x.first != y.first) return natural_less(x.first, y.first);
+    return x.second < y.second;
+  }
+};
+using item_map = std::map<std::pair<std::string, int>, const record*, item_rep_less>;
+
+struct run_index {
+  std::vector<std::string> labels;                                  // sorted
+  std::map<std::string, std::map<std::string, item_map>> by_label;  // label -> condition -> rows
+  std::map<std::string, std::string> probe_of;                      // condition -> probe
+  std::set<std::string> multi_rep;                                  // conditions run more than once
+};
+
+std::string label_of(const record& r) {
+  auto it = r.target.find("label");
+  return (it != r.target.end() && it->is_string()) ? it->get<std::string>() : "";
+}
+
+run_index index_build(const std::vector<record>& recs) {
+  run_index ix;
+  for (const record& r : recs) {
+    const std::string label = label_of(r);
+    ix.by_label[label][r.condition][{r.item_id, r.repetition}] = &r;
+    if (r.repetition > 0) ix.multi_rep.insert(r.condition);
+    std::string& p = ix.probe_of[r.condition];
+    if (p.empty() && !r.probe.empty() && r.probe != "base") p = r.probe;
+  }
+  for (auto& [cond, p] : ix.probe_of)
+    if (p.empty()) p = probe_from_condition(cond);
+  for (const auto& [label, conds] : ix.by_label) ix.labels.push_back(label);
+  return ix;
+}
+
+std::string cond_name(const run_index& ix, const std::string& prefix, const std::string& cond, int rep) {
+  return prefix + cond + (ix.multi_rep.count(cond) ? "#" + std::to_string(rep) : "");
+}
+
+bool seed_pair_condition(const std::string& cond) { return cond.rfind("seed-", 0) == 0 && cond != "seed-none"; }
+
+// Conditions other than alone/control that pair with alone, in report order.
+std::vector<std::string> ordered_conditions(const run_index& ix, const std::map<std::string, item_map>& conds) {
+  std::vector<std::string> out;
+  for (const auto& [c, rows] : conds)
+    if (c != "alone" && c != "control" && c != "seed-none" && !seed_pair_condition(c)) out.push_back(c);
+  std::sort(out.begin(), out.end(), [&](const std::string& x, const std::string& y) {
+    const int rx = probe_rank(ix.probe_of.at(x)), ry = probe_rank(ix.probe_of.at(y));
+    if (rx != ry) return rx < ry;
+    return natural_less(x, y);
+  });
+  return out;
+}
+
+void note_missing(report& rep, const pair_summary& s, size_t missing, const std::string& what) {
+  if (missing == 0) return;
+  rep.notes.push_back(s.probe + " " + s.cond_a + " vs " + s.cond_b + ": " + std::to_string(missing) +
+                      " response(s) without " + what + " partner were left out");
+}
+
+// (alone, cond) for one label.
+void pairs_against_alone(report& rep, const run_index& ix, const std::string& label, const std::string& prefix) {
+  const auto& conds = ix.by_label.at(label);
+  auto alone_it = conds.find("alone");
+  std::vector<std::string> order;
+  if (conds.count("control")) order.push_back("control");
+  for (const std::string& c : ordered_conditions(ix, conds)) order.push_back(c);
+  if (alone_it == conds.end()) {
+    if (!order.empty())
+      rep.notes.push_back(prefix + "no 'alone' responses: " + std::to_string(order.size()) +
+                          " condition(s) could not be paired (" + order.front() + (order.size() > 1 ? ", ..." : "") + ")");
+    return;
+  }
+  for (const std::string& c : order) {
+    pair_summary s;
+    s.control = c == "control";
+    s.probe = s.control ? "control" : ix.probe_of.at(c);
+    s.cond_a = prefix + "alone";
+    s.cond_b = prefix + c;
+    size_t missing = 0;
+    for (const auto& [key, rb] : conds.at(c)) {
+      auto f = alone_it->second.find({key.first, 0});
+      if (f == alone_it->second.end()) {
+        ++missing;
+        continue;
+      }
+      summary_add(s, row_make(*f->second, *rb, cond_name(ix, prefix, "alone", 0), cond_name(ix, prefix, c, key.second)));
+    }
+    note_missing(rep, s, missing, "an 'alone'");
+    rep.pairs.push_back(std::move(s));
+  }
+}
+
+// seed-fixed#0 vs seed-fixed#k, one summary per seeded condition.
+void pairs_seed(report& rep, const run_index& ix, const std::string& label, const std::string& prefix) {
+  for (const auto& [c, rows] : ix.by_label.at(label)) {
+    if (!seed_pair_condition(c)) continue;
+    pair_summary s;
+    s.probe = ix.probe_of.at(c);
+    s.cond_a = prefix + c + "#0";
+    s.cond_b = prefix + c + "#k";
+    size_t missing = 0;
+    for (const auto& [key, rb] : rows) {
+      if (key.second == 0) continue;
+      auto f = rows.find({key.first, 0});
+      if (f == rows.end()) {
+        ++missing;
+        continue;
+      }
+      summary_add(s, row_make(*f->second, *rb, prefix + c + "#0", prefix + c + "#" + std::to_string(key.second)));
+    }
+    note_missing(rep, s, missing, "a repetition-0");
+    if (!s.rows.empty() || missing) rep.pairs.push_back(std::move(s));
+  }
+}
+
+void notes_seed_none(report& rep, const run_index& ix, const std::string& label, const std::string& prefix) {
+  auto it = ix.by_label.at(label).find("seed-none");
+  if (it == ix.by_label.at(label).end()) return;
+  std::map<std::string, std::pair<std::set<std::string>, int>, decltype(&natural_less)> per_item(&natural_less);
+  for (const auto& [key, r] : it->second) {
+    if (!r->error.empty() || !not_exercised_reason(*r).empty()) continue;
+    auto& [texts, n] = per_item[key.first];
+    texts.insert(r->text);
+    ++n;
+  }
+  rep.notes.push_back(prefix + "seed-none: without a seed at temperature > 0 answers may differ (not a failure); "
+                      "distinct answers per item follow");
+  for (const auto& [item, tn] : per_item)
+    rep.notes.push_back(prefix + "seed-none: item " + item + ": " + std::to_string(tn.first.size()) +
+                        " distinct answer(s) among " + std::to_string(tn.second));
+}
+
+// The first label against each other one, on every condition both have (seed-none excepted).
+void pairs_cross(report& rep, const run_index& ix) {
+  const std::string& ref = ix.labels.front();
+  const auto& ref_conds = ix.by_label.at(ref);
+  for (size_t li = 1; li < ix.labels.size(); ++li) {
+    const std::string& other = ix.labels[li];
+    const auto& other_conds = ix.by_label.at(other);
+    std::vector<std::string> order;
+    for (const std::string& c : {std::string("alone"), std::string("control")})
+      if (ref_conds.count(c) && other_conds.count(c)) order.push_back(c);
+    for (const std::string& c : ordered_conditions(ix, ref_conds))
+      if (other_conds.count(c)) order.push_back(c);
+    for (const auto& [c, rows] : ref_conds)
+      if (seed_pair_condition(c) && other_conds.count(c)) order.push_back(c);
+    for (const std::string& c : order) {
+      pair_summary s;
+      s.probe = "cross";
+      s.cond_a = ref + ":" + c;
+      s.cond_b = other + ":" + c;
+      size_t one_sided = 0;
+      const item_map& rows_a = ref_conds.at(c);
+      const item_map& rows_b = other_conds.at(c);
+      for (const auto& [key, ra] : rows_a) {
+        auto f = rows_b.find(key);
+        if (f == rows_b.end()) {
+          ++one_sided;
+          continue;
+        }
+        summary_add(s, row_make(*ra, *f->second, cond_name(ix, ref + ":", c, key.second),
+                                cond_name(ix, other + ":", c, key.second)));
+      }
+      for (const auto& [key, rb] : rows_b) one_sided += rows_a.count(key) == 0;
+      if (one_sided)
+        rep.notes.push_back("cross " + s.cond_a + " vs " + s.cond_b + ": " + std::to_string(one_sided) +
+                            " response(s) on one side only were left out");
+      rep.pairs.push_back(std::move(s));
+    }
+  }
+}
+
+const record* find_record(const std::map<std::string, item_map>& conds, const std::string& cond, const std::string& item) {
+  auto c = conds.find(cond);
+  if (c == conds.end()) return nullptr;
+  auto f = c->second.find({item, 0});
+  return f == c->second.end() ? nullptr : f->second;
+}
+
+// When the run's first request (evidence.cold) differs from the same request sent again alone.
+void notes_cold(report& rep, const run_index& ix) {
+  const std::vector<std::string> same_request = {"alone", "control", "repeat"};
+  for (const record& r : rep.records) {
+    auto cold = r.evidence.find("cold");
+    if (cold == r.evidence.end() || !cold->is_boolean() || !cold->get<bool>() || !r.error.empty()) continue;
+    if (std::find(same_request.begin(), same_request.end(), r.condition) == same_request.end()) continue;
+    const std::string label = label_of(r);
+    for (const std::string& later : same_request) {
+      const record* other = later == r.condition ? nullptr : find_record(ix.by_label.at(label), later, r.item_id);
+      if (!other || !other->error.empty()) continue;
+      const divergence d = diverge(r, *other);
+      if (d.identical) continue;
+      rep.notes.push_back("the first request after the target started differed: item " + r.item_id + " (" +
+                          (ix.labels.size() > 1 ? label + ":" : "") + r.condition + " vs " + later +
+                          "): " + divergence_where(d));
+      break;
+    }
+  }
+}
+
+void notes_lint(report& rep) {
+  auto it = rep.manifest.find("lint");
+  if (it == rep.manifest.end() || !it->is_array()) return;
+  for (const json& f : *it) {
+    if (!f.is_object()) continue;
+    const std::string item = json_str(f, "item_id");
+    rep.notes.push_back("lint " + json_str(f, "severity", "warning") + " [" + json_str(f, "code") + "]" +
+                        (item.empty() ? "" : " item " + item) + ": " + json_str(f, "message"));
+  }
+}
+
+}  // namespace
+
+report compare_run(std::vector<record> records, json manifest) {
+  report rep;
+  rep.manifest = manifest.is_object() ? std::move(manifest) : json::object();
+  size_t dropped = 0;
+  rep.records = records_dedupe(std::move(records), [](const record& r) { return record_key(r); }, &dropped);
+  if (dropped)
+    rep.notes.push_back(std::to_string(dropped) + " record(s) were superseded by a later record of the same request "
+                        "(a resumed run): the last of each was used");
+  notes_lint(rep);
+  const run_index ix = index_build(rep.records);
+  const bool multi = ix.labels.size() > 1;
+  for (const std::string& label : ix.labels) {
+    const std::string prefix = multi ? label + ":" : "";
+    pairs_against_alone(rep, ix, label, prefix);
+    pairs_seed(rep, ix, label, prefix);
+    notes_seed_none(rep, ix, label, prefix);
+  }
+  if (multi) pairs_cross(rep, ix);
+  notes_cold(rep, ix);
+  notes_not_exercised(rep);
+  return rep;
+}
+
+}  // namespace detaudit::reports

@@ -1,0 +1,86 @@
+// The machine-readable report: a stable object, keys in a fixed order. docs/records.md ("Report
+// JSON") is its schema; REPORT_JSON_SCHEMA below is the version it carries.
+//
+//   {"schema": 1, "pairs": [{probe, cond_a, cond_b, control, items, differ, errors, not_exercised,
+//     graded, correct_a, correct_b, right_to_wrong, wrong_to_right, wrong_to_other_wrong,
+//     rows: [{item_id, ...}]}], "notes": [...], "manifest": {...}}
+#include "reports/format_internal.h"
+
+namespace detaudit::reports {
+namespace {
+
+constexpr int REPORT_JSON_SCHEMA = 1;
+
+using ojson = nlohmann::ordered_json;
+
+ojson opt_num(const std::optional<double>& v) { return v ? ojson(*v) : ojson(nullptr); }
+ojson opt_bool(const std::optional<bool>& v) { return v ? ojson(*v) : ojson(nullptr); }
+
+ojson row_json(const pair_item& row) {
+  const divergence& d = row.d;
+  ojson o;
+  o["item_id"] = row.item_id;
+  o["cond_a"] = row.cond_a;
+  o["cond_b"] = row.cond_b;
+  o["identical"] = d.identical;
+  o["token_index"] = d.token_index;
+  o["char_offset"] = d.char_offset;
+  o["token_a"] = d.token_a;
+  o["token_b"] = d.token_b;
+  o["id_a"] = d.id_a;
+  o["id_b"] = d.id_b;
+  o["before_a"] = d.before_a;
+  o["after_a"] = d.after_a;
+  o["before_b"] = d.before_b;
+  o["after_b"] = d.after_b;
+  o["margin_a"] = opt_num(d.margin_a);
+  o["margin_b"] = opt_num(d.margin_b);
+  o["hashes_available"] = d.hashes_available;
+  o["hash_step"] = d.hash_step;
+  o["correct_a"] = opt_bool(row.correct_a);
+  o["correct_b"] = opt_bool(row.correct_b);
+  o["flip"] = flip_name(row.flip);
+  o["exercised"] = row.exercised;
+  o["reason"] = row.reason;
+  o["error"] = row.error;
+  o["note"] = d.note;
+  return o;
+}
+
+ojson pair_json(const pair_summary& s) {
+  ojson o;
+  o["probe"] = s.probe;
+  o["cond_a"] = s.cond_a;
+  o["cond_b"] = s.cond_b;
+  o["control"] = s.control;
+  o["items"] = s.items;
+  o["differ"] = s.differ;
+  o["errors"] = s.errors;
+  o["not_exercised"] = s.not_exercised;
+  o["graded"] = s.graded;
+  o["correct_a"] = s.correct_a;
+  o["correct_b"] = s.correct_b;
+  o["right_to_wrong"] = s.right_to_wrong;
+  o["wrong_to_right"] = s.wrong_to_right;
+  o["wrong_to_other_wrong"] = s.wrong_to_other_wrong;
+  ojson rows = ojson::array();
+  for (const pair_item& row : s.rows) rows.push_back(row_json(row));
+  o["rows"] = std::move(rows);
+  return o;
+}
+
+}  // namespace
+
+std::string render_json(const report& r) {
+  ojson o;
+  o["schema"] = REPORT_JSON_SCHEMA;
+  ojson pairs = ojson::array();
+  for (const pair_summary& s : r.pairs) pairs.push_back(pair_json(s));
+  o["pairs"] = std::move(pairs);
+  o["notes"] = r.notes;
+  const json manifest = r.manifest.is_object() ? r.manifest : json::object();
+  o["manifest"] = ojson::parse(manifest.dump(-1, ' ', false, json::error_handler_t::replace));
+  return o.dump(2, ' ', false, ojson::error_handler_t::replace) + "\n";
+}
+
+}  // namespace detaudit::reports

@@ -1,0 +1,91 @@
+// The Markdown report: a summary table of the pairs, then a section per pair with differing,
+// failed or drifted items (context in code spans, newlines shown as \n), then the notes.
+#include <algorithm>
+#include <sstream>
+
+#include "reports/format_internal.h"
+#include "reports/utf8.h"
+
+namespace detaudit::reports {
+namespace {
+
+// Text safe in a Markdown paragraph or table cell.
+std::string md_escape(const std::string& s) {
+  std::string out;
+  for (char c : escape_line(s)) {
+    if (std::string("\\`*_[]<>|#!").find(c) != std::string::npos) out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+// A code span that shows s exactly (one line), fenced with more backticks than s holds in a row.
+std::string md_code(const std::string& raw) {
+  const std::string s = escape_line(raw);
+  if (s.empty()) return "*(empty)*";
+  size_t run = 0, longest = 0;
+  for (char c : s) {
+    run = c == '`' ? run + 1 : 0;
+    longest = std::max(longest, run);
+  }
+  const std::string fence(longest + 1, '`');
+  const bool pad = s.front() == '`' || s.back() == '`' || s.front() == ' ' || s.back() == ' ';
+  return fence + (pad ? " " : "") + s + (pad ? " " : "") + fence;
+}
+
+void summary(std::ostringstream& os, const report& r) {
+  os << "| probe | pair | differ | errors | not exercised | score A -> B | flips -r/+w | net |\n"
+     << "|---|---|---:|---:|---:|---|---|---:|\n";
+  for (const pair_summary& s : r.pairs)
+    os << "| " << md_escape(s.probe) << " | " << md_escape(s.cond_a + " vs " + s.cond_b)
+       << " | " << s.differ << "/" << (s.items - s.errors - s.not_exercised) << " | " << s.errors << " | "
+       << s.not_exercised << " | " << score_text(s) << " | " << flips_text(s) << " | " << net_text(s) << " |\n";
+}
+
+void row_item(std::ostringstream& os, const pair_item& row) {
+  const divergence& d = row.d;
+  os << "- **" << md_escape(row.item_id) << "** (" << md_escape(row.cond_a + " vs " + row.cond_b) << "): ";
+  if (row.error) {
+    os << "error: " << md_escape(d.note) << "\n";
+    return;
+  }
+  if (d.identical) {
+    os << "identical tokens; " << hash_text(row) << "\n";
+    return;
+  }
+  if (d.token_index >= 0)
+    os << "token " << d.token_index << ": " << md_code(d.token_a) << " vs " << md_code(d.token_b) << "; ";
+  if (d.char_offset >= 0) os << "byte " << d.char_offset << "; ";
+  os << "margins " << margin_text(d.margin_a) << " / " << margin_text(d.margin_b);
+  if (!hash_text(row).empty()) os << "; " << hash_text(row);
+  if (row.flip != FLIP_NONE) os << "; **" << flip_name(row.flip) << "**";
+  if (!row.exercised) os << "; not exercised: " << md_escape(row.reason);
+  os << "\n  - " << md_escape(row.cond_a) << ": " << md_code(d.before_a) << " | " << md_code(d.after_a) << "\n"
+     << "  - " << md_escape(row.cond_b) << ": " << md_code(d.before_b) << " | " << md_code(d.after_b) << "\n";
+}
+
+}  // namespace
+
+std::string render_md(const report& r) {
+  std::ostringstream os;
+  os << "# detaudit report\n\n";
+  const std::string m = manifest_line(r.manifest);
+  if (!m.empty()) os << md_escape(m) << "\n\n";
+  if (r.pairs.empty()) os << "No pairs of responses to compare.\n";
+  else summary(os, r);
+  for (const pair_summary& s : r.pairs) {
+    if (std::none_of(s.rows.begin(), s.rows.end(), row_listed)) continue;
+    os << "\n## " << md_escape(pair_title(s)) << "\n\n"
+       << s.differ << " of " << (s.items - s.errors - s.not_exercised) << " items differ"
+       << (s.control ? " (control pair: run-to-run noise)" : "") << ", " << s.errors << " error(s).\n\n";
+    for (const pair_item& row : s.rows)
+      if (row_listed(row)) row_item(os, row);
+  }
+  if (!r.notes.empty()) {
+    os << "\n## Notes\n\n";
+    for (const std::string& n : r.notes) os << "- " << md_escape(n) << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace detaudit::reports

@@ -1,0 +1,111 @@
+// The terminal report: one table row per pair, then each differing, failed or drifted item with
+// where it parted, then the notes. Plain text, readable without color.
+//
+//   PROBE        PAIR                      DIFFER  ERRORS  NOT-EXERCISED  SCORE A -> B    FLIPS -R/+W  NET
+//   control      alone vs control          0/20    0       0              -               -            -
+//   concurrency  alone vs concurrent-8     2/20    0       0              14/20 -> 13/20  -2/+1        -1
+#include <algorithm>
+#include <sstream>
+
+#include "reports/compare_internal.h"
+#include "reports/format_internal.h"
+#include "reports/utf8.h"
+
+namespace detaudit::reports {
+namespace {
+
+using table_row = std::vector<std::string>;
+
+std::string table(const std::vector<table_row>& rows) {
+  std::vector<size_t> width;
+  for (const table_row& r : rows)
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (width.size() <= i) width.push_back(0);
+      width[i] = std::max(width[i], r[i].size());
+    }
+  std::string out;
+  for (const table_row& r : rows) {
+    std::string line;
+    for (size_t i = 0; i < r.size(); ++i) {
+      line += r[i];
+      if (i + 1 < r.size()) line += std::string(width[i] - r[i].size() + 2, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string summary_table(const report& r) {
+  std::vector<table_row> rows = {{"PROBE", "PAIR", "DIFFER", "ERRORS", "NOT-EXERCISED", "SCORE A -> B", "FLIPS -R/+W", "NET"}};
+  for (const pair_summary& s : r.pairs) {
+    const int64_t judged = s.items - s.errors - s.not_exercised;
+    rows.push_back({s.probe, s.cond_a + " vs " + s.cond_b, std::to_string(s.differ) + "/" + std::to_string(judged),
+                    std::to_string(s.errors), std::to_string(s.not_exercised), score_text(s), flips_text(s), net_text(s)});
+  }
+  return table(rows);
+}
+
+std::string token_text(const std::string& tok, int32_t id) {
+  return "'" + escape_line(tok, '\'') + "'" + (id >= 0 ? " (id " + std::to_string(id) + ")" : "");
+}
+
+std::string context_line(const std::string& before, const std::string& after) {
+  return "\"" + escape_line(before, '"') + "\" | \"" + escape_line(after, '"') + "\"";
+}
+
+}  // namespace
+
+std::string row_text(const pair_item& row) {
+  std::ostringstream os;
+  const divergence& d = row.d;
+  os << "  item " << escape_line(row.item_id) << " (" << row.cond_a << " vs " << row.cond_b << ")";
+  if (row.error) {
+    os << ": error: " << escape_line(d.note) << "\n";
+    return os.str();
+  }
+  if (d.identical) {
+    os << ": identical tokens; " << hash_text(row) << "\n";
+    return os.str();
+  }
+  os << ": ";
+  if (d.token_index >= 0) os << "token " << d.token_index;
+  if (d.char_offset >= 0) os << (d.token_index >= 0 ? ", " : "") << "byte " << d.char_offset;
+  if (d.token_index >= 0) os << ": " << token_text(d.token_a, d.id_a) << " vs " << token_text(d.token_b, d.id_b);
+  if (!row.exercised) os << " [not exercised: " << row.reason << "]";
+  os << "\n    margins " << margin_text(d.margin_a) << " vs " << margin_text(d.margin_b);
+  if (!hash_text(row).empty()) os << "; " << hash_text(row);
+  if (row.correct_a && row.correct_b)
+    os << "; graded " << (*row.correct_a ? "right" : "wrong") << " -> " << (*row.correct_b ? "right" : "wrong")
+       << (row.flip != FLIP_NONE ? std::string(" (") + flip_name(row.flip) + ")" : "");
+  if (!d.note.empty()) os << "; " << d.note;
+  os << "\n";
+  const size_t w = std::max(row.cond_a.size(), row.cond_b.size());
+  for (int side = 0; side < 2; ++side) {
+    const std::string& c = side ? row.cond_b : row.cond_a;
+    os << "    " << c << std::string(w - c.size(), ' ') << " : "
+       << (side ? context_line(d.before_b, d.after_b) : context_line(d.before_a, d.after_a)) << "\n";
+  }
+  return os.str();
+}
+
+std::string render_text(const report& r) {
+  std::ostringstream os;
+  const std::string m = manifest_line(r.manifest);
+  os << "detaudit report" << (m.empty() ? "" : ": " + m) << "\n\n";
+  if (r.pairs.empty()) os << "no pairs of responses to compare\n";
+  else os << summary_table(r);
+  for (const pair_summary& s : r.pairs) {
+    if (std::none_of(s.rows.begin(), s.rows.end(), row_listed)) continue;
+    os << "\n" << pair_title(s) << (s.control ? " (control: run-to-run noise)" : "") << ": " << s.differ << " of "
+       << (s.items - s.errors - s.not_exercised) << " differ, " << s.errors << " error(s)\n";
+    for (const pair_item& row : s.rows)
+      if (row_listed(row)) os << row_text(row);
+  }
+  if (!r.notes.empty()) {
+    os << "\nnotes:\n";
+    for (const std::string& n : r.notes) os << "  - " << escape_line(n) << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace detaudit::reports

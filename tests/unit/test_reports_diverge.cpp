@@ -1,0 +1,155 @@
+// diverge(): hand-built token lists with known divergence points, margins, hash steps, prefix and
+// text-only cases, UTF-8 context cutting, failed responses.
+#include <doctest/doctest.h>
+
+#include "reports/compare.h"
+#include "test_reports_util.h"
+
+using namespace detaudit::reports;
+using detaudit::test::rec;
+
+TEST_CASE("report diverge: ids 1 2 3 4 vs 1 2 9 4 part at token 2 and byte 4 with both margins") {
+  record a = rec("q", "alone", {{1, "a"}, {2, " b"}, {3, " c"}, {4, " d"}});
+  record b = rec("q", "concurrent-8", {{1, "a"}, {2, " b"}, {9, " X"}, {4, " d"}});
+  REQUIRE(a.text == "a b c d");
+  REQUIRE(b.text == "a b X d");
+  a.top_logprobs = {{{1, "a", -0.1}, {5, "z", -3}}, {{2, " b", -0.2}, {6, " y", -2}},
+                    {{3, " c", -0.25}, {9, " X", -0.75}}, {{4, " d", -0.1}, {7, " w", -4}}};
+  b.top_logprobs = {{{1, "a", -0.1}, {5, "z", -3}}, {{2, " b", -0.2}, {6, " y", -2}},
+                    {{9, " X", -0.5}, {3, " c", -0.625}}, {{4, " d", -0.1}}};
+  const divergence d = diverge(a, b);
+  CHECK_FALSE(d.identical);
+  CHECK(d.token_index == 2);
+  CHECK(d.char_offset == 4);
+  CHECK(d.token_a == " c");
+  CHECK(d.token_b == " X");
+  CHECK(d.id_a == 3);
+  CHECK(d.id_b == 9);
+  CHECK(d.before_a == "a b ");
+  CHECK(d.after_a == "c d");
+  CHECK(d.before_b == "a b ");
+  CHECK(d.after_b == "X d");
+  REQUIRE(d.margin_a.has_value());
+  REQUIRE(d.margin_b.has_value());
+  CHECK(*d.margin_a == 0.5);
+  CHECK(*d.margin_b == 0.125);
+  CHECK_FALSE(d.hashes_available);
+  CHECK(d.hash_step == -1);
+}
+
+TEST_CASE("report diverge: a margin needs two alternatives at that step") {
+  record a = rec("q", "alone", {{1, "a"}, {2, "b"}});
+  record b = rec("q", "repeat", {{1, "a"}, {3, "c"}});
+  a.top_logprobs = {{{1, "a", -0.1}, {5, "z", -3}}, {{2, "b", -0.2}}};
+  const divergence d = diverge(a, b);
+  CHECK(d.token_index == 1);
+  CHECK_FALSE(d.margin_a.has_value());  // one alternative recorded
+  CHECK_FALSE(d.margin_b.has_value());  // none recorded
+}
+
+TEST_CASE("report diverge: one response a prefix of the other parts where the shorter ends") {
+  const record a = rec("q", "alone", {{1, "a"}, {2, " b"}, {3, " c"}});
+  const record b = rec("q", "control", {{1, "a"}, {2, " b"}, {3, " c"}, {4, " d"}});
+  const divergence d = diverge(a, b);
+  CHECK_FALSE(d.identical);
+  CHECK(d.token_index == 3);
+  CHECK(d.char_offset == 5);
+  CHECK(d.token_a == "");
+  CHECK(d.id_a == -1);
+  CHECK(d.token_b == " d");
+  CHECK(d.id_b == 4);
+  CHECK(d.before_a == "a b c");
+  CHECK(d.after_a == "");
+  CHECK(d.after_b == " d");
+}
+
+TEST_CASE("report diverge: without ids on every token the tokens compare by text") {
+  const record a = rec("q", "alone", {{-1, "x"}, {-1, "y"}, {-1, "w"}});
+  const record b = rec("q", "control", {{-1, "x"}, {-1, "z"}, {-1, "w"}});
+  const divergence d = diverge(a, b);
+  CHECK(d.token_index == 1);
+  CHECK(d.char_offset == 1);
+  CHECK(d.id_a == -1);
+  CHECK(d.token_a == "y");
+  CHECK(d.token_b == "z");
+  // Ids on one side only: compared by text, so these are identical.
+  const record c = rec("q", "alone", {{5, "x"}, {6, "y"}});
+  const record e = rec("q", "control", {{-1, "x"}, {-1, "y"}});
+  CHECK(diverge(c, e).identical);
+  // The same ids with a different text still differ, at the first differing byte.
+  record f = rec("q", "alone", {{5, "x"}, {6, "y"}});
+  f.text = "xY";
+  const divergence g = diverge(c, f);
+  CHECK_FALSE(g.identical);
+  CHECK(g.token_index == -1);
+  CHECK(g.char_offset == 1);
+}
+
+TEST_CASE("report diverge: the same text from different tokens differs at the token, with no byte offset") {
+  const record a = rec("q", "alone", {{1, "ab"}, {2, "c"}});
+  const record b = rec("q", "control", {{1, "ab"}, {7, "c"}});
+  const divergence d = diverge(a, b);
+  CHECK_FALSE(d.identical);
+  CHECK(d.token_index == 1);
+  CHECK(d.char_offset == -1);
+  CHECK(d.before_a == "ab");
+  CHECK(d.after_a == "c");
+}
+
+TEST_CASE("report diverge: logit hashes give the first drifting step, also under identical tokens") {
+  record a = rec("q", "alone", {{1, "a"}, {2, "b"}, {3, "c"}});
+  record b = rec("q", "control", {{1, "a"}, {2, "b"}, {3, "c"}});
+  a.logit_hashes = {0x11, 0x22, 0x33};
+  b.logit_hashes = {0x11, 0x22, 0x34};
+  const divergence drift = diverge(a, b);
+  CHECK(drift.identical);
+  CHECK(drift.hashes_available);
+  CHECK(drift.hash_step == 2);
+  CHECK(drift.token_index == -1);
+
+  record c = rec("q", "concurrent-8", {{1, "a"}, {2, "b"}, {9, "x"}});
+  c.logit_hashes = {0x11, 0x99, 0x77};
+  const divergence d = diverge(a, c);
+  CHECK(d.token_index == 2);
+  CHECK(d.hash_step == 1);  // logits drift before the token flips
+
+  b.logit_hashes = a.logit_hashes;
+  CHECK(diverge(a, b).hash_step == -1);
+  b.logit_hashes.clear();
+  CHECK_FALSE(diverge(a, b).hashes_available);
+}
+
+TEST_CASE("report diverge: context is 40 code points before and 60 from the offset and never cuts one") {
+  std::string e50, u70, e40, u59;
+  for (int i = 0; i < 50; ++i) e50 += "\xC3\xA9";  // é
+  for (int i = 0; i < 70; ++i) u70 += "\xC3\xBC";  // ü
+  for (int i = 0; i < 40; ++i) e40 += "\xC3\xA9";
+  for (int i = 0; i < 59; ++i) u59 += "\xC3\xBC";
+  const record a = rec("q", "alone", {{-1, e50 + "A" + u70}});
+  const record b = rec("q", "control", {{-1, e50 + "B" + u70}});
+  const divergence d = diverge(a, b);
+  CHECK(d.char_offset == 100);
+  CHECK(d.before_a == e40);
+  CHECK(d.after_a == "A" + u59);
+  CHECK(d.after_b == "B" + u59);
+
+  // é (C3 A9) vs è (C3 A8) part at their second byte: the context starts at the code point.
+  const record c = rec("q", "alone", {{-1, "ab\xC3\xA9" "cd"}});
+  const record e = rec("q", "control", {{-1, "ab\xC3\xA8" "cd"}});
+  const divergence m = diverge(c, e);
+  CHECK(m.char_offset == 3);
+  CHECK(m.before_a == "ab");
+  CHECK(m.after_a == "\xC3\xA9" "cd");
+  CHECK(m.after_b == "\xC3\xA8" "cd");
+}
+
+TEST_CASE("report diverge: a failed response is never identical and says why") {
+  const record a = rec("q", "alone", {{1, "a"}});
+  record b = rec("q", "concurrent-8", {});
+  b.error = "HTTP 500: internal error";
+  const divergence d = diverge(a, b);
+  CHECK_FALSE(d.identical);
+  CHECK(d.token_index == -1);
+  CHECK(d.char_offset == -1);
+  CHECK(d.note.find("HTTP 500") != std::string::npos);
+}
