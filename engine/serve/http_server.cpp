@@ -178,6 +178,7 @@ http_server::http_server(scheduler& sched, const http_server_params& p) : p_(std
   auto wrap = [](httplib::Server::Handler h) { return error_adapter(std::move(h)); };
   routes_llamacpp(srv, st, wrap);
   routes_openai(srv, st, wrap);
+  routes_ollama(srv, st, wrap);
 }
 
 http_server::~http_server() { stop(); }
