@@ -84,8 +84,8 @@ json token_logprob_of(const runtime::generated_token& t);
 // "eos" | "word" | "limit"; OpenAI's "stop" | "length".
 const char* stop_type_llamacpp(runtime::stop_type s);
 const char* finish_reason_openai(const runtime::generate_result& g);
-// llama.cpp's timings object.
-json timings_json(const runtime::run_timings& t);
+// llama.cpp's timings object: cache_n prompt tokens taken from the cache, prompt_n evaluated.
+json timings_json(const runtime::run_timings& t, int64_t n_cached);
 
 // ---- http_server.cpp ----
 

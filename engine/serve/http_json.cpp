@@ -232,11 +232,13 @@ const char* stop_type_llamacpp(runtime::stop_type s) {
 
 const char* finish_reason_openai(const runtime::generate_result& g) { return runtime::finish_reason_name(g.finish); }
 
-json timings_json(const runtime::run_timings& t) {
-  return {{"prompt_n", t.n_prompt},
+json timings_json(const runtime::run_timings& t, int64_t n_cached) {
+  const int64_t n_eval = t.n_prompt - n_cached;
+  return {{"cache_n", n_cached},
+          {"prompt_n", n_eval},
           {"prompt_ms", t.prompt_ms},
-          {"prompt_per_token_ms", t.n_prompt > 0 ? t.prompt_ms / static_cast<double>(t.n_prompt) : 0.0},
-          {"prompt_per_second", t.prompt_tokens_per_s()},
+          {"prompt_per_token_ms", n_eval > 0 ? t.prompt_ms / static_cast<double>(n_eval) : 0.0},
+          {"prompt_per_second", t.prompt_ms > 0 ? 1e3 * static_cast<double>(n_eval) / t.prompt_ms : 0.0},
           {"predicted_n", t.n_gen},
           {"predicted_ms", t.gen_ms},
           {"predicted_per_token_ms", t.n_gen > 0 ? t.gen_ms / static_cast<double>(t.n_gen) : 0.0},

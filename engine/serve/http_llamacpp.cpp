@@ -64,14 +64,14 @@ json completion_json(const http_state& st, const llamacpp_options& o, const requ
             {"system_fingerprint", st.fingerprint},
             {"tokens_predicted", static_cast<int64_t>(g.tokens.size())},
             {"tokens_evaluated", static_cast<int64_t>(g.prompt_tokens.size())},
-            {"tokens_cached", out.n_cached},
+            {"tokens_cached", out.n_past},
             {"stop_type", stop_type_llamacpp(g.stop)},
             {"stopped_eos", g.stop == runtime::STOP_EOG},
             {"stopped_word", g.stop == runtime::STOP_WORD},
             {"stopped_limit", g.stop == runtime::STOP_LIMIT || g.stop == runtime::STOP_CONTEXT},
             {"stopping_word", g.stop_word},
             {"truncated", false},
-            {"timings", timings_json(g.timings)},
+            {"timings", timings_json(g.timings, out.n_cached)},
             {"draft_proposed", out.n_draft_proposed},
             {"draft_accepted", out.n_draft_accepted}};
   if (!streamed) token_fields(st, o, g.tokens, j);

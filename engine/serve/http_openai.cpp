@@ -70,7 +70,10 @@ void hashes_add(json& j, const request_result& out) {
 json usage_json(const request_result& out) {
   const int64_t n_prompt = static_cast<int64_t>(out.gen.prompt_tokens.size());
   const int64_t n_gen = static_cast<int64_t>(out.gen.tokens.size());
-  return {{"prompt_tokens", n_prompt}, {"completion_tokens", n_gen}, {"total_tokens", n_prompt + n_gen}};
+  return {{"prompt_tokens", n_prompt},
+          {"completion_tokens", n_gen},
+          {"total_tokens", n_prompt + n_gen},
+          {"prompt_tokens_details", {{"cached_tokens", out.n_cached}}}};
 }
 
 json response_json(const http_state& st, const openai_options& o, const request_result& out) {
@@ -80,7 +83,7 @@ json response_json(const http_state& st, const openai_options& o, const request_
   else choice["text"] = out.gen.text;
   j["choices"] = json::array({choice});
   j["usage"] = usage_json(out);
-  j["timings"] = timings_json(out.gen.timings);
+  j["timings"] = timings_json(out.gen.timings, out.n_cached);
   if (o.logit_hashes) hashes_add(j, out);
   return j;
 }
@@ -112,7 +115,7 @@ stream_format stream_format_make(const http_state& st, const openai_options& o) 
     else choice["text"] = "";
     j["choices"] = json::array({choice});
     j["usage"] = usage_json(out);
-    j["timings"] = timings_json(out.gen.timings);
+    j["timings"] = timings_json(out.gen.timings, out.n_cached);
     if (o.logit_hashes) hashes_add(j, out);
     return sse_event(j) + "data: [DONE]\n\n";
   };

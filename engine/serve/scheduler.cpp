@@ -278,6 +278,7 @@ bool scheduler::impl::process_logits(slot& s, const std::vector<float>& logits, 
 void scheduler::impl::finish(slot& s, int64_t keep_len) {
   active& a = *s.req;
   if (ctx->seq_len(s.seq) > keep_len) ctx->seq_truncate(s.seq, keep_len);
+  a.res.n_past = ctx->seq_len(s.seq);
   runtime::generate_result& g = a.res.gen;
   g.text = a.stream->text();
   g.chained_hash = a.chain.value();

@@ -59,6 +59,7 @@ struct request_result {
   runtime::generate_result gen;    // tokens, text, finish/stop, timings, chained hash
   int slot = -1;
   int64_t n_cached = 0;            // prompt tokens taken from the slot's cache
+  int64_t n_past = 0;              // tokens the slot's cache holds when the request ends
   int64_t n_draft_proposed = 0;
   int64_t n_draft_accepted = 0;
   std::string error;               // non-empty: the request failed (message for the client)
