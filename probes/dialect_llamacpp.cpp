@@ -1,0 +1,171 @@
+// The llama.cpp dialect: POST /completion for raw prompts (n_probs, return_tokens, cache_prompt,
+// id_slot), POST /v1/chat/completions with llama.cpp's extra fields for chat messages.
+//
+// Both shapes of completion_probabilities are read (llama.cpp's server README):
+//   newer: [{"id", "token", "bytes", "logprob", "top_logprobs": [{"id", "token", "bytes", "logprob"}]}]
+//          (with post_sampling_probs: "prob" and "top_probs" instead, probabilities)
+//   older: [{"content", "probs": [{"tok_str", "prob"}]}]   (probabilities, no ids)
+// Probabilities become log-probs; a probability of 0 becomes the log of the smallest double.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "probes/target_http.h"
+
+namespace detaudit::probes {
+namespace {
+
+double prob_to_logprob(double p) { return std::log(std::max(p, std::numeric_limits<double>::denorm_min())); }
+
+int32_t id_at(const json& e, const std::string& where) {
+  const json* id = json_get(e, "id");
+  if (!id) return -1;
+  if (!id->is_number_integer()) throw response_error("field '" + where + ".id': expected an integer token id");
+  return id->get<int32_t>();
+}
+
+// The log-prob of one entry: "logprob", else log("prob").
+double entry_logprob(const json& e, const std::string& where) {
+  if (json_get(e, "logprob")) return json_number_at(e, "logprob", where);
+  return prob_to_logprob(json_number_at(e, "prob", where));
+}
+
+void newer_entry_parse(const json& e, const std::string& where, reports::record& rec) {
+  reports::token_rec t;
+  t.id = id_at(e, where);
+  t.text = json_string_at(e, "token", where, "");
+  t.bytes = token_bytes_parse(json_get(e, "bytes"), t.text, where);
+  if (json_get(e, "logprob") || json_get(e, "prob")) t.logprob = entry_logprob(e, where);
+  const char* top_key = json_get(e, "top_logprobs") ? "top_logprobs" : "top_probs";
+  std::vector<reports::alt_rec> alts;
+  if (json_get(e, top_key)) {
+    const json& top = json_array_at(e, top_key, where);
+    for (size_t i = 0; i < top.size(); ++i) {
+      const std::string w = where + "." + top_key + "[" + std::to_string(i) + "]";
+      if (!top[i].is_object()) throw response_error("field '" + w + "': expected an object");
+      alts.push_back({id_at(top[i], w), json_string_at(top[i], "token", w, ""), entry_logprob(top[i], w)});
+    }
+  }
+  rec.tokens.push_back(std::move(t));
+  rec.top_logprobs.push_back(std::move(alts));
+}
+
+void older_entry_parse(const json& e, const std::string& where, reports::record& rec) {
+  reports::token_rec t;
+  t.text = json_string_at(e, "content", where, "");
+  std::vector<reports::alt_rec> alts;
+  const json& probs = json_array_at(e, "probs", where);
+  for (size_t i = 0; i < probs.size(); ++i) {
+    const std::string w = where + ".probs[" + std::to_string(i) + "]";
+    if (!probs[i].is_object()) throw response_error("field '" + w + "': expected an object");
+    reports::alt_rec a{-1, json_string_at(probs[i], "tok_str", w, ""), prob_to_logprob(json_number_at(probs[i], "prob", w))};
+    if (a.token == t.text && !t.logprob) t.logprob = a.logprob;
+    alts.push_back(std::move(a));
+  }
+  rec.tokens.push_back(std::move(t));
+  rec.top_logprobs.push_back(std::move(alts));
+}
+
+// Token ids from "tokens" (return_tokens); they also fill entries that came without an id.
+void ids_merge(const json& j, reports::record& rec) {
+  const json* ids = json_get(j, "tokens");
+  if (!ids || !ids->is_array() || ids->empty()) return;
+  for (size_t i = 0; i < ids->size(); ++i)
+    if (!(*ids)[i].is_number_integer()) throw response_error("field 'tokens[" + std::to_string(i) + "]': expected an integer token id");
+  if (rec.tokens.empty()) {
+    for (const json& id : *ids) rec.tokens.push_back({id.get<int32_t>(), "", {}, std::nullopt});
+    return;
+  }
+  // llama.cpp trims completion_probabilities by the stop word's tokens, not "tokens": the two
+  // agree on their common prefix.
+  for (size_t i = 0; i < std::min(ids->size(), rec.tokens.size()); ++i) {
+    const int32_t id = (*ids)[i].get<int32_t>();
+    if (rec.tokens[i].id < 0) rec.tokens[i].id = id;
+    else if (rec.tokens[i].id != id)
+      throw response_error("field 'tokens[" + std::to_string(i) + "]': id " + std::to_string(id) +
+                           " differs from completion_probabilities' id " + std::to_string(rec.tokens[i].id));
+  }
+}
+
+std::string finish_parse(const json& j) {
+  const std::string stop_type = json_string_at(j, "stop_type", "", "");
+  if (stop_type == "eos" || stop_type == "word") return "stop";
+  if (stop_type == "limit") return "length";
+  if (!stop_type.empty()) return stop_type;
+  auto flag = [&j](const char* k) { const json* v = json_get(j, k); return v && v->is_boolean() && v->get<bool>(); };
+  if (flag("stopped_eos") || flag("stopped_word")) return "stop";
+  if (flag("stopped_limit")) return "length";
+  return "";
+}
+
+void counts_parse(const json& j, reports::record& rec) {
+  auto count = [&j](const char* k) -> const json* {
+    const json* v = json_get(j, k);
+    return v && v->is_number_integer() ? v : nullptr;
+  };
+  if (const json* v = count("tokens_evaluated")) rec.usage["prompt_tokens"] = *v;
+  if (const json* v = count("tokens_predicted")) rec.usage["completion_tokens"] = *v;
+  // Prompt tokens reused from the cache: timings.cache_n where the server has it, else the prompt
+  // tokens minus those evaluated (timings.prompt_n). llama.cpp's tokens_cached is not that: it is
+  // every token in the slot's cache afterwards (n_past), generated ones included.
+  if (const json* v = count("draft_accepted")) rec.evidence["draft_accepted"] = *v;
+  if (const json* t = json_get(j, "timings"); t && t->is_object()) {
+    rec.timings["server"] = *t;
+    const json* cn = json_get(*t, "cache_n");
+    const json* pn = json_get(*t, "prompt_n");
+    const json* te = count("tokens_evaluated");
+    int64_t cached = -1;
+    if (cn && cn->is_number_integer()) cached = cn->get<int64_t>();
+    else if (pn && pn->is_number_integer() && te) cached = std::max<int64_t>(0, te->get<int64_t>() - pn->get<int64_t>());
+    if (cached >= 0) {
+      rec.usage["cached_tokens"] = cached;
+      rec.evidence["cached_tokens"] = cached;
+    }
+    if (const json* da = json_get(*t, "draft_n_accepted"); da && da->is_number_integer() && !rec.evidence.contains("draft_accepted"))
+      rec.evidence["draft_accepted"] = *da;
+  }
+}
+
+}  // namespace
+
+http_call llamacpp_request(const gen_request& r, const http_server_info& s) {
+  if (!r.messages.empty()) return openai_request(r, s, /*chat=*/true);
+  http_call c;
+  c.path = "/completion";
+  json& b = c.body;
+  b["prompt"] = r.prompt;
+  b["n_predict"] = r.n_predict;
+  b["temperature"] = r.temperature;
+  if (r.seed) b["seed"] = *r.seed;
+  if (r.top_p) b["top_p"] = *r.top_p;
+  if (r.top_k) b["top_k"] = *r.top_k;
+  b["n_probs"] = std::max(0, std::min(r.n_probs, s.logprob_cap));
+  b["return_tokens"] = true;
+  if (r.cache_prompt) b["cache_prompt"] = *r.cache_prompt;
+  if (r.id_slot >= 0) b["id_slot"] = r.id_slot;
+  if (r.speculative) b["speculative"] = *r.speculative;
+  b["stream"] = false;
+  if (s.detaudit) b["logit_hashes"] = true;
+  return c;
+}
+
+void llamacpp_parse(const json& j, reports::record& rec) {
+  if (!j.is_object()) throw response_error("the answer is not a JSON object");
+  rec.text = json_string_at(j, "content", "", "");
+  if (json_get(j, "completion_probabilities")) {
+    const json& probs = json_array_at(j, "completion_probabilities", "");
+    for (size_t i = 0; i < probs.size(); ++i) {
+      const std::string where = "completion_probabilities[" + std::to_string(i) + "]";
+      const json& e = probs[i];
+      if (!e.is_object()) throw response_error("field '" + where + "': expected an object");
+      if (json_get(e, "probs") && !json_get(e, "token")) older_entry_parse(e, where, rec);
+      else newer_entry_parse(e, where, rec);
+    }
+  }
+  ids_merge(j, rec);
+  rec.finish_reason = finish_parse(j);
+  counts_parse(j, rec);
+  hashes_parse(j, rec);
+}
+
+}  // namespace detaudit::probes

@@ -1,0 +1,65 @@
+// What every target shares: target_make()'s dispatch, the capabilities' JSON form, and secret
+// redaction of what gets recorded.
+#include <algorithm>
+#include <cctype>
+
+#include "probes/target.h"
+#include "probes/target_engine.h"
+#include "probes/target_http.h"
+#include "util/error.h"
+
+namespace detaudit::probes {
+namespace {
+
+const char* k_redacted = "[REDACTED]";
+
+bool secret_key(const std::string& key) {
+  std::string k = key;
+  std::transform(k.begin(), k.end(), k.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return k == "authorization" || k == "api_key" || k == "api-key" || k == "x-api-key";
+}
+
+}  // namespace
+
+json capabilities_to_json(const capabilities& c) {
+  return {{"reachable", c.reachable},
+          {"token_ids", c.token_ids},
+          {"cache_control", c.cache_control},
+          {"logit_hashes", c.logit_hashes},
+          {"metrics", c.metrics},
+          {"seed", c.seed},
+          {"logprob_cap", c.logprob_cap},
+          {"logprobs_kind", c.logprobs_kind},
+          {"build", c.build},
+          {"fingerprint", c.fingerprint},
+          {"model", c.model},
+          {"model_sha256", c.model_sha256},
+          {"n_slots", c.n_slots},
+          {"raw", c.raw}};
+}
+
+json redact(const json& j, const std::string& secret) {
+  if (j.is_string()) {
+    const std::string& s = j.get_ref<const std::string&>();
+    return !secret.empty() && s.find(secret) != std::string::npos ? json(k_redacted) : j;
+  }
+  if (j.is_array()) {
+    json out = json::array();
+    for (const json& e : j) out.push_back(redact(e, secret));
+    return out;
+  }
+  if (j.is_object()) {
+    json out = json::object();
+    for (const auto& [k, v] : j.items()) out[k] = secret_key(k) ? json(k_redacted) : redact(v, secret);
+    return out;
+  }
+  return j;
+}
+
+std::unique_ptr<target> target_make(const std::string& spec, const target_options& opt) {
+  if (spec.rfind("engine:", 0) == 0) return target_make_engine(spec, opt);
+  if (spec.rfind("http://", 0) == 0 || spec.rfind("https://", 0) == 0) return target_make_http(spec, opt);
+  throw input_error("--target '" + spec + "': expected engine:PATH.gguf[?key=value&...] or an http:// or https:// URL");
+}
+
+}  // namespace detaudit::probes

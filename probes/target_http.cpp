@@ -1,0 +1,403 @@
+// The HTTP target: capability probe, dialect detection, and one request -> one record.
+//
+// Capabilities by what the probe reads (GET /props, /api/version, /v1/models, /api/tags,
+// /metrics, /health):
+//   /props answers JSON           -> a llama.cpp-family server: llama.cpp's extra request fields,
+//                                    per-request cache control, log-probs "pre-sampling" (raw
+//                                    softmax, as llama.cpp's n_probs and detaudit serve give them)
+//   /props or /v1/models names detaudit -> also the logit-hash extension ("logit_hashes": true)
+//   otherwise                     -> log-probs taken as "post-sampling" (what the server's sampler
+//                                    saw is not documented for OpenAI or ollama)
+// Logprob caps: 100 for llama.cpp's /completion n_probs, 20 elsewhere (OpenAI's and ollama's limit).
+#include <cmath>
+#include <mutex>
+#include <optional>
+
+#include "probes/http_client.h"
+#include "probes/target_http.h"
+#include "util/error.h"
+
+namespace detaudit::probes {
+
+// ---- JSON readers shared by the dialects ----
+
+namespace {
+
+std::string field_name(const std::string& where, const char* key) { return where.empty() ? key : where + "." + key; }
+
+[[noreturn]] void type_fail(const std::string& where, const char* key, const char* expected, const json& v) {
+  throw response_error("field '" + field_name(where, key) + "': expected " + expected + ", found " + v.type_name());
+}
+
+}  // namespace
+
+const json* json_get(const json& j, const char* key) {
+  if (!j.is_object()) return nullptr;
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+const json& json_array_at(const json& j, const char* key, const std::string& where) {
+  const json* v = json_get(j, key);
+  if (!v) throw response_error("field '" + field_name(where, key) + "': missing");
+  if (!v->is_array()) type_fail(where, key, "an array", *v);
+  return *v;
+}
+
+std::string json_string_at(const json& j, const char* key, const std::string& where, const std::string& dflt) {
+  const json* v = json_get(j, key);
+  if (!v) return dflt;
+  if (!v->is_string()) type_fail(where, key, "a string", *v);
+  return v->get<std::string>();
+}
+
+double json_number_at(const json& j, const char* key, const std::string& where) {
+  const json* v = json_get(j, key);
+  if (!v) throw response_error("field '" + field_name(where, key) + "': missing");
+  if (!v->is_number()) type_fail(where, key, "a number", *v);
+  return v->get<double>();
+}
+
+std::vector<uint8_t> token_bytes_parse(const json* bytes, const std::string& text, const std::string& where) {
+  if (!bytes) return {};
+  if (!bytes->is_array()) type_fail(where, "bytes", "an array of byte values", *bytes);
+  std::vector<uint8_t> out;
+  for (const json& b : *bytes) {
+    if (!b.is_number_integer() || b.get<int64_t>() < 0 || b.get<int64_t>() > 255)
+      throw response_error("field '" + field_name(where, "bytes") + "': expected byte values 0..255");
+    out.push_back(static_cast<uint8_t>(b.get<int>()));
+  }
+  if (std::string(out.begin(), out.end()) == text) out.clear();
+  return out;
+}
+
+void hashes_parse(const json& j, reports::record& rec) {
+  if (const json* hs = json_get(j, "logit_hashes")) {
+    if (!hs->is_array()) type_fail("", "logit_hashes", "an array of hex strings", *hs);
+    for (size_t i = 0; i < hs->size(); ++i) {
+      const json& h = (*hs)[i];
+      const std::string s = h.is_string() ? h.get<std::string>() : "";
+      if (s.empty() || s.size() > 16 || s.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+        throw response_error("field 'logit_hashes[" + std::to_string(i) + "]': expected a 64-bit hex string");
+      rec.logit_hashes.push_back(std::stoull(s, nullptr, 16));
+    }
+  }
+  rec.chained_hash = json_string_at(j, "chained_hash", "", "");
+}
+
+// ---- dialect names ----
+
+namespace {
+
+struct api_name {
+  http_api api;
+  const char* name;
+};
+constexpr api_name k_apis[] = {{API_OPENAI_CHAT, "openai-chat"},
+                               {API_OPENAI_COMPLETIONS, "openai-completions"},
+                               {API_LLAMACPP, "llamacpp"},
+                               {API_OLLAMA, "ollama"}};
+
+}  // namespace
+
+const char* http_api_name(http_api a) {
+  for (const api_name& n : k_apis)
+    if (n.api == a) return n.name;
+  return "?";
+}
+
+http_api http_api_parse(const std::string& name) {
+  for (const api_name& n : k_apis)
+    if (name == n.name) return n.api;
+  throw input_error("--api: expected openai-chat, openai-completions, llamacpp or ollama, found '" + name + "'");
+}
+
+// ---- capability probe ----
+
+namespace {
+
+// What the probe read; each JSON is null when the route did not answer 200 with JSON.
+struct probe_reads {
+  json props, version, models, tags;
+  int props_status = 0, version_status = 0, models_status = 0, health_status = 0;
+  bool metrics = false;
+};
+
+json json_or_null(const http_response& r) {
+  if (!r.ok()) return nullptr;
+  json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+  return j.is_discarded() || !j.is_object() ? json(nullptr) : j;
+}
+
+// The first read retries as configured (it decides reachability); the others are single tries.
+probe_reads probe_read(const http_client& c) {
+  probe_reads p;
+  const double t = std::min(c.options().timeout_s, 10.0);
+  const http_response props = c.get("/props");
+  p.props_status = props.status;
+  p.props = json_or_null(props);
+  const http_response version = c.get_once("/api/version", t);
+  p.version_status = version.status;
+  p.version = json_or_null(version);
+  if (p.version.is_object() && !p.version.contains("version")) p.version = nullptr;
+  const http_response models = c.get_once("/v1/models", t);
+  p.models_status = models.status;
+  p.models = json_or_null(models);
+  if (p.models.is_object() && !(p.models.contains("data") && p.models["data"].is_array())) p.models = nullptr;
+  if (p.version.is_object()) p.tags = json_or_null(c.get_once("/api/tags", t));
+  p.health_status = c.get_once("/health", t).status;
+  p.metrics = c.get_once("/metrics", t).ok();
+  return p;
+}
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+std::string str_at(const json& j, const char* key) {
+  const json* v = json_get(j, key);
+  return v && v->is_string() ? v->get<std::string>() : "";
+}
+
+std::string first_model(const probe_reads& p) {
+  if (p.models.is_object() && !p.models["data"].empty()) {
+    const std::string id = str_at(p.models["data"][0], "id");
+    if (!id.empty()) return id;
+  }
+  if (const json* ms = json_get(p.tags, "models"); ms && ms->is_array() && !ms->empty()) {
+    const std::string name = str_at((*ms)[0], "name");
+    if (!name.empty()) return name;
+  }
+  const std::string path = str_at(p.props, "model_path");
+  return path.substr(path.find_last_of('/') + 1);
+}
+
+capabilities caps_from(const probe_reads& p, http_api api, const target_options& opt) {
+  capabilities c;
+  c.reachable = true;
+  const bool llamacpp = p.props.is_object() || api == API_LLAMACPP;
+  const std::string owner = p.models.is_object() && !p.models["data"].empty() ? str_at(p.models["data"][0], "owned_by") : "";
+  const bool detaudit = starts_with(str_at(p.props, "build_info"), "detaudit") ||
+                        starts_with(str_at(p.props, "system_fingerprint"), "detaudit") || owner == "detaudit";
+  c.token_ids = api == API_LLAMACPP;
+  c.cache_control = llamacpp && api != API_OLLAMA;
+  c.logit_hashes = detaudit;
+  c.metrics = p.metrics;
+  c.seed = true;
+  c.logprob_cap = api == API_LLAMACPP ? 100 : 20;
+  c.logprobs_kind = llamacpp || detaudit ? "pre-sampling" : "post-sampling";
+  c.build = !str_at(p.props, "build_info").empty() ? str_at(p.props, "build_info") : str_at(p.version, "version");
+  c.fingerprint = str_at(p.props, "system_fingerprint");
+  c.model = !opt.model.empty() ? opt.model : first_model(p);
+  c.model_sha256 = str_at(p.props, "model_sha256");
+  if (const json* n = json_get(p.props, "total_slots"); n && n->is_number_integer()) c.n_slots = n->get<int>();
+  c.raw = {{"props", p.props}, {"api_version", p.version}, {"v1_models", p.models}, {"health_status", p.health_status},
+           {"metrics", p.metrics}};
+  if (!p.tags.is_null()) c.raw["api_tags"] = p.tags;
+  c.raw = redact(c.raw, opt.api_key);
+  return c;
+}
+
+// Which dialect answers; input_error when none does (the key is wrong, or no known API).
+http_api detect(const probe_reads& p, const std::string& url) {
+  if (p.props.is_object()) return API_LLAMACPP;
+  if (p.version.is_object()) return API_OLLAMA;
+  if (p.models.is_object()) return API_OPENAI_CHAT;
+  for (int s : {p.props_status, p.version_status, p.models_status})
+    if (s == 401 || s == 403)
+      throw input_error("target " + url + " answered " + std::to_string(s) +
+                        ": the API key is missing or wrong (pass it with --api-key-env NAME)");
+  throw input_error("cannot tell which API " + url + " speaks (GET /props, /api/version and /v1/models answered " +
+                    std::to_string(p.props_status) + ", " + std::to_string(p.version_status) + ", " +
+                    std::to_string(p.models_status) + "); pass --api openai-chat|openai-completions|llamacpp|ollama");
+}
+
+}  // namespace
+
+// ---- the target ----
+
+namespace {
+
+// Replaces every occurrence of the secret in a message.
+std::string text_redact(std::string s, const std::string& secret) {
+  if (secret.empty()) return s;
+  for (size_t p = s.find(secret); p != std::string::npos; p = s.find(secret, p)) s.replace(p, secret.size(), "[REDACTED]");
+  return s;
+}
+
+// "HTTP 500: <the server's message>" from an OpenAI ({"error": {"message"}}), ollama
+// ({"error": "..."}) or plain-text error body.
+std::string http_error_message(const http_response& r) {
+  std::string msg;
+  const json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+  if (const json* e = j.is_discarded() ? nullptr : json_get(j, "error")) {
+    if (e->is_string()) msg = e->get<std::string>();
+    else if (const json* m = json_get(*e, "message"); m && m->is_string()) msg = m->get<std::string>();
+  }
+  if (msg.empty()) msg = r.body.substr(0, 200);
+  return "HTTP " + std::to_string(r.status) + (msg.empty() ? "" : ": " + msg);
+}
+
+http_client_options client_options(const target_options& opt) {
+  http_client_options o;
+  o.timeout_s = opt.timeout_s;
+  o.retries = opt.retries;
+  o.backoff_s = opt.backoff_s;
+  o.api_key = opt.api_key;
+  return o;
+}
+
+class http_target final : public target {
+ public:
+  http_target(std::string spec, std::string url, http_api api, const target_options& opt, std::optional<capabilities> caps)
+      : spec_(std::move(spec)), url_(url), api_(api), opt_(opt), client_(url, client_options(opt)), caps_(std::move(caps)) {}
+
+  std::string spec() const override { return spec_; }
+  std::string dialect() const override { return http_api_name(api_); }
+
+  capabilities probe() override {
+    capabilities c = caps_from(probe_read(client_), api_, opt_);
+    std::lock_guard<std::mutex> lk(mu_);
+    caps_ = c;
+    return c;
+  }
+
+  reports::record complete(const gen_request& r) override;
+
+  json metrics() override;
+
+ private:
+  capabilities caps() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (caps_) return *caps_;
+    }
+    return probe();
+  }
+
+  json target_json(const capabilities& c) const {
+    json t = {{"spec", spec_}, {"dialect", dialect()}, {"url", url_}, {"build", c.build}, {"fingerprint", c.fingerprint}, {"model", c.model}};
+    if (!c.model_sha256.empty()) t["model_sha256"] = c.model_sha256;
+    return t;
+  }
+
+  void response_read(const http_call& call, const http_response& resp, reports::record& rec) const;
+
+  std::string spec_, url_;
+  http_api api_;
+  target_options opt_;
+  http_client client_;
+  std::mutex mu_;
+  std::optional<capabilities> caps_;
+};
+
+reports::record http_target::complete(const gen_request& r) {
+  const capabilities c = caps();
+  http_server_info si;
+  si.model = c.model;
+  si.llamacpp = c.cache_control || api_ == API_LLAMACPP;
+  si.detaudit = c.logit_hashes;
+  si.logprob_cap = api_ == API_LLAMACPP && !r.messages.empty() ? std::min(c.logprob_cap, 20) : c.logprob_cap;
+  http_call call = api_ == API_LLAMACPP ? llamacpp_request(r, si)
+                   : api_ == API_OLLAMA ? ollama_request(r, si)
+                                        : openai_request(r, si, api_ == API_OPENAI_CHAT);
+  call.body.merge_patch(r.extra);
+  reports::record rec;
+  rec.target = target_json(c);
+  rec.request = redact(call.body, opt_.api_key);
+  const http_response resp = client_.post_json(call.path, call.body.dump(-1, ' ', false, json::error_handler_t::replace));
+  rec.timings = {{"t_start", resp.t_start}, {"t_end", resp.t_end}, {"latency_ms", (resp.t_end - resp.t_start) * 1000.0},
+                 {"attempts", resp.attempts}};
+  rec.http_status = resp.status;
+  response_read(call, resp, rec);
+  if (!rec.error.empty()) {
+    rec.error = text_redact(rec.error, opt_.api_key);
+    rec.finish_reason = "error";
+  } else if (!rec.top_logprobs.empty() || (!rec.tokens.empty() && rec.tokens[0].logprob)) {
+    rec.logprobs_kind = c.logprobs_kind;
+  }
+  return rec;
+}
+
+void http_target::response_read(const http_call& call, const http_response& resp, reports::record& rec) const {
+  const std::string where = "POST " + url_ + call.path;
+  if (!resp.ok()) {
+    rec.error = where + ": " + http_error_message(resp);
+    return;
+  }
+  const json j = json::parse(resp.body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    rec.error = where + ": the answer is not a JSON object (" + std::to_string(resp.body.size()) + " bytes: '" +
+                resp.body.substr(0, 80) + (resp.body.size() > 80 ? "...'" : "'") + ")";
+    return;
+  }
+  const bool chat = call.path == "/v1/chat/completions" || call.path == "/api/chat";
+  try {
+    if (api_ == API_OLLAMA) ollama_parse(j, chat, rec);
+    else if (call.path == "/completion") llamacpp_parse(j, rec);
+    else openai_parse(j, chat, rec);
+  } catch (const response_error& e) {
+    rec.error = where + ": unexpected answer: " + e.what();
+    rec.text.clear();
+    rec.tokens.clear();
+    rec.top_logprobs.clear();
+    rec.logit_hashes.clear();
+    rec.chained_hash.clear();
+  }
+  if (const json* fp = json_get(j, "system_fingerprint"); fp && fp->is_string()) rec.target["fingerprint"] = *fp;
+}
+
+// Prometheus text format: "name{labels} value [timestamp]" lines; "#" lines are comments.
+json metrics_parse(const std::string& text) {
+  json out = json::object();
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.empty() || line[0] == '#') continue;
+    const size_t brace = line.find('{');
+    const size_t key_end = brace != std::string::npos ? line.find('}', brace) + 1 : line.find_first_of(" \t");
+    if (key_end == 0 || key_end == std::string::npos || key_end >= line.size()) continue;
+    const char* v = line.c_str() + key_end;
+    char* stop = nullptr;
+    const double value = std::strtod(v, &stop);
+    if (stop == v || !std::isfinite(value)) continue;
+    out[line.substr(0, key_end)] = value;
+  }
+  return out;
+}
+
+json http_target::metrics() {
+  const http_response r = client_.get_once("/metrics", std::min(opt_.timeout_s, 10.0));
+  return r.ok() ? metrics_parse(r.body) : json::object();
+}
+
+// "http(s)://host[:port][/prefix]" without a trailing "/" or "/v1" (an OpenAI base URL works).
+std::string url_normalise(const std::string& url) {
+  const size_t scheme = url.find("://");
+  if (scheme == std::string::npos || (url.compare(0, scheme, "http") != 0 && url.compare(0, scheme, "https") != 0))
+    throw input_error("target '" + url + "': expected engine:PATH.gguf or an http:// or https:// URL");
+  const size_t host = scheme + 3;
+  const size_t auth_end = std::min(url.find('/', host), url.size());
+  if (url.find('@', host) < auth_end)
+    throw input_error("target URL: credentials in the URL (user:password@) are not accepted; pass the key with --api-key-env NAME");
+  if (url.find_first_of("?#", host) != std::string::npos)
+    throw input_error("target '" + url + "': a query or fragment is not accepted in a target URL");
+  if (auth_end == host) throw input_error("target '" + url + "': the URL has no host");
+  std::string out = url;
+  while (out.size() > auth_end && out.back() == '/') out.pop_back();
+  if (out.size() >= auth_end + 3 && out.compare(out.size() - 3, 3, "/v1") == 0) out.resize(out.size() - 3);
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<target> target_make_http(const std::string& spec, const target_options& opt) {
+  const std::string url = url_normalise(spec);
+  if (!opt.api.empty()) return std::make_unique<http_target>(spec, url, http_api_parse(opt.api), opt, std::nullopt);
+  const probe_reads p = probe_read(http_client(url, client_options(opt)));
+  const http_api api = detect(p, url);
+  return std::make_unique<http_target>(spec, url, api, opt, caps_from(p, api, opt));
+}
+
+}  // namespace detaudit::probes

@@ -1,0 +1,76 @@
+// HTTP targets, internal to detaudit_probes: one target class over four dialects. A dialect is a
+// request builder (gen_request -> path + JSON body) and a response reader (JSON -> record fields);
+// the target class does the rest (capability probe, detection, the HTTP call, errors, timings).
+//
+//   dialect              raw prompt            chat messages
+//   openai-chat          (refused)             POST /v1/chat/completions
+//   openai-completions   POST /v1/completions  (refused)
+//   llamacpp             POST /completion      POST /v1/chat/completions (+ llama.cpp fields)
+//   ollama               POST /api/generate    POST /api/chat
+#pragma once
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "probes/target.h"
+
+namespace detaudit::probes {
+
+enum http_api { API_OPENAI_CHAT, API_OPENAI_COMPLETIONS, API_LLAMACPP, API_OLLAMA };
+
+const char* http_api_name(http_api a);
+// Throws input_error naming the value and the four names for an unknown one.
+http_api http_api_parse(const std::string& name);
+
+// What the capability probe found that shapes a request.
+struct http_server_info {
+  std::string model;      // sent as "model" ("" = not sent)
+  bool llamacpp = false;  // llama.cpp's server or detaudit serve: llama.cpp's extra fields are accepted
+  bool detaudit = false;  // detaudit serve: ask for the logit-hash extension
+  int logprob_cap = 20;   // most top log-probs per step the server gives
+};
+
+struct http_call {
+  std::string path;
+  json body;
+};
+
+// An answer that cannot be read as the dialect's response; what() names the field. Recorded as
+// the record's error.
+class response_error : public std::runtime_error {
+ public:
+  explicit response_error(const std::string& what) : std::runtime_error(what) {}
+};
+
+// Request builders: throw input_error when the request kind does not fit the dialect (a raw
+// prompt to openai-chat, chat messages to openai-completions).
+http_call openai_request(const gen_request& r, const http_server_info& s, bool chat);
+http_call llamacpp_request(const gen_request& r, const http_server_info& s);
+http_call ollama_request(const gen_request& r, const http_server_info& s);
+
+// Response readers: fill text, tokens, top_logprobs, finish_reason, usage, timings["server"],
+// evidence (cached_tokens, draft_accepted), logit_hashes and chained_hash. Throw response_error.
+void openai_parse(const json& j, bool chat, reports::record& rec);
+void llamacpp_parse(const json& j, reports::record& rec);
+void ollama_parse(const json& j, bool chat, reports::record& rec);
+
+// ---- shared by the readers (target_http.cpp) ----
+
+// j[key] when present and not null, else nullptr.
+const json* json_get(const json& j, const char* key);
+// Throw response_error "field 'where.key': expected ..., found ..." on a wrong type.
+const json& json_array_at(const json& j, const char* key, const std::string& where);
+std::string json_string_at(const json& j, const char* key, const std::string& where, const std::string& dflt);
+double json_number_at(const json& j, const char* key, const std::string& where);
+// A token's raw bytes from a "bytes" array when they differ from its text (not valid UTF-8 on
+// their own); empty otherwise.
+std::vector<uint8_t> token_bytes_parse(const json* bytes, const std::string& text, const std::string& where);
+// detaudit serve's extension: "logit_hashes" (hex strings) and "chained_hash".
+void hashes_parse(const json& j, reports::record& rec);
+
+// An http(s) URL target; detects the dialect when opt.api is empty. Throws input_error (bad URL,
+// unknown --api, a server no dialect fits) and unreachable_error.
+std::unique_ptr<target> target_make_http(const std::string& url, const target_options& opt);
+
+}  // namespace detaudit::probes
