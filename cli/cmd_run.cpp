@@ -1,7 +1,276 @@
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <iostream>
+#include <memory>
+
+#include "app.h"
 #include "commands.h"
+#include "probes/runner.h"
+#include "reports/compare.h"
+#include "reports/output.h"
+#include "util/error.h"
 
 namespace detaudit::cli {
+namespace {
 
-void setup_run(CLI::App& app) { (void)app; }
+using json = nlohmann::json;
+
+struct run_cmd_options {
+  std::vector<std::string> targets;
+  std::string prompts;
+  std::string dataset;
+  std::vector<std::string> probes;
+  int concurrency = 8;
+  int64_t n_predict = 64;
+  uint64_t seed = 42;
+  int seed_k = 5;
+  double seed_temperature = 0.7;
+  double temperature = 0;
+  int n_probs = 2;
+  double top_p = -1;  // < 0: not sent
+  int64_t top_k = -1;
+  std::string request_json;
+  bool chat = false;
+  bool raw = false;
+  std::string out;
+  std::string fail_on = "any";
+  bool resume = false;
+  std::string shard;
+  std::string api;
+  std::string api_key_env;
+  double timeout = 120;
+  int retries = 3;
+  std::string format = "text";
+  std::string junit;
+  std::string report;
+  std::string model;
+};
+
+// "I/N" (1-based) -> 0-based index and count.
+void shard_parse(const std::string& s, int& index, int& count) {
+  const size_t slash = s.find('/');
+  try {
+    if (slash == std::string::npos) throw std::invalid_argument(s);
+    size_t a = 0, b = 0;
+    const int i = std::stoi(s.substr(0, slash), &a);
+    const int n = std::stoi(s.substr(slash + 1), &b);
+    if (a != slash || b != s.size() - slash - 1 || n < 1 || i < 1 || i > n) throw std::invalid_argument(s);
+    index = i - 1;
+    count = n;
+  } catch (const std::exception&) {
+    throw input_error("--shard: expected I/N with 1 <= I <= N (e.g. 2/4), found '" + s + "'");
+  }
+}
+
+std::string default_out_dir() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
+  return std::string("runs/") + buf;
+}
+
+std::string format_for_file(const std::string& path, const std::string& dflt) {
+  auto ends = [&path](const char* e) { return path.size() >= std::strlen(e) && path.compare(path.size() - std::strlen(e), std::strlen(e), e) == 0; };
+  if (ends(".json")) return "json";
+  if (ends(".md")) return "md";
+  if (ends(".xml")) return "junit";
+  if (ends(".txt")) return "text";
+  return dflt;
+}
+
+probes::gen_request base_request(const run_cmd_options& o) {
+  probes::gen_request b;
+  b.n_predict = o.n_predict;
+  b.temperature = o.temperature;
+  b.n_probs = o.n_probs;
+  if (o.top_p >= 0) b.top_p = o.top_p;
+  if (o.top_k >= 0) b.top_k = o.top_k;
+  if (!o.request_json.empty()) {
+    try {
+      b.extra = json::parse(o.request_json);
+    } catch (const json::parse_error& e) {
+      throw input_error("--request: not valid JSON (" + std::string(e.what()) + ")");
+    }
+    if (!b.extra.is_object()) throw input_error("--request: expected a JSON object, found " + std::string(b.extra.type_name()));
+  }
+  return b;
+}
+
+probes::target_options target_options_make(const run_cmd_options& o) {
+  probes::target_options t;
+  t.timeout_s = o.timeout;
+  t.retries = o.retries;
+  t.api = o.api;
+  t.model = o.model;
+  t.n_parallel = std::max(8, o.concurrency);
+  if (!o.api_key_env.empty()) {
+    const char* k = std::getenv(o.api_key_env.c_str());
+    if (!k || !*k) throw input_error("--api-key-env: environment variable " + o.api_key_env + " is not set or empty");
+    t.api_key = k;
+  }
+  return t;
+}
+
+// Progress and notes on stderr; a line starting with '\r' is redrawn in place.
+std::function<void(const std::string&)> stderr_log() {
+  auto drawn = std::make_shared<bool>(false);
+  return [drawn](const std::string& s) {
+    if (!s.empty() && s[0] == '\r') {
+      std::cerr << s << "\x1b[K" << std::flush;
+      *drawn = true;
+      return;
+    }
+    if (*drawn) std::cerr << "\n";
+    *drawn = false;
+    std::cerr << s << std::endl;
+  };
+}
+
+void report_and_exit(const run_cmd_options& o, const std::string& out_dir) {
+  const reports::fail_policy policy = reports::fail_policy_parse(o.fail_on);
+  const reports::report rep = reports::compare_run(reports::records_read(out_dir), reports::run_manifest_read(out_dir));
+  reports::report_output(rep, o.format, "");
+  if (!o.junit.empty()) reports::report_output(rep, "junit", o.junit);
+  if (!o.report.empty()) reports::report_output(rep, format_for_file(o.report, o.format), o.report);
+  const std::vector<std::string> reasons = reports::fail_reasons(rep, policy);
+  for (const std::string& r : reasons) std::cerr << "detaudit run: --fail-on " << o.fail_on << ": " << r << "\n";
+  if (!reasons.empty()) throw exit_with(EXIT_DIVERGED);
+}
+
+void run_run(const run_cmd_options& o) {
+  if (o.prompts.empty() == o.dataset.empty()) throw input_error("give exactly one of --prompts FILE and --dataset gsm8k:FILE[:N]");
+  if (o.chat && o.raw) throw input_error("--chat and --raw exclude each other");
+  reports::fail_policy_parse(o.fail_on);
+  probes::run_options ro;
+  ro.probes.clear();
+  for (const std::string& p : o.probes) ro.probes.push_back(p);
+  if (ro.probes.empty()) ro.probes = {"concurrency"};
+  if (!o.shard.empty()) shard_parse(o.shard, ro.shard_index, ro.shard_count);
+  const std::vector<probes::item> items = o.prompts.empty() ? probes::items_load_dataset(o.dataset) : probes::items_load_prompts(o.prompts);
+  ro.concurrency = o.concurrency;
+  ro.seed = o.seed;
+  ro.seed_k = o.seed_k;
+  ro.seed_temperature = o.seed_temperature;
+  ro.chat = !o.raw;
+  ro.base = base_request(o);
+  ro.resume = o.resume;
+  ro.out_dir = o.out.empty() ? default_out_dir() : o.out;
+  ro.progress_tty = isatty(2) == 1;
+  ro.log = stderr_log();
+  if (o.out.empty()) std::cerr << "run folder: " << ro.out_dir << std::endl;
+
+  const probes::target_options topt = target_options_make(o);
+  std::vector<std::unique_ptr<probes::target>> owned;
+  std::vector<probes::target*> targets;
+  probes::run_result res;
+  try {
+    for (const std::string& spec : o.targets) {
+      owned.push_back(probes::target_make(spec, topt));
+      targets.push_back(owned.back().get());
+    }
+    res = probes::run_audit(targets, items, ro);
+  } catch (const probes::unreachable_error& e) {
+    res.unreachable = true;
+    res.unreachable_message = e.what();
+  }
+  if (res.unreachable) {
+    std::cerr << "detaudit run: target unreachable: " << res.unreachable_message << "\n"
+              << "detaudit run: " << res.records_written << " new records kept in " << ro.out_dir
+              << "; run the same command with --resume --out " << ro.out_dir << " to continue\n";
+    throw exit_with(EXIT_UNREACHABLE);
+  }
+  if (res.errors > 0) std::cerr << "detaudit run: " << res.errors << " requests failed (their records carry the error)\n";
+  if (ro.probes.size() == 1 && ro.probes[0] == "lint") return;
+  report_and_exit(o, ro.out_dir);
+}
+
+// What every request carries and what the probes vary.
+void options_request(CLI::App* sub, run_cmd_options& o) {
+  sub->add_option("--concurrency", o.concurrency, "N for the concurrency probe: the item and N-1 fillers at once")->capture_default_str();
+  sub->add_option("--n-predict", o.n_predict, "Most tokens generated per request")->capture_default_str();
+  sub->add_option("--temperature", o.temperature, "Temperature of every request but the seed probe's")->capture_default_str();
+  sub->add_option("--top-p", o.top_p, "top_p sent with every request (default: not sent)")->type_name("P");
+  sub->add_option("--top-k", o.top_k, "top_k sent with every request (default: not sent)")->type_name("K");
+  sub->add_option("--n-probs", o.n_probs, "Top log-probs asked per step (they give the margin at a flip)")->capture_default_str();
+  sub->add_option("--seed", o.seed, "Seed of the seed probe's fixed-seed requests")->capture_default_str();
+  sub->add_option("--seed-k", o.seed_k, "Requests per seed condition")->capture_default_str();
+  sub->add_option("--seed-temperature", o.seed_temperature, "Temperature of the seed probe's requests")->capture_default_str();
+  sub->add_option("--request", o.request_json, "Extra fields merged into every request body, as a JSON object (e.g. '{\"min_p\": 0}')")
+      ->type_name("JSON");
+  sub->add_flag("--chat", o.chat, "Send each prompt as a chat user message (the default)");
+  sub->add_flag("--raw", o.raw, "Send each prompt as a raw completion prompt");
+}
+
+}  // namespace
+
+void setup_run(CLI::App& app) {
+  auto opt = std::make_shared<run_cmd_options>();
+  CLI::App* sub = app.add_subcommand(
+      "run",
+      "Audit one or more targets for run-to-run divergence: send every item alone, again alone (the control pair\n"
+      "that measures plain run-to-run noise), and under each probe's condition; record every response in the run\n"
+      "folder (records.jsonl, run.json), then report item by item where the outputs part.\n"
+      "Probes:\n"
+      "  repeat       a third request alone; the first request a target serves is marked cold\n"
+      "  concurrency  the item beside N-1 other requests sent at the same moment (--concurrency N)\n"
+      "  cache        prompt cache off, on, and warm (the same request again), where the target allows it\n"
+      "  batch        engine targets: ubatch 1 and 8192 against the target's own; servers: compare two --target\n"
+      "  speculation  engine targets: n-gram speculative decoding on (or off when the spec has it on)\n"
+      "  seed         --seed-k requests at --seed-temperature with --seed (must agree) and without (may differ)\n"
+      "  cross        needs two --target: every condition is also compared target A against target B\n"
+      "  lint         request and prompt pitfalls (BOM, zero-width characters, CRLF, timestamps, ids, temperature 0\n"
+      "               with top_p/top_k, n > 1, penalties), listed before anything is sent; alone it sends nothing\n"
+      "Targets: engine:MODEL.gguf[?numerics=exact|float&threads=N&ubatch=N&spec=ngram|none&ctx=N&np=N&chat_template=NAME]\n"
+      "(the built-in engine in process), or the URL of an OpenAI-compatible, llama.cpp or ollama server.");
+  sub->add_option("--target", opt->targets, "Target to audit (repeat for cross; labelled A, B, ... in this order)")
+      ->required()->type_name("SPEC");
+  sub->add_option("--prompts", opt->prompts, "Prompts: FILE.txt (one per line) or FILE.jsonl ({\"id\", \"prompt\", \"answer\", \"grader\"})")
+      ->type_name("FILE");
+  sub->add_option("--dataset", opt->dataset, "A dataset: gsm8k:FILE[:N] (GSM8K's test.jsonl, its first N items; graded)")
+      ->type_name("SPEC");
+  sub->add_option("--probe", opt->probes, "Probe(s) to run, repeatable or comma-separated (default: concurrency)")
+      ->delimiter(',')->type_name("PROBE");
+  options_request(sub, *opt);
+  sub->add_option("--out", opt->out, "Run folder (default: runs/<UTC time>)")->type_name("DIR");
+  sub->add_flag("--resume", opt->resume, "Continue the run in --out: send only the responses not yet recorded");
+  sub->add_option("--shard", opt->shard, "Run the I-th of N slices of the items (1-based); join the folders with 'detaudit merge'")
+      ->type_name("I/N");
+  sub->add_option("--fail-on", opt->fail_on,
+                  "Exit 1 when: any (some pair differs on some item), flips (an answer went right->wrong), "
+                  "score-drop:X (a score fell by more than X points), none")
+      ->capture_default_str()->type_name("SPEC");
+  sub->add_option("--format", opt->format, "Report on stdout as text, json, md or junit")
+      ->check(CLI::IsMember({"text", "json", "md", "junit"}))->capture_default_str()->type_name("FORMAT");
+  sub->add_option("--junit", opt->junit, "Also write the report as JUnit XML to FILE")->type_name("FILE");
+  sub->add_option("--report", opt->report, "Also write the report to FILE (format from .json, .md, .xml, .txt)")->type_name("FILE");
+  sub->add_option("--api", opt->api, "Server dialect instead of detecting it: openai-chat, openai-completions, llamacpp, ollama")
+      ->type_name("NAME");
+  sub->add_option("--api-key-env", opt->api_key_env, "Read the bearer token from this environment variable (never recorded)")
+      ->type_name("NAME");
+  sub->add_option("--model", opt->model, "Model name sent to OpenAI / ollama servers (default: the server's first)")->type_name("NAME");
+  sub->add_option("--timeout", opt->timeout, "Seconds per request")->capture_default_str();
+  sub->add_option("--retries", opt->retries, "Retries after connection errors, 5xx and 429")->capture_default_str();
+  sub->footer(
+      "Exit codes: 0 within --fail-on, 1 beyond it (reasons on stderr), 2 bad input, 3 a target became unreachable\n"
+      "(the records so far are kept; the same command with --resume continues).\n"
+      "Examples:\n"
+      "  # alone vs 8 concurrent on the first 100 GSM8K questions\n"
+      "  detaudit run --target http://127.0.0.1:8080 --dataset gsm8k:test.jsonl:100 --probe concurrency --concurrency 8\n"
+      "  # two quantizations item by item\n"
+      "  detaudit run --probe cross --target engine:q8_0.gguf --target engine:q4_k_m.gguf --dataset gsm8k:test.jsonl\n"
+      "  # CI: fail the job on any divergence, with a JUnit report\n"
+      "  detaudit run --config audit.json --out runs/ci --fail-on any --junit detaudit.xml\n"
+      "  # the built-in engine in float numerics shows the effect; exact shows none\n"
+      "  detaudit run --target 'engine:model.gguf?numerics=float' --prompts prompts.txt --raw --probe concurrency,cache,batch\n"
+      "  # a large audit on 4 machines, then one report\n"
+      "  detaudit run --config audit.json --shard 2/4 --out runs/s2 && detaudit merge --out runs/all runs/s1 runs/s2 runs/s3 runs/s4");
+  sub->callback([opt] { run_run(*opt); });
+}
 
 }  // namespace detaudit::cli

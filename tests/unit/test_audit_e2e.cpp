@@ -1,0 +1,252 @@
+// `detaudit run` end to end: the real binary against a real `detaudit serve` on 127.0.0.1 (a free
+// port, stopped after each test). Exact numerics: no divergence, exit 0. Float numerics: the
+// concurrency probe finds divergence, exit 1, and every first-difference index in the report
+// agrees with the token ids in the records. A server killed mid-run: exit 3, complete lines, and
+// --resume against a new server finishes every key once. An API key reaches no file of the run.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <csignal>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <poll.h>
+#include <set>
+#include <sstream>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+#include "model/synth.h"
+#include "reports/record.h"
+#include "synth_util.h"
+#include "test_util.h"
+
+using namespace detaudit;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A `detaudit serve` child on 127.0.0.1 with a free port; killed (SIGKILL) when it goes out of scope.
+struct server {
+  pid_t pid = -1;
+  int port = 0;
+
+  server(const std::string& model, const std::vector<std::string>& extra, const std::string& env = "") {
+    const std::string err_path = test::scratch_dir("audit_e2e_serve_" + std::to_string(::getpid())) + "/stderr";
+    std::vector<std::string> args = {test::detaudit_bin(), "serve", "-m", model, "--host", "127.0.0.1", "--port", "0", "-t", "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::dup2(fds[1], 1);
+      const int e = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (e >= 0) ::dup2(e, 2);
+      ::close(fds[0]);
+      if (!env.empty()) ::setenv("DETAUDIT_E2E_SERVER_KEY", env.c_str(), 1);
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    std::string out;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (out.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fds[0], POLLIN, 0};
+      if (::poll(&p, 1, 1000) <= 0) continue;
+      char buf[256];
+      const ssize_t n = ::read(fds[0], buf, sizeof buf);
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+    }
+    ::close(fds[0]);
+    const std::string prefix = "listening on http://127.0.0.1:";
+    INFO("server stdout: " << out);
+    REQUIRE(out.rfind(prefix, 0) == 0);
+    port = std::stoi(out.substr(prefix.size()));
+  }
+  void kill9() {
+    if (pid <= 0) return;
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    pid = -1;
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port); }
+  ~server() { kill9(); }
+};
+
+std::string prompts_file(const std::string& dir, int n, const std::string& stem) {
+  const std::string path = dir + "/prompts.txt";
+  std::ofstream out(path);
+  for (int i = 0; i < n; ++i) out << stem << " " << i << "\n";
+  return path;
+}
+
+// The Q8_0 model with n_embd 128 whose top logits lie close enough for float rounding to flip tokens.
+std::string narrow_model() {
+  static const std::string path = [] {
+    model::synth_options o = test::small_model(model::ARCH_LLAMA, gguf::DTYPE_Q8_0, 7, 1024);
+    o.n_embd = 128;
+    o.n_ff = 384;
+    o.vocab_from = test::fixture("models/stories260K.gguf");
+    const std::string p = test::scratch_dir("audit_e2e_model") + "/narrow.gguf";
+    model::synth_write(o, p);
+    return p;
+  }();
+  return path;
+}
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+size_t line_count(const std::string& path) {
+  const std::string t = file_text(path);
+  return static_cast<size_t>(std::count(t.begin(), t.end(), '\n'));
+}
+
+json pair_of(const json& report, const std::string& cond_b) {
+  for (const json& p : report["pairs"])
+    if (p["cond_b"] == cond_b) return p;
+  FAIL("no pair alone vs " << cond_b);
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("audit_e2e: exact serve shows no divergence under concurrency, cache and repeat, exit 0") {
+  server srv(test::fixture("models/stories260K.gguf"), {"-np", "8"});
+  const std::string dir = test::scratch_dir("audit_e2e_exact");
+  const std::string cmd = test::detaudit_bin() + " run --target " + srv.url() + " --prompts " +
+                          prompts_file(dir, 6, "Once upon a time there was a dog named") +
+                          " --raw --probe concurrency,cache --probe repeat --n-predict 12 --format json --out " + dir + "/run";
+  const test::cmd_result r = test::run_cmd(cmd);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const json rep = json::parse(r.out);
+  REQUIRE(rep["pairs"].size() == 6);  // control, repeat, concurrent-8, cache-off, cache-on, cache-warm
+  for (const json& p : rep["pairs"]) {
+    INFO(p["cond_b"]);
+    CHECK(p["items"] == 6);
+    CHECK(p["differ"] == 0);
+    CHECK(p["errors"] == 0);
+    CHECK(p["not_exercised"] == 0);
+  }
+  int widest = 0;
+  for (const reports::record& rec : reports::records_read(dir + "/run")) {
+    if (rec.condition == "concurrent-8") {
+      CHECK(rec.evidence["overlap"] == true);
+      widest = std::max(widest, rec.evidence.value("batch_width", 0));
+    }
+    if (rec.condition == "cache-warm") CHECK(rec.evidence["cached_tokens"].get<int>() > 0);
+  }
+  CHECK(widest > 1);
+}
+
+TEST_CASE("audit_e2e: float serve diverges under concurrency, exit 1, and the report's indices match the records") {
+  server srv(narrow_model(), {"-np", "8", "--numerics", "float"});
+  const std::string dir = test::scratch_dir("audit_e2e_float");
+  const std::string cmd = test::detaudit_bin() + " run --target " + srv.url() + " --prompts " +
+                          prompts_file(dir, 16, "Tell me story number") + " --raw --probe concurrency --n-predict 48 --fail-on any" +
+                          " --format json --junit " + dir + "/junit.xml --out " + dir + "/run";
+  const test::cmd_result r = test::run_cmd(cmd);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 1);
+  CHECK(r.err.find("--fail-on any") != std::string::npos);
+  CHECK(file_text(dir + "/junit.xml").find("<testsuite") != std::string::npos);
+  const json rep = json::parse(r.out);
+  CHECK(pair_of(rep, "control")["differ"] == 0);  // alone twice: no run-to-run noise
+  const json conc = pair_of(rep, "concurrent-8");
+  CHECK(conc["differ"].get<int>() > 0);
+  std::map<std::pair<std::string, std::string>, reports::record> recs;
+  for (reports::record& rec : reports::records_read(dir + "/run")) recs[{rec.item_id, rec.condition}] = std::move(rec);
+  int checked = 0;
+  for (const json& row : conc["rows"]) {
+    if (row["identical"] == true) continue;
+    const reports::record& a = recs.at({row["item_id"].get<std::string>(), "alone"});
+    const reports::record& b = recs.at({row["item_id"].get<std::string>(), "concurrent-8"});
+    size_t first = 0;
+    while (first < a.tokens.size() && first < b.tokens.size() && a.tokens[first].id == b.tokens[first].id) ++first;
+    INFO("item " << row["item_id"]);
+    CHECK(row["token_index"] == first);
+    if (first < a.tokens.size()) CHECK(row["id_a"] == a.tokens[first].id);
+    if (first < b.tokens.size()) CHECK(row["id_b"] == b.tokens[first].id);
+    ++checked;
+  }
+  CHECK(checked == conc["differ"].get<int>());
+}
+
+TEST_CASE("audit_e2e: a server killed mid-run gives exit 3 and complete lines, --resume finishes every key once") {
+  const std::string model = test::fixture("models/stories260K.gguf");
+  const std::string dir = test::scratch_dir("audit_e2e_kill");
+  const std::string prompts = prompts_file(dir, 12, "A little bird sang song");
+  const std::string run_dir = dir + "/run";
+  auto cmd = [&](const server& s, bool resume) {
+    return test::detaudit_bin() + " run --target " + s.url() + " --prompts " + prompts +
+           " --raw --probe repeat --n-predict 16 --retries 0 --timeout 20 --out " + run_dir + (resume ? " --resume" : "");
+  };
+  test::cmd_result first;
+  {
+    server srv(model, {"-np", "2"});
+    std::thread runner([&] { first = test::run_cmd(cmd(srv, false)); });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (line_count(run_dir + "/records.jsonl") < 4 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    srv.kill9();
+    runner.join();
+  }
+  INFO(first.err);
+  REQUIRE(first.exit_code == 3);
+  CHECK(first.err.find("--resume") != std::string::npos);
+  const std::string text = file_text(run_dir + "/records.jsonl");
+  REQUIRE_FALSE(text.empty());
+  CHECK(text.back() == '\n');
+  reports::read_stats st;
+  const size_t kept = reports::records_read(run_dir, &st).size();
+  CHECK(st.truncated == 0);
+  CHECK(kept < 36);
+
+  server again(model, {"-np", "2"});  // a new port: the key holds the target's label, not its URL
+  const test::cmd_result second = test::run_cmd(cmd(again, true));
+  INFO(second.err);
+  CHECK(second.exit_code == 0);
+  std::map<std::string, int> usable;
+  for (const reports::record& rec : reports::records_read(run_dir))
+    if (rec.error.empty()) usable[reports::record_key(rec)]++;
+  CHECK(usable.size() == 36);  // 12 items x alone, control, repeat
+  for (const auto& [key, n] : usable) CHECK(n == 1);
+}
+
+TEST_CASE("audit_e2e: the API key from --api-key-env reaches no file of the run folder") {
+  const std::string key = "sk-e2e-9f8e7d6c5b4a-SECRET";
+  server srv(test::fixture("models/stories260K.gguf"), {"-np", "4", "--api-key-env", "DETAUDIT_E2E_SERVER_KEY"}, key);
+  const std::string dir = test::scratch_dir("audit_e2e_key");
+  const std::string base = test::detaudit_bin() + " run --target " + srv.url() + " --prompts " + prompts_file(dir, 2, "Hello there") +
+                           " --raw --probe concurrency,cache --concurrency 2 --n-predict 4 --report " + dir + "/run/report.md";
+  const test::cmd_result r = test::run_cmd("DETAUDIT_E2E_RUN_KEY=" + key + " " + base + " --api-key-env DETAUDIT_E2E_RUN_KEY --out " + dir + "/run");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find(key) == std::string::npos);
+  CHECK(r.err.find(key) == std::string::npos);
+  int files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir + "/run")) {
+    if (!e.is_regular_file()) continue;
+    ++files;
+    INFO(e.path());
+    CHECK(file_text(e.path().string()).find(key) == std::string::npos);
+  }
+  CHECK(files >= 3);  // run.json, records.jsonl, report.md
+  const test::cmd_result missing = test::run_cmd(base + " --api-key-env DETAUDIT_E2E_UNSET_VARIABLE --out " + dir + "/run2");
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.err.find("DETAUDIT_E2E_UNSET_VARIABLE") != std::string::npos);
+}

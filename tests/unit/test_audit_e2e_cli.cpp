@@ -1,0 +1,109 @@
+// `detaudit run` and `detaudit merge` on the in-process engine target: a --config file with arrays
+// for --target and --probe, shards run separately and merged equal the whole run, lint alone
+// sends nothing, and bad input exits 2 with one line naming the problem.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "reports/record.h"
+#include "synth_util.h"
+#include "test_util.h"
+
+using namespace detaudit;
+using json = nlohmann::json;
+
+namespace {
+
+std::string write(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+std::set<std::string> keys(const std::string& dir) {
+  std::set<std::string> out;
+  for (const reports::record& r : reports::records_read(dir)) out.insert(reports::record_key(r));
+  return out;
+}
+
+std::string engine_spec() { return "engine:" + test::fixture("models/stories260K.gguf") + "?threads=1&np=4"; }
+
+}  // namespace
+
+TEST_CASE("audit_e2e_cli: --config arrays, shards merged with detaudit merge equal the whole run") {
+  const std::string dir = test::scratch_dir("audit_e2e_cli_shards");
+  const std::string prompts = write(dir + "/p.txt", "Once upon a time\nThe cat sat\nLily liked\nTom ran\nA bird sang\n");
+  const json config = {{"target", {engine_spec(), engine_spec()}},
+                       {"probe", {"cross", "repeat"}},
+                       {"prompts", prompts},
+                       {"raw", true},
+                       {"n-predict", 6},
+                       {"fail-on", "any"}};
+  write(dir + "/audit.json", config.dump());
+  const std::string run = test::detaudit_bin() + " run --config " + dir + "/audit.json";
+  const test::cmd_result whole = test::run_cmd(run + " --out " + dir + "/whole --format json");
+  INFO(whole.err);
+  REQUIRE(whole.exit_code == 0);
+  const json rep = json::parse(whole.out);
+  CHECK(rep["manifest"]["probes"] == json{"cross", "repeat"});
+  CHECK(rep["manifest"]["targets"].size() == 2);
+  CHECK(keys(dir + "/whole").size() == 5 * 2 * 3);  // items x targets x (alone, control, repeat)
+
+  for (int i = 1; i <= 2; ++i) {
+    const test::cmd_result s = test::run_cmd(run + " --shard " + std::to_string(i) + "/2 --out " + dir + "/s" + std::to_string(i));
+    INFO(s.err);
+    CHECK(s.exit_code == 0);
+    CHECK(std::filesystem::exists(dir + "/s" + std::to_string(i) + "/records-" + std::to_string(i) + "-of-2.jsonl"));
+  }
+  const test::cmd_result merged = test::run_cmd(test::detaudit_bin() + " merge --out " + dir + "/merged " + dir + "/s1 " + dir + "/s2");
+  INFO(merged.err);
+  CHECK(merged.exit_code == 0);
+  CHECK(merged.err.find("merged 30 records") != std::string::npos);
+  CHECK(keys(dir + "/merged") == keys(dir + "/whole"));
+  const test::cmd_result report = test::run_cmd(test::detaudit_bin() + " report " + dir + "/merged --format json");
+  CHECK(report.exit_code == 0);
+  for (const json& p : json::parse(report.out)["pairs"]) CHECK(p["items"] == 5);
+}
+
+TEST_CASE("audit_e2e_cli: lint alone sends nothing and lists the findings") {
+  const std::string dir = test::scratch_dir("audit_e2e_cli_lint");
+  const std::string prompts = write(dir + "/p.txt", "Clean prompt\nAt 2025-01-01T12:00:00 the log said\r\n");
+  const test::cmd_result r = test::run_cmd(test::detaudit_bin() + " run --target '" + engine_spec() + "' --prompts " + prompts +
+                                           " --probe lint --temperature 0 --top-p 0.9 --out " + dir + "/run");
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("[temp0-top-p]") != std::string::npos);
+  CHECK(r.err.find("[timestamp] item 2") != std::string::npos);
+  CHECK(r.err.find("[crlf] item 2") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir + "/run/records.jsonl"));
+  std::ifstream in(dir + "/run/run.json");
+  CHECK(json::parse(in)["lint"].size() == 3);
+}
+
+TEST_CASE("audit_e2e_cli: bad input exits 2 with one line naming the problem") {
+  const std::string dir = test::scratch_dir("audit_e2e_cli_bad");
+  const std::string prompts = write(dir + "/p.txt", "Hello\n");
+  const std::string base = test::detaudit_bin() + " run --target '" + engine_spec() + "' --out " + dir + "/run";
+  const std::pair<std::string, std::string> cases[] = {
+      {" --prompts " + prompts + " --probe cross", "--probe cross needs two --target"},
+      {" --prompts " + prompts + " --probe jitter", "unknown probe 'jitter'"},
+      {" --prompts " + prompts + " --shard 3/2", "--shard: expected I/N"},
+      {" --prompts " + prompts + " --dataset gsm8k:" + prompts, "exactly one of --prompts"},
+      {"", "exactly one of --prompts"},
+      {" --prompts " + dir + "/missing.txt", "missing.txt: cannot open"},
+      {" --prompts " + prompts + " --fail-on sometimes", "sometimes"},
+      {" --prompts " + prompts + " --request '[1]'", "--request: expected a JSON object"},
+  };
+  for (const auto& [args, message] : cases) {
+    const test::cmd_result r = test::run_cmd(base + args);
+    INFO(args << " -> " << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find(message) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+  const test::cmd_result m = test::run_cmd(test::detaudit_bin() + " merge --out " + dir + "/m " + dir + "/nope");
+  CHECK(m.exit_code == 2);
+  CHECK(m.err.find("is not a run folder") != std::string::npos);
+}
