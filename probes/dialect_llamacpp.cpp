@@ -67,6 +67,43 @@ void older_entry_parse(const json& e, const std::string& where, reports::record&
 }
 
 // Token ids from "tokens" (return_tokens); they also fill entries that came without an id.
+void ids_fill(const json& ids, reports::record& rec) {
+  // llama.cpp trims completion_probabilities by the stop word's tokens, not "tokens": the two
+  // agree on their common prefix.
+  for (size_t i = 0; i < std::min(ids.size(), rec.tokens.size()); ++i)
+    if (rec.tokens[i].id < 0) rec.tokens[i].id = ids[i].get<int32_t>();
+}
+
+// The newer shape with ids: "tokens" is authoritative. llama.cpp sends one probabilities entry per
+// text chunk, and a chunk holds several tokens when the first ones end inside a UTF-8 character
+// (byte tokens): the entry then carries the chunk's text and the last token's id and log-probs.
+// Each entry is matched to the next token with its id; the tokens before it in its chunk get no
+// log-probs of their own (evidence.steps_without_logprobs counts them).
+void ids_align(const json& ids, reports::record& rec) {
+  std::vector<reports::token_rec> toks;
+  std::vector<std::vector<reports::alt_rec>> tops;
+  size_t k = 0;
+  int64_t n_without = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t id = ids[i].get<int32_t>();
+    if (k < rec.tokens.size() && rec.tokens[k].id == id) {
+      toks.push_back(std::move(rec.tokens[k]));
+      tops.push_back(k < rec.top_logprobs.size() ? std::move(rec.top_logprobs[k]) : std::vector<reports::alt_rec>{});
+      ++k;
+    } else {
+      toks.push_back({id, "", {}, std::nullopt});
+      tops.emplace_back();
+      ++n_without;
+    }
+  }
+  if (k < rec.tokens.size())
+    throw response_error("field 'completion_probabilities[" + std::to_string(k) + "]': id " + std::to_string(rec.tokens[k].id) +
+                         " matches no remaining id in 'tokens'");
+  if (n_without > 0) rec.evidence["steps_without_logprobs"] = n_without;
+  rec.tokens = std::move(toks);
+  rec.top_logprobs = std::move(tops);
+}
+
 void ids_merge(const json& j, reports::record& rec) {
   const json* ids = json_get(j, "tokens");
   if (!ids || !ids->is_array() || ids->empty()) return;
@@ -76,15 +113,9 @@ void ids_merge(const json& j, reports::record& rec) {
     for (const json& id : *ids) rec.tokens.push_back({id.get<int32_t>(), "", {}, std::nullopt});
     return;
   }
-  // llama.cpp trims completion_probabilities by the stop word's tokens, not "tokens": the two
-  // agree on their common prefix.
-  for (size_t i = 0; i < std::min(ids->size(), rec.tokens.size()); ++i) {
-    const int32_t id = (*ids)[i].get<int32_t>();
-    if (rec.tokens[i].id < 0) rec.tokens[i].id = id;
-    else if (rec.tokens[i].id != id)
-      throw response_error("field 'tokens[" + std::to_string(i) + "]': id " + std::to_string(id) +
-                           " differs from completion_probabilities' id " + std::to_string(rec.tokens[i].id));
-  }
+  const bool with_ids = std::all_of(rec.tokens.begin(), rec.tokens.end(), [](const reports::token_rec& t) { return t.id >= 0; });
+  if (with_ids) ids_align(*ids, rec);
+  else ids_fill(*ids, rec);
 }
 
 std::string finish_parse(const json& j) {

@@ -316,3 +316,47 @@ TEST_CASE("probes_http_faults: ids fill a stop-word-trimmed completion_probabili
   CHECK(rec.top_logprobs[0][0].id == -1);
   CHECK(rec.finish_reason == "stop");
 }
+
+TEST_CASE("probes_http_faults: a probabilities entry that covers several byte tokens is aligned to the ids") {
+  // llama.cpp b4748 sends one completion_probabilities entry per text chunk: tokens 228 and 29
+  // end inside a UTF-8 character, so the chunk's entry carries token 433's id with the text of all
+  // three (a real answer's shape, ids and bytes from a synthetic model with stories260K's vocabulary).
+  responder r;
+  r.srv.Post("/completion", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"content": "\u001ak l", "tokens": [228, 29, 433, 111], "stop_type": "limit",
+      "completion_probabilities": [
+        {"id": 433, "token": "\u001ak", "bytes": [26, 107], "logprob": -1.0,
+         "top_logprobs": [{"id": 433, "token": "k", "bytes": [107], "logprob": -1.0}, {"id": 7, "token": "x", "bytes": [120], "logprob": -1.5}]},
+        {"id": 111, "token": " l", "bytes": [32, 108], "logprob": -0.25,
+         "top_logprobs": [{"id": 111, "token": " l", "bytes": [32, 108], "logprob": -0.25}, {"id": 9, "token": "y", "bytes": [121], "logprob": -2.0}]}]})",
+                    "application/json");
+  });
+  r.start();
+  const record rec = target_make(r.url(), fast_opts("llamacpp"))->complete(small_request());
+  INFO(rec.error);
+  REQUIRE(rec.error.empty());
+  REQUIRE(rec.tokens.size() == 4);
+  CHECK(rec.tokens[0].id == 228);
+  CHECK(rec.tokens[1].id == 29);
+  CHECK(rec.tokens[2].id == 433);
+  CHECK(rec.tokens[3].id == 111);
+  REQUIRE(rec.top_logprobs.size() == 4);
+  CHECK(rec.top_logprobs[0].empty());
+  CHECK(rec.top_logprobs[1].empty());
+  REQUIRE(rec.top_logprobs[2].size() == 2);
+  CHECK(rec.top_logprobs[2][1].id == 7);
+  CHECK(rec.top_logprobs[3][0].id == 111);
+  CHECK(rec.evidence["steps_without_logprobs"] == 2);
+}
+
+TEST_CASE("probes_http_faults: a probabilities entry whose id is not in tokens is an error") {
+  responder r;
+  r.srv.Post("/completion", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"content": "a", "tokens": [5],
+      "completion_probabilities": [{"id": 6, "token": "a", "logprob": -1.0, "top_logprobs": []}]})",
+                    "application/json");
+  });
+  r.start();
+  const record rec = target_make(r.url(), fast_opts("llamacpp"))->complete(small_request());
+  CHECK(rec.error.find("completion_probabilities[0]") != std::string::npos);
+}
