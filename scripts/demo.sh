@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The main job on the built-in engine and a generated model.
 #
-# Today this sets up and builds detaudit, generates a small random model with `detaudit synth`,
-# shows what `detaudit inspect` and `detaudit tokenize` make of it, and says plainly which part of
-# the audit is not built yet. Output goes to ./demo-out (or $1).
+# Sets up and builds detaudit, generates a small random model with `detaudit synth`, shows what
+# `detaudit inspect` and `detaudit tokenize` make of it, then audits the built-in engine in float
+# and in exact numerics, in process and through `detaudit serve`. Output goes to ./demo-out (or $1).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,31 +26,54 @@ echo "== detaudit tokenize (the built-in byte-level BPE vocabulary)"
 "$bin" tokenize -m "$out/tiny-q8_0.gguf" --text "Natalia sold clips to 48 of her friends." --pieces | tr '\n' ' '
 echo; echo
 
-# The experiment from the blog posts, on the built-in engine: one prompt alone, then in the same
-# forward steps as 7 other sequences, then alone again with another micro-batch size and thread
-# count. Each run prints per-step logit hashes; identical runs print identical bytes.
-prompt="Natalia sold clips to 48 of her friends."
-compare() {  # numerics, condition label, extra flags
-  local numerics=$1 label=$2; shift 2
-  "$bin" generate -m "$out/tiny-q8_0.gguf" -p "$prompt" -n 32 --numerics "$numerics" --hashes -t 1 > "$out/alone-$numerics.txt"
-  "$bin" generate -m "$out/tiny-q8_0.gguf" -p "$prompt" -n 32 --numerics "$numerics" --hashes "$@" > "$out/$label-$numerics.txt"
-  if cmp -s "$out/alone-$numerics.txt" "$out/$label-$numerics.txt"; then
-    printf '  %-8s alone vs %-22s identical (every logit bit of 32 steps)\n' "$numerics" "$label:"
-  else
-    local step
-    step=$(diff <(grep -E '^[0-9]+ ' "$out/alone-$numerics.txt") <(grep -E '^[0-9]+ ' "$out/$label-$numerics.txt") |
-           grep -m1 -E '^<' | awk '{print $2}' || true)
-    printf '  %-8s alone vs %-22s DIFFERENT: logits first differ at step %s\n' "$numerics" "$label:" "${step:-?}"
-  fi
-}
-echo "== alone vs beside 7 others, and -ub 512 vs -ub 1 with 2 threads (detaudit generate --hashes)"
+# The main job: `detaudit run` sends every prompt alone, again alone (the control pair), beside 7
+# other requests, with the prompt cache off/on/warm and at micro-batch sizes 1 and 8192, records
+# every response and reports item by item where the outputs part.
+cat > "$out/prompts.txt" <<'PROMPTS'
+Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May.
+Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting.
+Betty is saving money for a new wallet which costs $100.
+Julie is reading a 120-page book. Yesterday, she was able to read 12 pages.
+James writes a 3-page letter to 2 different friends twice a week.
+Mark has a garden with flowers. He planted plants of three different colors in it.
+Albert is wondering how much pizza he can eat in one day.
+Ken created a care package to send to his brother, who was away at boarding school.
+Alexis is applying for a new job and bought a new set of business clothes to wear to the interview.
+Tina makes $18.00 an hour. If she works more than 8 hours per shift, she is eligible for overtime.
+A deep-sea monster rises from the waters once every hundred years to feast on a ship.
+Tobias is buying a new pair of shoes that costs $95.
+PROMPTS
 for numerics in float exact; do
-  compare "$numerics" "beside-7-others" --batch-with 7 -t 1
-  compare "$numerics" "ubatch-1-threads-2" -ub 1 -t 2
+  set +e
+  "$bin" run --target "engine:$out/tiny-q8_0.gguf?numerics=$numerics&threads=2" --prompts "$out/prompts.txt" --raw \
+    --probe concurrency,cache,batch --n-predict 32 --out "$out/run-$numerics" --junit "$out/run-$numerics.junit.xml" \
+    > "$out/run-$numerics.txt" 2> "$out/run-$numerics.log"
+  rc=$?
+  set -e
+  echo "== detaudit run --target 'engine:tiny-q8_0.gguf?numerics=$numerics' --probe concurrency,cache,batch  (exit $rc)"
+  sed -n '1,16p' "$out/run-$numerics.txt"
+  echo
 done
+echo "float numerics round and reduce as ordinary engines do, so batch shape and the cache move the"
+echo "logits and flip tokens (exit 1 under --fail-on any); exact numerics sum integers, so nothing"
+echo "about the batch can (exit 0). Full reports: $out/run-*.txt; records: $out/run-*/records.jsonl."
 echo
-echo "float numerics round and reduce as ordinary engines do, so batch shape moves the logits;"
-echo "exact numerics sum integers, so nothing about the batch can. (Files: $out)"
+
+# The same audit over HTTP, as against any server: detaudit serve with 8 slots in float numerics.
+"$bin" serve -m "$out/tiny-q8_0.gguf" -np 8 -c 4096 -t 2 --numerics float --port 0 > "$out/serve.out" 2> "$out/serve.log" &
+serve_pid=$!
+trap 'kill $serve_pid 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do grep -q listening "$out/serve.out" 2>/dev/null && break; sleep 0.1; done
+url=$(sed -n 's/^listening on //p' "$out/serve.out")
+set +e
+"$bin" run --target "$url" --prompts "$out/prompts.txt" --raw --probe concurrency --n-predict 32 \
+  --out "$out/run-serve-float" > "$out/run-serve-float.txt" 2> "$out/run-serve-float.log"
+rc=$?
+set -e
+echo "== detaudit run --target $url --probe concurrency   (detaudit serve -np 8 --numerics float; exit $rc)"
+sed -n '1,6p' "$out/run-serve-float.txt"
+kill $serve_pid 2>/dev/null || true
+wait $serve_pid 2>/dev/null || true
 echo
-echo "not yet: the audit itself (detaudit run against servers and the engine, records, reports) is"
-echo "the next piece of work."
+echo "Compare two runs item by item: $bin compare $out/run-float $out/run-exact"
+echo "Other formats: $bin report $out/run-float --format md|json|junit"
