@@ -22,6 +22,7 @@
 #include "model/synth.h"
 #include "reports/record.h"
 #include "synth_util.h"
+#include "serve_util.h"
 #include "test_util.h"
 
 using namespace detaudit;
@@ -30,56 +31,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A `detaudit serve` child on 127.0.0.1 with a free port; killed (SIGKILL) when it goes out of scope.
-struct server {
-  pid_t pid = -1;
-  int port = 0;
-
-  server(const std::string& model, const std::vector<std::string>& extra, const std::string& env = "") {
-    const std::string err_path = test::scratch_dir("audit_e2e_serve_" + std::to_string(::getpid())) + "/stderr";
-    std::vector<std::string> args = {test::detaudit_bin(), "serve", "-m", model, "--host", "127.0.0.1", "--port", "0", "-t", "1"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    int fds[2];
-    REQUIRE(::pipe(fds) == 0);
-    pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      ::dup2(fds[1], 1);
-      const int e = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (e >= 0) ::dup2(e, 2);
-      ::close(fds[0]);
-      if (!env.empty()) ::setenv("DETAUDIT_E2E_SERVER_KEY", env.c_str(), 1);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    std::string out;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (out.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-      pollfd p{fds[0], POLLIN, 0};
-      if (::poll(&p, 1, 1000) <= 0) continue;
-      char buf[256];
-      const ssize_t n = ::read(fds[0], buf, sizeof buf);
-      if (n <= 0) break;
-      out.append(buf, static_cast<size_t>(n));
-    }
-    ::close(fds[0]);
-    const std::string prefix = "listening on http://127.0.0.1:";
-    INFO("server stdout: " << out);
-    REQUIRE(out.rfind(prefix, 0) == 0);
-    port = std::stoi(out.substr(prefix.size()));
-  }
-  void kill9() {
-    if (pid <= 0) return;
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
-    pid = -1;
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port); }
-  ~server() { kill9(); }
+// A `detaudit serve` child; env (if any) reaches it as DETAUDIT_E2E_SERVER_KEY.
+struct server : test::serve_child {
+  server(const std::string& model, const std::vector<std::string>& extra, const std::string& env = "")
+      : serve_child(extra, model,
+                    env.empty() ? std::vector<std::pair<std::string, std::string>>{}
+                                : std::vector<std::pair<std::string, std::string>>{{"DETAUDIT_E2E_SERVER_KEY", env}}) {}
 };
 
 std::string prompts_file(const std::string& dir, int n, const std::string& stem) {

@@ -20,71 +20,23 @@
 #include <unistd.h>
 #include <vector>
 
+#include "serve_util.h"
 #include "test_util.h"
 
 namespace detaudit::test {
 
 // A `detaudit serve -m stories260K.gguf` child; the key (if any) reaches it through the
 // environment variable DETAUDIT_TEST_KEY and --api-key-env, never argv.
-struct serve_proc {
-  pid_t pid = -1;
-  int port = 0;
+struct serve_proc : serve_child {
+  explicit serve_proc(const std::vector<std::string>& extra, const char* key = nullptr)
+      : serve_child(with_key_flag(extra, key), "",
+                    key ? std::vector<std::pair<std::string, std::string>>{{"DETAUDIT_TEST_KEY", key}}
+                        : std::vector<std::pair<std::string, std::string>>{}) {}
 
-  explicit serve_proc(const std::vector<std::string>& extra, const char* key = nullptr) {
-    const std::string err_path = scratch_dir("probes_http_serve_" + std::to_string(::getpid())) + "/stderr";
-    std::vector<std::string> args = {detaudit_bin(), "serve", "-m", fixture("models/stories260K.gguf"), "--host", "127.0.0.1",
-                                     "--port", "0", "-t", "1"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    if (key) args.insert(args.end(), {"--api-key-env", "DETAUDIT_TEST_KEY"});
-    int fds[2];
-    REQUIRE(::pipe(fds) == 0);
-    pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      ::dup2(fds[1], 1);
-      const int e = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (e >= 0) ::dup2(e, 2);
-      ::close(fds[0]);
-      if (key) ::setenv("DETAUDIT_TEST_KEY", key, 1);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    std::string out;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (out.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-      pollfd p{fds[0], POLLIN, 0};
-      if (::poll(&p, 1, 1000) <= 0) continue;
-      char buf[256];
-      const ssize_t n = ::read(fds[0], buf, sizeof buf);
-      if (n <= 0) break;
-      out.append(buf, static_cast<size_t>(n));
-    }
-    ::close(fds[0]);
-    const std::string prefix = "listening on http://127.0.0.1:";
-    INFO("server stdout: " << out);
-    REQUIRE(out.rfind(prefix, 0) == 0);
-    port = std::stoi(out.substr(prefix.size()));
-  }
-
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port); }
-
-  int stop() {
-    if (pid < 0) return -1;
-    ::kill(pid, SIGTERM);
-    int st = 0;
-    ::waitpid(pid, &st, 0);
-    pid = -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  }
-  ~serve_proc() {
-    if (pid > 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
+ private:
+  static std::vector<std::string> with_key_flag(std::vector<std::string> extra, const char* key) {
+    if (key) extra.insert(extra.end(), {"--api-key-env", "DETAUDIT_TEST_KEY"});
+    return extra;
   }
 };
 

@@ -15,72 +15,18 @@
 #include <sys/socket.h>
 #include <vector>
 
+#include "serve_util.h"
 #include "test_util.h"
 
 using json = nlohmann::json;
 
 namespace {
 
-// A `detaudit serve` child process; stop() sends SIGTERM and returns the exit status.
-struct server_proc {
-  pid_t pid = -1;
-  int port = 0;
-  std::string err_path;
-
-  explicit server_proc(const std::vector<std::string>& extra, const char* env_key = nullptr) {
-    err_path = detaudit::test::scratch_dir("serve_http_" + std::to_string(::getpid())) + "/stderr";
-    std::vector<std::string> args = {detaudit::test::detaudit_bin(), "serve", "-m",
-                                     detaudit::test::fixture("models/stories260K.gguf"), "--host", "127.0.0.1",
-                                     "--port", "0", "-t", "1"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    int fds[2];
-    REQUIRE(::pipe(fds) == 0);
-    pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      ::dup2(fds[1], 1);
-      const int e = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (e >= 0) ::dup2(e, 2);
-      ::close(fds[0]);
-      if (env_key) ::setenv("DETAUDIT_TEST_KEY", env_key, 1);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    std::string out;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (out.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-      pollfd p{fds[0], POLLIN, 0};
-      if (::poll(&p, 1, 1000) <= 0) continue;
-      char buf[256];
-      const ssize_t n = ::read(fds[0], buf, sizeof buf);
-      if (n <= 0) break;
-      out.append(buf, static_cast<size_t>(n));
-    }
-    ::close(fds[0]);
-    const std::string prefix = "listening on http://127.0.0.1:";
-    INFO("server stdout: " << out);
-    REQUIRE(out.rfind(prefix, 0) == 0);
-    port = std::stoi(out.substr(prefix.size()));
-  }
-
-  int stop() {
-    if (pid < 0) return -1;
-    ::kill(pid, SIGTERM);
-    int st = 0;
-    ::waitpid(pid, &st, 0);
-    pid = -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  }
-  ~server_proc() {
-    if (pid > 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  }
+// stories260K behind `detaudit serve`; env_key (if any) reaches it as DETAUDIT_TEST_KEY.
+struct server_proc : detaudit::test::serve_child {
+  explicit server_proc(const std::vector<std::string>& extra, const char* env_key = nullptr)
+      : serve_child(extra, "", env_key ? std::vector<std::pair<std::string, std::string>>{{"DETAUDIT_TEST_KEY", env_key}}
+                                       : std::vector<std::pair<std::string, std::string>>{}) {}
 };
 
 httplib::Client client(int port) {

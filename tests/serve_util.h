@@ -1,0 +1,96 @@
+// The real `detaudit serve` as a child process on 127.0.0.1 with a free port (--port 0), for every
+// test that talks HTTP to it. The port is read from its first stdout line; stderr goes to a file.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <csignal>
+#include <fcntl.h>
+#include <poll.h>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <utility>
+#include <vector>
+
+#include "test_util.h"
+
+namespace detaudit::test {
+
+struct serve_child {
+  pid_t pid = -1;
+  int port = 0;
+
+  // `detaudit serve -m MODEL --host 127.0.0.1 --port 0 -t 1 EXTRA...` (MODEL: stories260K when
+  // empty), with `env` set in the child only (how API keys reach it: never through argv).
+  explicit serve_child(const std::vector<std::string>& extra, const std::string& model = "",
+                       const std::vector<std::pair<std::string, std::string>>& env = {}) {
+    const std::string err_path = scratch_dir("serve_child_" + std::to_string(::getpid())) + "/stderr";
+    std::vector<std::string> args = {detaudit_bin(), "serve", "-m", model.empty() ? fixture("models/stories260K.gguf") : model,
+                                     "--host", "127.0.0.1", "--port", "0", "-t", "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::dup2(fds[1], 1);
+      const int e = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (e >= 0) ::dup2(e, 2);
+      ::close(fds[0]);
+      for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    const std::string out = first_line(fds[0]);
+    ::close(fds[0]);
+    const std::string prefix = "listening on http://127.0.0.1:";
+    INFO("server stdout: " << out);
+    REQUIRE(out.rfind(prefix, 0) == 0);
+    port = std::stoi(out.substr(prefix.size()));
+  }
+  serve_child(const serve_child&) = delete;
+  serve_child& operator=(const serve_child&) = delete;
+
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port); }
+
+  // SIGTERM, then the exit status (a clean shutdown is 0).
+  int stop() {
+    if (pid < 0) return -1;
+    ::kill(pid, SIGTERM);
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    pid = -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  }
+  // SIGKILL: a server that dies mid-run.
+  void kill9() {
+    if (pid <= 0) return;
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    pid = -1;
+  }
+  ~serve_child() { kill9(); }
+
+ private:
+  static std::string first_line(int fd) {
+    std::string out;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (out.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 1000) <= 0) continue;
+      char buf[256];
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+    }
+    return out;
+  }
+};
+
+}  // namespace detaudit::test
