@@ -6,9 +6,11 @@
 // zero-width characters, CR line endings, timestamps and ids that change from run to run.
 // Non-goals: judging the prompt's content; fixing anything (findings only).
 #include <cstdio>
-#include <regex>
+#include <iterator>
+#include <memory>
 
 #include "probes/runner.h"
+#include "reports/regex.h"
 
 namespace detaudit::probes {
 namespace {
@@ -60,18 +62,24 @@ void lint_request(const gen_request& r, std::vector<lint_finding>& out) {
 
 struct pattern {
   const char* code;
-  std::regex re;
+  const char* re;
   const char* why;
 };
 
-const std::vector<pattern>& patterns() {
-  static const std::vector<pattern> p = {
-      {"timestamp", std::regex(R"(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?|\b\d{2}:\d{2}:\d{2}\b)"),
-       "a timestamp: a prompt that changes with the clock defeats the prompt cache and makes runs incomparable"},
-      {"uuid", std::regex(R"(\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b)"),
-       "a UUID: an id that changes per request makes runs incomparable"},
-  };
-  return p;
+const pattern k_patterns[] = {
+    {"timestamp", R"(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?|\b\d{2}:\d{2}:\d{2}\b)",
+     "a timestamp: a prompt that changes with the clock defeats the prompt cache and makes runs incomparable"},
+    {"uuid", R"(\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b)",
+     "a UUID: an id that changes per request makes runs incomparable"},
+};
+
+const reports::regex& compiled(size_t i) {
+  static const std::vector<std::unique_ptr<reports::regex>> re = [] {
+    std::vector<std::unique_ptr<reports::regex>> v;
+    for (const pattern& p : k_patterns) v.push_back(std::make_unique<reports::regex>(p.re, std::string("lint pattern ") + p.code));
+    return v;
+  }();
+  return *re[i];
 }
 
 // Zero-width and invisible characters, by their UTF-8 bytes.
@@ -99,12 +107,10 @@ void lint_item(const item& it, std::vector<lint_finding>& out) {
     out.push_back({"warning", "crlf", it.id,
                    std::string(p.compare(at, 2, "\r\n") == 0 ? "CRLF" : "CR") + " line ending at byte " + std::to_string(at) +
                        ": \\r\\n and \\n tokenize differently; normalise line endings before comparing runs"});
-  for (const pattern& pat : patterns()) {
-    std::smatch m;
-    if (std::regex_search(p, m, pat.re))
-      out.push_back({"warning", pat.code, it.id,
-                     "'" + m.str(0) + "' at byte " + std::to_string(m.position(0)) + ": " + pat.why});
-  }
+  for (size_t i = 0; i < std::size(k_patterns); ++i)
+    if (const auto m = compiled(i).first(p))
+      out.push_back({"warning", k_patterns[i].code, it.id,
+                     "'" + m->second + "' at byte " + std::to_string(m->first) + ": " + k_patterns[i].why});
 }
 
 }  // namespace

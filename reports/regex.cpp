@@ -96,6 +96,13 @@ bool regex::search(const std::string& s) const {
   return match_at(p_->code, s, 0, m.md) != PCRE2_ERROR_NOMATCH;
 }
 
+std::optional<std::pair<size_t, std::string>> regex::first(const std::string& s) const {
+  match_data m(p_->code);
+  if (match_at(p_->code, s, 0, m.md) == PCRE2_ERROR_NOMATCH) return std::nullopt;
+  const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(m.md);
+  return std::make_pair(static_cast<size_t>(ov[0]), s.substr(ov[0], ov[1] - ov[0]));
+}
+
 std::string regex::remove_all(const std::string& s) const {
   std::string out;
   match_data m(p_->code);

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace detaudit::reports {
@@ -25,6 +26,8 @@ class regex {
   std::vector<std::vector<std::string>> findall(const std::string& s) const;
   // True when the pattern matches somewhere in s (Python's re.search).
   bool search(const std::string& s) const;
+  // The first match: its byte offset and its text; nullopt when there is none.
+  std::optional<std::pair<size_t, std::string>> first(const std::string& s) const;
   // s with every non-overlapping match removed (Python's re.sub(pattern, "", s)).
   std::string remove_all(const std::string& s) const;
 
