@@ -4,7 +4,10 @@
 
 #include <cstdint>
 
+#include <string>
+
 #include "model/synth.h"
+#include "test_util.h"
 
 namespace detaudit::test {
 
@@ -20,6 +23,22 @@ inline model::synth_options small_model(model::arch_id a, gguf::dtype t, uint64_
   o.n_ctx = n_ctx;
   o.seed = seed;
   return o;
+}
+
+// A Q8_0 model (n_embd 128, stories260K's vocabulary) whose top logits lie close enough for
+// float rounding to flip tokens under concurrency: the float-divergence tests' model. Written once
+// per test process.
+inline std::string narrow_model() {
+  static const std::string path = [] {
+    model::synth_options o = small_model(model::ARCH_LLAMA, gguf::DTYPE_Q8_0, 7, 1024);
+    o.n_embd = 128;
+    o.n_ff = 384;
+    o.vocab_from = fixture("models/stories260K.gguf");
+    const std::string p = scratch_dir("narrow_model") + "/narrow.gguf";
+    model::synth_write(o, p);
+    return p;
+  }();
+  return path;
 }
 
 }  // namespace detaudit::test

@@ -46,20 +46,6 @@ std::string prompts_file(const std::string& dir, int n, const std::string& stem)
   return path;
 }
 
-// The Q8_0 model with n_embd 128 whose top logits lie close enough for float rounding to flip tokens.
-std::string narrow_model() {
-  static const std::string path = [] {
-    model::synth_options o = test::small_model(model::ARCH_LLAMA, gguf::DTYPE_Q8_0, 7, 1024);
-    o.n_embd = 128;
-    o.n_ff = 384;
-    o.vocab_from = test::fixture("models/stories260K.gguf");
-    const std::string p = test::scratch_dir("audit_e2e_model") + "/narrow.gguf";
-    model::synth_write(o, p);
-    return p;
-  }();
-  return path;
-}
-
 std::string file_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
@@ -111,7 +97,7 @@ TEST_CASE("audit_e2e: exact serve shows no divergence under concurrency, cache a
 }
 
 TEST_CASE("audit_e2e: float serve diverges under concurrency, exit 1, and the report's indices match the records") {
-  server srv(narrow_model(), {"-np", "8", "--numerics", "float"});
+  server srv(test::narrow_model(), {"-np", "8", "--numerics", "float"});
   const std::string dir = test::scratch_dir("audit_e2e_float");
   const std::string cmd = test::detaudit_bin() + " run --target " + srv.url() + " --prompts " +
                           prompts_file(dir, 16, "Tell me story number") + " --raw --probe concurrency --n-predict 48 --fail-on any" +
