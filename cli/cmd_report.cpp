@@ -45,8 +45,9 @@ void setup_report(CLI::App& app) {
       ->required()->type_name("DIR");
   sub->add_option("--format", opt->format,
                   "text: a table for the terminal; json: every row, for scripts (schema in docs/records.md); md: a "
-                  "summary for a pull request or issue; junit: JUnit XML for CI test reports")
-      ->check(CLI::IsMember({"text", "json", "md", "junit"}))->capture_default_str()->type_name("FORMAT");
+                  "summary for a pull request or issue; junit: JUnit XML for CI test reports; html: one self-contained "
+                  "page with plots, a sortable item table and each divergence highlighted (docs/reports.md)")
+      ->check(CLI::IsMember({"text", "json", "md", "junit", "html"}))->capture_default_str()->type_name("FORMAT");
   sub->add_option("-o,--output", opt->output, "Write the report to FILE instead of stdout")->type_name("FILE");
   sub->add_option("--fail-on", opt->fail_on,
                   "Exit 1 when: any (a pair differs on some item, the control pair included), flips (an answer went "
@@ -57,6 +58,7 @@ void setup_report(CLI::App& app) {
       "Examples:\n"
       "  detaudit report runs/audit-1\n"
       "  detaudit report runs/audit-1 --format md -o report.md\n"
+      "  detaudit report runs/audit-1 --format html -o report.html\n"
       "  detaudit report runs/audit-1 --format junit -o detaudit.xml --fail-on any\n"
       "  detaudit report runs/audit-1 --format json | jq '.pairs[] | {probe, cond_b, differ, items}'\n"
       "  detaudit report runs/quant --fail-on score-drop:2");

@@ -91,7 +91,8 @@ fail_policy fail_policy_parse(const std::string& spec);
 // Empty when within thresholds; otherwise one line per reason.
 std::vector<std::string> fail_reasons(const report& r, const fail_policy& p);
 
-// Formats: "text" (terminal table), "json", "md", "junit". Throws input_error on an unknown format.
+// Formats: "text" (terminal table), "json", "md", "junit", "html" (one self-contained page).
+// Throws input_error on an unknown format.
 std::string report_render(const report& r, const std::string& format);
 
 }  // namespace detaudit::reports

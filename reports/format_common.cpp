@@ -83,7 +83,8 @@ std::string report_render(const report& r, const std::string& format) {
   if (format == "json") return render_json(r);
   if (format == "md") return render_md(r);
   if (format == "junit") return render_junit(r);
-  throw input_error("--format: expected text, json, md or junit, found '" + format + "'");
+  if (format == "html") return render_html(r);
+  throw input_error("--format: expected text, json, md, junit or html, found '" + format + "'");
 }
 
 }  // namespace detaudit::reports

@@ -12,6 +12,7 @@ std::string render_text(const report& r);
 std::string render_json(const report& r);
 std::string render_md(const report& r);
 std::string render_junit(const report& r);
+std::string render_html(const report& r);
 
 // "concurrency: alone vs concurrent-8"
 std::string pair_title(const pair_summary& s);

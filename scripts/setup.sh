@@ -8,6 +8,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev doctest-dev libpcre2-dev libxxhash-dev
   libcurl4-openssl-dev libcpp-httplib-dev
   clang libclang-rt-14-dev
+  chromium
 )
 
 missing=()

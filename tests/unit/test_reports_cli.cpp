@@ -102,7 +102,7 @@ TEST_CASE("report cli: bad input exits 2 with one line on stderr") {
   const std::vector<std::string> cases = {
       "report " + shell_quote(dir) + " --fail-on sometimes",
       "report " + shell_quote(dir) + " --fail-on score-drop:x",
-      "report " + shell_quote(dir) + " --format html",
+      "report " + shell_quote(dir) + " --format pdf",
       "report /nonexistent/run/folder",
       "report " + shell_quote(bad_dir),
       "compare " + shell_quote(dir),
