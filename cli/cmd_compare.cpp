@@ -1,11 +1,15 @@
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 
 #include "app.h"
 #include "commands.h"
 #include "reports/compare.h"
+#include "reports/kld.h"
+#include "reports/lmeval.h"
 #include "reports/output.h"
+#include "util/error.h"
 
 namespace detaudit::cli {
 namespace {
@@ -15,6 +19,7 @@ struct compare_cmd_options {
   std::string format = "text";
   std::string output;
   std::string fail_on = "none";
+  bool kld = false;
 };
 
 std::vector<reports::record> read_side(const std::string& path) {
@@ -32,11 +37,39 @@ reports::json side_manifest(const std::string& path) {
   return {{"path", path}, {"run", dir ? reports::run_manifest_read(path) : reports::json::object()}};
 }
 
+void write_text(const std::string& text, const std::string& path) {
+  if (path.empty() || path == "-") {
+    std::cout << text;
+    return;
+  }
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  if (!out) throw input_error("-o: cannot write '" + path + "'");
+}
+
+void run_kld(const compare_cmd_options& o) {
+  if (o.format != "text" && o.format != "json")
+    throw input_error("--kld: --format: expected text or json, found '" + o.format + "'");
+  if (o.fail_on != "none")
+    throw input_error("--kld: --fail-on applies to compares of runs and sample files, not to --kld (found '" +
+                      o.fail_on + "')");
+  write_text(reports::kld_render(reports::kld_compare_files(o.a, o.b), o.format), o.output);
+}
+
+// Two lm-eval sample files, or two runs.
+reports::report compare_sides(const compare_cmd_options& o) {
+  const bool lm_a = reports::lmeval_is_samples_file(o.a), lm_b = reports::lmeval_is_samples_file(o.b);
+  if (lm_a != lm_b)
+    throw input_error("compare: " + (lm_a ? o.a : o.b) + " is an lm-eval samples file but " + (lm_a ? o.b : o.a) +
+                      " is not (expected two sample files or two runs)");
+  if (lm_a) return reports::lmeval_compare(reports::lmeval_read(o.a), reports::lmeval_read(o.b));
+  return reports::compare_runs(read_side(o.a), read_side(o.b));
+}
+
 void run_compare(const compare_cmd_options& o) {
+  if (o.kld) return run_kld(o);
   const reports::fail_policy policy = reports::fail_policy_parse(o.fail_on);
-  std::vector<reports::record> a = read_side(o.a);
-  std::vector<reports::record> b = read_side(o.b);
-  reports::report rep = reports::compare_runs(std::move(a), std::move(b));
+  reports::report rep = compare_sides(o);
   rep.manifest = {{"a", side_manifest(o.a)}, {"b", side_manifest(o.b)}};
   reports::report_output(rep, o.format, o.output);
   const std::vector<std::string> reasons = reports::fail_reasons(rep, policy);
@@ -53,25 +86,38 @@ void setup_compare(CLI::App& app) {
       "Compare two runs item by item: two run folders or two .jsonl record files (e.g. the same prompts against two\n"
       "engines, two quantizations, or before and after an upgrade). Responses are matched by item_id, condition and\n"
       "repetition; when each side holds a single condition, by item_id (and repetition) alone. Per item: identical\n"
-      "or not, first differing token and byte, both tokens, context, margins, logit hash step, grades and flips.");
-  sub->add_option("a", opt->a, "Run A: a run folder or a .jsonl file")->required()->type_name("A");
-  sub->add_option("b", opt->b, "Run B: a run folder or a .jsonl file")->required()->type_name("B");
+      "or not, first differing token and byte, both tokens, context, margins, logit hash step, grades and flips.\n"
+      "Two lm-evaluation-harness sample files (lm_eval --log_samples: samples_<task>_<date>.jsonl, recognised by\n"
+      "their first line) are matched by doc_id and filter, each filter a pair; correctness is each line's metric\n"
+      "(e.g. exact_match 1.0), and a doc_hash that differs marks the doc as a different document, not compared.\n"
+      "With --kld, A and B are 'detaudit score --json' outputs over the same tokens, compared by distribution.");
+  sub->add_option("a", opt->a, "Run A: a run folder, a .jsonl file, an lm-eval samples file, or with --kld a score file")
+      ->required()->type_name("A");
+  sub->add_option("b", opt->b, "Run B: the same kind as A")->required()->type_name("B");
   sub->add_option("--format", opt->format,
                   "text: a table for the terminal; json: every row, for scripts (schema in docs/records.md); md: a "
-                  "summary for a pull request or issue; junit: JUnit XML for CI test reports")
-      ->check(CLI::IsMember({"text", "json", "md", "junit"}))->capture_default_str()->type_name("FORMAT");
+                  "summary for a pull request or issue; junit: JUnit XML for CI test reports; html: one self-contained "
+                  "page with plots, a sortable item table and each divergence highlighted (docs/reports.md)")
+      ->check(CLI::IsMember({"text", "json", "md", "junit", "html"}))->capture_default_str()->type_name("FORMAT");
   sub->add_option("-o,--output", opt->output, "Write the report to FILE instead of stdout")->type_name("FILE");
   sub->add_option("--fail-on", opt->fail_on,
                   "Exit 1 when: any (some item differs), flips (an answer went right->wrong from A to B), "
                   "score-drop:X (B scores more than X percentage points below A), none (never)")
       ->capture_default_str()->type_name("SPEC");
+  sub->add_flag("--kld", opt->kld,
+                "A and B are 'detaudit score --json' outputs over the same tokens: report, per item and overall, "
+                "the KL divergence of B from A (mean, median, 99%, 99.9%, max), how often the top token is the "
+                "same, and the mean and RMS of dp (p_B - p_A of the scored token), as llama-perplexity's KL mode "
+                "does, from the top-k log-probs (the approximation is in docs/lm-eval.md); --format text or json");
   sub->footer(
       "Exit codes: 0 within --fail-on, 1 beyond it (the reasons go to stderr), 2 bad input.\n"
       "Examples:\n"
       "  detaudit compare runs/q8 runs/q4\n"
       "  detaudit compare runs/q8 runs/q4 --fail-on score-drop:1\n"
       "  detaudit compare before.jsonl after.jsonl --fail-on any --format junit -o compare.xml\n"
-      "  detaudit compare runs/v1 runs/v2 --format md -o diff.md");
+      "  detaudit compare runs/v1 runs/v2 --format md -o diff.md\n"
+      "  detaudit compare samples_gsm8k_q8.jsonl samples_gsm8k_q4.jsonl --fail-on flips\n"
+      "  detaudit compare --kld q8.score.json q4.score.json --format json");
   sub->callback([opt] { run_compare(*opt); });
 }
 

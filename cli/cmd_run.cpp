@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "probes/runner.h"
 #include "reports/compare.h"
+#include "reports/lmeval.h"
 #include "reports/output.h"
 #include "util/error.h"
 
@@ -48,6 +49,7 @@ struct run_cmd_options {
   std::string junit;
   std::string report;
   std::string model;
+  std::string export_format;
 };
 
 // "I/N" (1-based) -> 0-based index and count.
@@ -81,6 +83,7 @@ std::string format_for_file(const std::string& path, const std::string& dflt) {
   if (ends(".md")) return "md";
   if (ends(".xml")) return "junit";
   if (ends(".txt")) return "text";
+  if (ends(".html") || ends(".htm")) return "html";
   return dflt;
 }
 
@@ -143,6 +146,15 @@ void report_and_exit(const run_cmd_options& o, const std::string& out_dir) {
   if (!reasons.empty()) throw exit_with(EXIT_DIVERGED);
 }
 
+// --export lm-eval: the run's records as lm-evaluation-harness sample files in DIR/lm-eval/.
+void export_lmeval(const std::vector<probes::item>& items, const std::string& out_dir) {
+  std::vector<reports::lmeval_doc> docs;
+  for (const probes::item& it : items) docs.push_back({it.id, it.prompt});
+  const std::string dir = out_dir + "/lm-eval";
+  const std::vector<std::string> files = reports::lmeval_export(reports::records_read(out_dir), docs, dir);
+  std::cerr << "lm-eval samples: " << files.size() << " file(s) in " << dir << "\n";
+}
+
 void run_run(const run_cmd_options& o) {
   if (o.prompts.empty() == o.dataset.empty()) throw input_error("give exactly one of --prompts FILE and --dataset gsm8k:FILE[:N]");
   if (o.chat && o.raw) throw input_error("--chat and --raw exclude each other");
@@ -187,6 +199,7 @@ void run_run(const run_cmd_options& o) {
   }
   if (res.errors > 0) std::cerr << "detaudit run: " << res.errors << " requests failed (their records carry the error)\n";
   if (ro.probes.size() == 1 && ro.probes[0] == "lint") return;
+  if (o.export_format == "lm-eval") export_lmeval(items, ro.out_dir);
   report_and_exit(o, ro.out_dir);
 }
 
@@ -245,15 +258,20 @@ void setup_run(CLI::App& app) {
                   "Exit 1 when: any (some pair differs on some item), flips (an answer went right->wrong), "
                   "score-drop:X (a score fell by more than X points), none")
       ->capture_default_str()->type_name("SPEC");
-  sub->add_option("--format", opt->format, "Report on stdout as text, json, md or junit")
-      ->check(CLI::IsMember({"text", "json", "md", "junit"}))->capture_default_str()->type_name("FORMAT");
+  sub->add_option("--format", opt->format, "Report on stdout as text, json, md, junit or html")
+      ->check(CLI::IsMember({"text", "json", "md", "junit", "html"}))->capture_default_str()->type_name("FORMAT");
   sub->add_option("--junit", opt->junit, "Also write the report as JUnit XML to FILE")->type_name("FILE");
-  sub->add_option("--report", opt->report, "Also write the report to FILE (format from .json, .md, .xml, .txt)")->type_name("FILE");
+  sub->add_option("--report", opt->report, "Also write the report to FILE (format from .json, .md, .xml, .html, .txt)")->type_name("FILE");
   sub->add_option("--api", opt->api, "Server dialect instead of detecting it: openai-chat, openai-completions, llamacpp, ollama")
       ->type_name("NAME");
   sub->add_option("--api-key-env", opt->api_key_env, "Read the bearer token from this environment variable (never recorded)")
       ->type_name("NAME");
   sub->add_option("--model", opt->model, "Model name sent to OpenAI / ollama servers (default: the server's first)")->type_name("NAME");
+  sub->add_option("--export", opt->export_format,
+                  "Also write the run in another tool's shape: lm-eval writes DIR/lm-eval/samples_<probe>_<condition>"
+                  ".jsonl (lm-evaluation-harness --log_samples lines; gsm8k items get strict-match and "
+                  "flexible-extract lines), which 'detaudit compare' reads back")
+      ->check(CLI::IsMember({"lm-eval"}))->type_name("FORMAT");
   sub->add_option("--timeout", opt->timeout, "Seconds per request")->capture_default_str();
   sub->add_option("--retries", opt->retries, "Retries after connection errors, 5xx and 429")->capture_default_str();
   sub->footer(

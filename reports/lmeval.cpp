@@ -1,0 +1,296 @@
+#include "reports/lmeval.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "reports/compare_internal.h"
+#include "util/error.h"
+#include "util/sha256.h"
+
+namespace detaudit::reports {
+namespace {
+
+std::string sha256_hex(const std::string& s) {
+  sha256 h;
+  h.update(s.data(), s.size());
+  return h.hex_digest();
+}
+
+std::string text_or_json(const json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); }
+
+const json& field(const json& j, const char* key, const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end()) throw input_error(where + ": lm-eval sample without \"" + key + "\"");
+  return *it;
+}
+
+std::string string_field(const json& j, const char* key, const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end()) return "";
+  if (!it->is_string())
+    throw input_error(where + ": \"" + key + "\": expected a string, found " + std::string(it->type_name()));
+  return it->get<std::string>();
+}
+
+// resps[0][0] for generate_until; anything else as compact JSON.
+std::string response_of(const json& resps, const std::string& where) {
+  if (!resps.is_array())
+    throw input_error(where + ": \"resps\": expected a list, found " + std::string(resps.type_name()));
+  if (!resps.empty() && resps[0].is_array() && !resps[0].empty() && resps[0][0].is_string())
+    return resps[0][0].get<std::string>();
+  return resps.dump();
+}
+
+std::string filtered_of(const json& f, const std::string& where) {
+  if (!f.is_array())
+    throw input_error(where + ": \"filtered_resps\": expected a list, found " + std::string(f.type_name()));
+  if (f.size() == 1 && f[0].is_string()) return f[0].get<std::string>();
+  return f.dump();
+}
+
+// The first metric named in "metrics" whose top-level value is a number or a boolean.
+void metric_of(const json& j, lmeval_sample& s) {
+  auto m = j.find("metrics");
+  if (m == j.end() || !m->is_array()) return;
+  for (const json& name : *m) {
+    if (!name.is_string()) continue;
+    auto v = j.find(name.get<std::string>());
+    if (v == j.end() || !(v->is_number() || v->is_boolean())) continue;
+    s.metric = name.get<std::string>();
+    const double x = v->is_boolean() ? (v->get<bool>() ? 1.0 : 0.0) : v->get<double>();
+    if (x == 1.0) s.correct = true;
+    if (x == 0.0) s.correct = false;
+    return;
+  }
+}
+
+lmeval_sample sample_from_json(const json& j, const std::string& where) {
+  if (!j.is_object())
+    throw input_error(where + ": expected an lm-eval sample object, found " + std::string(j.type_name()));
+  const json& id = field(j, "doc_id", where);
+  if (!id.is_number_integer())
+    throw input_error(where + ": \"doc_id\": expected an integer, found " + std::string(id.type_name()));
+  lmeval_sample s;
+  s.doc_id = id.get<int64_t>();
+  s.filter = string_field(j, "filter", where);
+  if (s.filter.empty()) s.filter = "none";
+  s.doc_hash = string_field(j, "doc_hash", where);
+  s.prompt_hash = string_field(j, "prompt_hash", where);
+  auto t = j.find("target");
+  if (t != j.end() && !t->is_null()) s.target = text_or_json(*t);
+  s.response = response_of(field(j, "resps", where), where);
+  s.filtered = filtered_of(field(j, "filtered_resps", where), where);
+  auto a = j.find("arguments");
+  s.arguments = a == j.end() ? json::object() : *a;
+  metric_of(j, s);
+  return s;
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw input_error("cannot open lm-eval samples file '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string align_key(int64_t doc_id, const std::string& filter) { return std::to_string(doc_id) + "\x1f" + filter; }
+
+record record_of(const lmeval_sample& s, const std::string& label) {
+  record r;
+  r.run_id = "lm-eval";
+  r.item_id = std::to_string(s.doc_id);
+  r.probe = "lm-eval";
+  r.condition = s.filter;
+  r.target = {{"label", label}, {"spec", "lm-eval samples"}};
+  r.request = s.arguments;
+  r.prompt_sha256 = s.prompt_hash;
+  r.text = s.response;
+  r.reference = s.target;
+  return r;
+}
+
+flip_kind flip_of(const lmeval_sample& a, const lmeval_sample& b) {
+  if (!a.correct || !b.correct) return FLIP_NONE;
+  if (*a.correct && !*b.correct) return FLIP_RIGHT_TO_WRONG;
+  if (!*a.correct && *b.correct) return FLIP_WRONG_TO_RIGHT;
+  if (!*a.correct && a.filtered != b.filtered) return FLIP_WRONG_TO_OTHER_WRONG;
+  return FLIP_NONE;
+}
+
+std::string short_hash(const std::string& h) { return h.size() > 12 ? h.substr(0, 12) : h; }
+
+}  // namespace
+
+bool lmeval_is_samples_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  std::ifstream in(path, std::ios::binary);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const json j = json::parse(line, nullptr, false);
+    return j.is_object() && j.contains("doc_id") && j.contains("resps") && j.contains("filtered_resps") &&
+           j.contains("filter");
+  }
+  return false;
+}
+
+std::vector<lmeval_sample> lmeval_read(const std::string& path) {
+  const std::string data = read_all(path);
+  std::vector<lmeval_sample> out;
+  std::set<std::string> seen;
+  size_t pos = 0, line_no = 0;
+  while (pos < data.size()) {
+    size_t nl = data.find('\n', pos);
+    if (nl == std::string::npos) nl = data.size();
+    const std::string line = data.substr(pos, nl - pos);
+    pos = nl + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(line_no);
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (const json::parse_error& e) {
+      throw input_error(where + ": not a JSON line (" + std::string(e.what()) + ")");
+    }
+    lmeval_sample s = sample_from_json(j, where);
+    if (!seen.insert(align_key(s.doc_id, s.filter)).second)
+      throw input_error(where + ": doc_id " + std::to_string(s.doc_id) + " with filter \"" + s.filter +
+                        "\" appears twice (expected one line per doc and filter)");
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+report lmeval_compare(const std::vector<lmeval_sample>& a, const std::vector<lmeval_sample>& b) {
+  report rep;
+  std::map<std::string, size_t> index_b;
+  for (size_t i = 0; i < b.size(); ++i) index_b[align_key(b[i].doc_id, b[i].filter)] = i;
+  std::vector<std::pair<size_t, size_t>> matched;
+  for (size_t i = 0; i < a.size(); ++i) {
+    auto f = index_b.find(align_key(a[i].doc_id, a[i].filter));
+    if (f != index_b.end()) matched.push_back({i, f->second});
+  }
+  rep.records.reserve(2 * matched.size());
+  for (const auto& [ia, ib] : matched) {
+    rep.records.push_back(record_of(a[ia], "A"));
+    rep.records.push_back(record_of(b[ib], "B"));
+  }
+  std::vector<std::string> filters;
+  std::map<std::string, pair_summary> by_filter;
+  for (size_t k = 0; k < matched.size(); ++k) {
+    const lmeval_sample& sa = a[matched[k].first];
+    const lmeval_sample& sb = b[matched[k].second];
+    if (!by_filter.count(sa.filter)) {
+      filters.push_back(sa.filter);
+      pair_summary& s = by_filter[sa.filter];
+      s.probe = "lm-eval";
+      s.cond_a = "A:" + sa.filter;
+      s.cond_b = "B:" + sa.filter;
+    }
+    pair_item row = row_make(rep.records[2 * k], rep.records[2 * k + 1], "A:" + sa.filter, "B:" + sb.filter);
+    row.correct_a = sa.correct;
+    row.correct_b = sb.correct;
+    row.flip = flip_of(sa, sb);
+    if (sa.doc_hash != sb.doc_hash) {
+      row.exercised = false;
+      row.correct_a = row.correct_b = std::nullopt;
+      row.flip = FLIP_NONE;
+      row.reason = "different documents (doc_hash " + short_hash(sa.doc_hash) + " in A, " + short_hash(sb.doc_hash) +
+                   " in B)";
+      rep.notes.push_back("doc_id " + std::to_string(sa.doc_id) + " (" + sa.filter + "): " + row.reason +
+                          ": not compared");
+    }
+    summary_add(by_filter[sa.filter], std::move(row));
+  }
+  for (const std::string& f : filters) {
+    pair_summary& s = by_filter[f];
+    std::stable_sort(s.rows.begin(), s.rows.end(),
+                     [](const pair_item& x, const pair_item& y) { return natural_less(x.item_id, y.item_id); });
+    rep.pairs.push_back(std::move(s));
+  }
+  const size_t only_a = a.size() - matched.size(), only_b = b.size() - matched.size();
+  if (only_a || only_b)
+    rep.notes.push_back(std::to_string(only_a) + " sample(s) only in A and " + std::to_string(only_b) +
+                        " only in B were left out (matched by doc_id and filter)");
+  return rep;
+}
+
+std::vector<json> lmeval_samples_of(const record& r, int64_t doc_id, const std::string& prompt) {
+  const json doc = {{"question", prompt}};
+  const json base = {{"doc_id", doc_id},
+                     {"doc", doc},
+                     {"target", r.reference},
+                     {"arguments", {{"gen_args_0", {{"arg_0", prompt}, {"arg_1", r.request}}}}},
+                     {"resps", json::array({json::array({r.text})})},
+                     {"doc_hash", sha256_hex(prompt)},
+                     {"prompt_hash", r.prompt_sha256.empty() ? sha256_hex(prompt) : r.prompt_sha256},
+                     {"target_hash", sha256_hex(r.reference)}};
+  struct variant {
+    const char* filter;
+    std::string grader;
+    std::optional<std::string> extracted;
+  };
+  std::vector<variant> variants;
+  if (r.grader == "gsm8k") {
+    variants.push_back({"strict-match", "gsm8k", gsm8k_extract_strict(r.text)});
+    variants.push_back({"flexible-extract", "gsm8k-flex", gsm8k_extract_flexible(r.text)});
+  } else {
+    variants.push_back({"none", r.grader, r.text});
+  }
+  std::vector<json> out;
+  for (const variant& v : variants) {
+    json j = base;
+    j["filtered_resps"] = json::array({v.extracted.value_or("[invalid]")});
+    j["filter"] = v.filter;
+    const std::optional<bool> ok =
+        r.reference.empty() || v.grader.empty() ? std::nullopt : grade(v.grader, r.text, r.reference);
+    j["metrics"] = ok ? json::array({"exact_match"}) : json::array();
+    if (ok) j["exact_match"] = *ok ? 1.0 : 0.0;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+std::vector<std::string> lmeval_export(const std::vector<record>& records, const std::vector<lmeval_doc>& docs,
+                                       const std::string& dir) {
+  std::map<std::string, size_t> doc_index;
+  for (size_t i = 0; i < docs.size(); ++i) doc_index.emplace(docs[i].item_id, i);
+  std::set<std::string> labels;
+  for (const record& r : records) labels.insert(json_str(r.target, "label"));
+  // file name -> (doc_id, filter) -> line; later records of the same request replace earlier ones.
+  std::map<std::string, std::map<std::pair<int64_t, std::string>, json>> files;
+  for (const record& r : records) {
+    auto d = doc_index.find(r.item_id);
+    if (d == doc_index.end() || !r.error.empty()) continue;
+    std::string name = "samples_" + r.probe + "_" + r.condition;
+    if (labels.size() > 1) name += "_" + json_str(r.target, "label");
+    if (r.repetition > 0) name += "_r" + std::to_string(r.repetition);
+    name += ".jsonl";
+    const int64_t doc_id = static_cast<int64_t>(d->second);
+    for (json& j : lmeval_samples_of(r, doc_id, docs[d->second].prompt)) {
+      const std::string filter = j["filter"].get<std::string>();
+      files[name][{doc_id, filter}] = std::move(j);
+    }
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw input_error("--export lm-eval: cannot create '" + dir + "': " + ec.message());
+  std::vector<std::string> written;
+  for (const auto& [name, lines] : files) {
+    const std::string path = (std::filesystem::path(dir) / name).string();
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    for (const auto& [key, j] : lines) out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+    if (!out) throw input_error("--export lm-eval: cannot write '" + path + "'");
+    written.push_back(path);
+  }
+  return written;
+}
+
+}  // namespace detaudit::reports
