@@ -18,5 +18,6 @@ void setup_run(CLI::App& app);
 void setup_merge(CLI::App& app);
 void setup_compare(CLI::App& app);
 void setup_report(CLI::App& app);
+void setup_bundle(CLI::App& app);
 
 }  // namespace detaudit::cli

@@ -1,0 +1,205 @@
+// A bundle's README.md: the issue text, written for someone who has never seen detaudit.
+#include <cstdio>
+
+#include "reports/bundle_internal.h"
+#include "reports/compare_internal.h"
+#include "reports/format_internal.h"
+#include "reports/utf8.h"
+
+namespace detaudit::reports {
+namespace {
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+
+// `'text'` on one line, as an inline code span that survives backticks in the text.
+std::string code(const std::string& s) {
+  const std::string body = "'" + escape_line(s, '\'') + "'";
+  return body.find('`') == std::string::npos ? "`" + body + "`" : "`` " + body + " ``";
+}
+
+// `text` on one line, for values (specs, settings) where quotes would only be noise.
+std::string value_code(const std::string& s) {
+  const std::string body = escape_line(s);
+  return body.find('`') == std::string::npos ? "`" + body + "`" : "`` " + body + " ``";
+}
+
+std::string scalar_text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+// What was different about a condition's request, in words.
+std::string condition_words(const bundle_side& s, const json& options) {
+  const std::string c = s.rec->condition;
+  if (c == "alone") return "the request sent alone, with nothing else in flight";
+  if (c == "control") return "the same request sent alone again (the control: run-to-run noise)";
+  if (c == "repeat") return "the same request sent alone a third time";
+  if (s.n_concurrent > 0)
+    return "the same request sent with " + std::to_string(s.n_concurrent - 1) + " others at once (" +
+           std::to_string(s.n_concurrent) + " requests released together from " + std::to_string(s.n_concurrent) + " threads)";
+  if (c == "cache-off") return "the same request with `cache_prompt: false`";
+  if (c == "cache-on") return "the same request with `cache_prompt: true`";
+  if (c == "cache-warm") return "the same request with `cache_prompt: true`, right after the same request (prompt served from the cache)";
+  if (starts_with(c, "ubatch-")) return "the same request on the engine with micro-batch (ubatch) " + c.substr(7);
+  if (c == "spec-ngram") return "the same request with n-gram speculative decoding on";
+  if (c == "spec-off") return "the same request with speculative decoding off";
+  if (c == "seed-fixed")
+    return "the request at temperature " + scalar_text(options.value("seed_temperature", json("?"))) + " with seed " +
+           scalar_text(options.value("seed", json("?"))) + ", repetition " + std::to_string(s.rec->repetition);
+  if (c == "seed-none") return "the request at a temperature above 0 without a seed, repetition " + std::to_string(s.rec->repetition);
+  return "condition " + code(c);
+}
+
+void row_add(std::string& out, const std::string& key, const std::string& value) {
+  if (!value.empty()) out += "| " + key + " | " + value + " |\n";
+}
+
+// The scalar settings of the server's /props (or the engine's settings), nested keys joined by ".".
+void settings_rows(std::string& out, const json& o, const std::string& prefix, int depth, int& shown) {
+  for (const auto& [k, v] : o.items()) {
+    if (shown >= 40) return;
+    if (v.is_object() && depth < 2) {
+      settings_rows(out, v, prefix + k + ".", depth + 1, shown);
+    } else if (v.is_primitive() && !v.is_null()) {
+      const std::string text = scalar_text(v);
+      row_add(out, "server settings: " + prefix + k, value_code(text.size() > 120 ? text.substr(0, 120) + "..." : text));
+      ++shown;
+    }
+  }
+}
+
+std::string section_target(const bundle_ctx& c) {
+  const json& t = c.a.rec->target;
+  const json caps = c.target_entry.value("capabilities", json::object());
+  std::string out = "## Target\n\n| | |\n|---|---|\n";
+  row_add(out, "spec", value_code(json_str(t, "spec")));
+  row_add(out, "dialect", json_str(t, "dialect"));
+  row_add(out, "URL", json_str(t, "url"));
+  row_add(out, "model", json_str(t, "model", json_str(caps, "model")));
+  row_add(out, "model sha256", json_str(t, "model_sha256", json_str(caps, "model_sha256")));
+  row_add(out, "server build", json_str(t, "build", json_str(caps, "build")));
+  row_add(out, "fingerprint", json_str(t, "fingerprint", json_str(caps, "fingerprint")));
+  if (caps.contains("n_slots")) row_add(out, "slots", scalar_text(caps["n_slots"]));
+  for (const char* k : {"token_ids", "cache_control", "logit_hashes", "logprobs_kind", "seed"})
+    if (caps.contains(k)) row_add(out, k, scalar_text(caps[k]));
+  if (c.a.rec->request.contains("engine")) row_add(out, "engine settings", value_code(c.a.rec->request["engine"].dump()));
+  const json raw = caps.value("raw", json::object());
+  if (raw.is_object()) {
+    int shown = 0;
+    settings_rows(out, raw.contains("props") && raw["props"].is_object() ? raw["props"] : raw, "", 0, shown);
+  }
+  if (c.a.rec->target != c.b.rec->target && json_str(c.b.rec->target, "spec") != json_str(t, "spec"))
+    row_add(out, "side B's target", value_code(json_str(c.b.rec->target, "spec")) + " " + json_str(c.b.rec->target, "fingerprint"));
+  out += "\nThe capability probe's whole answer (the server's /props or equivalent) is in `target.json`.\n\n";
+  const json& m = c.manifest;
+  if (m.is_object() && !m.empty()) {
+    out += "Run `" + json_str(m, "run_id") + "`, detaudit " + json_str(m, "tool_version") + ", started " + json_str(m, "started") +
+           ", options `" + m.value("options", json::object()).dump() + "`.\n\n";
+  }
+  return out;
+}
+
+std::string section_pair(const bundle_ctx& c) {
+  const json options = c.manifest.value("options", json::object());
+  std::string out = "## The pair\n\n| side | condition | what was sent |\n|---|---|---|\n";
+  out += "| A | `" + c.a.name + "` | " + condition_words(c.a, options) + " |\n";
+  out += "| B | `" + c.b.name + "` | " + condition_words(c.b, options) + " |\n\n";
+  out += "Both bodies are in `request-A.json` and `request-B.json`, the responses (detaudit's records, docs/records.md) "
+         "in `response-A.json` and `response-B.json`.\n";
+  if (!c.fillers.empty())
+    out += "The " + std::to_string(c.fillers.size()) + " other requests were not recorded: " + c.filler_note +
+           ". Their bodies are in `fillers/`.\n";
+  return out + "\n";
+}
+
+std::string section_context(const divergence& d) {
+  std::string out = "Context (up to 40 characters before and 60 after; `⟦` marks the first difference):\n\n````\n";
+  out += "A: " + escape_line(d.before_a) + "⟦" + escape_line(d.after_a) + "\n";
+  out += "B: " + escape_line(d.before_b) + "⟦" + escape_line(d.after_b) + "\n````\n\n";
+  return out;
+}
+
+std::string grade_words(const std::optional<bool>& g) { return !g ? "not graded" : *g ? "right" : "wrong"; }
+
+std::string section_result(const bundle_ctx& c) {
+  const divergence& d = c.row.d;
+  std::string out = "## Result\n\n";
+  for (const auto& [side, r] : {std::pair{"A", c.a.rec}, std::pair{"B", c.b.rec}})
+    if (!r->error.empty()) out += "Side " + std::string(side) + " has no usable response: " + code(r->error) + "\n\n";
+  if (!c.row.exercised) out += "Condition not exercised: " + c.row.reason + ". Its responses are shown for information only.\n\n";
+  if (!c.row.error)
+    out += d.identical ? "The two responses are **identical** token for token.\n\n"
+                       : "The two responses **differ** from generated token " + std::to_string(d.token_index) + ".\n\n";
+  out += "How often: over this item's records for the two conditions, " + std::to_string(c.differed) + " of " +
+         std::to_string(c.compared) + " comparison(s) differ.\n\n";
+  if (!d.identical && !c.row.error) {
+    out += "- First differing token: index " + std::to_string(d.token_index) + " (byte " + std::to_string(d.char_offset) + " of the text): A " +
+           code(d.token_a) + " (id " + std::to_string(d.id_a) + ") vs B " + code(d.token_b) + " (id " + std::to_string(d.id_b) + ")\n";
+    out += "- Margin at that step (top-1 minus top-2 log-prob): A " + margin_text(d.margin_a) + ", B " + margin_text(d.margin_b) +
+           " (near 0: a near-tie flipped; large: a real change of the computation)\n";
+  }
+  if (d.hashes_available)
+    out += d.hash_step >= 0 ? "- First differing logit hash: step " + std::to_string(d.hash_step) + "\n"
+                            : "- Logit hashes: identical at every step\n";
+  else
+    out += "- Logit hashes: not available from this target\n";
+  if (!d.note.empty()) out += "- Note: " + escape_line(d.note) + "\n";
+  const record& a = *c.a.rec;
+  const record& b = *c.b.rec;
+  out += "- Generated: A " + std::to_string(a.tokens.size()) + " tokens (finish " + code(a.finish_reason) + "), B " +
+         std::to_string(b.tokens.size()) + " tokens (finish " + code(b.finish_reason) + ")\n";
+  if (!a.grader.empty())
+    out += "- Graded with `" + a.grader + "` against " + code(a.reference.substr(0, 200)) + ": A " + grade_words(c.row.correct_a) +
+           ", B " + grade_words(c.row.correct_b) + ", flip " + flip_name(c.row.flip) + "\n";
+  out += "\n";
+  if (!d.identical && !c.row.error) out += section_context(d);
+  return out;
+}
+
+std::string section_repro(const bundle_ctx& c) {
+  std::string out = "## Reproduce\n\n";
+  if (c.engine) {
+    out += "The target is detaudit's built-in engine, so the reproducers run `detaudit run` on `item.jsonl` and read its JSON "
+           "report (`detaudit` on PATH, or give its path):\n\n```\npython3 repro.py --detaudit /path/to/detaudit\n"
+           "sh repro.sh /path/to/detaudit\n```\n\nwhich run\n\n```\ndetaudit run --target '" + c.engine_spec +
+           "' --prompts item.jsonl";
+    for (const std::string& a : c.engine_args) out += " " + (a.find_first_of(" {}\"'*?&;|") == std::string::npos ? a : "'" + a + "'");
+    out += "\n```\n\n";
+    if (c.item_lines.size() > 1)
+      out += "`item.jsonl` holds the item, then the prompts that were sent beside it; `--shard 1/" + std::to_string(c.item_lines.size()) +
+             "` runs the first line only, and the others are its fillers, as in the original run.\n";
+    out += "The model path in the spec is the one the run used; pass `--target SPEC` to repro.py if it moved.\n\n";
+  } else {
+    out += "Against the server the run used (`" + c.a.url + "`) or another URL:\n\n```\npython3 repro.py [--url http://HOST:PORT] [--tries N]\n"
+           "sh repro.sh [http://HOST:PORT]\n```\n\n";
+    out += "Side A (`" + c.a.name + "`) is sent first, then side B (`" + c.b.name + "`), each as recorded, to `" + c.a.path + "`";
+    if (c.a.n_concurrent + c.b.n_concurrent > 0)
+      out += "; the concurrent side is released together with the bodies in `fillers/` from separate threads (repro.sh: background curl jobs)";
+    if (c.a.warm || c.b.warm) out += "; the cache-warm side is sent once before, to fill the prompt cache";
+    out += ". A server that needs a key: put it in the environment variable `DETAUDIT_REPRO_KEY` (repro.py: or name another "
+           "with `--api-key-env NAME`).\n\n";
+    out += "Divergence that comes from batch composition and timing is not certain to recur on one replay; `--tries N` repeats "
+           "the pair until the responses differ.\n\n";
+  }
+  out += "Both print `identical` (exit 0) or `different` with the first differing token (exit 1); exit 2 when a request fails.\n\n";
+  return out;
+}
+
+}  // namespace
+
+std::string bundle_readme(const bundle_ctx& c) {
+  const char* verb = c.row.error ? "has a failed request under" : c.row.d.identical ? "is identical under" : "differs between";
+  const char* gave = c.row.error ? "did not give two responses." : c.row.d.identical ? "gave the same tokens." : "gave different tokens.";
+  std::string out = "# detaudit: item `" + c.item_id + "` " + verb + " `" + c.a.name + "` and `" + c.b.name + "`\n\n";
+  out += "A determinism report written by `detaudit bundle`: the same prompt at the same settings, sent under two "
+         "conditions, " + std::string(gave) + "\n\n";
+  out += section_target(c) + section_pair(c) + section_result(c) + section_repro(c);
+  out += "## Files\n\n| file | what |\n|---|---|\n"
+         "| `request-A.json`, `request-B.json` | the request bodies as sent (secrets redacted) |\n"
+         "| `response-A.json`, `response-B.json` | the two responses as detaudit recorded them |\n"
+         "| `target.json` | the target's capabilities and settings from the run's `run.json` |\n"
+         "| `bundle.json` | what the reproducers read |\n";
+  if (!c.fillers.empty()) out += "| `fillers/filler-K.json` | the bodies sent beside the item |\n";
+  if (c.engine) out += "| `item.jsonl` | the prompts file the reproducers give `detaudit run` |\n";
+  out += "| `repro.py`, `repro.sh` | replay the pair (Python standard library; curl) |\n";
+  return out;
+}
+
+}  // namespace detaudit::reports

@@ -1,0 +1,221 @@
+// `detaudit bundle` end to end: runs made by the real `detaudit run` against the real `detaudit
+// serve` (127.0.0.1, a free port) and against the in-process engine; bundles of a diverged item and
+// of an identical one; their files, README facts checked against the run's own report, the tarball's
+// listing, no API key anywhere, and the reproducers run against the server (or `detaudit`) itself.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "model/synth.h"
+#include "reports/utf8.h"
+#include "serve_util.h"
+#include "synth_util.h"
+#include "test_util.h"
+
+using namespace detaudit;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string prompts_file(const std::string& dir, int n, const std::string& stem) {
+  const std::string path = dir + "/prompts.txt";
+  std::ofstream out(path);
+  for (int i = 0; i < n; ++i) out << stem << " " << i << "\n";
+  return path;
+}
+
+const json& pair_of(const json& report, const std::string& cond_b) {
+  for (const json& p : report["pairs"])
+    if (p["cond_b"] == cond_b) return p;
+  FAIL("no pair alone vs " << cond_b);
+  static const json none;
+  return none;
+}
+
+// The first row of `pair` that differs (want_diff) or is identical, or null.
+json row_where(const json& pair, bool want_diff) {
+  for (const json& row : pair["rows"])
+    if (row["identical"] != want_diff && row["error"] == false && row["exercised"] == true) return row;
+  return nullptr;
+}
+
+test::cmd_result bundle(const std::string& run_dir, const std::string& item, const std::string& out, const std::string& extra = "") {
+  return test::run_cmd(test::detaudit_bin() + " bundle " + run_dir + " --item " + item + " -o " + out + extra);
+}
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+const char* const k_files[] = {"README.md",       "bundle.json", "request-A.json", "request-B.json", "response-A.json",
+                               "response-B.json", "target.json", "repro.py",       "repro.sh"};
+
+// README facts for a differing row, as the run's own report gives them.
+void check_readme_diverged(const std::string& readme, const json& row, const std::string& a, const std::string& b) {
+  CHECK(readme.find("differs between `" + a + "` and `" + b + "`") != std::string::npos);
+  CHECK(readme.find("First differing token: index " + std::to_string(row["token_index"].get<int>())) != std::string::npos);
+  CHECK(readme.find("'" + reports::escape_line(row["token_a"], '\'') + "'` (id " + std::to_string(row["id_a"].get<int>()) + ")") !=
+        std::string::npos);
+  char margins[96];
+  std::snprintf(margins, sizeof margins, "top-2 log-prob): A %.3f, B %.3f", row["margin_a"].get<double>(), row["margin_b"].get<double>());
+  CHECK(readme.find(margins) != std::string::npos);
+  CHECK(readme.find("A: " + reports::escape_line(row["before_a"]) + "⟦" + reports::escape_line(row["after_a"])) != std::string::npos);
+  CHECK(readme.find("B: " + reports::escape_line(row["before_b"]) + "⟦" + reports::escape_line(row["after_b"])) != std::string::npos);
+  CHECK(readme.find("1 of 1 comparison(s) differ") != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("bundle: float serve with an API key, a diverged and an identical item, files, README, tarball, no key, repro.py") {
+  const std::string key = "sk-bundle-7a6b5c4d3e2f-SECRET";
+  test::serve_child srv({"-np", "8", "--numerics", "float", "--api-key-env", "DETAUDIT_BUNDLE_SERVER_KEY"}, test::narrow_model(),
+                        {{"DETAUDIT_BUNDLE_SERVER_KEY", key}});
+  const std::string dir = test::scratch_dir("bundle_float");
+  const test::cmd_result run = test::run_cmd(
+      "DETAUDIT_BUNDLE_RUN_KEY=" + key + " " + test::detaudit_bin() + " run --target " + srv.url() + " --prompts " +
+      prompts_file(dir, 12, "Tell me story number") + " --raw --probe concurrency --n-predict 40 --fail-on none --format json" +
+      " --api-key-env DETAUDIT_BUNDLE_RUN_KEY --out " + dir + "/run");
+  INFO(run.err);
+  REQUIRE(run.exit_code == 0);
+  const json conc = pair_of(json::parse(run.out), "concurrent-8");
+  const json diverged = row_where(conc, true);
+  const json same = row_where(conc, false);
+  REQUIRE(!diverged.is_null());
+  REQUIRE(!same.is_null());
+
+  const std::string out = dir + "/bug";
+  const test::cmd_result b = bundle(dir + "/run", diverged["item_id"], out);
+  INFO(b.err);
+  REQUIRE(b.exit_code == 0);
+  for (const char* f : k_files) CHECK_MESSAGE(fs::is_regular_file(out + "/" + f), f);
+  for (int k = 1; k <= 7; ++k) CHECK(fs::is_regular_file(out + "/fillers/filler-" + std::to_string(k) + ".json"));
+  check_readme_diverged(file_text(out + "/README.md"), diverged, "alone", "concurrent-8");
+  CHECK(file_text(out + "/README.md").find("the same request sent with 7 others at once") != std::string::npos);
+  CHECK(file_text(out + "/README.md").find(srv.url()) != std::string::npos);
+  CHECK(file_text(out + "/README.md").find("| server settings: numerics | `float` |") != std::string::npos);  // from /props
+  const json req_b = json::parse(file_text(out + "/request-B.json"));
+  CHECK(req_b["prompt"] == "Tell me story number " + std::to_string(std::stoi(diverged["item_id"].get<std::string>()) - 1));
+  CHECK(json::parse(file_text(out + "/response-B.json"))["condition"] == "concurrent-8");
+
+  const test::cmd_result listing = test::run_cmd("tar tzf " + out + ".tar.gz");
+  REQUIRE(listing.exit_code == 0);
+  std::set<std::string> listed;
+  std::istringstream lines(listing.out);
+  for (std::string l; std::getline(lines, l);) listed.insert(l);
+  for (const char* f : k_files) CHECK_MESSAGE(listed.count(std::string("bug/") + f), f);
+  CHECK(listed.count("bug/fillers/filler-7.json"));
+  const test::cmd_result unpacked = test::run_cmd("tar xzOf " + out + ".tar.gz");
+  CHECK(unpacked.out.find(key) == std::string::npos);
+  for (const auto& e : fs::recursive_directory_iterator(out))
+    if (e.is_regular_file()) CHECK_MESSAGE(file_text(e.path().string()).find(key) == std::string::npos, e.path().string());
+
+  const test::cmd_result repro = test::run_cmd("DETAUDIT_REPRO_KEY=" + key + " python3 " + out + "/repro.py");
+  INFO(repro.out << repro.err);
+  CHECK(((repro.exit_code == 0 && first_line(repro.out) == "identical") ||
+         (repro.exit_code == 1 && first_line(repro.out).rfind("different: first differing token ", 0) == 0)));
+  const test::cmd_result no_key = test::run_cmd("python3 " + out + "/repro.py");
+  CHECK(no_key.exit_code == 2);
+
+  const test::cmd_result b2 = bundle(dir + "/run", same["item_id"], dir + "/same");
+  INFO(b2.err);
+  REQUIRE(b2.exit_code == 0);
+  const std::string readme = file_text(dir + "/same/README.md");
+  CHECK(readme.find("is identical under `alone` and `control`") != std::string::npos);
+  CHECK(readme.find("**identical** token for token") != std::string::npos);
+  const test::cmd_result b3 = bundle(dir + "/run", same["item_id"], dir + "/same", " --conditions alone,concurrent-8 --no-tar");
+  REQUIRE(b3.exit_code == 0);
+  CHECK(file_text(dir + "/same/README.md").find("is identical under `alone` and `concurrent-8`") != std::string::npos);
+}
+
+TEST_CASE("bundle: exact serve, repro.py and repro.sh replay concurrency and cache-warm pairs as identical") {
+  test::serve_child srv({"-np", "4"});
+  const std::string dir = test::scratch_dir("bundle_exact");
+  const test::cmd_result run =
+      test::run_cmd(test::detaudit_bin() + " run --target " + srv.url() + " --prompts " + prompts_file(dir, 3, "Once upon a time a cat named") +
+                    " --raw --probe concurrency,cache --concurrency 4 --n-predict 12 --out " + dir + "/run");
+  INFO(run.err);
+  REQUIRE(run.exit_code == 0);
+  for (const char* cond : {"concurrent-4", "cache-warm"}) {
+    const std::string out = dir + "/" + cond;
+    const test::cmd_result b = bundle(dir + "/run", "2", out, std::string(" --conditions alone,") + cond);
+    INFO(cond << ": " << b.err);
+    REQUIRE(b.exit_code == 0);
+    const test::cmd_result py = test::run_cmd("python3 " + out + "/repro.py");
+    INFO(py.out << py.err);
+    CHECK(py.exit_code == 0);
+    CHECK(py.out == "identical\n");
+    const test::cmd_result sh = test::run_cmd("sh " + out + "/repro.sh");
+    INFO(sh.out << sh.err);
+    CHECK(sh.exit_code == 0);
+    CHECK(sh.out == "identical\n");
+  }
+  CHECK(fs::is_regular_file(dir + "/concurrent-4/fillers/filler-3.json"));
+  CHECK(json::parse(file_text(dir + "/cache-warm/request-B.json"))["cache_prompt"] == true);
+}
+
+TEST_CASE("bundle: engine targets, the reproducers run detaudit: float vs exact differs at the recorded token") {
+  const std::string dir = test::scratch_dir("bundle_engine");
+  const std::string spec = "'engine:" + test::narrow_model() + "?numerics=";
+  const test::cmd_result run = test::run_cmd(
+      test::detaudit_bin() + " run --target " + spec + "float&threads=1' --target " + spec + "exact&threads=1' --prompts " +
+      prompts_file(dir, 8, "Tell me story number") + " --raw --probe concurrency,cross --n-predict 32 --fail-on none --format json --out " +
+      dir + "/run");
+  INFO(run.err);
+  REQUIRE(run.exit_code == 0);
+  const json rep = json::parse(run.out);
+  json cross;
+  for (const json& p : rep["pairs"])
+    if (p["cond_a"] == "A:alone" && p["cond_b"] == "B:alone") cross = p;
+  const json diverged = row_where(cross, true);
+  REQUIRE(!diverged.is_null());
+  const std::string out = dir + "/bug";
+  const test::cmd_result b = bundle(dir + "/run", diverged["item_id"], out, " --conditions A:alone,B:alone");
+  INFO(b.err);
+  REQUIRE(b.exit_code == 0);
+  check_readme_diverged(file_text(out + "/README.md"), diverged, "A:alone", "B:alone");
+  CHECK(file_text(out + "/item.jsonl").find(diverged["item_id"].get<std::string>()) != std::string::npos);
+
+  const std::string want = "different: first differing token " + std::to_string(diverged["token_index"].get<int>());
+  const test::cmd_result py = test::run_cmd("python3 " + out + "/repro.py --detaudit " + test::detaudit_bin());
+  INFO(py.out << py.err);
+  CHECK(py.exit_code == 1);
+  CHECK(first_line(py.out).rfind(want, 0) == 0);
+  const test::cmd_result sh = test::run_cmd("sh " + out + "/repro.sh " + test::detaudit_bin());
+  INFO(sh.out << sh.err);
+  CHECK(sh.exit_code == 1);
+  CHECK(first_line(sh.out) == want);
+
+  // Concurrency on the engine: item.jsonl holds the item and its 7 fillers, run as shard 1/8.
+  const test::cmd_result bc = bundle(dir + "/run", "1", dir + "/conc", " --conditions alone,concurrent-8 --no-tar");
+  REQUIRE(bc.exit_code == 0);
+  CHECK(file_text(dir + "/conc/item.jsonl") ==
+        "{\"id\":\"1\",\"prompt\":\"Tell me story number 0\"}\n{\"id\":\"2\",\"prompt\":\"Tell me story number 1\"}\n"
+        "{\"id\":\"3\",\"prompt\":\"Tell me story number 2\"}\n{\"id\":\"4\",\"prompt\":\"Tell me story number 3\"}\n"
+        "{\"id\":\"5\",\"prompt\":\"Tell me story number 4\"}\n{\"id\":\"6\",\"prompt\":\"Tell me story number 5\"}\n"
+        "{\"id\":\"7\",\"prompt\":\"Tell me story number 6\"}\n{\"id\":\"8\",\"prompt\":\"Tell me story number 7\"}\n");
+  CHECK(file_text(dir + "/conc/repro.sh").find("'--shard' '1/8'") != std::string::npos);
+  const test::cmd_result pc = test::run_cmd("python3 " + dir + "/conc/repro.py --detaudit " + test::detaudit_bin());
+  INFO(pc.out << pc.err);
+  CHECK(((pc.exit_code == 0 && pc.out == "identical\n") ||
+         (pc.exit_code == 1 && first_line(pc.out).rfind("different: first differing token ", 0) == 0)));
+
+  const test::cmd_result missing = bundle(dir + "/run", "no-such-item", dir + "/x");
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.err.find("no-such-item") != std::string::npos);
+  const test::cmd_result bad_cond = bundle(dir + "/run", "1", dir + "/x", " --conditions alone,cache-warm");
+  CHECK(bad_cond.exit_code == 2);
+  CHECK(bad_cond.err.find("A:alone, A:control, A:concurrent-8, B:alone") != std::string::npos);
+  const test::cmd_result not_bundle = bundle(dir + "/run", "1", dir + "/run");
+  CHECK(not_bundle.exit_code == 2);
+  CHECK(not_bundle.err.find("without bundle.json") != std::string::npos);
+}
