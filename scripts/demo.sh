@@ -44,6 +44,7 @@ A deep-sea monster rises from the waters once every hundred years to feast on a 
 Tobias is buying a new pair of shoes that costs $95.
 PROMPTS
 for numerics in float exact; do
+  rm -rf "$out/run-$numerics"
   set +e
   "$bin" run --target "engine:$out/tiny-q8_0.gguf?numerics=$numerics&threads=2" --prompts "$out/prompts.txt" --raw \
     --probe concurrency,cache,batch --n-predict 32 --out "$out/run-$numerics" --junit "$out/run-$numerics.junit.xml" \
@@ -59,21 +60,30 @@ echo "logits and flip tokens (exit 1 under --fail-on any); exact numerics sum in
 echo "about the batch can (exit 0). Full reports: $out/run-*.txt; records: $out/run-*/records.jsonl."
 echo
 
-# The same audit over HTTP, as against any server: detaudit serve with 8 slots in float numerics.
-"$bin" serve -m "$out/tiny-q8_0.gguf" -np 8 -c 4096 -t 2 --numerics float --port 0 > "$out/serve.out" 2> "$out/serve.log" &
-serve_pid=$!
-trap 'kill $serve_pid 2>/dev/null || true' EXIT
-for _ in $(seq 1 100); do grep -q listening "$out/serve.out" 2>/dev/null && break; sleep 0.1; done
-url=$(sed -n 's/^listening on //p' "$out/serve.out")
-set +e
-"$bin" run --target "$url" --prompts "$out/prompts.txt" --raw --probe concurrency --n-predict 32 \
-  --out "$out/run-serve-float" > "$out/run-serve-float.txt" 2> "$out/run-serve-float.log"
-rc=$?
-set -e
-echo "== detaudit run --target $url --probe concurrency   (detaudit serve -np 8 --numerics float; exit $rc)"
-sed -n '1,6p' "$out/run-serve-float.txt"
-kill $serve_pid 2>/dev/null || true
-wait $serve_pid 2>/dev/null || true
-echo
+# The same audit over HTTP, as against any server: detaudit serve with 8 slots, in float and then
+# in exact numerics, audited with the concurrency and cache probes.
+serve_pid=
+trap '[ -n "$serve_pid" ] && kill $serve_pid 2>/dev/null || true' EXIT
+for numerics in float exact; do
+  "$bin" serve -m "$out/tiny-q8_0.gguf" -np 8 -c 4096 -t 2 --numerics "$numerics" --port 0 \
+    > "$out/serve-$numerics.out" 2> "$out/serve-$numerics.log" &
+  serve_pid=$!
+  for _ in $(seq 1 100); do grep -q listening "$out/serve-$numerics.out" 2>/dev/null && break; sleep 0.1; done
+  url=$(sed -n 's/^listening on //p' "$out/serve-$numerics.out")
+  rm -rf "$out/run-serve-$numerics"
+  set +e
+  "$bin" run --target "$url" --prompts "$out/prompts.txt" --raw --probe concurrency,cache --n-predict 32 \
+    --out "$out/run-serve-$numerics" > "$out/run-serve-$numerics.txt" 2> "$out/run-serve-$numerics.log"
+  rc=$?
+  set -e
+  echo "== detaudit run --target $url --probe concurrency,cache   (detaudit serve -np 8 --numerics $numerics; exit $rc)"
+  sed -n '1,9p' "$out/run-serve-$numerics.txt"
+  echo
+  kill $serve_pid 2>/dev/null || true
+  wait $serve_pid 2>/dev/null || true
+  serve_pid=
+done
 echo "Compare two runs item by item: $bin compare $out/run-float $out/run-exact"
-echo "Other formats: $bin report $out/run-float --format md|json|junit"
+"$bin" report "$out/run-float" --format html -o "$out/run-float.html"
+echo "The float run as one self-contained HTML page with plots: $out/run-float.html"
+echo "Other formats: $bin report $out/run-float --format md|json|junit|html"
