@@ -5,7 +5,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <regex>
 
 #include "reports/compare.h"
 #include "reports/format_html.h"
@@ -60,9 +59,11 @@ std::vector<std::string> item_order(const std::string& h) {
   REQUIRE(start != std::string::npos);
   std::vector<std::string> out;
   const std::string table = h.substr(start, end - start);
-  const std::regex row_re("<tr data-item=\"([^\"]*)\"");
-  for (auto it = std::sregex_iterator(table.begin(), table.end(), row_re); it != std::sregex_iterator(); ++it)
-    out.push_back((*it)[1]);
+  const std::string key = "<tr data-item=\"";
+  for (size_t p = table.find(key); p != std::string::npos; p = table.find(key, p)) {
+    p += key.size();
+    out.push_back(table.substr(p, table.find('"', p) - p));
+  }
   return out;
 }
 
