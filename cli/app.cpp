@@ -136,6 +136,7 @@ void build_app(CLI::App& app) {
   setup_compare(app);
   setup_report(app);
   setup_bundle(app);
+  setup_bench(app);
 }
 
 int report_parse_error(CLI::App& app, const CLI::ParseError& e) {

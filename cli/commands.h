@@ -19,5 +19,6 @@ void setup_merge(CLI::App& app);
 void setup_compare(CLI::App& app);
 void setup_report(CLI::App& app);
 void setup_bundle(CLI::App& app);
+void setup_bench(CLI::App& app);
 
 }  // namespace detaudit::cli
