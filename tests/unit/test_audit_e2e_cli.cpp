@@ -64,7 +64,8 @@ TEST_CASE("audit_e2e_cli: --config arrays, shards merged with detaudit merge equ
   CHECK(keys(dir + "/merged") == keys(dir + "/whole"));
   const test::cmd_result report = test::run_cmd(test::detaudit_bin() + " report " + dir + "/merged --format json");
   CHECK(report.exit_code == 0);
-  for (const json& p : json::parse(report.out)["pairs"]) CHECK(p["items"] == 5);
+  const json parsed = json::parse(report.out);
+  for (const json& p : parsed["pairs"]) CHECK(p["items"] == 5);
 }
 
 TEST_CASE("audit_e2e_cli: lint alone sends nothing and lists the findings") {
