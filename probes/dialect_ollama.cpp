@@ -8,28 +8,6 @@
 #include "probes/target_http.h"
 
 namespace detaudit::probes {
-namespace {
-
-void token_entry_parse(const json& e, const std::string& where, reports::record& rec) {
-  if (!e.is_object()) throw response_error("field '" + where + "': expected an object");
-  reports::token_rec t;
-  t.text = json_string_at(e, "token", where, "");
-  t.bytes = token_bytes_parse(json_get(e, "bytes"), t.text, where);
-  if (json_get(e, "logprob")) t.logprob = json_number_at(e, "logprob", where);
-  std::vector<reports::alt_rec> alts;
-  if (json_get(e, "top_logprobs")) {
-    const json& top = json_array_at(e, "top_logprobs", where);
-    for (size_t i = 0; i < top.size(); ++i) {
-      const std::string w = where + ".top_logprobs[" + std::to_string(i) + "]";
-      if (!top[i].is_object()) throw response_error("field '" + w + "': expected an object");
-      alts.push_back({-1, json_string_at(top[i], "token", w, ""), json_number_at(top[i], "logprob", w)});
-    }
-  }
-  rec.tokens.push_back(std::move(t));
-  rec.top_logprobs.push_back(std::move(alts));
-}
-
-}  // namespace
 
 http_call ollama_request(const gen_request& r, const http_server_info& s) {
   http_call c;
@@ -70,7 +48,7 @@ void ollama_parse(const json& j, bool chat, reports::record& rec) {
   rec.finish_reason = json_string_at(j, "done_reason", "", "");
   if (json_get(j, "logprobs")) {
     const json& lp = json_array_at(j, "logprobs", "");
-    for (size_t i = 0; i < lp.size(); ++i) token_entry_parse(lp[i], "logprobs[" + std::to_string(i) + "]", rec);
+    for (size_t i = 0; i < lp.size(); ++i) chat_token_parse(lp[i], "logprobs[" + std::to_string(i) + "]", rec);
   }
   auto count = [&j](const char* k) -> const json* {
     const json* v = json_get(j, k);

@@ -16,33 +16,6 @@ void messages_add(json& body, const gen_request& r) {
   body["messages"] = std::move(msgs);
 }
 
-int32_t id_of(const json& e, const std::string& where) {
-  const json* id = json_get(e, "id");
-  if (!id) return -1;
-  if (!id->is_number_integer()) throw response_error("field '" + where + ".id': expected an integer token id");
-  return id->get<int32_t>();
-}
-
-// One entry of choices[0].logprobs.content: {token, logprob, bytes, top_logprobs: [...]}.
-void chat_token_parse(const json& e, const std::string& where, reports::record& rec) {
-  if (!e.is_object()) throw response_error("field '" + where + "': expected an object");
-  reports::token_rec t;
-  t.text = json_string_at(e, "token", where, "");
-  t.id = id_of(e, where);
-  t.bytes = token_bytes_parse(json_get(e, "bytes"), t.text, where);
-  if (json_get(e, "logprob")) t.logprob = json_number_at(e, "logprob", where);
-  std::vector<reports::alt_rec> alts;
-  if (json_get(e, "top_logprobs")) {
-    const json& top = json_array_at(e, "top_logprobs", where);
-    for (size_t i = 0; i < top.size(); ++i) {
-      const std::string w = where + ".top_logprobs[" + std::to_string(i) + "]";
-      if (!top[i].is_object()) throw response_error("field '" + w + "': expected an object");
-      alts.push_back({id_of(top[i], w), json_string_at(top[i], "token", w, ""), json_number_at(top[i], "logprob", w)});
-    }
-  }
-  rec.tokens.push_back(std::move(t));
-  rec.top_logprobs.push_back(std::move(alts));
-}
 
 // choices[0].logprobs of /v1/completions: parallel arrays; top_logprobs are {token: logprob}
 // objects, whose order JSON does not keep: sorted best first here.
@@ -83,6 +56,33 @@ void usage_parse(const json& j, reports::record& rec) {
 }
 
 }  // namespace
+
+int32_t id_of(const json& e, const std::string& where) {
+  const json* id = json_get(e, "id");
+  if (!id) return -1;
+  if (!id->is_number_integer()) throw response_error("field '" + where + ".id': expected an integer token id");
+  return id->get<int32_t>();
+}
+
+void chat_token_parse(const json& e, const std::string& where, reports::record& rec) {
+  if (!e.is_object()) throw response_error("field '" + where + "': expected an object");
+  reports::token_rec t;
+  t.text = json_string_at(e, "token", where, "");
+  t.id = id_of(e, where);
+  t.bytes = token_bytes_parse(json_get(e, "bytes"), t.text, where);
+  if (json_get(e, "logprob")) t.logprob = json_number_at(e, "logprob", where);
+  std::vector<reports::alt_rec> alts;
+  if (json_get(e, "top_logprobs")) {
+    const json& top = json_array_at(e, "top_logprobs", where);
+    for (size_t i = 0; i < top.size(); ++i) {
+      const std::string w = where + ".top_logprobs[" + std::to_string(i) + "]";
+      if (!top[i].is_object()) throw response_error("field '" + w + "': expected an object");
+      alts.push_back({id_of(top[i], w), json_string_at(top[i], "token", w, ""), json_number_at(top[i], "logprob", w)});
+    }
+  }
+  rec.tokens.push_back(std::move(t));
+  rec.top_logprobs.push_back(std::move(alts));
+}
 
 http_call openai_request(const gen_request& r, const http_server_info& s, bool chat) {
   const bool has_messages = !r.messages.empty();

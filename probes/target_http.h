@@ -68,6 +68,11 @@ double json_number_at(const json& j, const char* key, const std::string& where);
 std::vector<uint8_t> token_bytes_parse(const json* bytes, const std::string& text, const std::string& where);
 // detaudit serve's extension: "logit_hashes" (hex strings) and "chained_hash".
 void hashes_parse(const json& j, reports::record& rec);
+// A token id field "id" at `where`: -1 when absent; response_error when not an integer.
+int32_t id_of(const json& e, const std::string& where);
+// One per-token log-prob entry {token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]} as
+// OpenAI's chat logprobs.content and ollama's logprobs carry it (ids when the server adds "id").
+void chat_token_parse(const json& e, const std::string& where, reports::record& rec);
 
 // An http(s) URL target; detects the dialect when opt.api is empty. Throws input_error (bad URL,
 // unknown --api, a server no dialect fits) and unreachable_error.
