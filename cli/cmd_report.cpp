@@ -3,6 +3,7 @@
 
 #include "app.h"
 #include "commands.h"
+#include "report_out.h"
 #include "reports/compare.h"
 #include "reports/output.h"
 
@@ -17,17 +18,14 @@ struct report_cmd_options {
 };
 
 void run_report(const report_cmd_options& o) {
-  const reports::fail_policy policy = reports::fail_policy_parse(o.fail_on);
+  reports::fail_policy_parse(o.fail_on);  // a bad spec is reported before anything is read
   reports::read_stats stats;
   std::vector<reports::record> records = reports::records_read(o.dir, &stats);
   if (stats.truncated)
     std::cerr << "detaudit report: " << o.dir << ": skipped " << stats.truncated
               << " last line(s) cut short (the run was interrupted while writing)\n";
   const reports::report rep = reports::compare_run(std::move(records), reports::run_manifest_read(o.dir));
-  reports::report_output(rep, o.format, o.output);
-  const std::vector<std::string> reasons = reports::fail_reasons(rep, policy);
-  for (const std::string& r : reasons) std::cerr << "detaudit report: --fail-on " << o.fail_on << ": " << r << "\n";
-  if (!reasons.empty()) throw exit_with(EXIT_DIVERGED);
+  report_finish(rep, o.format, o.output, o.fail_on, "report");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "app.h"
 #include "commands.h"
+#include "report_out.h"
 #include "probes/runner.h"
 #include "reports/compare.h"
 #include "reports/lmeval.h"
@@ -136,14 +137,10 @@ std::function<void(const std::string&)> stderr_log() {
 }
 
 void report_and_exit(const run_cmd_options& o, const std::string& out_dir) {
-  const reports::fail_policy policy = reports::fail_policy_parse(o.fail_on);
   const reports::report rep = reports::compare_run(reports::records_read(out_dir), reports::run_manifest_read(out_dir));
-  reports::report_output(rep, o.format, "");
   if (!o.junit.empty()) reports::report_output(rep, "junit", o.junit);
   if (!o.report.empty()) reports::report_output(rep, format_for_file(o.report, o.format), o.report);
-  const std::vector<std::string> reasons = reports::fail_reasons(rep, policy);
-  for (const std::string& r : reasons) std::cerr << "detaudit run: --fail-on " << o.fail_on << ": " << r << "\n";
-  if (!reasons.empty()) throw exit_with(EXIT_DIVERGED);
+  report_finish(rep, o.format, "", o.fail_on, "run");
 }
 
 // --export lm-eval: the run's records as lm-evaluation-harness sample files in DIR/lm-eval/.
