@@ -7,6 +7,8 @@
 #include <chrono>
 #include <csignal>
 #include <fcntl.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
 #include <poll.h>
 #include <string>
 #include <sys/wait.h>
@@ -92,5 +94,22 @@ struct serve_child {
     return out;
   }
 };
+
+// A client for 127.0.0.1:port with a read timeout long enough for a slow (sanitizer) build.
+inline httplib::Client http_client(int port) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(120, 0);
+  return c;
+}
+
+// POSTs `body` as JSON, checks the status, returns the parsed answer.
+inline nlohmann::json post_json(int port, const std::string& path, const nlohmann::json& body, int expect = 200) {
+  auto c = http_client(port);
+  auto r = c.Post(path.c_str(), body.dump(), "application/json");
+  REQUIRE(r);
+  INFO(path << " " << body.dump() << " -> " << r->body);
+  CHECK(r->status == expect);
+  return nlohmann::json::parse(r->body);
+}
 
 }  // namespace detaudit::test

@@ -29,19 +29,9 @@ struct server_proc : detaudit::test::serve_child {
                                        : std::vector<std::pair<std::string, std::string>>{}) {}
 };
 
-httplib::Client client(int port) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(120, 0);
-  return c;
-}
-
+httplib::Client client(int port) { return detaudit::test::http_client(port); }
 json post(int port, const std::string& path, const json& body, int expect = 200) {
-  auto c = client(port);
-  auto r = c.Post(path.c_str(), body.dump(), "application/json");
-  REQUIRE(r);
-  INFO(path << " -> " << r->body);
-  CHECK(r->status == expect);
-  return json::parse(r->body);
+  return detaudit::test::post_json(port, path, body, expect);
 }
 
 json get(int port, const std::string& path) {
