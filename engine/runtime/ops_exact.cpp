@@ -1,7 +1,8 @@
-// --numerics exact: the ops of docs/precision-contract.md on the scalar reference kernels
-// (kernels/ref). Activations are f32 between ops; every matmul quantizes its input rows to int16
-// blocks (quantize_act) and sums on an integer grid (matmul_exact_ref), threads splitting the
-// OUTPUT ROWS, which any split leaves bit-identical; RMSNorm, SwiGLU and adds are the ref
+// --numerics exact: the ops of docs/precision-contract.md. Activations are f32 between ops; every
+// matmul quantizes its input rows to int16 blocks and sums on an integer grid, threads splitting
+// the OUTPUT ROWS (in panels of 16), which any split leaves bit-identical: integer weight types
+// run on the fast kernels of kernels/cpu (the instruction set of cpu::isa_default()), F32/F16/BF16
+// weights on the reference kernel, both giving the bits of kernels/ref; RMSNorm, SwiGLU and adds are the ref
 // kernels; RoPE uses tables computed on the host (rope_table_row); the KV cache holds the roped K
 // and V as int16 blocks with one exponent per block, and attention is attention_exact_ref over
 // exactly the positions [0, pos] of the token's own sequence. No libm anywhere.
@@ -13,6 +14,7 @@
 #include <unordered_map>
 
 #include "gguf/quants.h"
+#include "kernels/cpu/cpu.h"
 #include "kernels/ref/ref.h"
 #include "runtime/ops_common.h"
 
@@ -24,21 +26,21 @@ using numerics::QBLOCK;
 class ops_exact final : public ops_storage<float> {
  public:
   ops_exact(const model::model& m, thread_pool* pool)
-      : ops_storage<float>(m, pool), nb_((m.hp().head_dim + QBLOCK - 1) / QBLOCK) {}
+      : ops_storage<float>(m, pool), nb_((m.hp().head_dim + QBLOCK - 1) / QBLOCK), isa_(kernels::cpu::isa_default()) {}
 
   uint64_t kv_cell_bytes() const override { return 2 * q_elems() * sizeof(int16_t) + 2 * exp_elems() * sizeof(int32_t); }
 
   void begin_step(const std::vector<model::step_token>& toks) override {
-    q_cached_ = -1;
+    q_cached_ = pack_cached_ = -1;
     ops_storage<float>::begin_step(toks);
   }
   model::act alloc(int64_t rows, int64_t cols) override {
-    q_cached_ = -1;
+    q_cached_ = pack_cached_ = -1;
     return ops_storage<float>::alloc(rows, cols);
   }
 
   void embed(const model::weight& w, model::act out) override {
-    q_cached_ = -1;
+    q_cached_ = pack_cached_ = -1;
     for (int64_t t = 0; t < out.rows; ++t) {
       float* o = row(out, t);
       gguf::quants_dequantize_row(w.type, w.row(tok(t).token), o, w.n_in);
@@ -47,13 +49,17 @@ class ops_exact final : public ops_storage<float> {
   }
 
   void rms_norm(model::act x, const std::vector<float>& w, int64_t group, model::act out) override {
-    q_cached_ = -1;
+    q_cached_ = pack_cached_ = -1;
     const float eps = static_cast<float>(hp_.rms_eps);
     for (int64_t t = 0; t < x.rows; ++t)
       for (int64_t g = 0; g < x.cols; g += group) kernels::rms_norm_f32_ref(row(x, t) + g, w.data(), group, eps, row(out, t) + g);
   }
 
   void matmul(const model::weight& w, model::act x, model::act y) override {
+    if (kernels::cpu::matmul_fast_type(w.type) && x.cols % QBLOCK == 0) {
+      matmul_fast(w, x, y);
+      return;
+    }
     if (q_cached_ != x.id) {
       xq_.resize(static_cast<size_t>(x.rows));
       for (int64_t t = 0; t < x.rows; ++t) numerics::quantize_act(row(x, t), x.cols, xq_[t]);
@@ -67,14 +73,49 @@ class ops_exact final : public ops_storage<float> {
     });
   }
 
+  // The fast path: x packed once (threads splitting tokens), rows split in panels of 16.
+  void matmul_fast(const model::weight& w, model::act x, model::act y) {
+    if (pack_cached_ != x.id) {
+      kernels::cpu::act_pack_init(x.rows, x.cols, pack_);
+      const int64_t n_parts = std::min<int64_t>(n_threads(), x.rows);
+      parallel(n_parts, [&](int64_t part) {
+        int64_t t0, t1;
+        split_range(x.rows, n_parts, part, 1, &t0, &t1);
+        kernels::cpu::act_pack_rows(data(x), t0, t1, pack_);
+      });
+      pack_cached_ = x.id;
+    }
+    const int32_t* bounds = row_bounds(w);
+    const int64_t n_parts = std::min<int64_t>(n_threads(), (w.n_out + 15) / 16);
+    parallel(n_parts, [&](int64_t part) {
+      int64_t r0, r1;
+      split_range(w.n_out, n_parts, part, 16, &r0, &r1);
+      kernels::cpu::matmul_exact_cpu(isa_, pack_, w.type, w.data, w.n_out, bounds, data(y), r0, r1);
+    });
+  }
+
+  // The per-row exponent bounds of a weight, computed on first use and kept.
+  const int32_t* row_bounds(const model::weight& w) {
+    auto it = bounds_.find(w.data);
+    if (it != bounds_.end()) return it->second.data();
+    std::vector<int32_t> b(static_cast<size_t>(w.n_out));
+    const int64_t n_parts = std::min<int64_t>(n_threads(), w.n_out);
+    parallel(n_parts, [&](int64_t part) {
+      int64_t r0, r1;
+      split_range(w.n_out, n_parts, part, 1, &r0, &r1);
+      kernels::cpu::weight_row_bounds(w.type, w.data, w.n_in, r0, r1, b.data() + r0);
+    });
+    return bounds_.emplace(w.data, std::move(b)).first->second.data();
+  }
+
   void add_bias(model::act x, const std::vector<float>& b) override {
-    q_cached_ = -1;
+    q_cached_ = pack_cached_ = -1;
     for (int64_t t = 0; t < x.rows; ++t)
       for (int64_t i = 0; i < x.cols; ++i) row(x, t)[i] = numerics::flush(row(x, t)[i] + b[i]);
   }
 
   void rope(model::act x, int64_t n_head) override {
-    q_cached_ = -1;
+    q_cached_ = pack_cached_ = -1;
     const bool neox = model::arch_rope_kind(hp_.arch) == model::ROPE_NEOX;
     for (int64_t t = 0; t < x.rows; ++t)
       kernels::rope_f32_ref(row(x, t), n_head, hp_.head_dim, hp_.n_rot, tok(t).pos, neox, rope_row(tok(t).pos));
@@ -91,7 +132,7 @@ class ops_exact final : public ops_storage<float> {
   }
 
   void attention(int64_t layer, model::act q, model::act out) override {
-    q_cached_ = -1;
+    q_cached_ = pack_cached_ = -1;
     const float kq_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hp_.head_dim)));
     parallel(q.rows * hp_.n_head, [&](int64_t i) {
       const int64_t t = i / hp_.n_head, h = i % hp_.n_head, kvh = h / (hp_.n_head / hp_.n_head_kv);
@@ -108,12 +149,12 @@ class ops_exact final : public ops_storage<float> {
   }
 
   void swiglu(model::act gate, model::act up, model::act out) override {
-    q_cached_ = -1;
+    q_cached_ = pack_cached_ = -1;
     kernels::swiglu_f32_ref(data(gate), data(up), gate.rows * gate.cols, data(out));
   }
 
   void add(model::act a, model::act b, model::act out) override {
-    q_cached_ = -1;
+    q_cached_ = pack_cached_ = -1;
     kernels::add_f32_ref(data(a), data(b), a.rows * a.cols, data(out));
   }
 
@@ -143,6 +184,10 @@ class ops_exact final : public ops_storage<float> {
   int64_t nb_;
   std::vector<numerics::qvec> xq_;  // the quantized rows of activation q_cached_
   int32_t q_cached_ = -1;
+  kernels::cpu::isa isa_;
+  kernels::cpu::act_pack pack_;     // the packed rows of activation pack_cached_
+  int32_t pack_cached_ = -1;
+  std::unordered_map<const uint8_t*, std::vector<int32_t>> bounds_;
   std::unordered_map<int64_t, std::vector<float>> rope_rows_;
 };
 

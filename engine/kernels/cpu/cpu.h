@@ -1,0 +1,77 @@
+// Fast CPU kernels of `--numerics exact`: the same results as kernels/ref, bit for bit, faster.
+//
+// Goals: each kernel here has a twin in kernels/ref with the same contract; the tests compare the
+// two by memcmp on every supported instruction set, for every weight type and for inputs that
+// exercise every rounding branch (docs/precision-contract.md is the specification of both). Each
+// kernel has a portable scalar variant and SIMD variants chosen at run time (AVX2, AVX-512 with
+// VNNI); the variant never changes a bit, only the speed, because every reduction is an integer
+// sum and every remaining float operation is the same correctly rounded sequence.
+// Non-goals: float numerics (runtime/ops_float.cpp), GPUs (kernels/vulkan, kernels/cuda).
+//
+// Thread-safety: pure functions; concurrent calls may write disjoint outputs.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "gguf/dtype.h"
+#include "kernels/ref/ref.h"
+#include "numerics/exact.h"
+
+namespace detaudit::kernels::cpu {
+
+// ---- instruction sets ----
+
+enum class isa { scalar, avx2, avx512 };
+
+const char* isa_name(isa i);          // "scalar", "avx2", "avx512"
+bool isa_supported(isa i);            // compiled in and the CPU has it (avx512: F, BW, DQ, VL, VNNI)
+// The fastest supported set, unless the environment variable DETAUDIT_CPU_ISA names another
+// supported one (scalar, avx2, avx512). An unknown or unsupported name throws input_error.
+isa isa_default();
+// Every supported set, scalar first (for tests and benchmarks).
+std::vector<isa> isa_all_supported();
+
+// ---- matmul ----
+
+// True when matmul_exact_cpu has a fast path for weight type t (every integer block type:
+// q4_0 q4_1 q5_0 q5_1 q8_0 q2_K q3_K q4_K q5_K q6_K). Other types use matmul_exact_ref.
+bool matmul_fast_type(gguf::dtype t);
+
+// Per-row exponent bounds of a weight matrix: out[r] = wblock_exp_bound of row r (every block
+// decoded), for r in [row_begin, row_end). A row's bound fixes its accumulator grid; it is a
+// property of the weights alone, so callers compute it once per tensor and keep it.
+void weight_row_bounds(gguf::dtype t, const uint8_t* w, int64_t n_in, int64_t row_begin,
+                       int64_t row_end, int32_t* out);
+
+// Activations prepared once per matmul input, shared read-only by every thread.
+struct act_pack {
+  int64_t n_tokens = 0;
+  int64_t n_in = 0;
+  int64_t n_blocks = 0;             // n_in / 32
+  std::vector<int16_t> q;           // (n_tokens, n_blocks * 32) the quantized rows
+  std::vector<int32_t> max_exp;     // (n_tokens) qvec::max_exp
+  std::vector<int32_t> exp;         // (n_tokens, n_blocks) block exponents (EXP_ZERO: zero block)
+  std::vector<int32_t> half_sum;    // (n_tokens, n_blocks, 2) sums of elements 0..15 and 16..31
+};
+
+// Quantizes rows x (n_tokens, n_in) like numerics::quantize_act into p. n_in % 32 == 0.
+void act_pack_build(const float* x, int64_t n_tokens, int64_t n_in, act_pack& p);
+// The same in two steps, so that threads can quantize disjoint token ranges: act_pack_init sizes
+// p, act_pack_rows fills tokens [t0, t1) from x (row t at x + t * n_in).
+void act_pack_init(int64_t n_tokens, int64_t n_in, act_pack& p);
+void act_pack_rows(const float* x, int64_t t0, int64_t t1, act_pack& p);
+
+// y[tok * n_out + r] for r in [row_begin, row_end) and every token, bit-identical to
+// matmul_exact_ref on the same activations. t must satisfy matmul_fast_type; row_bounds[r] is
+// weight_row_bounds of row r (indexed by absolute row). Other entries of y are untouched.
+void matmul_exact_cpu(isa i, const act_pack& x, gguf::dtype t, const uint8_t* w, int64_t n_out,
+                      const int32_t* row_bounds, float* y, int64_t row_begin, int64_t row_end);
+
+// ---- attention ----
+
+// attention_exact_ref, bit for bit: one query token, one head, over n_kv cached positions.
+void attention_exact_cpu(isa i, const float* q, int64_t head_dim, const kv_head_view& k,
+                         const kv_head_view& v, int64_t n_kv, float kq_scale, float* out);
+
+}  // namespace detaudit::kernels::cpu

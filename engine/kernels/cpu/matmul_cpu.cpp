@@ -1,0 +1,293 @@
+// matmul_exact_cpu: the exact matmul on weight panels (matmul_internal.h), with the portable
+// parts — activation packing, row bounds, the generic panel decoder, the scalar kernel and the
+// driver that walks panels and token tiles.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "gguf/quants.h"
+#include "kernels/cpu/matmul_internal.h"
+#include "numerics/wblock.h"
+#include "util/error.h"
+
+namespace detaudit::kernels::cpu {
+
+using numerics::EXP_ZERO;
+using numerics::QBLOCK;
+using numerics::wblock;
+
+namespace {
+
+constexpr int64_t kTokenTile = 64;  // tokens per accumulator tile
+
+// The offset of the fp16 d and min fields in one block (or K-quant super-block) of t; -1 when t
+// has no min. Block sizes: q4_0 18, q4_1 20, q5_0 22, q5_1 24, q8_0 34, q2_K 84, q3_K 110,
+// q4_K 144, q5_K 176, q6_K 210 bytes.
+struct scale_fields {
+  int d = 0;
+  int m = -1;
+};
+
+scale_fields scale_fields_of(gguf::dtype t) {
+  switch (t) {
+    case gguf::DTYPE_Q4_1: case gguf::DTYPE_Q5_1: case gguf::DTYPE_Q4_K: case gguf::DTYPE_Q5_K:
+      return {0, 2};
+    case gguf::DTYPE_Q2_K: return {80, 82};
+    case gguf::DTYPE_Q3_K: return {108, -1};
+    case gguf::DTYPE_Q6_K: return {208, -1};
+    default: return {0, -1};
+  }
+}
+
+// The exponent of an fp16 scale as weight_decode_block records it; EXP_ZERO for a zero.
+int32_t fp16_exp(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  const int e = (h >> 10) & 31;
+  if (e == 31) throw input_error("weight block: non-finite fp16 scale, expected a finite scale");
+  if ((h & 0x7fff) == 0) return EXP_ZERO;
+  return e == 0 ? -24 : e - 25;
+}
+
+int64_t shifted(int32_t e, int32_t bound) { return e == EXP_ZERO ? 0 : static_cast<int64_t>(e) - bound; }
+
+}  // namespace
+
+bool matmul_fast_type(gguf::dtype t) {
+  switch (t) {
+    case gguf::DTYPE_Q4_0: case gguf::DTYPE_Q4_1: case gguf::DTYPE_Q5_0: case gguf::DTYPE_Q5_1:
+    case gguf::DTYPE_Q8_0: case gguf::DTYPE_Q2_K: case gguf::DTYPE_Q3_K: case gguf::DTYPE_Q4_K:
+    case gguf::DTYPE_Q5_K: case gguf::DTYPE_Q6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+int32_t matmul_shift_const(int64_t n_blocks) {
+  return numerics::ACC_BITS - numerics::DOT_TERM_BITS - numerics::ceil_log2(2 * n_blocks);
+}
+
+void weight_row_bounds(gguf::dtype t, const uint8_t* w, int64_t n_in, int64_t row_begin,
+                       int64_t row_end, int32_t* out) {
+  const uint64_t row_bytes = gguf::dtype_row_bytes(t, n_in);
+  if (!matmul_fast_type(t)) {
+    std::vector<wblock> blocks(static_cast<size_t>((n_in + QBLOCK - 1) / QBLOCK));
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      weight_decode_row(t, w + static_cast<uint64_t>(r) * row_bytes, n_in, blocks.data());
+      out[r - row_begin] = numerics::wblock_exp_bound(blocks.data(), static_cast<int64_t>(blocks.size()));
+    }
+    return;
+  }
+  const gguf::dtype_traits& tr = gguf::dtype_get(t);
+  const scale_fields f = scale_fields_of(t);
+  const int64_t n_super = n_in / tr.block_size;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const uint8_t* row = w + static_cast<uint64_t>(r) * row_bytes;
+    int32_t e = EXP_ZERO;
+    for (int64_t s = 0; s < n_super; ++s) {
+      const uint8_t* blk = row + static_cast<uint64_t>(s) * tr.type_size;
+      e = std::max(e, fp16_exp(blk + f.d));
+      if (f.m >= 0) e = std::max(e, fp16_exp(blk + f.m));
+    }
+    out[r - row_begin] = e;
+  }
+}
+
+void act_pack_init(int64_t n_tokens, int64_t n_in, act_pack& p) {
+  if (n_in % QBLOCK != 0) {
+    throw input_error("act_pack_init: row length " + std::to_string(n_in) + " is not a multiple of 32");
+  }
+  const int64_t nb = n_in / QBLOCK;
+  p.n_tokens = n_tokens;
+  p.n_in = n_in;
+  p.n_blocks = nb;
+  p.q.resize(static_cast<size_t>(n_tokens * n_in));
+  p.max_exp.resize(static_cast<size_t>(n_tokens));
+  p.exp.resize(static_cast<size_t>(n_tokens * nb));
+  p.half_sum.resize(static_cast<size_t>(n_tokens * nb * 2));
+}
+
+void act_pack_rows(const float* x, int64_t t0, int64_t t1, act_pack& p) {
+  const int64_t nb = p.n_blocks, n_in = p.n_in;
+  for (int64_t t = t0; t < t1; ++t) {
+    int32_t mx = EXP_ZERO;
+    for (int64_t b = 0; b < nb; ++b) {
+      int16_t* q = p.q.data() + t * n_in + b * QBLOCK;
+      const int32_t e = numerics::quantize_block(x + t * n_in + b * QBLOCK, QBLOCK, q);
+      p.exp[static_cast<size_t>(t * nb + b)] = e;
+      mx = std::max(mx, e);
+      int32_t s0 = 0, s1 = 0;
+      for (int i = 0; i < 16; ++i) s0 += q[i];
+      for (int i = 16; i < QBLOCK; ++i) s1 += q[i];
+      p.half_sum[static_cast<size_t>((t * nb + b) * 2)] = s0;
+      p.half_sum[static_cast<size_t>((t * nb + b) * 2 + 1)] = s1;
+    }
+    p.max_exp[static_cast<size_t>(t)] = mx;
+  }
+}
+
+void act_pack_build(const float* x, int64_t n_tokens, int64_t n_in, act_pack& p) {
+  act_pack_init(n_tokens, n_in, p);
+  act_pack_rows(x, 0, n_tokens, p);
+}
+
+// ---- panels ----
+
+panel_buffer::~panel_buffer() {
+  std::free(codes);
+  std::free(meta);
+  std::free(stage);
+}
+
+panel panel_buffer::view(int64_t n_blocks) {
+  if (n_blocks > capacity) {
+    std::free(codes);
+    std::free(meta);
+    std::free(stage);
+    const size_t code_bytes = static_cast<size_t>(n_blocks) * 16 * PANEL_ROWS * sizeof(int32_t);
+    const size_t meta_bytes = static_cast<size_t>(n_blocks) * 5 * PANEL_ROWS * sizeof(int64_t);
+    codes = static_cast<int32_t*>(std::aligned_alloc(64, code_bytes));
+    meta = static_cast<int64_t*>(std::aligned_alloc(64, meta_bytes));
+    stage = static_cast<int16_t*>(std::aligned_alloc(64, code_bytes));
+    if (!codes || !meta || !stage) throw std::bad_alloc();
+    capacity = n_blocks;
+  }
+  panel p;
+  p.n_blocks = n_blocks;
+  p.codes = codes;
+  const int64_t m = n_blocks * PANEL_ROWS;
+  p.dm = meta;
+  p.dsh = meta + m;
+  p.mm0 = meta + 2 * m;
+  p.mm1 = meta + 3 * m;
+  p.msh = meta + 4 * m;
+  p.stage = stage;
+  return p;
+}
+
+void panel_decode_generic(gguf::dtype t, const uint8_t* w, uint64_t row_bytes, int64_t row0,
+                          int n_rows, const int32_t* bounds, panel& p) {
+  const int64_t nb = p.n_blocks;
+  p.n_rows = n_rows;
+  p.has_min = false;
+  p.wide = false;
+  std::memset(p.codes, 0, static_cast<size_t>(nb) * 16 * PANEL_ROWS * sizeof(int32_t));
+  std::memset(p.dm, 0, static_cast<size_t>(nb) * 5 * PANEL_ROWS * sizeof(int64_t));
+  wblock blk;
+  for (int r = 0; r < n_rows; ++r) {
+    const uint8_t* row = w + static_cast<uint64_t>(row0 + r) * row_bytes;
+    for (int64_t b = 0; b < nb; ++b) {
+      numerics::weight_decode_block(t, row, b, blk);
+      const int64_t i = b * PANEL_ROWS + r;
+      for (int j = 0; j < 16; ++j) {
+        const int32_t c0 = blk.scale[j / 8] * blk.q[2 * j], c1 = blk.scale[j / 8] * blk.q[2 * j + 1];
+        if (std::abs(c0) > NARROW_CODE_MAX || std::abs(c1) > NARROW_CODE_MAX) p.wide = true;
+        p.codes[(b * 16 + j) * PANEL_ROWS + r] =
+            static_cast<int32_t>(static_cast<uint16_t>(c0) | static_cast<uint32_t>(static_cast<uint16_t>(c1)) << 16);
+      }
+      p.dm[i] = blk.d_mant;
+      p.dsh[i] = blk.d_mant == 0 ? 0 : shifted(blk.d_exp, bounds[r]);
+      p.mm0[i] = static_cast<int64_t>(blk.m_mant) * blk.mcoef[0];
+      p.mm1[i] = static_cast<int64_t>(blk.m_mant) * blk.mcoef[1];
+      p.msh[i] = blk.m_mant == 0 ? 0 : shifted(blk.m_exp, bounds[r]);
+      if (blk.m_mant != 0 && (blk.mcoef[0] != 0 || blk.mcoef[1] != 0)) p.has_min = true;
+    }
+  }
+}
+
+// ---- the scalar kernel ----
+
+namespace {
+
+int64_t round_shift_fast(int64_t v, int64_t s) {
+  if (v == 0) return 0;
+  if (s >= 0) return static_cast<int64_t>(static_cast<uint64_t>(v) << s);
+  const int64_t n = s < -63 ? 63 : -s;
+  const int64_t half_m1 = (int64_t(1) << (n - 1)) - 1;
+  return (v + half_m1 + ((v >> n) & 1)) >> n;
+}
+
+}  // namespace
+
+void panel_kernel_scalar(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64_t* acc) {
+  const int64_t nb = p.n_blocks;
+  const int32_t c = matmul_shift_const(nb);
+  for (int64_t t = t0; t < t1; ++t) {
+    int64_t* a_out = acc + (t - t0) * PANEL_ROWS;
+    const int32_t xmax = x.max_exp[t];
+    for (int64_t b = 0; b < nb; ++b) {
+      const int32_t ea = x.exp[t * nb + b];
+      if (ea == EXP_ZERO) continue;
+      const int16_t* a = x.q + (t * nb + b) * QBLOCK;
+      const int64_t sa = static_cast<int64_t>(c) + ea - xmax;
+      const int32_t* hs = x.half_sum + (t * nb + b) * 2;
+      const int32_t* cb = p.codes + b * 16 * PANEL_ROWS;
+      for (int r = 0; r < PANEL_ROWS; ++r) {
+        int64_t sum = 0;
+        for (int j = 0; j < 16; ++j) {
+          const int32_t pair = cb[j * PANEL_ROWS + r];
+          sum += static_cast<int64_t>(static_cast<int16_t>(pair & 0xffff)) * a[2 * j] +
+                 static_cast<int64_t>(static_cast<int16_t>(static_cast<uint32_t>(pair) >> 16)) * a[2 * j + 1];
+        }
+        const int64_t i = b * PANEL_ROWS + r;
+        a_out[r] += round_shift_fast(p.dm[i] * sum, sa + p.dsh[i]);
+        if (p.has_min) a_out[r] += round_shift_fast(p.mm0[i] * hs[0] + p.mm1[i] * hs[1], sa + p.msh[i]);
+      }
+    }
+  }
+}
+
+// ---- the driver ----
+
+void matmul_exact_cpu(isa i, const act_pack& x, gguf::dtype t, const uint8_t* w, int64_t n_out,
+                      const int32_t* row_bounds, float* y, int64_t row_begin, int64_t row_end) {
+  if (!matmul_fast_type(t)) {
+    throw input_error(std::string("matmul_exact_cpu: no fast path for weight type ") + gguf::dtype_get(t).name);
+  }
+  if (row_begin < 0 || row_end > n_out || row_begin > row_end) {
+    throw input_error("matmul_exact_cpu: row range [" + std::to_string(row_begin) + ", " +
+                      std::to_string(row_end) + ") outside [0, " + std::to_string(n_out) + ")");
+  }
+  if (!isa_supported(i)) throw input_error(std::string("matmul_exact_cpu: ") + isa_name(i) + " is not supported here");
+  const uint64_t row_bytes = gguf::dtype_row_bytes(t, x.n_in);
+  const int64_t nb = x.n_blocks;
+  const int32_t c = matmul_shift_const(nb);
+  const act_view xv{nb, x.q.data(), x.exp.data(), x.max_exp.data(), x.half_sum.data()};
+  const int64_t n_rows_all = row_end - row_begin;
+  // Converts the sum of (token, row) on its grid and stores it.
+  auto finish = [&](int64_t tok, int64_t r, int64_t sum) {
+    const int32_t xmax = x.max_exp[static_cast<size_t>(tok)], bound = row_bounds[r];
+    y[tok * n_out + r] = xmax == EXP_ZERO || bound == EXP_ZERO ? 0.0f : numerics::fixed_to_f32(sum, xmax + bound - c);
+  };
+  if (i == isa::avx512 && x.n_tokens <= GEMV_MAX_TOKENS && n_rows_all > 0) {
+    std::vector<int64_t> sums(static_cast<size_t>(x.n_tokens * n_rows_all), 0);
+    if (gemv_avx512(t, xv, x.n_tokens, w, row_bytes, row_bounds, row_begin, row_end, sums.data())) {
+      for (int64_t tok = 0; tok < x.n_tokens; ++tok)
+        for (int64_t r = row_begin; r < row_end; ++r) finish(tok, r, sums[static_cast<size_t>(tok * n_rows_all + r - row_begin)]);
+      return;
+    }
+  }
+  thread_local panel_buffer buf;
+  std::vector<int64_t> acc(static_cast<size_t>(kTokenTile * PANEL_ROWS));
+  for (int64_t r0 = row_begin; r0 < row_end; r0 += PANEL_ROWS) {
+    const int n_rows = static_cast<int>(std::min<int64_t>(PANEL_ROWS, row_end - r0));
+    panel p = buf.view(nb);
+    if (i != isa::avx512 || !panel_decode_avx512(t, w, row_bytes, r0, n_rows, row_bounds + r0, p)) {
+      panel_decode_generic(t, w, row_bytes, r0, n_rows, row_bounds + r0, p);
+    }
+    for (int64_t tt = 0; tt < x.n_tokens; tt += kTokenTile) {
+      const int64_t te = std::min(x.n_tokens, tt + kTokenTile);
+      std::fill(acc.begin(), acc.end(), 0);
+      if (i == isa::avx512) panel_kernel_avx512(p, xv, tt, te, acc.data());
+      else if (i == isa::avx2) panel_kernel_avx2(p, xv, tt, te, acc.data());
+      else panel_kernel_scalar(p, xv, tt, te, acc.data());
+      for (int64_t tok = tt; tok < te; ++tok)
+        for (int r = 0; r < n_rows; ++r) finish(tok, r0 + r, acc[static_cast<size_t>((tok - tt) * PANEL_ROWS + r)]);
+    }
+  }
+}
+
+}  // namespace detaudit::kernels::cpu

@@ -1,0 +1,96 @@
+// The pieces of matmul_exact_cpu (cpu.h) shared by its instruction-set variants.
+//
+// A weight panel holds PANEL_ROWS rows of a matrix decoded for the kernels: every 32-element
+// block as int16 codes with the sub-block scales multiplied in (code = scale[i / 16] * q[i], which
+// leaves the block's integer sum scale[0] * S0 + scale[1] * S1 of docs/precision-contract.md
+// unchanged), interleaved so that one 32-bit lane holds the element pair (2j, 2j+1) of one row:
+//   codes[(b * 16 + j) * PANEL_ROWS + r] = code[r][b][2j] | code[r][b][2j + 1] << 16
+// plus, per block and row, the integer terms the epilogue needs (all int64, lane r = row r):
+//   dm = d_mant,  dsh = d_exp - bound[r] (0 when d_mant == 0)
+//   mm0, mm1 = m_mant * mcoef[0], m_mant * mcoef[1],  msh = m_exp - bound[r] (0 when m_mant == 0)
+// Rows past n_rows are zero. The kernels add, for every token t and block b whose activation block
+// is not zero, round_shift(dm * T, s) + round_shift(mm0 * A0 + mm1 * A1, s2) into an int64
+// accumulator per (token, row), with T = sum_i code_i * a_i, A0/A1 the activation half sums,
+//   s  = C + (e_a - max_exp[t]) + dsh,  s2 = C + (e_a - max_exp[t]) + msh,
+//   C  = ACC_BITS - DOT_TERM_BITS - ceil_log2(2 * n_blocks),
+// which is exactly p - g of dot_block_fixed; the finish converts each sum with fixed_to_f32.
+//
+// |code| <= 4096 for every type (q6_K: |scale| <= 128 times |q| <= 32), so a sum of 16 products
+// with int16 activations fits int32; a sum of 32 fits when max |code| <= 2047 ("narrow" panels),
+// otherwise the kernels sum the two halves of the block separately ("wide" panels).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/cpu.h"
+
+namespace detaudit::kernels::cpu {
+
+constexpr int PANEL_ROWS = 16;
+constexpr int32_t NARROW_CODE_MAX = 2047;
+
+struct panel {
+  int64_t n_blocks = 0;
+  int n_rows = 0;          // valid rows (1..16)
+  bool has_min = false;    // some block has an offset term
+  bool wide = false;       // some |code| > NARROW_CODE_MAX
+  int32_t* codes = nullptr;  // (n_blocks, 16 pairs, 16 rows)
+  int64_t* dm = nullptr;     // (n_blocks, 16 rows)
+  int64_t* dsh = nullptr;
+  int64_t* mm0 = nullptr;
+  int64_t* mm1 = nullptr;
+  int64_t* msh = nullptr;
+  int16_t* stage = nullptr;  // (16 rows, n_blocks, 32) scratch for decoders (row-major codes)
+};
+
+// Storage for one panel of n_blocks blocks; reused across calls on one thread.
+struct panel_buffer {
+  int64_t capacity = 0;
+  int32_t* codes = nullptr;
+  int64_t* meta = nullptr;  // dm, dsh, mm0, mm1, msh
+  int16_t* stage = nullptr;
+  panel_buffer() = default;
+  panel_buffer(const panel_buffer&) = delete;
+  panel_buffer& operator=(const panel_buffer&) = delete;
+  ~panel_buffer();
+  panel view(int64_t n_blocks);  // grows the storage when needed (64-byte aligned)
+};
+
+// The shift constant C of a dot product over n_blocks blocks.
+int32_t matmul_shift_const(int64_t n_blocks);
+
+// Decodes rows [row0, row0 + n_rows) of w (type t, n_blocks blocks per row) into p with the
+// portable code (weight_decode_block). bounds: the rows' exponent bounds (indexed from row0).
+void panel_decode_generic(gguf::dtype t, const uint8_t* w, uint64_t row_bytes, int64_t row0,
+                          int n_rows, const int32_t* bounds, panel& p);
+
+// An act_pack as plain pointers (what the SIMD files may touch: no std:: code there).
+struct act_view {
+  int64_t n_blocks = 0;
+  const int16_t* q = nullptr;         // (n_tokens, n_blocks * 32)
+  const int32_t* exp = nullptr;       // (n_tokens, n_blocks)
+  const int32_t* max_exp = nullptr;   // (n_tokens)
+  const int32_t* half_sum = nullptr;  // (n_tokens, n_blocks, 2)
+};
+
+// Accumulates the panel's products with tokens [t0, t1) of x into acc (t1 - t0, 16) int64,
+// acc[(t - t0) * 16 + r]. One function per instruction set.
+void panel_kernel_scalar(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64_t* acc);
+void panel_kernel_avx2(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64_t* acc);
+void panel_kernel_avx512(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64_t* acc);
+
+// The few-token path (generation): rows [r0, r1) of w straight from their blocks, no panel, for
+// tokens [0, n_tokens) of x, into acc[t * (r1 - r0) + (r - r0)] (zeroed by the caller). Same
+// block terms, rounded the same way, so the same sums as the panel kernels. False when t has no
+// such kernel or a block has a non-finite scale (the caller then takes the panel path, which
+// reports the error).
+constexpr int64_t GEMV_MAX_TOKENS = 4;
+bool gemv_avx512(gguf::dtype t, const act_view& x, int64_t n_tokens, const uint8_t* w,
+                 uint64_t row_bytes, const int32_t* row_bounds, int64_t r0, int64_t r1, int64_t* acc);
+
+// AVX-512 decoders of the common types (q8_0, q4_K); false when t has none (the caller then
+// uses panel_decode_generic). Same result as panel_decode_generic, bit for bit.
+bool panel_decode_avx512(gguf::dtype t, const uint8_t* w, uint64_t row_bytes, int64_t row0,
+                         int n_rows, const int32_t* bounds, panel& p);
+
+}  // namespace detaudit::kernels::cpu
