@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -124,6 +125,34 @@ TEST_CASE("cpu isa: the supported sets are listed and DETAUDIT_CPU_ISA selects o
   CHECK_THROWS_AS(cpu::isa_default(), input_error);
   ::unsetenv("DETAUDIT_CPU_ISA");
   CHECK(cpu::isa_default() == all.back());
+}
+
+TEST_CASE("cpu act_pack: the same blocks as quantize_act, ties, subnormals and extremes included") {
+  rng r{17};
+  const int64_t n_in = 64 * 32, n_tokens = 3;
+  std::vector<float> x(static_cast<size_t>(n_tokens * n_in));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int64_t kind = r.range(0, 9);
+    uint32_t bits = static_cast<uint32_t>(r.next());
+    if (kind == 0) bits &= 0x807fffffu;                 // subnormal or zero of either sign
+    else if (kind == 1) bits &= 0xff7fffffu;            // up to the largest finite exponent range
+    else if (kind == 2) bits = (bits & 0x80000000u) | 0x3f000000u | ((bits & 3u) << 13);  // halves: ties
+    else bits = (bits & 0x807fffffu) | static_cast<uint32_t>(r.range(100, 140)) << 23;
+    std::memcpy(&x[i], &bits, 4);
+  }
+  for (int64_t b = 0; b < 3; ++b) x[static_cast<size_t>(b * 32 + 5)] = 0.0f;  // a few zero blocks
+  for (int64_t i = 64; i < 96; ++i) x[static_cast<size_t>(i)] = -0.0f;
+  cpu::act_pack p;
+  cpu::act_pack_build(x.data(), n_tokens, n_in, p);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    numerics::qvec q;
+    numerics::quantize_act(x.data() + t * n_in, n_in, q);
+    CHECK(std::memcmp(q.q.data(), p.q.data() + t * n_in, n_in * sizeof(int16_t)) == 0);
+    CHECK(std::memcmp(q.exp.data(), p.exp.data() + t * (n_in / 32), (n_in / 32) * sizeof(int32_t)) == 0);
+    CHECK(q.max_exp == p.max_exp[static_cast<size_t>(t)]);
+  }
+  x[100] = std::numeric_limits<float>::infinity();
+  CHECK_THROWS_AS(cpu::act_pack_build(x.data(), n_tokens, n_in, p), input_error);
 }
 
 TEST_CASE("cpu matmul: row bounds equal the decoded blocks' exponent bound on every type") {

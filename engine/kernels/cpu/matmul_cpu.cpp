@@ -51,6 +51,38 @@ int32_t fp16_exp(const uint8_t* p) {
   return e == 0 ? -24 : e - 25;
 }
 
+// numerics::quantize_block of a full block, the same integers without the per-element calls: for
+// a normal x = m * 2^(E - 150) and block exponent Emax - 141, q = round-half-even(m / 2^n) with
+// n = Emax - E + 9 >= 9, on the magnitude (rounding is symmetric), clamped to QMAX. Blocks with a
+// non-finite element go to quantize_block, which reports it.
+int32_t quantize_block_fast(const float* x, int16_t* q) {
+  uint32_t bits[QBLOCK];
+  std::memcpy(bits, x, sizeof bits);
+  uint32_t amax = 0;
+  bool bad = false;
+  for (int i = 0; i < QBLOCK; ++i) {
+    const uint32_t a = bits[i] & 0x7fffffffu;
+    bad = bad || a >= 0x7f800000u;
+    amax = std::max(amax, a < 0x00800000u ? 0u : a);
+  }
+  if (bad) return numerics::quantize_block(x, QBLOCK, q);
+  if (amax == 0) {
+    std::memset(q, 0, QBLOCK * sizeof(int16_t));
+    return EXP_ZERO;
+  }
+  const int32_t emax = static_cast<int32_t>(amax >> 23);
+  for (int i = 0; i < QBLOCK; ++i) {
+    const uint32_t a = bits[i] & 0x7fffffffu;
+    const int32_t e = static_cast<int32_t>(a >> 23);
+    const int32_t n = std::min(emax - e + 9, 40);
+    const uint64_t m = e == 0 ? 0 : (a & 0x007fffffu) | 0x00800000u;
+    uint64_t v = (m + (uint64_t(1) << (n - 1)) - 1 + ((m >> n) & 1)) >> n;
+    v = std::min<uint64_t>(v, numerics::QMAX);
+    q[i] = static_cast<int16_t>((bits[i] & 0x80000000u) ? -static_cast<int32_t>(v) : static_cast<int32_t>(v));
+  }
+  return emax - 127 - 14;
+}
+
 int64_t shifted(int32_t e, int32_t bound) { return e == EXP_ZERO ? 0 : static_cast<int64_t>(e) - bound; }
 
 }  // namespace
@@ -116,7 +148,7 @@ void act_pack_rows(const float* x, int64_t t0, int64_t t1, act_pack& p) {
     int32_t mx = EXP_ZERO;
     for (int64_t b = 0; b < nb; ++b) {
       int16_t* q = p.q.data() + t * n_in + b * QBLOCK;
-      const int32_t e = numerics::quantize_block(x + t * n_in + b * QBLOCK, QBLOCK, q);
+      const int32_t e = quantize_block_fast(x + t * n_in + b * QBLOCK, q);
       p.exp[static_cast<size_t>(t * nb + b)] = e;
       mx = std::max(mx, e);
       int32_t s0 = 0, s1 = 0;
