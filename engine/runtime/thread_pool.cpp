@@ -5,6 +5,33 @@
 
 namespace detaudit::runtime {
 
+namespace {
+
+constexpr int kPauseIterations = 256;  // busy-wait first (a few microseconds)
+constexpr int kYieldIterations = 64;   // then yield: on a busy machine the thread we wait for runs
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Waits until done() for a bounded time; true when done() held.
+template <class F>
+bool spin_until(F&& done) {
+  for (int i = 0; i < kPauseIterations; ++i) {
+    if (done()) return true;
+    cpu_relax();
+  }
+  for (int i = 0; i < kYieldIterations; ++i) {
+    if (done()) return true;
+    std::this_thread::yield();
+  }
+  return done();
+}
+
+}  // namespace
+
 thread_pool::thread_pool(int n_threads) : n_threads_(n_threads) {
   if (n_threads < 1) throw std::logic_error("thread_pool: n_threads must be at least 1");
   for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker(i); });
@@ -14,6 +41,7 @@ thread_pool::~thread_pool() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;
+    generation_.fetch_add(1);
   }
   cv_work_.notify_all();
   for (std::thread& t : workers_) t.join();
@@ -33,16 +61,19 @@ void thread_pool::run_share(int index) {
 void thread_pool::worker(int index) {
   uint64_t seen = 0;
   for (;;) {
-    {
+    if (!spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; })) {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_work_.wait(lk, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      cv_work_.wait(lk, [&] { return stop_ || generation_.load() != seen; });
     }
-    run_share(index);
     {
       std::lock_guard<std::mutex> lk(mu_);
-      if (--pending_ == 0) cv_done_.notify_one();
+      if (stop_) return;
+      seen = generation_.load();
+    }
+    run_share(index);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard<std::mutex> lk(mu_);
+      cv_done_.notify_one();
     }
   }
 }
@@ -57,16 +88,17 @@ void thread_pool::run(int64_t n_tasks, const std::function<void(int64_t)>& fn) {
     std::lock_guard<std::mutex> lk(mu_);
     fn_ = &fn;
     n_tasks_ = n_tasks;
-    pending_ = static_cast<int>(workers_.size());
+    pending_.store(static_cast<int>(workers_.size()));
     error_ = nullptr;
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   cv_work_.notify_all();
   run_share(0);
   std::exception_ptr err;
+  spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; });
   {
     std::unique_lock<std::mutex> lk(mu_);
-    cv_done_.wait(lk, [&] { return pending_ == 0; });
+    cv_done_.wait(lk, [&] { return pending_.load() == 0; });
     fn_ = nullptr;
     err = error_;
   }
