@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "gguf/dtype.h"
+#include "kernels/cpu/cpu.h"
 #include "util/error.h"
 
 namespace detaudit::runtime {
@@ -310,6 +311,7 @@ nlohmann::json bench_to_json(const bench_model_info& info, const std::vector<ben
                    {"detaudit_version", DETAUDIT_VERSION},
                    {"cpu_info", cpu},
                    {"backends", "CPU"},
+                   {"simd", kernels::cpu::isa_name(kernels::cpu::isa_default())},
                    {"model_filename", info.filename},
                    {"model_type", info.type},
                    {"model_size", info.size},

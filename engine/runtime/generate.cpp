@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "chat/chat_template.h"
+#include "kernels/cpu/cpu.h"
 #include "runtime/hashes.h"
 #include "tokenizer/vocab.h"
 #include "util/error.h"
@@ -423,7 +424,13 @@ std::vector<score_item> score_read_reference(const std::string& path) {
 // ---- results ----
 
 json run_environment() {
-  return {{"version", DETAUDIT_VERSION}, {"precision_contract", "1"}, {"simd", "scalar"}, {"backend", "cpu"}};
+  std::string simd;
+  try {
+    simd = kernels::cpu::isa_name(kernels::cpu::isa_default());
+  } catch (const input_error&) {
+    simd = "invalid DETAUDIT_CPU_ISA";
+  }
+  return {{"version", DETAUDIT_VERSION}, {"precision_contract", "1"}, {"simd", simd}, {"backend", "cpu"}};
 }
 
 json generate_to_json(const generate_result& r, const model::model& m, numerics_mode numerics, const generate_params& p) {

@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "kernels/cpu/cpu.h"
 #include "probes/runner.h"
 #include "probes/target_engine.h"
 #include "test_util.h"
@@ -149,7 +150,7 @@ TEST_CASE("probes_run: every probe on the engine target writes its conditions pe
   CHECK(m["targets"][0]["dialect"] == "engine");
   CHECK(m["targets"][0]["capabilities"]["token_ids"] == true);
   CHECK(m["targets"][0]["variants"].size() == 3);
-  CHECK(m["environment"]["simd"] == "scalar");
+  CHECK(m["environment"]["simd"] == detaudit::kernels::cpu::isa_name(detaudit::kernels::cpu::isa_default()));
   CHECK(m["lint"].is_array());
   const std::string run_id = m["run_id"];
   CHECK(run_id.size() == 16);

@@ -1,14 +1,17 @@
 // The invariance matrix: one sequence's logits evaluated alone token by token, as one step, with
 // several n_ubatch, inside a batch of eight interleaved sequences, with 1 and 2 threads, after
 // seq_save -> seq_restore and after seq_fork prefix reuse. In exact numerics every logit vector
-// is bit-identical (memcmp) to the alone-token-by-token baseline; in float numerics at least one
+// is bit-identical (memcmp) to the alone-token-by-token baseline, also with the kernels of every
+// instruction set this CPU supports (DETAUDIT_CPU_ISA); in float numerics at least one
 // condition differs (which shows that the comparison can see divergence).
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "kernels/cpu/cpu.h"
 #include "model/model.h"
 #include "model/synth.h"
 #include "runtime/context.h"
@@ -149,6 +152,14 @@ logits_t eval_forked(std::shared_ptr<const model::model> m, const runtime::conte
   return out;
 }
 
+// Sets DETAUDIT_CPU_ISA for the lifetime of the object (contexts created meanwhile use that set).
+struct isa_override {
+  explicit isa_override(kernels::cpu::isa i) { ::setenv("DETAUDIT_CPU_ISA", kernels::cpu::isa_name(i), 1); }
+  ~isa_override() { ::unsetenv("DETAUDIT_CPU_ISA"); }
+  isa_override(const isa_override&) = delete;
+  isa_override& operator=(const isa_override&) = delete;
+};
+
 struct outcome {
   int n_conditions = 0;
   std::vector<std::string> differing;
@@ -173,6 +184,11 @@ outcome invariance_matrix(std::shared_ptr<const model::model> m, runtime::numeri
   check("in a batch of 8 sequences, n_ubatch 512, 2 threads", eval_crowd(m, params(mode, 512, 2), toks));
   check("seq_save -> seq_restore", eval_restored(m, params(mode), toks, n_prefix, scratch + "/seq.bin"));
   check("seq_fork prefix reuse", eval_forked(m, params(mode, 64), toks, n_prefix));
+  for (kernels::cpu::isa i : kernels::cpu::isa_all_supported()) {
+    isa_override use(i);
+    check(std::string(kernels::cpu::isa_name(i)) + " kernels, one step", eval_whole(m, params(mode), toks));
+    check(std::string(kernels::cpu::isa_name(i)) + " kernels, n_ubatch 1, 2 threads", eval_whole(m, params(mode, 1, 2), toks));
+  }
   return o;
 }
 
@@ -222,7 +238,7 @@ TEST_CASE("runtime: exact numerics give bit-identical logits under every batchin
     std::string diff;
     for (const std::string& d : o.differing) diff += d + "; ";
     CAPTURE(diff);
-    CHECK(o.n_conditions == 11);
+    CHECK(o.n_conditions == 11 + 2 * static_cast<int>(kernels::cpu::isa_all_supported().size()));
     CHECK(o.differing.empty());
   }
 }
