@@ -5,7 +5,8 @@
 // weights on the reference kernel, both giving the bits of kernels/ref; RMSNorm, SwiGLU and adds are the ref
 // kernels; RoPE uses tables computed on the host (rope_table_row); the KV cache holds the roped K
 // and V as int16 blocks with one exponent per block, and attention is attention_exact_ref over
-// exactly the positions [0, pos] of the token's own sequence. No libm anywhere.
+// exactly the positions [0, pos] of the token's own sequence (kernels/cpu's attention, which gives
+// attention_exact_ref's bits). No libm anywhere.
 //
 // Cache cell layout (one position, one layer), nb = ceil(head_dim / 32):
 //   [K q: (n_head_kv, nb * 32) int16][V q: same][K exp: (n_head_kv, nb) int32][V exp: same]
@@ -143,8 +144,8 @@ class ops_exact final : public ops_storage<float> {
       const int64_t es = static_cast<int64_t>(kv_cell_bytes() / sizeof(int32_t));
       const kernels::kv_head_view kv{kq, ke, qs, es};
       const kernels::kv_head_view vv{kq + q_elems(), ke + exp_elems(), qs, es};
-      kernels::attention_exact_ref(row(q, t) + h * hp_.head_dim, hp_.head_dim, kv, vv, tok(t).pos + 1, kq_scale,
-                                   row(out, t) + h * hp_.head_dim);
+      kernels::cpu::attention_exact_cpu(isa_, row(q, t) + h * hp_.head_dim, hp_.head_dim, kv, vv, tok(t).pos + 1,
+                                        kq_scale, row(out, t) + h * hp_.head_dim);
     });
   }
 

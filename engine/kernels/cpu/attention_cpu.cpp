@@ -1,0 +1,226 @@
+// attention_exact_cpu (cpu.h): attention_exact_ref bit for bit, with the per-position work done
+// by integer code specialised to unit-scale K blocks, and its portable scalar variant.
+//
+// Goals: the three O(n_kv * head_dim) passes of attention_internal.h (scores, weights, values)
+// run without wblock copies or per-position allocations; the variant picked by isa changes only
+// the speed. Everything O(head_dim) or O(n_kv) and branchy (quantizing q, the maximum score, the
+// value grids, the final division) is shared portable code.
+// Inputs the fast passes do not cover (head_dim < 1, n_kv <= 0, a non-finite kq_scale or score)
+// go to attention_exact_ref, which gives the contract's result or its error.
+// Non-goals: splitting one head's positions across threads (the caller splits heads).
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/attention_internal.h"
+#include "kernels/cpu/cpu.h"
+#include "util/error.h"
+
+namespace detaudit::kernels::cpu {
+
+using numerics::EXP_ZERO;
+using numerics::QBLOCK;
+
+namespace {
+
+constexpr int kScoreShiftConst = numerics::ACC_BITS - numerics::DOT_TERM_BITS;  // 18
+constexpr uint32_t kExpMask = 0x7f800000u;
+constexpr int kWeightBits = 30;  // softmax weights on a 2^-30 grid (attention_ref.cpp)
+constexpr int kValueBits = 15;   // |v| <= 32767 < 2^15
+
+// v * 2^-n rounded half to even for n >= 1, |v| < 2^62; n is clamped to 63.
+inline int64_t shift_right_rne(int64_t v, int n) {
+  if (n > 63) n = 63;
+  return (v + ((int64_t{1} << (n - 1)) - 1) + ((v >> n) & 1)) >> n;
+}
+
+// round_shift(v, sh) for the bounded values of attention_internal.h.
+inline int64_t shift_rne(int64_t v, int sh) {
+  if (sh >= 0) return static_cast<int64_t>(static_cast<uint64_t>(v) << sh);
+  return shift_right_rne(v, -sh);
+}
+
+// sum_i a_i b_i over one block (|sum| < 2^35).
+inline int64_t dot_block(const int16_t* a, const int16_t* b) {
+  int64_t s = 0;
+  for (int i = 0; i < QBLOCK; ++i) s += static_cast<int32_t>(a[i]) * static_cast<int32_t>(b[i]);
+  return s;
+}
+
+float score_one(const attn_query& q, const int16_t* kq, const int32_t* ke, int clog, float scale) {
+  int32_t ek_max = EXP_ZERO;
+  for (int64_t b = 0; b < q.n_blocks; ++b) ek_max = ke[b] > ek_max ? ke[b] : ek_max;
+  if (ek_max == EXP_ZERO) return attn_flush(0.0f * scale);
+  const int32_t g = q.max_exp + ek_max - kScoreShiftConst + clog;
+  int64_t acc = 0;
+  for (int64_t b = 0; b < q.n_blocks; ++b) {
+    if (q.exp[b] == EXP_ZERO || ke[b] == EXP_ZERO) continue;
+    acc += shift_rne(dot_block(q.q + b * QBLOCK, kq + b * QBLOCK), q.exp[b] + ke[b] - g);
+  }
+  return attn_flush(attn_fixed_to_f32(acc, g) * scale);
+}
+
+// rne(w * 2^30) for w = exp_f32(...) in [0, 1]: w * 2^30 is exact, and below 2^23 adding and
+// removing 2^23 rounds it to an integer half to even (round_shift of the float's bits).
+inline int32_t weight_of_unit(float w) {
+  if (!(w >= 1.17549435e-38f)) return 0;
+  float v = w * 1073741824.0f;
+  if (v < 8388608.0f) v = (v + 8388608.0f) - 8388608.0f;
+  return static_cast<int32_t>(v);
+}
+
+bool is_finite(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return (b & kExpMask) != kExpMask;
+}
+
+// attention_value_grids_ref, with four independent maxima per block. gv: (nb).
+void value_grids(const kv_head_view& v, int64_t n_kv, int64_t nb, int32_t* gv) {
+  const int32_t bits = kWeightBits + kValueBits + numerics::ceil_log2(n_kv) - numerics::ACC_BITS;
+  const int64_t es = v.exp_stride;
+  for (int64_t b = 0; b < nb; ++b) {
+    const int32_t* e = v.exp + b;
+    int32_t m0 = EXP_ZERO, m1 = EXP_ZERO, m2 = EXP_ZERO, m3 = EXP_ZERO;
+    int64_t t = 0;
+    for (; t + 4 <= n_kv; t += 4) {
+      m0 = e[t * es] > m0 ? e[t * es] : m0;
+      m1 = e[(t + 1) * es] > m1 ? e[(t + 1) * es] : m1;
+      m2 = e[(t + 2) * es] > m2 ? e[(t + 2) * es] : m2;
+      m3 = e[(t + 3) * es] > m3 ? e[(t + 3) * es] : m3;
+    }
+    for (; t < n_kv; ++t) m0 = e[t * es] > m0 ? e[t * es] : m0;
+    m0 = m1 > m0 ? m1 : m0;
+    m2 = m3 > m2 ? m3 : m2;
+    m0 = m2 > m0 ? m2 : m0;
+    gv[b] = m0 == EXP_ZERO ? EXP_ZERO : m0 + bits;
+  }
+}
+
+// The maximum of s[0, n) (n >= 1) into *m, with four independent maxima: for finite scores the
+// order changes at most the sign of a zero maximum, which the caller makes +0. False when some
+// score is not finite.
+bool scores_max(const float* s, int64_t n, float* m) {
+  float m4[4] = {s[0], s[0], s[0], s[0]};
+  uint32_t bad = 0;
+  int64_t t = 0;
+  for (; t + 4 <= n; t += 4) {
+    for (int j = 0; j < 4; ++j) {
+      m4[j] = s[t + j] > m4[j] ? s[t + j] : m4[j];
+      bad |= is_finite(s[t + j]) ? 0u : 1u;
+    }
+  }
+  for (; t < n; ++t) {
+    m4[0] = s[t] > m4[0] ? s[t] : m4[0];
+    bad |= is_finite(s[t]) ? 0u : 1u;
+  }
+  m4[0] = m4[1] > m4[0] ? m4[1] : m4[0];
+  m4[2] = m4[3] > m4[2] ? m4[3] : m4[2];
+  *m = m4[2] > m4[0] ? m4[2] : m4[0];
+  return bad == 0;
+}
+
+void scores_dispatch(isa i, const attn_query& q, const kv_head_view& k, int64_t n_kv, float scale,
+                     float* s) {
+  switch (i) {
+    case isa::avx512: attention_scores_avx512(q, k, n_kv, scale, s); return;
+    case isa::avx2: attention_scores_avx2(q, k, n_kv, scale, s); return;
+    case isa::scalar: break;
+  }
+  attention_scores_scalar(q, k, n_kv, scale, s);
+}
+
+int64_t weights_dispatch(isa i, const float* s, int64_t n_kv, float m, int32_t* w) {
+  switch (i) {
+    case isa::avx512: return attention_weights_avx512(s, n_kv, m, w);
+    case isa::avx2: return attention_weights_avx2(s, n_kv, m, w);
+    case isa::scalar: break;
+  }
+  return attention_weights_scalar(s, n_kv, m, w);
+}
+
+void values_dispatch(isa i, const int32_t* w, const kv_head_view& v, int64_t n_kv,
+                     const int32_t* gv, int64_t nb, int64_t* acc) {
+  switch (i) {
+    case isa::avx512: attention_values_avx512(w, v, n_kv, gv, nb, acc); return;
+    case isa::avx2: attention_values_avx2(w, v, n_kv, gv, nb, acc); return;
+    case isa::scalar: break;
+  }
+  attention_values_scalar(w, v, n_kv, gv, nb, acc);
+}
+
+}  // namespace
+
+void attention_scores_scalar(const attn_query& q, const kv_head_view& k, int64_t n_kv, float scale,
+                             float* s) {
+  const int clog = numerics::ceil_log2(2 * q.n_blocks);
+  for (int64_t t = 0; t < n_kv; ++t)
+    s[t] = score_one(q, k.q + t * k.q_stride, k.exp + t * k.exp_stride, clog, scale);
+}
+
+int64_t attention_weights_scalar(const float* s, int64_t n_kv, float m, int32_t* w) {
+  int64_t sum = 0;
+  for (int64_t t = 0; t < n_kv; ++t) {
+    w[t] = weight_of_unit(numerics::exp_f32(numerics::flush(s[t] - m)));
+    sum += w[t];
+  }
+  return sum;
+}
+
+void attention_values_scalar(const int32_t* w, const kv_head_view& v, int64_t n_kv,
+                             const int32_t* gv, int64_t n_blocks, int64_t* acc) {
+  for (int64_t t = 0; t < n_kv; ++t) {
+    if (w[t] == 0) continue;
+    const int64_t wt = w[t];
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const int32_t ev = v.exp[t * v.exp_stride + b];
+      if (ev == EXP_ZERO) continue;
+      const int16_t* a = v.q + t * v.q_stride + b * QBLOCK;
+      int64_t* out = acc + b * QBLOCK;
+      const int sh = ev - gv[b];
+      if (sh >= 0) {
+        for (int i = 0; i < QBLOCK; ++i) out[i] += static_cast<int64_t>(static_cast<uint64_t>(wt * a[i]) << sh);
+      } else {
+        const int n = -sh > 63 ? 63 : -sh;
+        for (int i = 0; i < QBLOCK; ++i) out[i] += shift_right_rne(wt * a[i], n);
+      }
+    }
+  }
+}
+
+void attention_exact_cpu(isa i, const float* q, int64_t head_dim, const kv_head_view& k,
+                         const kv_head_view& v, int64_t n_kv, float kq_scale, float* out) {
+  if (head_dim < 1 || n_kv <= 0 || !is_finite(kq_scale)) {
+    attention_exact_ref(q, head_dim, k, v, n_kv, kq_scale, out);
+    return;
+  }
+  if (!isa_supported(i))
+    throw input_error(std::string("attention_exact_cpu: ") + isa_name(i) + " is not supported here");
+  const int64_t nb = (head_dim + QBLOCK - 1) / QBLOCK;
+  numerics::qvec qq;
+  numerics::quantize_act(q, head_dim, qq);
+  const float scale = numerics::flush(kq_scale);
+  std::vector<float> s(static_cast<size_t>(n_kv));
+  if (qq.max_exp == EXP_ZERO) {
+    const float zero_score = numerics::flush(0.0f * scale);
+    for (float& x : s) x = zero_score;
+  } else {
+    const attn_query aq{qq.q.data(), qq.exp.data(), qq.max_exp, nb};
+    scores_dispatch(i, aq, k, n_kv, scale, s.data());
+  }
+  float m;
+  if (!scores_max(s.data(), n_kv, &m)) {
+    attention_exact_ref(q, head_dim, k, v, n_kv, kq_scale, out);
+    return;
+  }
+  if (m == 0.0f) m = 0.0f;  // +0 whichever zero came first
+  std::vector<int32_t> w(static_cast<size_t>(n_kv));
+  const int64_t s_sum = weights_dispatch(i, s.data(), n_kv, m, w.data());
+  std::vector<int32_t> gv(static_cast<size_t>(nb));
+  value_grids(v, n_kv, nb, gv.data());
+  std::vector<int64_t> acc(static_cast<size_t>(nb * QBLOCK), 0);
+  values_dispatch(i, w.data(), v, n_kv, gv.data(), nb, acc.data());
+  attention_finish_ref(acc.data(), s_sum, gv.data(), head_dim, out);
+}
+
+}  // namespace detaudit::kernels::cpu

@@ -1,0 +1,82 @@
+// The pieces of attention_exact_cpu (cpu.h) shared by its instruction-set variants.
+//
+// attention_exact_cpu runs docs/precision-contract.md section 11 as three passes, each with one
+// function per instruction set, and does the rest (quantizing q, the maximum score, the value
+// grids, the final division) in portable code:
+//   scores:  s[t] = flush(fixed_to_f32(sum_b round_shift(T_tb, e_b + ek_tb - G_t), G_t) * scale)
+//            with T_tb = sum_i q_i k_ti over block b, G_t = max_exp + Ek_t + 44 + clog2(2 nb) - 62
+//            (Ek_t = max nonzero K exponent of position t; blocks with a zero side add nothing)
+//   weights: W[t] = rne(exp_f32(flush(s[t] - m)) * 2^30), returns S = sum_t W[t]
+//   values:  acc[b * 32 + i] += round_shift(W[t] * v_t[b * 32 + i], ev_tb - gv[b]) for W[t] != 0
+//            and ev_tb != EXP_ZERO
+// These are the reference's attention_score_ref / attention_weight_ref / attention_accumulate_ref
+// bit for bit. Preconditions the caller guarantees: every s[t] finite, m = max s[t] finite, scale
+// finite and flushed; n_kv >= 1.
+//
+// Integer bounds the variants rely on, for K/V as quantize_block writes them (values in
+// [-QMAX, QMAX], exponents in [-140, 113] or EXP_ZERO): a vpmaddwd pair sum is below 2^31;
+// |T| <= 32 * 32767^2 < 2^35; the shift onto G_t is at most 18 - clog2(2 nb), so a score's sum
+// has |sum| < 2^52 (exact in a double); |W v| < 2^45.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/ref/ref.h"
+
+namespace detaudit::kernels::cpu {
+
+// The quantized query as plain pointers (what the SIMD files may touch: no std:: code there).
+struct attn_query {
+  const int16_t* q = nullptr;    // (n_blocks * 32)
+  const int32_t* exp = nullptr;  // (n_blocks)
+  int32_t max_exp = 0;           // not EXP_ZERO (the caller handles an all-zero query)
+  int64_t n_blocks = 0;
+};
+
+// numerics::fixed_to_f32(v, g) for |v| < 2^52 and g in [-1000, 1000], through double: v * 2^g is
+// exact there and one conversion rounds it half to even with overflow to +-inf; a value below
+// 2^-126 gives the reference's result directly (+-2^-126 from 2^-126 - 2^-151 up, which is where
+// rounding to 24 bits reaches 2^-126, else a zero of v's sign).
+inline float attn_fixed_to_f32(int64_t v, int32_t g) {
+  const uint64_t bits = static_cast<uint64_t>(g + 1023) << 52;
+  double p;
+  std::memcpy(&p, &bits, sizeof p);
+  const double x = static_cast<double>(v) * p;
+  const double ax = x < 0 ? -x : x;
+  if (ax >= 0x1p-126) return static_cast<float>(x);
+  const float r = ax >= 0x1p-126 - 0x1p-151 ? 0x1p-126f : 0.0f;
+  return x < 0 ? -r : r;
+}
+
+// flush(x) of numerics: a subnormal becomes a zero of its sign.
+inline float attn_flush(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, sizeof b);
+  if ((b & 0x7f800000u) == 0) b &= 0x80000000u;
+  std::memcpy(&x, &b, sizeof x);
+  return x;
+}
+
+// s: (n_kv) scores of positions [0, n_kv).
+void attention_scores_scalar(const attn_query& q, const kv_head_view& k, int64_t n_kv, float scale,
+                             float* s);
+void attention_scores_avx2(const attn_query& q, const kv_head_view& k, int64_t n_kv, float scale,
+                           float* s);
+void attention_scores_avx512(const attn_query& q, const kv_head_view& k, int64_t n_kv, float scale,
+                             float* s);
+
+// w: (n_kv) weights in [0, 2^30]; returns their sum.
+int64_t attention_weights_scalar(const float* s, int64_t n_kv, float m, int32_t* w);
+int64_t attention_weights_avx2(const float* s, int64_t n_kv, float m, int32_t* w);
+int64_t attention_weights_avx512(const float* s, int64_t n_kv, float m, int32_t* w);
+
+// acc: (n_blocks * 32), added to. gv: (n_blocks) attention_value_grids_ref.
+void attention_values_scalar(const int32_t* w, const kv_head_view& v, int64_t n_kv,
+                             const int32_t* gv, int64_t n_blocks, int64_t* acc);
+void attention_values_avx2(const int32_t* w, const kv_head_view& v, int64_t n_kv,
+                           const int32_t* gv, int64_t n_blocks, int64_t* acc);
+void attention_values_avx512(const int32_t* w, const kv_head_view& v, int64_t n_kv,
+                             const int32_t* gv, int64_t n_blocks, int64_t* acc);
+
+}  // namespace detaudit::kernels::cpu
