@@ -15,11 +15,13 @@ void trace_rows(ops& o, act x, step_output& out) {
     out.traces[t].push_back(XXH3_64bits(buf.data() + t * x.cols, sizeof(float) * static_cast<size_t>(x.cols)));
 }
 
-// One transformer block on the residual stream x (n_tokens, n_embd), in place.
+// One transformer block on the residual stream x (n_tokens, n_embd), in place. Its temporaries
+// are released at the end, so a step holds one block's activations, not every layer's.
 void block(const model& m, ops& o, int64_t l, act x) {
   const hparams& hp = m.hp();
   const layer_weights& w = m.layers[l];
   const int64_t n = x.rows, q_dim = hp.n_head * hp.head_dim, kv_dim = hp.n_head_kv * hp.head_dim;
+  const size_t mark = o.alloc_mark();
 
   act h = o.alloc(n, hp.n_embd);
   o.rms_norm(x, w.attn_norm, hp.n_embd, h);
@@ -52,6 +54,7 @@ void block(const model& m, ops& o, int64_t l, act x) {
   o.swiglu(gate, up, gate);
   o.matmul(w.w_down, gate, proj);
   o.add(x, proj, x);
+  o.alloc_release(mark);
 }
 
 }  // namespace

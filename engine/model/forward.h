@@ -47,6 +47,10 @@ class ops {
   // Starts a step over `toks` (which stay alive until the step ends); frees earlier activations.
   virtual void begin_step(const std::vector<step_token>& toks) = 0;
   virtual act alloc(int64_t rows, int64_t cols) = 0;
+  // A mark of the activations allocated so far in this step; alloc_release(mark) frees every
+  // activation allocated after it (their storage is reused by later allocs).
+  virtual size_t alloc_mark() const = 0;
+  virtual void alloc_release(size_t mark) = 0;
 
   // out(t, :) = row toks[t].token of the embedding matrix.
   virtual void embed(const weight& w, act out) = 0;

@@ -38,6 +38,11 @@ class ops_storage : public model::ops {
     return model::act{static_cast<int32_t>(n_used_++), rows, cols};
   }
 
+  size_t alloc_mark() const override { return n_used_; }
+  void alloc_release(size_t mark) override {
+    if (mark <= n_used_) n_used_ = mark;
+  }
+
   model::act gather_rows(model::act x, const std::vector<int64_t>& rows) override {
     model::act out = alloc(static_cast<int64_t>(rows.size()), x.cols);
     for (size_t i = 0; i < rows.size(); ++i) {
