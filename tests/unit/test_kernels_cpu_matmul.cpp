@@ -7,6 +7,7 @@
 
 #include "test_util.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -15,6 +16,7 @@
 
 #include "gguf/quants.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/matmul_internal.h"
 #include "kernels/ref/ref.h"
 #include "numerics/wblock.h"
 #include "util/error.h"
@@ -153,6 +155,28 @@ TEST_CASE("cpu act_pack: the same blocks as quantize_act, ties, subnormals and e
   }
   x[100] = std::numeric_limits<float>::infinity();
   CHECK_THROWS_AS(cpu::act_pack_build(x.data(), n_tokens, n_in, p), input_error);
+}
+
+TEST_CASE("cpu fixed_to_f32_fast: the reference's bits over every magnitude, exponent and edge") {
+  rng r{23};
+  int n_checked = 0;
+  auto check_one = [&](int64_t v, int32_t e) {
+    const float a = numerics::fixed_to_f32(v, e), b = cpu::fixed_to_f32_fast(v, e);
+    if (std::memcmp(&a, &b, 4) != 0) FAIL_CHECK("v " << v << " e " << e << ": " << a << " vs " << b);
+    ++n_checked;
+  };
+  for (int i = 0; i < 200000; ++i) {
+    const int bits = static_cast<int>(r.range(0, 62));
+    int64_t v = static_cast<int64_t>(r.next() >> (63 - bits));
+    if (r.range(0, 7) == 0) v |= (int64_t(1) << bits) - (int64_t(1) << std::max(0, bits - 25));  // ties and carries
+    if (r.range(0, 1)) v = -v;
+    check_one(v, static_cast<int32_t>(r.range(-250, 150)));
+  }
+  for (int32_t e : {-213, -150, -149, -127, -126, -100, 0, 64, 65, 66, 104, 105})
+    for (int64_t v : {int64_t(1), int64_t(-1), int64_t(0xffffff), int64_t(0x1ffffff), int64_t(0x2000001), INT64_MAX, INT64_MIN + 1,
+                      int64_t(3) << 40, -(int64_t(0xffffff80) << 20)})
+      check_one(v, e);
+  CHECK(n_checked > 200000);
 }
 
 TEST_CASE("cpu matmul: row bounds equal the decoded blocks' exponent bound on every type") {

@@ -332,38 +332,46 @@ inline __m512i act_shift8(const int32_t* ea, int64_t b0, int64_t nb, int64_t c_x
   return _mm512_add_epi64(_mm512_cvtepi32_epi64(e), _mm512_set1_epi64(c_xmax));
 }
 
-// One q8_0 row against one token: groups of 8 blocks.
+inline int32_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  __builtin_memcpy(&v, p, 2);
+  return v;
+}
+
+// The products of 8 q8_0 blocks (b0 .. b0 + 7, those below nb) of one row with the token's
+// activation blocks, and their fp16 scales (0 past nb).
+inline void q8_0_group(const uint8_t* g, const int16_t* a, int64_t b0, int64_t nb, __m512i* p, __m256i* h) {
+  if (nb - b0 >= 8) {
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const __m512i codes = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + k * 34 + 2)));
+      p[k] = _mm512_madd_epi16(codes, _mm512_loadu_si512(a + (b0 + k) * 32));
+    }
+    *h = _mm256_setr_epi32(load_u16(g), load_u16(g + 34), load_u16(g + 68), load_u16(g + 102), load_u16(g + 136),
+                           load_u16(g + 170), load_u16(g + 204), load_u16(g + 238));
+    return;
+  }
+  alignas(32) int32_t hv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int k = 0; k < 8; ++k) {
+    p[k] = _mm512_setzero_si512();
+    if (b0 + k >= nb) continue;
+    hv[k] = load_u16(g + k * 34);
+    const __m512i codes = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + k * 34 + 2)));
+    p[k] = _mm512_madd_epi16(codes, _mm512_loadu_si512(a + (b0 + k) * 32));
+  }
+  *h = _mm256_load_si256(reinterpret_cast<const __m256i*>(hv));
+}
+
+// One q8_0 row against one token: groups of 8 blocks, one vector epilogue per group.
 bool gemv_row_q8_0(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
   const int16_t* a = x.q + t * nb * 32;
   const int64_t c_xmax = c - x.max_exp[t];
   __m512i acc = _mm512_setzero_si512();
   bool bad = false;
-  const __m256i idx = _mm256_setr_epi32(0, 34, 68, 102, 136, 170, 204, 238);
   for (int64_t b0 = 0; b0 < nb; b0 += 8) {
     __m512i p[8];
-    const uint8_t* g = row + b0 * 34;
     __m256i h;
-    if (nb - b0 >= 8) {
-      #pragma GCC unroll 16
-      for (int k = 0; k < 8; ++k) {
-        const __m512i codes = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + k * 34 + 2)));
-        p[k] = _mm512_madd_epi16(codes, _mm512_loadu_si512(a + (b0 + k) * 32));
-      }
-      h = _mm256_and_si256(_mm256_i32gather_epi32(reinterpret_cast<const int*>(g), idx, 1), _mm256_set1_epi32(0xffff));
-    } else {
-      alignas(32) int32_t hv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      #pragma GCC unroll 16
-      for (int k = 0; k < 8; ++k) {
-        p[k] = _mm512_setzero_si512();
-        if (b0 + k >= nb) continue;
-        uint16_t v;
-        __builtin_memcpy(&v, g + k * 34, 2);
-        hv[k] = v;
-        const __m512i codes = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + k * 34 + 2)));
-        p[k] = _mm512_madd_epi16(codes, _mm512_loadu_si512(a + (b0 + k) * 32));
-      }
-      h = _mm256_load_si256(reinterpret_cast<const __m256i*>(hv));
-    }
+    q8_0_group(row + b0 * 34, a, b0, nb, p, &h);
     __m512i dm, off;
     fp16_split8(h, bound, &dm, &off, &bad);
     const __m512i v = _mm512_mul_epi32(_mm512_cvtepi32_epi64(reduce8(p)), dm);

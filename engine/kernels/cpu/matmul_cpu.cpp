@@ -292,7 +292,7 @@ void matmul_exact_cpu(isa i, const act_pack& x, gguf::dtype t, const uint8_t* w,
   // Converts the sum of (token, row) on its grid and stores it.
   auto finish = [&](int64_t tok, int64_t r, int64_t sum) {
     const int32_t xmax = x.max_exp[static_cast<size_t>(tok)], bound = row_bounds[r];
-    y[tok * n_out + r] = xmax == EXP_ZERO || bound == EXP_ZERO ? 0.0f : numerics::fixed_to_f32(sum, xmax + bound - c);
+    y[tok * n_out + r] = xmax == EXP_ZERO || bound == EXP_ZERO ? 0.0f : fixed_to_f32_fast(sum, xmax + bound - c);
   };
   if (i == isa::avx512 && x.n_tokens <= GEMV_MAX_TOKENS && n_rows_all > 0) {
     std::vector<int64_t> sums(static_cast<size_t>(x.n_tokens * n_rows_all), 0);
