@@ -168,7 +168,7 @@ class ops_exact final : public ops_storage<float> {
     for (int64_t h = 0; h < hp_.n_head_kv; ++h)
       for (int64_t b = 0; b < nb_; ++b) {
         const int64_t i0 = b * QBLOCK, n = std::min<int64_t>(QBLOCK, hp_.head_dim - i0);
-        e[h * nb_ + b] = numerics::quantize_block(x + h * hp_.head_dim + i0, static_cast<int>(n), q + (h * nb_ + b) * QBLOCK);
+        e[h * nb_ + b] = kernels::cpu::quantize_block_cpu(x + h * hp_.head_dim + i0, static_cast<int>(n), q + (h * nb_ + b) * QBLOCK);
       }
   }
 

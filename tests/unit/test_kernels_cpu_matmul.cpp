@@ -153,8 +153,18 @@ TEST_CASE("cpu act_pack: the same blocks as quantize_act, ties, subnormals and e
     CHECK(std::memcmp(q.exp.data(), p.exp.data() + t * (n_in / 32), (n_in / 32) * sizeof(int32_t)) == 0);
     CHECK(q.max_exp == p.max_exp[static_cast<size_t>(t)]);
   }
+  for (int n : {32, 31, 1}) {
+    int16_t a[32], b[32];
+    for (int64_t blk = 0; blk < n_tokens * n_in / 32; ++blk) {
+      const float* src = x.data() + blk * 32;
+      CHECK(numerics::quantize_block(src, n, a) == cpu::quantize_block_cpu(src, n, b));
+      CHECK(std::memcmp(a, b, sizeof a) == 0);
+    }
+  }
   x[100] = std::numeric_limits<float>::infinity();
   CHECK_THROWS_AS(cpu::act_pack_build(x.data(), n_tokens, n_in, p), input_error);
+  int16_t q[32];
+  CHECK_THROWS_AS(cpu::quantize_block_cpu(x.data() + 96, 32, q), input_error);
 }
 
 TEST_CASE("cpu fixed_to_f32_fast: the reference's bits over every magnitude, exponent and edge") {

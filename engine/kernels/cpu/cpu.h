@@ -32,6 +32,11 @@ isa isa_default();
 // Every supported set, scalar first (for tests and benchmarks).
 std::vector<isa> isa_all_supported();
 
+// ---- activation blocks ----
+
+// numerics::quantize_block, bit for bit (the same q and exponent), faster for full blocks.
+int32_t quantize_block_cpu(const float* x, int n, int16_t* q);
+
 // ---- matmul ----
 
 // True when matmul_exact_cpu has a fast path for weight type t (every integer block type:
@@ -73,5 +78,15 @@ void matmul_exact_cpu(isa i, const act_pack& x, gguf::dtype t, const uint8_t* w,
 // attention_exact_ref, bit for bit: one query token, one head, over n_kv cached positions.
 void attention_exact_cpu(isa i, const float* q, int64_t head_dim, const kv_head_view& k,
                          const kv_head_view& v, int64_t n_kv, float kq_scale, float* out);
+
+// ---- element-wise ----
+
+// rms_norm_f32_ref, swiglu_f32_ref and add_f32_ref (kernels/ref/ref.h), bit for bit, with the
+// same errors (input_error from the reference for n < 1, eps not > 0, or a non-finite x in RMS
+// norm, before anything is written). out may equal an input (w included) but not overlap it
+// otherwise; w == nullptr means no weight. Throws input_error when i is not supported.
+void rms_norm_f32_cpu(isa i, const float* x, const float* w, int64_t n, float eps, float* out);
+void swiglu_f32_cpu(isa i, const float* gate, const float* up, int64_t n, float* out);
+void add_f32_cpu(isa i, const float* a, const float* b, int64_t n, float* out);
 
 }  // namespace detaudit::kernels::cpu

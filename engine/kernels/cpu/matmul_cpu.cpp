@@ -87,6 +87,10 @@ int64_t shifted(int32_t e, int32_t bound) { return e == EXP_ZERO ? 0 : static_ca
 
 }  // namespace
 
+int32_t quantize_block_cpu(const float* x, int n, int16_t* q) {
+  return n == QBLOCK ? quantize_block_fast(x, q) : numerics::quantize_block(x, n, q);
+}
+
 bool matmul_fast_type(gguf::dtype t) {
   switch (t) {
     case gguf::DTYPE_Q4_0: case gguf::DTYPE_Q4_1: case gguf::DTYPE_Q5_0: case gguf::DTYPE_Q5_1:
