@@ -42,18 +42,22 @@ class ops_exact final : public ops_storage<float> {
 
   void embed(const model::weight& w, model::act out) override {
     q_cached_ = pack_cached_ = -1;
-    for (int64_t t = 0; t < out.rows; ++t) {
-      float* o = row(out, t);
-      gguf::quants_dequantize_row(w.type, w.row(tok(t).token), o, w.n_in);
-      for (int64_t i = 0; i < w.n_in; ++i) o[i] = numerics::flush(o[i]);
-    }
+    for_ranges(out.rows, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        float* o = row(out, t);
+        gguf::quants_dequantize_row(w.type, w.row(tok(t).token), o, w.n_in);
+        for (int64_t i = 0; i < w.n_in; ++i) o[i] = numerics::flush(o[i]);
+      }
+    });
   }
 
   void rms_norm(model::act x, const std::vector<float>& w, int64_t group, model::act out) override {
     q_cached_ = pack_cached_ = -1;
     const float eps = static_cast<float>(hp_.rms_eps);
-    for (int64_t t = 0; t < x.rows; ++t)
-      for (int64_t g = 0; g < x.cols; g += group) kernels::rms_norm_f32_ref(row(x, t) + g, w.data(), group, eps, row(out, t) + g);
+    for_ranges(x.rows, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t)
+        for (int64_t g = 0; g < x.cols; g += group) kernels::rms_norm_f32_ref(row(x, t) + g, w.data(), group, eps, row(out, t) + g);
+    });
   }
 
   void matmul(const model::weight& w, model::act x, model::act y) override {
@@ -118,18 +122,24 @@ class ops_exact final : public ops_storage<float> {
   void rope(model::act x, int64_t n_head) override {
     q_cached_ = pack_cached_ = -1;
     const bool neox = model::arch_rope_kind(hp_.arch) == model::ROPE_NEOX;
-    for (int64_t t = 0; t < x.rows; ++t)
-      kernels::rope_f32_ref(row(x, t), n_head, hp_.head_dim, hp_.n_rot, tok(t).pos, neox, rope_row(tok(t).pos));
+    std::vector<const float*> tables(static_cast<size_t>(x.rows));
+    for (int64_t t = 0; t < x.rows; ++t) tables[static_cast<size_t>(t)] = rope_row(tok(t).pos);
+    for_ranges(x.rows, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t)
+        kernels::rope_f32_ref(row(x, t), n_head, hp_.head_dim, hp_.n_rot, tok(t).pos, neox, tables[static_cast<size_t>(t)]);
+    });
   }
 
   void kv_store(int64_t layer, model::act k, model::act v) override {
-    for (int64_t t = 0; t < k.rows; ++t) {
-      uint8_t* cell = tok(t).cache->cell(layer, tok(t).pos);
-      int16_t* q = reinterpret_cast<int16_t*>(cell);
-      int32_t* e = reinterpret_cast<int32_t*>(cell + 2 * q_elems() * sizeof(int16_t));
-      store_heads(row(k, t), q, e);
-      store_heads(row(v, t), q + q_elems(), e + exp_elems());
-    }
+    for_ranges(k.rows, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        uint8_t* cell = tok(t).cache->cell(layer, tok(t).pos);
+        int16_t* q = reinterpret_cast<int16_t*>(cell);
+        int32_t* e = reinterpret_cast<int32_t*>(cell + 2 * q_elems() * sizeof(int16_t));
+        store_heads(row(k, t), q, e);
+        store_heads(row(v, t), q + q_elems(), e + exp_elems());
+      }
+    });
   }
 
   void attention(int64_t layer, model::act q, model::act out) override {
@@ -151,15 +161,37 @@ class ops_exact final : public ops_storage<float> {
 
   void swiglu(model::act gate, model::act up, model::act out) override {
     q_cached_ = pack_cached_ = -1;
-    kernels::swiglu_f32_ref(data(gate), data(up), gate.rows * gate.cols, data(out));
+    for_ranges(gate.rows * gate.cols, kElementChunk, [&](int64_t i0, int64_t i1) {
+      kernels::swiglu_f32_ref(data(gate) + i0, data(up) + i0, i1 - i0, data(out) + i0);
+    });
   }
 
   void add(model::act a, model::act b, model::act out) override {
     q_cached_ = pack_cached_ = -1;
-    kernels::add_f32_ref(data(a), data(b), a.rows * a.cols, data(out));
+    for_ranges(a.rows * a.cols, kElementChunk, [&](int64_t i0, int64_t i1) {
+      kernels::add_f32_ref(data(a) + i0, data(b) + i0, i1 - i0, data(out) + i0);
+    });
   }
 
  private:
+  static constexpr int64_t kElementChunk = 2048;  // element-wise work below this stays on one thread
+
+  // Runs fn(begin, end) over [0, n) split into at most n_threads() contiguous ranges of at least
+  // min_items items each (element-wise work: any split gives the same bits).
+  template <class F>
+  void for_ranges(int64_t n, int64_t min_items, F&& fn) {
+    const int64_t n_parts = std::max<int64_t>(1, std::min<int64_t>(n_threads(), n / std::max<int64_t>(1, min_items)));
+    if (n_parts == 1) {
+      fn(0, n);
+      return;
+    }
+    parallel(n_parts, [&](int64_t part) {
+      int64_t b, e;
+      split_range(n, n_parts, part, 1, &b, &e);
+      fn(b, e);
+    });
+  }
+
   uint64_t q_elems() const { return static_cast<uint64_t>(hp_.n_head_kv * nb_ * QBLOCK); }
   uint64_t exp_elems() const { return static_cast<uint64_t>(hp_.n_head_kv * nb_); }
 
