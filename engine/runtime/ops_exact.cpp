@@ -2,8 +2,8 @@
 // matmul quantizes its input rows to int16 blocks and sums on an integer grid, threads splitting
 // the OUTPUT ROWS (in panels of 16), which any split leaves bit-identical: integer weight types
 // run on the fast kernels of kernels/cpu (the instruction set of cpu::isa_default()), F32/F16/BF16
-// weights on the reference kernel, both giving the bits of kernels/ref; RMSNorm, SwiGLU and adds are the ref
-// kernels; RoPE uses tables computed on the host (rope_table_row); the KV cache holds the roped K
+// weights on the reference kernel, both giving the bits of kernels/ref; RMSNorm, SwiGLU and adds
+// are kernels/cpu's twins of the ref kernels; RoPE uses tables computed on the host (rope_table_row); the KV cache holds the roped K
 // and V as int16 blocks with one exponent per block, and attention is attention_exact_ref over
 // exactly the positions [0, pos] of the token's own sequence (kernels/cpu's attention, which gives
 // attention_exact_ref's bits). No libm anywhere.
@@ -56,7 +56,7 @@ class ops_exact final : public ops_storage<float> {
     const float eps = static_cast<float>(hp_.rms_eps);
     for_ranges(x.rows, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t)
-        for (int64_t g = 0; g < x.cols; g += group) kernels::rms_norm_f32_ref(row(x, t) + g, w.data(), group, eps, row(out, t) + g);
+        for (int64_t g = 0; g < x.cols; g += group) kernels::cpu::rms_norm_f32_cpu(isa_, row(x, t) + g, w.data(), group, eps, row(out, t) + g);
     });
   }
 
@@ -162,14 +162,14 @@ class ops_exact final : public ops_storage<float> {
   void swiglu(model::act gate, model::act up, model::act out) override {
     q_cached_ = pack_cached_ = -1;
     for_ranges(gate.rows * gate.cols, kElementChunk, [&](int64_t i0, int64_t i1) {
-      kernels::swiglu_f32_ref(data(gate) + i0, data(up) + i0, i1 - i0, data(out) + i0);
+      kernels::cpu::swiglu_f32_cpu(isa_, data(gate) + i0, data(up) + i0, i1 - i0, data(out) + i0);
     });
   }
 
   void add(model::act a, model::act b, model::act out) override {
     q_cached_ = pack_cached_ = -1;
     for_ranges(a.rows * a.cols, kElementChunk, [&](int64_t i0, int64_t i1) {
-      kernels::add_f32_ref(data(a) + i0, data(b) + i0, i1 - i0, data(out) + i0);
+      kernels::cpu::add_f32_cpu(isa_, data(a) + i0, data(b) + i0, i1 - i0, data(out) + i0);
     });
   }
 
