@@ -5,8 +5,8 @@
 // weights on the reference kernel, both giving the bits of kernels/ref; RMSNorm, SwiGLU and adds
 // are kernels/cpu's twins of the ref kernels; RoPE uses tables computed on the host (rope_table_row); the KV cache holds the roped K
 // and V as int16 blocks with one exponent per block, and attention is attention_exact_ref over
-// exactly the positions [0, pos] of the token's own sequence (kernels/cpu's attention, which gives
-// attention_exact_ref's bits). No libm anywhere.
+// exactly the positions [0, pos] of the token's own sequence (kernels/cpu's grouped attention:
+// the query heads of one KV head together, each with attention_exact_ref's bits). No libm anywhere.
 //
 // Cache cell layout (one position, one layer), nb = ceil(head_dim / 32):
 //   [K q: (n_head_kv, nb * 32) int16][V q: same][K exp: (n_head_kv, nb) int32][V exp: same]
@@ -145,8 +145,9 @@ class ops_exact final : public ops_storage<float> {
   void attention(int64_t layer, model::act q, model::act out) override {
     q_cached_ = pack_cached_ = -1;
     const float kq_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hp_.head_dim)));
-    parallel(q.rows * hp_.n_head, [&](int64_t i) {
-      const int64_t t = i / hp_.n_head, h = i % hp_.n_head, kvh = h / (hp_.n_head / hp_.n_head_kv);
+    const int64_t group = hp_.n_head / hp_.n_head_kv;  // query heads per KV head
+    parallel(q.rows * hp_.n_head_kv, [&](int64_t i) {
+      const int64_t t = i / hp_.n_head_kv, kvh = i % hp_.n_head_kv, h0 = kvh * group;
       const uint8_t* base = tok(t).cache->cell(layer, 0);
       const int16_t* kq = reinterpret_cast<const int16_t*>(base) + kvh * nb_ * QBLOCK;
       const int32_t* ke = reinterpret_cast<const int32_t*>(base + 2 * q_elems() * sizeof(int16_t)) + kvh * nb_;
@@ -154,8 +155,8 @@ class ops_exact final : public ops_storage<float> {
       const int64_t es = static_cast<int64_t>(kv_cell_bytes() / sizeof(int32_t));
       const kernels::kv_head_view kv{kq, ke, qs, es};
       const kernels::kv_head_view vv{kq + q_elems(), ke + exp_elems(), qs, es};
-      kernels::cpu::attention_exact_cpu(isa_, row(q, t) + h * hp_.head_dim, hp_.head_dim, kv, vv, tok(t).pos + 1,
-                                        kq_scale, row(out, t) + h * hp_.head_dim);
+      kernels::cpu::attention_exact_cpu_heads(isa_, row(q, t) + h0 * hp_.head_dim, group, hp_.head_dim, kv, vv,
+                                              tok(t).pos + 1, kq_scale, row(out, t) + h0 * hp_.head_dim);
     });
   }
 

@@ -347,3 +347,37 @@ TEST_CASE("attention_exact_cpu fails like attention_exact_ref on non-finite scor
                     input_error);
   }
 }
+
+TEST_CASE("attention_exact_cpu_heads gives every query head of a group the reference's bits") {
+  rng r{91};
+  const spread q_sp{-8, 8, 0.1f, 0.05f};
+  int64_t n_cases = 0;
+  for (cpu::isa isa : cpu::isa_all_supported()) {
+    for (kv_mode mode : {kv_mode::wide, kv_mode::narrow, kv_mode::zeros}) {
+      for (int64_t head_dim : {8, 48, 64}) {
+        for (int64_t n_kv : {1, 7, 129, 300, 1000}) {
+          gqa_cache c(head_dim, n_kv);
+          fill_cache(r, c, mode);
+          for (int64_t n_heads : {1, 4, 8}) {
+            std::vector<float> q(static_cast<size_t>(n_heads * head_dim));
+            for (int64_t h = 0; h < n_heads; ++h) fill_vector(r, q.data() + h * head_dim, head_dim, q_sp);
+            if (mode == kv_mode::zeros) std::fill(q.begin(), q.begin() + head_dim, -0.0f);  // one zero query
+            const float scale = attention_kq_scale(head_dim);
+            std::vector<float> got(q.size()), want(q.size());
+            cpu::attention_exact_cpu_heads(isa, q.data(), n_heads, head_dim, c.view(1, 0), c.view(1, 1), n_kv, scale, got.data());
+            for (int64_t h = 0; h < n_heads; ++h)
+              attention_exact_ref(q.data() + h * head_dim, head_dim, c.view(1, 0), c.view(1, 1), n_kv, scale,
+                                  want.data() + h * head_dim);
+            const std::string what = std::string(cpu::isa_name(isa)) + " " + mode_name(mode) + " head_dim " +
+                                     std::to_string(head_dim) + " n_kv " + std::to_string(n_kv) + " heads " +
+                                     std::to_string(n_heads);
+            CAPTURE(what);
+            CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+            ++n_cases;
+          }
+        }
+      }
+    }
+  }
+  MESSAGE(n_cases, " grouped cases compared");
+}

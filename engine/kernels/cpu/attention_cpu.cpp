@@ -8,6 +8,7 @@
 // Inputs the fast passes do not cover (head_dim < 1, n_kv <= 0, a non-finite kq_scale or score)
 // go to attention_exact_ref, which gives the contract's result or its error.
 // Non-goals: splitting one head's positions across threads (the caller splits heads).
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -221,6 +222,73 @@ void attention_exact_cpu(isa i, const float* q, int64_t head_dim, const kv_head_
   std::vector<int64_t> acc(static_cast<size_t>(nb * QBLOCK), 0);
   values_dispatch(i, w.data(), v, n_kv, gv.data(), nb, acc.data());
   attention_finish_ref(acc.data(), s_sum, gv.data(), head_dim, out);
+}
+
+namespace {
+
+constexpr int64_t kHeadsChunk = 128;  // positions per chunk: one KV head's lines of a chunk stay in L1
+
+kv_head_view view_from(const kv_head_view& x, int64_t t0) {
+  return {x.q + t0 * x.q_stride, x.exp + t0 * x.exp_stride, x.q_stride, x.exp_stride};
+}
+
+}  // namespace
+
+void attention_exact_cpu_heads(isa i, const float* q, int64_t n_heads, int64_t head_dim,
+                               const kv_head_view& k, const kv_head_view& v, int64_t n_kv,
+                               float kq_scale, float* out) {
+  if (n_heads == 1 || head_dim < 1 || n_kv <= 0 || !is_finite(kq_scale)) {
+    for (int64_t h = 0; h < n_heads; ++h)
+      attention_exact_cpu(i, q + h * head_dim, head_dim, k, v, n_kv, kq_scale, out + h * head_dim);
+    return;
+  }
+  if (!isa_supported(i))
+    throw input_error(std::string("attention_exact_cpu_heads: ") + isa_name(i) + " is not supported here");
+  const int64_t nb = (head_dim + QBLOCK - 1) / QBLOCK;
+  const float scale = numerics::flush(kq_scale);
+  std::vector<numerics::qvec> qq(static_cast<size_t>(n_heads));
+  std::vector<float> s(static_cast<size_t>(n_heads * n_kv));
+  for (int64_t h = 0; h < n_heads; ++h) {
+    numerics::quantize_act(q + h * head_dim, head_dim, qq[static_cast<size_t>(h)]);
+    if (qq[static_cast<size_t>(h)].max_exp == EXP_ZERO)
+      std::fill(s.begin() + h * n_kv, s.begin() + (h + 1) * n_kv, numerics::flush(0.0f * scale));
+  }
+  for (int64_t t0 = 0; t0 < n_kv; t0 += kHeadsChunk) {
+    const int64_t n = std::min(kHeadsChunk, n_kv - t0);
+    for (int64_t h = 0; h < n_heads; ++h) {
+      const numerics::qvec& x = qq[static_cast<size_t>(h)];
+      if (x.max_exp == EXP_ZERO) continue;
+      const attn_query aq{x.q.data(), x.exp.data(), x.max_exp, nb};
+      scores_dispatch(i, aq, view_from(k, t0), n, scale, s.data() + h * n_kv + t0);
+    }
+  }
+  std::vector<int32_t> w(static_cast<size_t>(n_heads * n_kv));
+  std::vector<int64_t> s_sum(static_cast<size_t>(n_heads));
+  std::vector<char> by_ref(static_cast<size_t>(n_heads), 0);
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float m;
+    if (!scores_max(s.data() + h * n_kv, n_kv, &m)) {  // a non-finite score: the reference decides
+      attention_exact_ref(q + h * head_dim, head_dim, k, v, n_kv, kq_scale, out + h * head_dim);
+      by_ref[static_cast<size_t>(h)] = 1;
+      continue;
+    }
+    if (m == 0.0f) m = 0.0f;  // +0 whichever zero came first
+    s_sum[static_cast<size_t>(h)] = weights_dispatch(i, s.data() + h * n_kv, n_kv, m, w.data() + h * n_kv);
+  }
+  std::vector<int32_t> gv(static_cast<size_t>(nb));
+  value_grids(v, n_kv, nb, gv.data());
+  std::vector<int64_t> acc(static_cast<size_t>(n_heads * nb * QBLOCK), 0);
+  for (int64_t t0 = 0; t0 < n_kv; t0 += kHeadsChunk) {
+    const int64_t n = std::min(kHeadsChunk, n_kv - t0);
+    for (int64_t h = 0; h < n_heads; ++h) {
+      if (by_ref[static_cast<size_t>(h)]) continue;
+      values_dispatch(i, w.data() + h * n_kv + t0, view_from(v, t0), n, gv.data(), nb, acc.data() + h * nb * QBLOCK);
+    }
+  }
+  for (int64_t h = 0; h < n_heads; ++h) {
+    if (by_ref[static_cast<size_t>(h)]) continue;
+    attention_finish_ref(acc.data() + h * nb * QBLOCK, s_sum[static_cast<size_t>(h)], gv.data(), head_dim, out + h * head_dim);
+  }
 }
 
 }  // namespace detaudit::kernels::cpu

@@ -79,6 +79,14 @@ void matmul_exact_cpu(isa i, const act_pack& x, gguf::dtype t, const uint8_t* w,
 void attention_exact_cpu(isa i, const float* q, int64_t head_dim, const kv_head_view& k,
                          const kv_head_view& v, int64_t n_kv, float kq_scale, float* out);
 
+// The same for n_heads query heads that share one KV head (grouped-query attention): q and out
+// are (n_heads, head_dim); head h's output is attention_exact_ref of q head h, bit for bit. The
+// positions are visited in chunks for all heads at once, so each K and V line is read from the
+// cache once per group instead of once per head.
+void attention_exact_cpu_heads(isa i, const float* q, int64_t n_heads, int64_t head_dim,
+                               const kv_head_view& k, const kv_head_view& v, int64_t n_kv,
+                               float kq_scale, float* out);
+
 // ---- element-wise ----
 
 // rms_norm_f32_ref, swiglu_f32_ref and add_f32_ref (kernels/ref/ref.h), bit for bit, with the
