@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "gguf/dtype.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "numerics/exact.h"
 
@@ -117,6 +118,60 @@ void kernel_all(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64
   for (int64_t t = t0; t < t1; ++t) kernel_token<WIDE, MIN>(p, x, t, acc + (t - t0) * PANEL_ROWS);
 }
 
+// ---- the few-token path (q8_0) ----
+
+// Sums of the 8 int32 lanes of each of p[0..7], as 8 lanes in order.
+inline __m256i reduce8(const __m256i* p) {
+  const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
+  const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
+  const __m256i a = _mm256_hadd_epi32(h01, h23), b = _mm256_hadd_epi32(h45, h67);
+  // a: 128-bit lane L holds the lane-L halves' sums of p0..p3; b likewise for p4..p7.
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+// One q8_0 row against one token, 8 blocks per epilogue; false for a non-finite scale.
+bool gemv_row_q8_0(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
+  const int16_t* a = x.q + t * nb * 32;
+  const int32_t* ea = x.exp + t * nb;
+  const int64_t c_xmax = c - x.max_exp[t];
+  __m256i acc = _mm256_setzero_si256();
+  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+    __m256i p[8];
+    alignas(32) int64_t dm[8], sh[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const int64_t b = b0 + k;
+      p[k] = _mm256_setzero_si256();
+      dm[k] = 0;
+      sh[k] = 0;
+      if (b >= nb) continue;
+      const uint8_t* blk = row + b * 34;
+      uint16_t h;
+      __builtin_memcpy(&h, blk, 2);
+      const int e = (h >> 10) & 31;
+      if (e == 31) return false;
+      const int32_t m = e == 0 ? (h & 1023) : 1024 + (h & 1023);
+      if (m == 0 || ea[b] == numerics::EXP_ZERO) continue;
+      dm[k] = (h & 0x8000) ? -m : m;
+      sh[k] = c_xmax + ea[b] + (e == 0 ? -24 : e - 25) - bound;
+      const __m256i c0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
+      const __m256i c1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)));
+      const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + b * 32));
+      const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + b * 32 + 16));
+      p[k] = _mm256_add_epi32(_mm256_madd_epi16(c0, a0), _mm256_madd_epi16(c1, a1));
+    }
+    const __m256i sums = reduce8(p);
+    __m256i lo, hi;
+    widen(sums, &lo, &hi);
+    acc = _mm256_add_epi64(acc, round_shift_v(_mm256_mul_epi32(lo, load4(dm)), load4(sh)));
+    acc = _mm256_add_epi64(acc, round_shift_v(_mm256_mul_epi32(hi, load4(dm + 4)), load4(sh + 4)));
+  }
+  alignas(32) int64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc);
+  *out += lanes[0] + lanes[1] + lanes[2] + lanes[3];
+  return true;
+}
+
 }  // namespace
 
 void panel_kernel_avx2(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64_t* acc) {
@@ -129,12 +184,26 @@ void panel_kernel_avx2(const panel& p, const act_view& x, int64_t t0, int64_t t1
   }
 }
 
+bool gemv_avx2(gguf::dtype t, const act_view& x, int64_t n_tokens, const uint8_t* w,
+               uint64_t row_bytes, const int32_t* row_bounds, int64_t r0, int64_t r1, int64_t* acc) {
+  if (t != gguf::DTYPE_Q8_0) return false;
+  const int64_t nb = x.n_blocks, c = matmul_shift_const(nb), n_rows = r1 - r0;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t tok = 0; tok < n_tokens; ++tok)
+      if (!gemv_row_q8_0(w + static_cast<uint64_t>(r) * row_bytes, nb, x, tok, row_bounds[r], c, acc + tok * n_rows + (r - r0)))
+        return false;
+  return true;
+}
+
 }  // namespace detaudit::kernels::cpu
 
 #else
 
 namespace detaudit::kernels::cpu {
 void panel_kernel_avx2(const panel&, const act_view&, int64_t, int64_t, int64_t*) {}
+bool gemv_avx2(gguf::dtype, const act_view&, int64_t, const uint8_t*, uint64_t, const int32_t*, int64_t, int64_t, int64_t*) {
+  return false;
+}
 }  // namespace detaudit::kernels::cpu
 
 #endif

@@ -298,9 +298,11 @@ void matmul_exact_cpu(isa i, const act_pack& x, gguf::dtype t, const uint8_t* w,
     const int32_t xmax = x.max_exp[static_cast<size_t>(tok)], bound = row_bounds[r];
     y[tok * n_out + r] = xmax == EXP_ZERO || bound == EXP_ZERO ? 0.0f : fixed_to_f32_fast(sum, xmax + bound - c);
   };
-  if (i == isa::avx512 && x.n_tokens <= GEMV_MAX_TOKENS && n_rows_all > 0) {
+  if (i != isa::scalar && x.n_tokens <= GEMV_MAX_TOKENS && n_rows_all > 0) {
     std::vector<int64_t> sums(static_cast<size_t>(x.n_tokens * n_rows_all), 0);
-    if (gemv_avx512(t, xv, x.n_tokens, w, row_bytes, row_bounds, row_begin, row_end, sums.data())) {
+    const bool done = i == isa::avx512 ? gemv_avx512(t, xv, x.n_tokens, w, row_bytes, row_bounds, row_begin, row_end, sums.data())
+                                       : gemv_avx2(t, xv, x.n_tokens, w, row_bytes, row_bounds, row_begin, row_end, sums.data());
+    if (done) {
       for (int64_t tok = 0; tok < x.n_tokens; ++tok)
         for (int64_t r = row_begin; r < row_end; ++r) finish(tok, r, sums[static_cast<size_t>(tok * n_rows_all + r - row_begin)]);
       return;
