@@ -118,7 +118,7 @@ void kernel_all(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64
   for (int64_t t = t0; t < t1; ++t) kernel_token<WIDE, MIN>(p, x, t, acc + (t - t0) * PANEL_ROWS);
 }
 
-// ---- the few-token path (q8_0) ----
+// ---- the few-token path (q8_0, q4_K) ----
 
 // Sums of the 8 int32 lanes of each of p[0..7], as 8 lanes in order.
 inline __m256i reduce8(const __m256i* p) {
@@ -172,6 +172,78 @@ bool gemv_row_q8_0(const uint8_t* row, int64_t nb, const act_view& x, int64_t t,
   return true;
 }
 
+// fp16 h as (mant, exp - bound); (0, 0) for zero. False when not finite.
+inline bool fp16_parts(uint16_t h, int32_t bound, int64_t* mant, int64_t* off) {
+  const int e = (h >> 10) & 31;
+  const int32_t m = e == 0 ? (h & 1023) : 1024 + (h & 1023);
+  *mant = (h & 0x8000) ? -m : m;
+  *off = m == 0 ? 0 : static_cast<int64_t>(e == 0 ? -24 : e - 25) - bound;
+  return e != 31;
+}
+
+// The rounded terms v_lo (blocks 0..3) and v_hi (4..7) at shifts base + ea[b] + off, added to acc.
+inline __m256i add_terms8(__m256i acc, __m256i v_lo, __m256i v_hi, const int32_t* ea, int64_t base) {
+  const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ea));
+  __m256i e_lo, e_hi;
+  widen(e, &e_lo, &e_hi);
+  const __m256i b = _mm256_set1_epi64x(base);
+  acc = _mm256_add_epi64(acc, round_shift_v(v_lo, _mm256_add_epi64(e_lo, b)));
+  return _mm256_add_epi64(acc, round_shift_v(v_hi, _mm256_add_epi64(e_hi, b)));
+}
+
+// One q4_K row against one token: one 144-byte super-block (8 blocks) per group.
+bool gemv_row_q4_k(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
+  const int16_t* a = x.q + t * nb * 32;
+  const int64_t c_xmax = c - x.max_exp[t];
+  const __m128i low4 = _mm_set1_epi8(15);
+  __m256i acc = _mm256_setzero_si256();
+  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+    const uint8_t* sb = row + (b0 / 8) * 144;
+    uint16_t hd, hm;
+    __builtin_memcpy(&hd, sb, 2);
+    __builtin_memcpy(&hm, sb + 2, 2);
+    int64_t dm, doff, mm, moff;
+    if (!fp16_parts(hd, bound, &dm, &doff) || !fp16_parts(hm, bound, &mm, &moff)) return false;
+    __m256i p[8];
+#pragma GCC unroll 4
+    for (int ch = 0; ch < 4; ++ch) {
+      const int16_t* a0 = a + (b0 + 2 * ch) * 32;
+#pragma GCC unroll 2
+      for (int half = 0; half < 2; ++half) {
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 16 + 32 * ch + 16 * half));
+        const __m256i lo = _mm256_cvtepu8_epi16(_mm_and_si128(bytes, low4));
+        const __m256i hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(bytes, 4), low4));
+        const __m256i plo = _mm256_madd_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a0 + 16 * half)));
+        const __m256i phi = _mm256_madd_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a0 + 32 + 16 * half)));
+        p[2 * ch] = half ? _mm256_add_epi32(p[2 * ch], plo) : plo;
+        p[2 * ch + 1] = half ? _mm256_add_epi32(p[2 * ch + 1], phi) : phi;
+      }
+    }
+    alignas(32) int32_t sc[8], mn[8], a_sum[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const uint8_t* s = sb + 4;
+      sc[k] = k < 4 ? s[k] & 63 : (s[k + 4] & 15) | (s[k - 4] >> 6) << 4;
+      mn[k] = k < 4 ? s[k + 4] & 63 : (s[k + 4] >> 4) | (s[k] >> 6) << 4;
+      const int32_t* hs = x.half_sum + (t * nb + b0 + k) * 2;
+      a_sum[k] = hs[0] + hs[1];
+    }
+    const int32_t* ea = x.exp + t * nb + b0;
+    __m256i v_lo, v_hi;
+    widen(_mm256_mullo_epi32(reduce8(p), _mm256_load_si256(reinterpret_cast<const __m256i*>(sc))), &v_lo, &v_hi);
+    const __m256i dmv = _mm256_set1_epi64x(dm);
+    acc = add_terms8(acc, _mm256_mul_epi32(v_lo, dmv), _mm256_mul_epi32(v_hi, dmv), ea, c_xmax + doff);
+    widen(_mm256_mullo_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(a_sum)),
+                             _mm256_load_si256(reinterpret_cast<const __m256i*>(mn))), &v_lo, &v_hi);
+    const __m256i mmv = _mm256_set1_epi64x(-mm);
+    acc = add_terms8(acc, _mm256_mul_epi32(v_lo, mmv), _mm256_mul_epi32(v_hi, mmv), ea, c_xmax + moff);
+  }
+  alignas(32) int64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc);
+  *out += lanes[0] + lanes[1] + lanes[2] + lanes[3];
+  return true;
+}
+
 }  // namespace
 
 void panel_kernel_avx2(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64_t* acc) {
@@ -186,12 +258,17 @@ void panel_kernel_avx2(const panel& p, const act_view& x, int64_t t0, int64_t t1
 
 bool gemv_avx2(gguf::dtype t, const act_view& x, int64_t n_tokens, const uint8_t* w,
                uint64_t row_bytes, const int32_t* row_bounds, int64_t r0, int64_t r1, int64_t* acc) {
-  if (t != gguf::DTYPE_Q8_0) return false;
+  if (t != gguf::DTYPE_Q8_0 && t != gguf::DTYPE_Q4_K) return false;
   const int64_t nb = x.n_blocks, c = matmul_shift_const(nb), n_rows = r1 - r0;
-  for (int64_t r = r0; r < r1; ++r)
-    for (int64_t tok = 0; tok < n_tokens; ++tok)
-      if (!gemv_row_q8_0(w + static_cast<uint64_t>(r) * row_bytes, nb, x, tok, row_bounds[r], c, acc + tok * n_rows + (r - r0)))
-        return false;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w + static_cast<uint64_t>(r) * row_bytes;
+    for (int64_t tok = 0; tok < n_tokens; ++tok) {
+      int64_t* out = acc + tok * n_rows + (r - r0);
+      const bool ok = t == gguf::DTYPE_Q8_0 ? gemv_row_q8_0(row, nb, x, tok, row_bounds[r], c, out)
+                                            : gemv_row_q4_k(row, nb, x, tok, row_bounds[r], c, out);
+      if (!ok) return false;
+    }
+  }
   return true;
 }
 

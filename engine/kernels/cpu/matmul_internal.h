@@ -108,7 +108,7 @@ constexpr int64_t GEMV_MAX_TOKENS = 4;
 bool gemv_avx512(gguf::dtype t, const act_view& x, int64_t n_tokens, const uint8_t* w,
                  uint64_t row_bytes, const int32_t* row_bounds, int64_t r0, int64_t r1, int64_t* acc);
 bool gemv_avx2(gguf::dtype t, const act_view& x, int64_t n_tokens, const uint8_t* w,
-               uint64_t row_bytes, const int32_t* row_bounds, int64_t r0, int64_t r1, int64_t* acc);  // q8_0
+               uint64_t row_bytes, const int32_t* row_bounds, int64_t r0, int64_t r1, int64_t* acc);  // q8_0, q4_K
 
 // AVX-512 decoders of the common types (q8_0, q4_K); false when t has none (the caller then
 // uses panel_decode_generic). Same result as panel_decode_generic, bit for bit.
