@@ -189,6 +189,22 @@ TEST_CASE("cpu fixed_to_f32_fast: the reference's bits over every magnitude, exp
   CHECK(n_checked > 200000);
 }
 
+TEST_CASE("cpu round_shift_fast: the reference's bits for every shift direction, ties included") {
+  rng r{29};
+  int n_checked = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const int bits = static_cast<int>(r.range(0, 44));
+    int64_t v = static_cast<int64_t>(r.next() >> (63 - bits));
+    const int64_t s = r.range(-70, 62 - bits - 1);
+    if (r.range(0, 3) == 0 && s < 0 && -s < 40) v = (v >> -s << -s) | (int64_t(1) << (-s - 1));  // exact ties
+    if (r.range(0, 1)) v = -v;
+    const int64_t a = numerics::round_shift(v, static_cast<int>(s)), b = cpu::round_shift_fast(v, s);
+    if (a != b) FAIL_CHECK("v " << v << " shift " << s << ": " << a << " vs " << b);
+    ++n_checked;
+  }
+  CHECK(n_checked == 200000);
+}
+
 TEST_CASE("cpu matmul: row bounds equal the decoded blocks' exponent bound on every type") {
   rng r{11};
   for (dtype t : kFastTypes) {

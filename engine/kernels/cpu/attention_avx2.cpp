@@ -1,8 +1,8 @@
-// The AVX2 variant of the three attention passes (attention_internal.h).
+// The AVX2 variant of the three attention passes (exact_inline.h).
 //
 // Scores: per position and block, two vpmaddwd give 16 int32 pair sums (each < 2^31), widened to
 // int64 and summed; the block sums are rounded onto the position's grid and the total converted
-// with attn_fixed_to_f32 (attention_internal.h). Weights: exp_f32 on 8 lanes, the same correctly
+// with fixed_to_f32_fast (attention_internal.h). Weights: exp_f32 on 8 lanes, the same correctly
 // rounded mul/add/sub sequence (no FMA). Values: one half value block at a time over every
 // position, its 16 int64 sums held in four registers, each position adding W * v (vpmuldq)
 // rounded with one shift count. AVX2 has no 64-bit arithmetic shift, so a right shift by n
@@ -51,24 +51,17 @@ inline int64_t dot_block(const int16_t* a, const int16_t* b) {
   return _mm_cvtsi128_si64(h);
 }
 
-// round_shift(v, sh) for |v| < 2^62.
-inline int64_t shift_rne(int64_t v, int sh) {
-  if (sh >= 0) return static_cast<int64_t>(static_cast<uint64_t>(v) << sh);
-  const int n = -sh > 63 ? 63 : -sh;
-  return (v + ((int64_t{1} << (n - 1)) - 1) + ((v >> n) & 1)) >> n;
-}
-
 float score_one(const attn_query& q, const int16_t* kq, const int32_t* ke, int clog, float scale) {
   int32_t ek_max = kExpZero;
   for (int64_t b = 0; b < q.n_blocks; ++b) ek_max = ke[b] > ek_max ? ke[b] : ek_max;
-  if (ek_max == kExpZero) return attn_flush(0.0f * scale);
+  if (ek_max == kExpZero) return flush_fast(0.0f * scale);
   const int32_t g = q.max_exp + ek_max - kShiftConst + clog;
   int64_t acc = 0;
   for (int64_t b = 0; b < q.n_blocks; ++b) {
     if (q.exp[b] == kExpZero || ke[b] == kExpZero) continue;
-    acc += shift_rne(dot_block(q.q + b * kBlock, kq + b * kBlock), q.exp[b] + ke[b] - g);
+    acc += round_shift_fast(dot_block(q.q + b * kBlock, kq + b * kBlock), q.exp[b] + ke[b] - g);
   }
-  return attn_flush(attn_fixed_to_f32(acc, g) * scale);
+  return flush_fast(fixed_to_f32_fast(acc, g) * scale);
 }
 
 inline __m256 flush_v(__m256 x) {

@@ -29,18 +29,6 @@ constexpr uint32_t kExpMask = 0x7f800000u;
 constexpr int kWeightBits = 30;  // softmax weights on a 2^-30 grid (attention_ref.cpp)
 constexpr int kValueBits = 15;   // |v| <= 32767 < 2^15
 
-// v * 2^-n rounded half to even for n >= 1, |v| < 2^62; n is clamped to 63.
-inline int64_t shift_right_rne(int64_t v, int n) {
-  if (n > 63) n = 63;
-  return (v + ((int64_t{1} << (n - 1)) - 1) + ((v >> n) & 1)) >> n;
-}
-
-// round_shift(v, sh) for the bounded values of attention_internal.h.
-inline int64_t shift_rne(int64_t v, int sh) {
-  if (sh >= 0) return static_cast<int64_t>(static_cast<uint64_t>(v) << sh);
-  return shift_right_rne(v, -sh);
-}
-
 // sum_i a_i b_i over one block (|sum| < 2^35).
 inline int64_t dot_block(const int16_t* a, const int16_t* b) {
   int64_t s = 0;
@@ -51,14 +39,14 @@ inline int64_t dot_block(const int16_t* a, const int16_t* b) {
 float score_one(const attn_query& q, const int16_t* kq, const int32_t* ke, int clog, float scale) {
   int32_t ek_max = EXP_ZERO;
   for (int64_t b = 0; b < q.n_blocks; ++b) ek_max = ke[b] > ek_max ? ke[b] : ek_max;
-  if (ek_max == EXP_ZERO) return attn_flush(0.0f * scale);
+  if (ek_max == EXP_ZERO) return flush_fast(0.0f * scale);
   const int32_t g = q.max_exp + ek_max - kScoreShiftConst + clog;
   int64_t acc = 0;
   for (int64_t b = 0; b < q.n_blocks; ++b) {
     if (q.exp[b] == EXP_ZERO || ke[b] == EXP_ZERO) continue;
-    acc += shift_rne(dot_block(q.q + b * QBLOCK, kq + b * QBLOCK), q.exp[b] + ke[b] - g);
+    acc += round_shift_fast(dot_block(q.q + b * QBLOCK, kq + b * QBLOCK), q.exp[b] + ke[b] - g);
   }
-  return attn_flush(attn_fixed_to_f32(acc, g) * scale);
+  return flush_fast(fixed_to_f32_fast(acc, g) * scale);
 }
 
 // rne(w * 2^30) for w = exp_f32(...) in [0, 1]: w * 2^30 is exact, and below 2^23 adding and
@@ -178,13 +166,8 @@ void attention_values_scalar(const int32_t* w, const kv_head_view& v, int64_t n_
       if (ev == EXP_ZERO) continue;
       const int16_t* a = v.q + t * v.q_stride + b * QBLOCK;
       int64_t* out = acc + b * QBLOCK;
-      const int sh = ev - gv[b];
-      if (sh >= 0) {
-        for (int i = 0; i < QBLOCK; ++i) out[i] += static_cast<int64_t>(static_cast<uint64_t>(wt * a[i]) << sh);
-      } else {
-        const int n = -sh > 63 ? 63 : -sh;
-        for (int i = 0; i < QBLOCK; ++i) out[i] += shift_right_rne(wt * a[i], n);
-      }
+      const int64_t sh = ev - gv[b];
+      for (int i = 0; i < QBLOCK; ++i) out[i] += round_shift_fast(wt * a[i], sh);
     }
   }
 }

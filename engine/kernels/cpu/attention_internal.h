@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/exact_inline.h"
 #include "kernels/ref/ref.h"
 
 namespace detaudit::kernels::cpu {
@@ -33,30 +34,6 @@ struct attn_query {
   int32_t max_exp = 0;           // not EXP_ZERO (the caller handles an all-zero query)
   int64_t n_blocks = 0;
 };
-
-// numerics::fixed_to_f32(v, g) for |v| < 2^52 and g in [-1000, 1000], through double: v * 2^g is
-// exact there and one conversion rounds it half to even with overflow to +-inf; a value below
-// 2^-126 gives the reference's result directly (+-2^-126 from 2^-126 - 2^-151 up, which is where
-// rounding to 24 bits reaches 2^-126, else a zero of v's sign).
-inline float attn_fixed_to_f32(int64_t v, int32_t g) {
-  const uint64_t bits = static_cast<uint64_t>(g + 1023) << 52;
-  double p;
-  std::memcpy(&p, &bits, sizeof p);
-  const double x = static_cast<double>(v) * p;
-  const double ax = x < 0 ? -x : x;
-  if (ax >= 0x1p-126) return static_cast<float>(x);
-  const float r = ax >= 0x1p-126 - 0x1p-151 ? 0x1p-126f : 0.0f;
-  return x < 0 ? -r : r;
-}
-
-// flush(x) of numerics: a subnormal becomes a zero of its sign.
-inline float attn_flush(float x) {
-  uint32_t b;
-  std::memcpy(&b, &x, sizeof b);
-  if ((b & 0x7f800000u) == 0) b &= 0x80000000u;
-  std::memcpy(&x, &b, sizeof x);
-  return x;
-}
 
 // s: (n_kv) scores of positions [0, n_kv).
 void attention_scores_scalar(const attn_query& q, const kv_head_view& k, int64_t n_kv, float scale,

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "kernels/cpu/elementwise_internal.h"
+#include "kernels/cpu/exact_inline.h"
 #include "util/error.h"
 
 namespace detaudit::kernels::cpu {
@@ -23,11 +24,6 @@ constexpr uint32_t kFracMask = 0x007fffffu;
 
 inline float bits_f(uint32_t b) { return std::bit_cast<float>(b); }
 inline uint32_t f_bits(float f) { return std::bit_cast<uint32_t>(f); }
-
-inline float flush_s(float x) {
-  const uint32_t b = f_bits(x);
-  return (b & kExpMask) == 0 ? bits_f(b & kSignBit) : x;
-}
 
 // 2^k for k in [-126, 127].
 inline float pow2_s(int k) { return bits_f(static_cast<uint32_t>(k + 127) << 23); }
@@ -71,7 +67,7 @@ inline float exp_s(float x) {
 }
 
 inline float recip_s(float x) {
-  x = flush_s(x);
+  x = flush_fast(x);
   if (x != x) return x;
   const uint32_t b = f_bits(x);
   const uint32_t sign = b & kSignBit;
@@ -91,9 +87,9 @@ inline float recip_s(float x) {
 // silu_f32; a NaN goes to numerics::silu_f32, whose product of two NaNs picks the payload.
 inline float silu_s(float x) {
   if (x != x) return numerics::silu_f32(x);
-  x = flush_s(x);
-  const float d = flush_s(1.0f + exp_s(-x));
-  return flush_s(x * recip_s(d));
+  x = flush_fast(x);
+  const float d = flush_fast(1.0f + exp_s(-x));
+  return flush_fast(x * recip_s(d));
 }
 
 void check_supported(isa i, const char* what) {
@@ -173,18 +169,18 @@ int64_t elem_sum_squares_scalar(const float* x, int64_t n, int32_t g) {
 
 void elem_scale_scalar(const float* x, const float* w, int64_t n, float r, float* out) {
   if (w) {
-    for (int64_t i = 0; i < n; ++i) out[i] = flush_s(flush_s(flush_s(x[i]) * r) * flush_s(w[i]));
+    for (int64_t i = 0; i < n; ++i) out[i] = flush_fast(flush_fast(flush_fast(x[i]) * r) * flush_fast(w[i]));
   } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = flush_s(flush_s(x[i]) * r);
+    for (int64_t i = 0; i < n; ++i) out[i] = flush_fast(flush_fast(x[i]) * r);
   }
 }
 
 void elem_swiglu_scalar(const float* gate, const float* up, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = flush_s(silu_s(gate[i]) * flush_s(up[i]));
+  for (int64_t i = 0; i < n; ++i) out[i] = flush_fast(silu_s(gate[i]) * flush_fast(up[i]));
 }
 
 void elem_add_scalar(const float* a, const float* b, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = flush_s(flush_s(a[i]) + flush_s(b[i]));
+  for (int64_t i = 0; i < n; ++i) out[i] = flush_fast(flush_fast(a[i]) + flush_fast(b[i]));
 }
 
 void elem_exp_scalar(const float* x, int64_t n, float* out) {
@@ -230,8 +226,8 @@ void rms_norm_f32_cpu(isa i, const float* x, const float* w, int64_t n, float ep
     ss = numerics::fixed_to_f32(sum_squares(i, x, n, g), g);
   }
   const float inv_n = static_cast<float>(1.0 / static_cast<double>(n));
-  const float mean = flush_s(ss * inv_n);
-  const float r = numerics::rsqrt_f32(flush_s(mean + eps));
+  const float mean = flush_fast(ss * inv_n);
+  const float r = numerics::rsqrt_f32(flush_fast(mean + eps));
   scale(i, x, w, n, r, out);
 }
 

@@ -236,18 +236,6 @@ void panel_decode_generic(gguf::dtype t, const uint8_t* w, uint64_t row_bytes, i
 
 // ---- the scalar kernel ----
 
-namespace {
-
-int64_t round_shift_fast(int64_t v, int64_t s) {
-  if (v == 0) return 0;
-  if (s >= 0) return static_cast<int64_t>(static_cast<uint64_t>(v) << s);
-  const int64_t n = s < -63 ? 63 : -s;
-  const int64_t half_m1 = (int64_t(1) << (n - 1)) - 1;
-  return (v + half_m1 + ((v >> n) & 1)) >> n;
-}
-
-}  // namespace
-
 void panel_kernel_scalar(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64_t* acc) {
   const int64_t nb = p.n_blocks;
   const int32_t c = matmul_shift_const(nb);

@@ -21,9 +21,9 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/exact_inline.h"
 
 namespace detaudit::kernels::cpu {
 
@@ -56,25 +56,6 @@ struct panel_buffer {
   ~panel_buffer();
   panel view(int64_t n_blocks);  // grows the storage when needed (64-byte aligned)
 };
-
-// numerics::fixed_to_f32(v, e), bit for bit, inline: converting v to float is one rounding to 24
-// significant bits, half to even (the same rounding, carry into the exponent included); scaling
-// by 2^e is then exact exponent arithmetic, with the reference's signed zero below 2^-126 and
-// infinity from 2^128.
-inline float fixed_to_f32_fast(int64_t v, int32_t e) {
-  if (v == 0) return 0.0f;
-  const float f = static_cast<float>(v);
-  uint32_t b;
-  std::memcpy(&b, &f, sizeof b);
-  const int64_t biased = static_cast<int64_t>((b >> 23) & 255u) + e;
-  const uint32_t sign = b & 0x80000000u;
-  if (biased < 1) b = sign;
-  else if (biased > 254) b = sign | 0x7f800000u;
-  else b = sign | static_cast<uint32_t>(biased) << 23 | (b & 0x007fffffu);
-  float r;
-  std::memcpy(&r, &b, sizeof r);
-  return r;
-}
 
 // The shift constant C of a dot product over n_blocks blocks.
 int32_t matmul_shift_const(int64_t n_blocks);
