@@ -121,7 +121,9 @@ void setup_bench(CLI::App& app) {
       "  detaudit bench -m model.gguf -t 2 --numerics exact,float\n"
       "  detaudit bench -m model.gguf -p 0 -n 128 --depth 4096 --roofline\n"
       "  detaudit bench -m model.gguf -p 512 -n 128 -t 2 --json > detaudit.json\n"
-      "  llama-bench -m model.gguf -p 512 -n 128 -t 2 -o json > llama.json   # the same fields, side by side");
+      "  llama-bench -m model.gguf -p 512 -n 128 -t 2 -o json > llama.json   # the same fields, side by side\n"
+      "  DETAUDIT_CPU_ISA=avx2 detaudit bench -m model.gguf   # exact kernels of another instruction set\n"
+      "                                                       # (scalar, avx2, avx512; same bits, other speed)");
   sub->callback([opt] { run_bench(*opt); });
 }
 
