@@ -137,6 +137,7 @@ void build_app(CLI::App& app) {
   setup_report(app);
   setup_bundle(app);
   setup_bench(app);
+  setup_devices(app);
 }
 
 int report_parse_error(CLI::App& app, const CLI::ParseError& e) {

@@ -2,6 +2,7 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <thread>
 
 #include "commands.h"
@@ -16,6 +17,7 @@ struct bench_cmd_options {
   std::string model;
   runtime::bench_params bench;
   std::vector<std::string> numerics{"exact"};
+  std::vector<std::string> backends{"cpu"};
   bool roofline = false;
   int64_t roofline_mib = 0;
   bool json = false;
@@ -60,6 +62,15 @@ void print_roofline(const runtime::bench_model_info& info, const model::hparams&
 void run_bench(const bench_cmd_options& o) {
   runtime::bench_params params = o.bench;
   params.numerics = parse_numerics(o.numerics);
+  params.backends.clear();
+  for (const std::string& given : o.backends) {
+    std::stringstream ss(given);
+    std::string name;
+    while (std::getline(ss, name, ',')) {
+      const runtime::backend_kind b = runtime::backend_from_name(name);
+      if (std::find(params.backends.begin(), params.backends.end(), b) == params.backends.end()) params.backends.push_back(b);
+    }
+  }
   auto m = model::model::load(o.model);
   const runtime::bench_model_info info = runtime::bench_describe(*m);
   const std::vector<runtime::bench_result> rows = runtime::bench_run(m, params);
@@ -99,6 +110,11 @@ void setup_bench(CLI::App& app) {
                   "exact, float or reference; repeat it or write exact,float for one row per mode, measured side "
                   "by side")
       ->capture_default_str()->type_name("MODE[,MODE]");
+  sub->add_option("--backend", opt->backends,
+                  "cpu, vulkan or cuda; cpu,vulkan measures the exact rows on both side by side (float and reference "
+                  "rows run on the CPU)")
+      ->capture_default_str()->type_name("NAME[,NAME]");
+  sub->add_option("--device", b.device, "GPU device index, as 'detaudit devices' lists them")->capture_default_str()->type_name("N");
   sub->add_option("-r,--repetitions", b.reps, "Timed repetitions of each test")->capture_default_str()->check(CLI::Range(1, 1000000));
   sub->add_option("-d,--depth", b.n_depth, "Tokens of context filled (untimed) before each test: 'tg128 @ d4096'")
       ->capture_default_str()->check(CLI::NonNegativeNumber);

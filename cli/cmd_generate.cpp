@@ -21,6 +21,7 @@ struct generate_cmd_options {
   std::string chat_template;
   bool no_thinking = false;
   std::string numerics = "exact";
+  backend_options backend;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int64_t ubatch = 512;
   int64_t ctx_size = 0;
@@ -43,6 +44,7 @@ std::string read_prompt_file(const std::string& path) {
 void run_generate(const generate_cmd_options& o) {
   runtime::context_params cp;
   cp.numerics = runtime::numerics_from_name(o.numerics);
+  apply_backend_options(o.backend, cp);
   cp.n_threads = o.threads;
   cp.n_ubatch = o.ubatch;
   cp.n_ctx = o.ctx_size;
@@ -99,6 +101,7 @@ void setup_generate(CLI::App& app) {
                   "exact: integer sums, bit-identical under any batching/threads/ubatch; float: an ordinary engine's "
                   "arithmetic; reference: float64 ground truth (slow)")
       ->capture_default_str()->type_name("MODE");
+  add_backend_options(sub, opt->backend);
   sub->add_option("-t,--threads", opt->threads, "Threads used by the engine")->capture_default_str();
   sub->add_option("--ubatch", opt->ubatch, "Most tokens evaluated in one forward step (-ub)")->capture_default_str();
   sub->add_option("-c,--ctx-size", opt->ctx_size, "Context length; 0: the model's trained context")->capture_default_str();

@@ -17,6 +17,7 @@ struct score_cmd_options {
   std::string reference;
   int top_k = 10;
   std::string numerics = "exact";
+  backend_options backend;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int64_t ubatch = 512;
   int64_t ctx_size = 0;
@@ -34,6 +35,7 @@ void run_score(const score_cmd_options& o) {
   }
   runtime::context_params cp;
   cp.numerics = runtime::numerics_from_name(o.numerics);
+  apply_backend_options(o.backend, cp);
   cp.n_threads = o.threads;
   cp.n_ubatch = o.ubatch;
   cp.n_ctx = o.ctx_size;
@@ -68,6 +70,7 @@ void setup_score(CLI::App& app) {
   sub->add_option("--top-k", opt->top_k, "Top log-probabilities reported per step")->capture_default_str();
   sub->add_option("--numerics", opt->numerics, "exact, float or reference (see 'detaudit generate --help')")
       ->capture_default_str()->type_name("MODE");
+  add_backend_options(sub, opt->backend);
   sub->add_option("-t,--threads", opt->threads, "Threads used by the engine")->capture_default_str();
   sub->add_option("--ubatch", opt->ubatch, "Most tokens evaluated in one forward step (-ub)")->capture_default_str();
   sub->add_option("-c,--ctx-size", opt->ctx_size, "Context length; 0: the model's trained context")->capture_default_str();

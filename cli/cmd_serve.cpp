@@ -21,6 +21,7 @@ struct serve_cmd_options {
   int64_t ubatch = 512;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::string numerics = "exact";
+  backend_options backend;
   std::string spec;
   std::string draft;
   int n_draft = 8;
@@ -34,6 +35,7 @@ struct serve_cmd_options {
 serve::scheduler_params scheduler_params_make(const serve_cmd_options& o) {
   serve::scheduler_params sp;
   sp.ctx.numerics = runtime::numerics_from_name(o.numerics);
+  apply_backend_options(o.backend, sp.ctx);
   sp.ctx.n_threads = o.threads;
   sp.ctx.n_ubatch = o.ubatch;
   sp.ctx.n_ctx = o.ctx_size;
@@ -103,6 +105,7 @@ void setup_serve(CLI::App& app) {
   sub->add_option("--ubatch", opt->ubatch, "Most tokens evaluated in one forward step (-ub)")->capture_default_str();
   sub->add_option("-t,--threads", opt->threads, "Threads used by the engine")->capture_default_str();
   sub->add_option("--numerics", opt->numerics, "exact (bit-identical under any batching) or float")->capture_default_str()->type_name("MODE");
+  add_backend_options(sub, opt->backend);
   sub->add_option("--host", opt->http.host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", opt->http.port, "Port to listen on; 0: any free port (printed)")->check(CLI::Range(0, 65535))->capture_default_str();
   CLI::Option* key = sub->add_option("--api-key", opt->api_key, "Require 'Authorization: Bearer KEY' on every route but /health")

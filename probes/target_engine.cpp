@@ -37,6 +37,8 @@ struct engine_settings {
   std::string path;
   std::vector<std::pair<std::string, std::string>> query;
   runtime::numerics_mode numerics = runtime::NUMERICS_EXACT;
+  runtime::backend_kind backend = runtime::BACKEND_CPU;
+  int device = 0;
   int threads = 1;
   int64_t ubatch = 512;
   bool spec_ngram = false;
@@ -56,6 +58,8 @@ int64_t parse_int(const std::string& spec, const std::string& key, const std::st
 
 void setting_apply(engine_settings& s, const std::string& spec, const std::string& key, const std::string& v) {
   if (key == "numerics") s.numerics = runtime::numerics_from_name(v);
+  else if (key == "backend") s.backend = runtime::backend_from_name(v);
+  else if (key == "device") s.device = static_cast<int>(parse_int(spec, key, v, 0, 255));
   else if (key == "threads") s.threads = static_cast<int>(parse_int(spec, key, v, 1, 1024));
   else if (key == "ubatch") s.ubatch = parse_int(spec, key, v, 1, 1 << 20);
   else if (key == "ctx") s.ctx = parse_int(spec, key, v, 0, int64_t{1} << 24);
@@ -66,7 +70,7 @@ void setting_apply(engine_settings& s, const std::string& spec, const std::strin
     s.spec_ngram = v == "ngram";
   } else {
     throw input_error("target '" + spec + "': unknown engine setting '" + key +
-                      "' (expected numerics, threads, ubatch, spec, ctx, np, chat_template)");
+                      "' (expected numerics, backend, device, threads, ubatch, spec, ctx, np, chat_template)");
   }
 }
 
@@ -116,6 +120,8 @@ class engine_target : public target {
   engine_target(engine_settings s, std::shared_ptr<const model::model> m) : s_(std::move(s)), m_(std::move(m)) {
     serve::scheduler_params p;
     p.ctx.numerics = s_.numerics;
+    p.ctx.backend = s_.backend;
+    p.ctx.device = s_.device;
     p.ctx.n_threads = s_.threads;
     p.ctx.n_ubatch = s_.ubatch;
     const int64_t trained = m_->hp().n_ctx_train > 0 ? m_->hp().n_ctx_train : k_slot_ctx_max;
@@ -151,6 +157,8 @@ class engine_target : public target {
 json engine_target::settings_json() const {
   const serve::scheduler_params& p = sched_->params();
   return {{"numerics", runtime::numerics_name(s_.numerics)},
+          {"backend", runtime::backend_name(s_.backend)},
+          {"device", sched_->device_description()},
           {"threads", s_.threads},
           {"ubatch", s_.ubatch},
           {"spec", s_.spec_ngram ? "ngram" : "none"},

@@ -86,6 +86,7 @@ void summarise(bench_result& r, int64_t n_tokens) {
 
 void check_params(const bench_params& p) {
   if (p.numerics.empty()) throw input_error("bench: no numerics to measure");
+  if (p.backends.empty()) throw input_error("bench: no backend to measure on");
   if (p.reps < 1) throw input_error("bench: repetitions must be at least 1, found " + std::to_string(p.reps));
   if (p.n_threads < 1) throw input_error("bench: threads must be at least 1, found " + std::to_string(p.n_threads));
   if (p.n_prompt < 0 || p.n_gen < 0 || p.n_depth < 0)
@@ -199,21 +200,28 @@ uint64_t bench_kv_bytes_per_pos(const model::hparams& hp, numerics_mode numerics
 std::vector<bench_result> bench_run(std::shared_ptr<const model::model> m, const bench_params& p) {
   check_params(p);
   std::vector<std::unique_ptr<context>> ctxs;
-  for (numerics_mode nm : p.numerics) {
-    context_params cp;
-    cp.numerics = nm;
-    cp.n_threads = p.n_threads;
-    cp.n_ubatch = p.n_ubatch;
-    cp.n_ctx = p.n_depth + std::max(p.n_prompt, p.n_gen) + 1;
-    ctxs.push_back(std::make_unique<context>(m, cp));
-  }
+  std::vector<numerics_mode> modes;
+  for (numerics_mode nm : p.numerics)
+    for (backend_kind b : nm == NUMERICS_EXACT ? p.backends : std::vector<backend_kind>{BACKEND_CPU}) {
+      context_params cp;
+      cp.numerics = nm;
+      cp.backend = b;
+      cp.device = p.device;
+      cp.n_threads = p.n_threads;
+      cp.n_ubatch = p.n_ubatch;
+      cp.n_ctx = p.n_depth + std::max(p.n_prompt, p.n_gen) + 1;
+      ctxs.push_back(std::make_unique<context>(m, cp));
+      modes.push_back(nm);
+    }
   std::vector<bench_result> rows;
   for (const bool pp : {true, false}) {
     if ((pp ? p.n_prompt : p.n_gen) == 0) continue;
     const size_t first = rows.size();
     for (size_t i = 0; i < ctxs.size(); ++i) {
       bench_result r;
-      r.numerics = p.numerics[i];
+      r.numerics = modes[i];
+      r.backend = ctxs[i]->params().backend;
+      r.device = ctxs[i]->device_description();
       r.n_threads = p.n_threads;
       r.n_prompt = pp ? p.n_prompt : 0;
       r.n_gen = pp ? 0 : p.n_gen;
@@ -280,18 +288,26 @@ std::string bench_test_name(const bench_result& r) {
   return s;
 }
 
+std::string bench_row_name(const bench_result& r) {
+  std::string s = numerics_name(r.numerics);
+  if (r.backend != BACKEND_CPU) s += std::string("/") + backend_name(r.backend);
+  return s;
+}
+
 std::string bench_table(const bench_model_info& info, const std::vector<bench_result>& rows) {
+  int w = 8;  // the numerics column: as llama-bench's backend column, wider for "exact/vulkan"
+  for (const bench_result& r : rows) w = std::max(w, static_cast<int>(bench_row_name(r).size()));
   char line[512];
   std::string out;
-  std::snprintf(line, sizeof line, "| %-30s | %10s | %10s | %-8s | %7s | %13s | %20s |\n", "model", "size", "params",
+  std::snprintf(line, sizeof line, "| %-30s | %10s | %10s | %-*s | %7s | %13s | %20s |\n", "model", "size", "params", w,
                 "numerics", "threads", "test", "t/s");
   out += line;
-  out += "| ------------------------------ | ---------: | ---------: | -------- | ------: | ------------: | "
-         "-------------------: |\n";
+  out += "| ------------------------------ | ---------: | ---------: | " + std::string(static_cast<size_t>(w), '-') +
+         " | ------: | ------------: | -------------------: |\n";
   for (const bench_result& r : rows) {
     const std::string ts = pad_left(fixed(r.avg_ts, 2) + " ± " + fixed(r.stddev_ts, 2), 20);
-    std::snprintf(line, sizeof line, "| %-30s | %10s | %10s | %-8s | %7d | %13s | %s |\n", info.type.c_str(),
-                  size_text(info.size).c_str(), params_text(info.n_params).c_str(), numerics_name(r.numerics),
+    std::snprintf(line, sizeof line, "| %-30s | %10s | %10s | %-*s | %7d | %13s | %s |\n", info.type.c_str(),
+                  size_text(info.size).c_str(), params_text(info.n_params).c_str(), w, bench_row_name(r).c_str(),
                   r.n_threads, bench_test_name(r).c_str(), ts.c_str());
     out += line;
   }
@@ -317,6 +333,8 @@ nlohmann::json bench_to_json(const bench_model_info& info, const std::vector<ben
                    {"model_size", info.size},
                    {"model_n_params", info.n_params},
                    {"numerics", numerics_name(r.numerics)},
+                   {"backend", backend_name(r.backend)},
+                   {"device", r.device},
                    {"n_batch", r.n_ubatch},
                    {"n_ubatch", r.n_ubatch},
                    {"n_threads", r.n_threads},

@@ -27,6 +27,10 @@ namespace detaudit::runtime {
 
 struct bench_params {
   std::vector<numerics_mode> numerics{NUMERICS_EXACT};  // one row per mode and test
+  // Backends the exact rows run on, side by side (one row per backend and test; float and
+  // reference rows always run on the CPU). GPU backends use device `device`.
+  std::vector<backend_kind> backends{BACKEND_CPU};
+  int device = 0;
   int n_threads = 1;
   int64_t n_prompt = 512;  // pp test size; 0: no pp test
   int64_t n_gen = 128;     // tg test size; 0: no tg test
@@ -39,6 +43,8 @@ struct bench_params {
 // One row: one test (pp or tg) under one numerics.
 struct bench_result {
   numerics_mode numerics = NUMERICS_EXACT;
+  backend_kind backend = BACKEND_CPU;
+  std::string device;  // the context's device_description()
   int n_threads = 1;
   int64_t n_prompt = 0;  // pp rows: the prompt size, else 0
   int64_t n_gen = 0;     // tg rows: the tokens generated, else 0
@@ -93,6 +99,8 @@ bench_floor bench_floor_of(const bench_model_info& info, const model::hparams& h
 // The test name: "pp512", "tg128", with " @ d4096" when n_depth > 0.
 std::string bench_test_name(const bench_result& r);
 
+// "exact", "float", "exact/vulkan": the numerics column of the table.
+std::string bench_row_name(const bench_result& r);
 // The llama-bench style Markdown table (model, size, params, numerics, threads, test, t/s as
 // "98.12 ± 1.30"), one line per row, with its header.
 std::string bench_table(const bench_model_info& info, const std::vector<bench_result>& rows);

@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "kernels/cpu/cpu.h"
 #include "model/forward.h"
 #include "runtime/kv_cache.h"
 #include "runtime/ops_common.h"
@@ -35,6 +36,21 @@ std::unique_ptr<model::ops> ops_create(numerics_mode mode, const model::model& m
   throw std::logic_error("ops_create: unknown numerics mode");
 }
 
+const char* backend_name(backend_kind b) {
+  switch (b) {
+    case BACKEND_CPU: return "cpu";
+    case BACKEND_VULKAN: return "vulkan";
+    case BACKEND_CUDA: return "cuda";
+  }
+  return "?";
+}
+
+backend_kind backend_from_name(const std::string& name) {
+  for (backend_kind b : {BACKEND_CPU, BACKEND_VULKAN, BACKEND_CUDA})
+    if (name == backend_name(b)) return b;
+  throw input_error("backend '" + name + "': expected cpu, vulkan or cuda");
+}
+
 namespace {
 
 struct sequence {
@@ -51,6 +67,7 @@ struct context::impl {
   context_params p;
   std::unique_ptr<thread_pool> pool;
   std::unique_ptr<model::ops> ops;
+  std::string device;  // device_description()
   std::map<int32_t, sequence> seqs;
   int32_t next_id = 0;
   std::vector<token_trace> traces;
@@ -84,13 +101,22 @@ context::context(std::shared_ptr<const model::model> m, const context_params& p)
   p_->p = p;
   if (p_->p.n_ctx == 0) p_->p.n_ctx = std::min(p_->m->hp().n_ctx_train, k_max_ctx);
   if (p.n_threads > 1) p_->pool = std::make_unique<thread_pool>(p.n_threads);
-  p_->ops = ops_create(p.numerics, *p_->m, p_->pool.get());
+  if (p.backend == BACKEND_CPU) {
+    p_->ops = ops_create(p.numerics, *p_->m, p_->pool.get());
+    p_->device = std::string("cpu ") + (p.numerics == NUMERICS_EXACT ? kernels::cpu::isa_name(kernels::cpu::isa_default()) : "scalar");
+  } else {
+    if (p.numerics != NUMERICS_EXACT)
+      throw input_error(std::string("--backend ") + backend_name(p.backend) + " runs --numerics exact only, not " +
+                        numerics_name(p.numerics));
+    p_->ops = ops_gpu_create(p.backend, p.device, *p_->m, p_->pool.get(), &p_->device);
+  }
 }
 
 context::~context() = default;
 
 const model::model& context::model() const { return *p_->m; }
 const context_params& context::params() const { return p_->p; }
+const std::string& context::device_description() const { return p_->device; }
 
 int32_t context::seq_new() { return p_->add(sequence{{}, p_->empty_cache()}); }
 

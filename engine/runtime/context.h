@@ -30,8 +30,23 @@ const char* numerics_name(numerics_mode m);  // "exact", "float", "reference"
 // Parses "exact" / "float" / "reference"; throws input_error otherwise.
 numerics_mode numerics_from_name(const std::string& name);
 
+// Where the forward pass runs. GPU backends run --numerics exact only and give the CPU backend's
+// bits (kernels/gpu/gpu.h); activations and the KV cache stay in host memory either way, so cache
+// copies, truncation and save/restore do not depend on the backend.
+enum backend_kind {
+  BACKEND_CPU,
+  BACKEND_VULKAN,
+  BACKEND_CUDA,
+};
+
+const char* backend_name(backend_kind b);  // "cpu", "vulkan", "cuda"
+// Parses "cpu" / "vulkan" / "cuda"; throws input_error otherwise.
+backend_kind backend_from_name(const std::string& name);
+
 struct context_params {
   numerics_mode numerics = NUMERICS_EXACT;
+  backend_kind backend = BACKEND_CPU;
+  int device = 0;  // GPU backends: the device index (`detaudit devices`)
   int n_threads = 1;
   int64_t n_ubatch = 512;  // most tokens evaluated in one forward step
   int64_t n_ctx = 0;       // most tokens per sequence; 0: the model's trained context
@@ -55,7 +70,9 @@ struct token_trace {
 
 class context {
  public:
-  // Throws input_error for bad parameters (n_ubatch < 1, n_threads < 1, n_ctx beyond 2^24).
+  // Throws input_error for bad parameters (n_ubatch < 1, n_threads < 1, n_ctx beyond 2^24, a GPU
+  // backend with numerics other than exact, a GPU backend not built or a device that is missing
+  // or cannot run exact numerics).
   context(std::shared_ptr<const model::model> m, const context_params& p);
   ~context();
   context(const context&) = delete;
@@ -63,6 +80,9 @@ class context {
 
   const model::model& model() const;
   const context_params& params() const;
+  // What evaluates the forward pass, for run records: "cpu avx512", "vulkan 0: llvmpipe (LLVM
+  // 15.0.6, 256 bits) [llvmpipe, Mesa 22.3.6]", "cuda 0: NVIDIA H200 [...]".
+  const std::string& device_description() const;
 
   int32_t seq_new();                 // a new empty sequence; returns its id
   void seq_free(int32_t seq);

@@ -283,6 +283,7 @@ generate_result generate(context& ctx, std::span<const int32_t> prompt, const ge
   text_stream stream(p.stop, on_text);
   seq_scope seq(ctx);
   generate_result r;
+  r.device = ctx.device_description();
   r.prompt_tokens.assign(prompt.begin(), prompt.end());
   r.timings.n_prompt = static_cast<int64_t>(prompt.size());
 
@@ -423,14 +424,18 @@ std::vector<score_item> score_read_reference(const std::string& path) {
 
 // ---- results ----
 
-json run_environment() {
+json run_environment(const std::string& device) {
   std::string simd;
   try {
     simd = kernels::cpu::isa_name(kernels::cpu::isa_default());
   } catch (const input_error&) {
     simd = "invalid DETAUDIT_CPU_ISA";
   }
-  return {{"version", DETAUDIT_VERSION}, {"precision_contract", "1"}, {"simd", simd}, {"backend", "cpu"}};
+  json env = {{"version", DETAUDIT_VERSION}, {"precision_contract", "1"}, {"simd", simd},
+              {"backend", device.substr(0, device.find(' '))}};
+  if (device.empty()) env["backend"] = "cpu";
+  else env["device"] = device;
+  return env;
 }
 
 json generate_to_json(const generate_result& r, const model::model& m, numerics_mode numerics, const generate_params& p) {
@@ -447,7 +452,7 @@ json generate_to_json(const generate_result& r, const model::model& m, numerics_
             {"finish_reason", finish_reason_name(r.finish)},
             {"stop_type", stop_type_name(r.stop)},
             {"timings", timings_to_json(r.timings)},
-            {"environment", run_environment()}};
+            {"environment", run_environment(r.device)}};
   if (r.stop == STOP_WORD) j["stop_word"] = r.stop_word;
   return j;
 }

@@ -100,6 +100,7 @@ struct generate_result {
   // With context_params::trace_hashes: per evaluated position of this request (prompt and
   // generated tokens, in order), the hash of every layer's output and of the final norm.
   std::vector<token_trace> traces;
+  std::string device;  // the context's device_description()
 };
 
 // Called with each new piece of text as soon as it is safe to show: never a partial UTF-8
@@ -176,8 +177,9 @@ std::vector<score_item> score_read_reference(const std::string& path);
 
 // ---- results ----
 
-// {version, precision_contract, simd, backend} of this build.
-nlohmann::json run_environment();
+// {version, precision_contract, simd, backend[, device]} of this build; `device` is a context's
+// device_description() ("cpu avx512", "vulkan 0: llvmpipe ..."): backend is its first word.
+nlohmann::json run_environment(const std::string& device = "");
 
 // {model {path, sha256}, numerics, sampling, prompt_tokens, tokens [{id, piece, top [[id,
 // logprob]...], logit_hash}], text, chained_hash, finish_reason, stop_type, [stop_word], timings,

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "model/forward.h"
@@ -19,6 +20,10 @@ namespace detaudit::runtime {
 
 // A backend for `mode`. The model and pool must outlive it; pool may be null (one thread).
 std::unique_ptr<model::ops> ops_create(numerics_mode mode, const model::model& m, thread_pool* pool);
+// The exact ops on a GPU device (ops_gpu.cpp); `description` receives the device's description.
+// Throws input_error when the backend is not built or the device is missing or refuses.
+std::unique_ptr<model::ops> ops_gpu_create(backend_kind b, int device, const model::model& m, thread_pool* pool,
+                                           std::string* description);
 std::unique_ptr<model::ops> ops_exact_create(const model::model& m, thread_pool* pool);      // ops_exact.cpp
 std::unique_ptr<model::ops> ops_float_create(const model::model& m, thread_pool* pool);      // ops_float.cpp
 std::unique_ptr<model::ops> ops_reference_create(const model::model& m, thread_pool* pool);  // ops_reference.cpp

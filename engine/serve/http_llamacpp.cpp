@@ -159,6 +159,8 @@ void handle_props(http_state& st, const httplib::Request&, httplib::Response& re
                   {"model_path", s.model().path()},
                   {"model_sha256", s.model().sha256()},
                   {"numerics", runtime::numerics_name(s.params().ctx.numerics)},
+                  {"backend", runtime::backend_name(s.params().ctx.backend)},
+                  {"device", s.device_description()},
                   {"build_info", std::string("detaudit ") + DETAUDIT_VERSION},
                   {"system_fingerprint", st.fingerprint},
                   {"chat_template", s.model().vocab().chat_template()},

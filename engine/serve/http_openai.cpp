@@ -213,7 +213,8 @@ void handle_chat(http_state& st, const httplib::Request& req, httplib::Response&
 void handle_models(http_state& st, const httplib::Request&, httplib::Response& res) {
   const model::model& m = st.sched.model();
   json meta = {{"sha256", m.sha256()}, {"n_vocab", m.vocab().size()}, {"n_ctx_slot", st.sched.slot_n_ctx()},
-               {"numerics", runtime::numerics_name(st.sched.params().ctx.numerics)}};
+               {"numerics", runtime::numerics_name(st.sched.params().ctx.numerics)},
+               {"backend", runtime::backend_name(st.sched.params().ctx.backend)}};
   json model = {{"id", st.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "detaudit"}, {"meta", meta}};
   json_send(res, {{"object", "list"}, {"data", json::array({model})}});
 }

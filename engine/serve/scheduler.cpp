@@ -665,6 +665,7 @@ metrics_snapshot scheduler::metrics() const {
 const scheduler_params& scheduler::params() const { return p_->p; }
 const model::model& scheduler::model() const { return *p_->m; }
 int64_t scheduler::slot_n_ctx() const { return p_->slot_n_ctx; }
+const std::string& scheduler::device_description() const { return p_->ctx->device_description(); }
 
 void scheduler::stop() {
   {

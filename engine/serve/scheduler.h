@@ -122,6 +122,8 @@ class scheduler {
   const scheduler_params& params() const;
   const model::model& model() const;
   int64_t slot_n_ctx() const;  // context per slot: total / n_slots
+  // The context's device_description() ("cpu avx512", "vulkan 0: ..."); fixed at construction.
+  const std::string& device_description() const;
 
   // Stops accepting; cancels waiting requests (on_done with 503) and finishes active ones.
   void stop();

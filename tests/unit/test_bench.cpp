@@ -132,6 +132,12 @@ TEST_CASE("bench: the table reads like llama-bench") {
                "         98.12 ± 1.30 |") != std::string::npos);
   CHECK(t.find("| float    |       2 | tg128 @ d4096 |         25.00 ± 0.25 |") != std::string::npos);
   CHECK(count_of(t, "\n") == 4);
+  rt::bench_result gpu = pp;
+  gpu.backend = rt::BACKEND_VULKAN;
+  const std::string t2 = rt::bench_table(info, {pp, gpu});
+  CHECK(t2.find("| exact/vulkan |       2 |         pp512 |") != std::string::npos);
+  CHECK(t2.find("| exact        |       2 |         pp512 |") != std::string::npos);
+  CHECK(t2.find("| ------------ | ------: |") != std::string::npos);
 }
 
 TEST_CASE("bench: --json prints llama-bench compatible records for each numerics asked") {

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app.h"
+#include "kernels/gpu/gpu.h"
 #include "test_util.h"
 
 using detaudit::test::run_cmd;
@@ -45,6 +46,10 @@ TEST_CASE("cli: usage errors exit 2 with exactly one line on stderr") {
       "synth --type q4_k",                  // missing -o
       "synth -o /tmp/x.gguf --type q9_9",   // unknown type (input_error from the callback)
       "synth -o /tmp/x.gguf --n-embd abc",  // not a number
+      "generate -m " + shell_quote(detaudit::test::fixture("models/stories260K.gguf")) + " -p x --backend tpu",
+      "generate -m " + shell_quote(detaudit::test::fixture("models/stories260K.gguf")) +
+          " -p x --backend vulkan --numerics float",  // GPUs run exact only
+      "generate -m " + shell_quote(detaudit::test::fixture("models/stories260K.gguf")) + " -p x --backend cuda --device 77",
   };
   for (const std::string& args : bad) {
     CAPTURE(args);
@@ -95,4 +100,28 @@ TEST_CASE("cli: --config JSON supplies options and the command line overrides it
   CHECK(u.exit_code == 2);
   CHECK(u.err.find("unknown option 'no-such-option'") != std::string::npos);
   CHECK(count_lines(u.err) == 1);
+}
+
+TEST_CASE("cli: devices lists the CPU and every GPU API with what this build has") {
+  auto r = run_cmd(bin() + " devices --json");
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j["cpu"]["simd"].is_string());
+  REQUIRE(j["gpu"].size() == 2);
+  for (const nlohmann::json& a : j["gpu"]) {
+    const std::string name = a["api"];
+    CAPTURE(name);
+    CHECK(a["compiled"].get<bool>() ==
+          detaudit::kernels::gpu::api_compiled(name == "vulkan" ? detaudit::kernels::gpu::api::vulkan : detaudit::kernels::gpu::api::cuda));
+    for (const nlohmann::json& d : a["devices"]) {
+      CHECK(d["name"].is_string());
+      CHECK(d["exact"].is_boolean());
+      if (!d["exact"].get<bool>()) CHECK_FALSE(d["refusal"].get<std::string>().empty());
+    }
+  }
+  auto t = run_cmd(bin() + " devices");
+  REQUIRE(t.exit_code == 0);
+  CHECK(t.out.rfind("cpu: ", 0) == 0);
+  CHECK(t.out.find("\nvulkan") != std::string::npos);
+  CHECK(t.out.find("\ncuda") != std::string::npos);
 }

@@ -1,0 +1,98 @@
+// GPU devices for `--numerics exact`: one interface that the Vulkan (kernels/vulkan) and CUDA
+// (kernels/cuda) backends implement, and that runtime/ops_gpu.cpp drives.
+//
+// Goals: every op of the forward pass that does arithmetic runs on the device and gives the bytes
+// of its kernels/ref twin (docs/precision-contract.md), whatever the device, driver or tiling; the
+// per-op tests compare each call here with kernels/ref by memcmp. Calls take and return host
+// arrays and are synchronous: the device keeps the weights (uploaded once), inputs are copied in
+// and results copied out per call, so the runtime's activations and KV cache stay where the CPU
+// backend keeps them (which makes cache copy, truncation and save/restore backend-independent).
+// Non-goals: float or reference numerics on a GPU; keeping activations resident between ops.
+//
+// Thread-safety: a device is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gguf/dtype.h"
+
+namespace detaudit::kernels::gpu {
+
+enum class api { vulkan, cuda };
+
+const char* api_name(api a);          // "vulkan", "cuda"
+bool api_compiled(api a);             // built with -DDETAUDIT_VULKAN=ON / -DDETAUDIT_CUDA=ON
+
+struct device_desc {
+  int index = 0;              // the N of --device N (order of the API's enumeration)
+  std::string name;           // "llvmpipe (LLVM 15.0.6, 256 bits)", "NVIDIA H200"
+  std::string kind;           // "cpu", "integrated", "discrete", "virtual", "other"
+  std::string api_version;    // "1.3.230" (Vulkan) / "13.0" (CUDA runtime)
+  std::string driver;         // driver name and version as the API reports them
+  bool exact_ok = false;      // can run --numerics exact
+  std::string refusal;        // when !exact_ok: why, in one line ("no RTE rounding for float32")
+};
+
+// The devices of an API: empty when the API is compiled in but finds none (no loader, no driver,
+// no GPU). Throws input_error when the API is not compiled into this build.
+std::vector<device_desc> list_devices(api a);
+
+// A weight tensor resident on a device.
+struct weight_handle {
+  int32_t id = -1;
+};
+
+class device {
+ public:
+  virtual ~device() = default;
+  virtual const device_desc& desc() const = 0;
+
+  // Uploads n_out rows of dtype_row_bytes(t, n_in) bytes each (any type kernels/ref decodes:
+  // F32/F16/BF16 and the ten integer block types) and computes its per-row exponent bounds.
+  // The bytes are copied; `data` may be freed afterwards.
+  virtual weight_handle upload_weight(gguf::dtype t, const uint8_t* data, int64_t n_in, int64_t n_out) = 0;
+
+  // y(tok, r) = matmul_exact_ref of quantize_act(x row tok) with weight row r.
+  // x: (n_tok, n_in) floats; y: (n_tok, n_out).
+  virtual void matmul(weight_handle w, const float* x, int64_t n_tok, float* y) = 0;
+
+  // Per row of x (rows, cols), per group of `group` columns: rms_norm_f32_ref(x + g, w, group, eps).
+  // w: (group) floats or null. out may equal x.
+  virtual void rms_norm(const float* x, int64_t rows, int64_t cols, int64_t group, const float* w,
+                        float eps, float* out) = 0;
+  // swiglu_f32_ref / add_f32_ref over n elements; out may equal an input.
+  virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
+  virtual void add(const float* a, const float* b, int64_t n, float* out) = 0;
+  // x(r, i) = flush(x(r, i) + b(i)), x: (rows, cols), b: (cols).
+  virtual void add_bias(float* x, int64_t rows, int64_t cols, const float* b) = 0;
+  // rope_f32_ref on each row of x (rows, n_head * head_dim) in place; row r uses
+  // tables + r * n_rot (rope_table_row of that row's position: n_rot / 2 (cos, sin) pairs).
+  virtual void rope(float* x, int64_t rows, int64_t n_head, int64_t head_dim, int64_t n_rot, bool neox,
+                    const float* tables) = 0;
+
+  // The KV cache cell of exact mode for one position and one layer, nb = ceil(head_dim / 32):
+  //   [K q: (n_head_kv, nb * 32) int16][V q: same][K exp: (n_head_kv, nb) int32][V exp: same]
+  // (cell_bytes = 2 * n_head_kv * nb * (32 * 2 + 4)). kv_quantize writes, for each row r of k and
+  // v (rows, n_head_kv * head_dim), the cell at cells + r * cell_bytes: each head quantized with
+  // numerics::quantize_block per 32 elements (the last block zero-padded).
+  virtual void kv_quantize(const float* k, const float* v, int64_t rows, int64_t n_head_kv,
+                           int64_t head_dim, uint8_t* cells) = 0;
+
+  // Causal attention of the query rows of ONE sequence over its cache cells of one layer:
+  // cells: n_cells consecutive cells (positions 0 .. n_cells - 1, layout above); q, out:
+  // (n_q, n_head * head_dim); query row r attends positions [0, n_kv[r]) (n_kv[r] <= n_cells);
+  // head h reads KV head h / (n_head / n_head_kv). Each head's result is attention_exact_ref's.
+  virtual void attention(const float* q, int64_t n_q, const int64_t* n_kv, int64_t n_head,
+                         int64_t n_head_kv, int64_t head_dim, const uint8_t* cells, int64_t n_cells,
+                         float kq_scale, float* out) = 0;
+};
+
+// Opens device `index` of an API for exact numerics. Throws input_error naming the problem: the
+// API not compiled in ("this build has no Vulkan backend: configure with -DDETAUDIT_VULKAN=ON"),
+// no such device (listing the ones there are), or a device that refuses exact mode (its refusal).
+std::unique_ptr<device> open_device(api a, int index);
+
+}  // namespace detaudit::kernels::gpu

@@ -1,0 +1,46 @@
+// The device that tests/backend runs on: the API of the test executable (detaudit_vulkan_tests,
+// detaudit_cuda_tests; the environment variable DETAUDIT_GPU_API overrides it), device
+// DETAUDIT_GPU_DEVICE (default 0). A build or machine without that device fails the test
+// with a message saying so: a backend test never passes without having run.
+#pragma once
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include <doctest/doctest.h>
+
+#include "kernels/gpu/gpu.h"
+
+namespace detaudit::test {
+
+inline kernels::gpu::api gpu_test_api() {
+  const char* a = std::getenv("DETAUDIT_GPU_API");
+  const std::string s = a ? a : DETAUDIT_TEST_GPU_API;
+  if (s == "cuda") return kernels::gpu::api::cuda;
+  REQUIRE_MESSAGE(s == "vulkan", "DETAUDIT_GPU_API must be vulkan or cuda, found " << s);
+  return kernels::gpu::api::vulkan;
+}
+
+inline int gpu_test_device_index() {
+  const char* d = std::getenv("DETAUDIT_GPU_DEVICE");
+  return d ? std::atoi(d) : 0;
+}
+
+// The opened test device, shared by the test cases of one process.
+inline kernels::gpu::device& gpu_test_device() {
+  static std::unique_ptr<kernels::gpu::device> dev;
+  if (!dev) {
+    const kernels::gpu::api a = gpu_test_api();
+    std::string why;
+    try {
+      dev = kernels::gpu::open_device(a, gpu_test_device_index());
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    if (!dev) FAIL("NO " << kernels::gpu::api_name(a) << " DEVICE: the backend tests did not run: " << why);
+  }
+  return *dev;
+}
+
+}  // namespace detaudit::test

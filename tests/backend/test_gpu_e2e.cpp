@@ -1,0 +1,219 @@
+// End to end on the GPU backend: every architecture and weight type of the synthetic models,
+// and stories260K, evaluated on the CPU backend and on the GPU (the test executable's API), must
+// give the same logits bit for bit (memcmp): the prompt in one step then greedy tokens one at a
+// time; the prompt in chunks (n_ubatch 7); the sequence inside a batch of other sequences; and a
+// KV cache saved on one backend and restored on the other. Also the command line:
+// `generate --backend X --hashes` prints the CPU's per-step logit hashes.
+//
+// The project's build defines DETAUDIT_TEST_HAVE_FIXTURES (the fixtures folder exists) and
+// DETAUDIT_TEST_HAVE_CLI (the detaudit binary is built); scripts/gpu-check.sh, which builds only
+// the engine, defines neither and runs the synthetic-model cases.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "gpu_test_util.h"
+#include "model/model.h"
+#include "model/synth.h"
+#include "runtime/context.h"
+#include "synth_util.h"
+#include "test_util.h"
+
+using namespace detaudit;
+
+namespace {
+
+using logits_t = std::vector<std::vector<float>>;
+using runtime::token_in;
+
+runtime::backend_kind gpu_backend() {
+  return test::gpu_test_api() == kernels::gpu::api::cuda ? runtime::BACKEND_CUDA : runtime::BACKEND_VULKAN;
+}
+
+runtime::context_params params(runtime::backend_kind b, int64_t n_ubatch = 512) {
+  runtime::context_params p;
+  p.backend = b;
+  p.device = test::gpu_test_device_index();
+  p.n_ubatch = n_ubatch;
+  p.n_ctx = 128;
+  return p;
+}
+
+std::vector<token_in> entries(int32_t seq, const std::vector<int32_t>& toks, size_t begin, size_t end) {
+  std::vector<token_in> b;
+  for (size_t i = begin; i < end; ++i) b.push_back({seq, toks[i], true});
+  return b;
+}
+
+bool same_bits(const logits_t& a, const logits_t& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].size() != b[i].size() || std::memcmp(a[i].data(), b[i].data(), 4 * a[i].size()) != 0) return false;
+  return true;
+}
+
+// The prompt in steps of n_ubatch, then n_gen greedy tokens one at a time (appended to toks).
+logits_t eval_greedy(std::shared_ptr<const model::model> m, const runtime::context_params& p, std::vector<int32_t>& toks,
+                     int n_gen) {
+  runtime::context c(std::move(m), p);
+  const int32_t s = c.seq_new();
+  logits_t out = c.decode(entries(s, toks, 0, toks.size()));
+  for (int g = 0; g < n_gen; ++g) {
+    const std::vector<float>& l = out.back();
+    toks.push_back(static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin()));
+    out.push_back(c.decode({{s, toks.back(), true}})[0]);
+  }
+  return out;
+}
+
+// The whole sequence in one step.
+logits_t eval_whole(std::shared_ptr<const model::model> m, const runtime::context_params& p, const std::vector<int32_t>& toks) {
+  runtime::context c(std::move(m), p);
+  const int32_t s = c.seq_new();
+  return c.decode(entries(s, toks, 0, toks.size()));
+}
+
+// The target's tokens two at a time between three other sequences of different lengths.
+logits_t eval_crowd(std::shared_ptr<const model::model> m, const runtime::context_params& p, const std::vector<int32_t>& toks) {
+  runtime::context c(m, p);
+  const int32_t n_vocab = static_cast<int32_t>(m->hp().n_vocab);
+  std::vector<int32_t> others = {c.seq_new(), c.seq_new(), c.seq_new()};
+  const int32_t target = c.seq_new();
+  c.decode({{others[1], 5, false}, {others[1], 9, false}, {others[1], 13, false}});
+  logits_t out;
+  for (size_t pos = 0, round = 0; pos < toks.size(); ++round) {
+    std::vector<token_in> b;
+    for (size_t k = 0; k < others.size(); ++k) {
+      b.push_back({others[k], static_cast<int32_t>((7 + 31 * k + 17 * round) % n_vocab), (k + round) % 2 == 0});
+      if (k == 1)
+        for (size_t i = 0; i < 2 && pos < toks.size(); ++i) b.push_back({target, toks[pos++], true});
+    }
+    std::vector<std::vector<float>> l = c.decode(b);
+    size_t li = 0;
+    for (const token_in& t : b) {
+      if (!t.logits) continue;
+      if (t.seq == target) out.push_back(l[li]);
+      ++li;
+    }
+  }
+  return out;
+}
+
+// The first n_prefix tokens evaluated on `first` and saved; the rest on `second` after a restore.
+logits_t eval_handover(std::shared_ptr<const model::model> m, const runtime::context_params& first,
+                       const runtime::context_params& second, const std::vector<int32_t>& toks, size_t n_prefix,
+                       const std::string& file) {
+  logits_t out;
+  {
+    runtime::context c(m, first);
+    const int32_t s = c.seq_new();
+    out = c.decode(entries(s, toks, 0, n_prefix));
+    c.seq_save(s, file);
+  }
+  runtime::context c(m, second);
+  const int32_t s = c.seq_restore(file);
+  for (auto& l : c.decode(entries(s, toks, n_prefix, toks.size()))) out.push_back(std::move(l));
+  return out;
+}
+
+std::vector<int32_t> prompt_of(const model::model& m) {
+  std::vector<int32_t> p = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376};
+  for (int i = 0; i < 10; ++i) p.push_back(static_cast<int32_t>((300 + 53 * i) % m.hp().n_vocab));
+  return p;
+}
+
+// Every condition on the GPU against the CPU baseline; returns the names of those that differ.
+std::vector<std::string> differing_conditions(const std::string& path, const std::string& scratch) {
+  test::gpu_test_device();  // fails loudly when there is no device
+  auto m = model::model::load(path);
+  const runtime::backend_kind gpu = gpu_backend();
+  std::vector<int32_t> toks = prompt_of(*m);
+  const size_t n_prompt = toks.size();
+  const logits_t base = eval_greedy(m, params(runtime::BACKEND_CPU), toks, 4);
+  std::vector<int32_t> prompt(toks.begin(), toks.begin() + static_cast<std::ptrdiff_t>(n_prompt));
+  std::vector<std::string> differ;
+  auto check = [&](const std::string& name, const logits_t& l) {
+    if (!same_bits(base, l)) differ.push_back(name);
+  };
+  check("prompt in one step, then token by token", eval_greedy(m, params(gpu), prompt, 4));
+  CHECK(prompt == toks);
+  check("whole sequence in one step", eval_whole(m, params(gpu), toks));
+  check("chunked prefill, n_ubatch 7", eval_whole(m, params(gpu, 7), toks));
+  check("inside a batch of 4 sequences", eval_crowd(m, params(gpu, 5), toks));
+  check("saved on the GPU, restored on the CPU",
+        eval_handover(m, params(gpu), params(runtime::BACKEND_CPU), toks, n_prompt, scratch + "/g2c.seq"));
+  check("saved on the CPU, restored on the GPU",
+        eval_handover(m, params(runtime::BACKEND_CPU), params(gpu), toks, n_prompt, scratch + "/c2g.seq"));
+  return differ;
+}
+
+std::string synth_path(model::arch_id a, gguf::dtype t, const std::string& dir) {
+  const std::string path = dir + "/" + model::arch_name(a) + "-" + gguf::dtype_get(t).name + ".gguf";
+  model::synth_options o = test::small_model(a, t, 13, 128);
+  model::synth_write(o, path);
+  return path;
+}
+
+// One test case per weight type, each over the three architectures.
+void check_type(gguf::dtype t) {
+  const std::string dir = test::scratch_dir(std::string("gpu_e2e_") + gguf::dtype_get(t).name);
+  for (model::arch_id a : {model::ARCH_LLAMA, model::ARCH_QWEN2, model::ARCH_QWEN3}) {
+    CAPTURE(model::arch_name(a));
+    CAPTURE(gguf::dtype_get(t).name);
+    CHECK(differing_conditions(synth_path(a, t, dir), dir) == std::vector<std::string>{});
+  }
+}
+
+}  // namespace
+
+TEST_CASE("gpu e2e: F32 models equal the CPU backend bit for bit") { check_type(gguf::DTYPE_F32); }
+TEST_CASE("gpu e2e: F16 models equal the CPU backend bit for bit") { check_type(gguf::DTYPE_F16); }
+TEST_CASE("gpu e2e: BF16 models equal the CPU backend bit for bit") { check_type(gguf::DTYPE_BF16); }
+TEST_CASE("gpu e2e: Q4_0 models equal the CPU backend bit for bit") { check_type(gguf::DTYPE_Q4_0); }
+TEST_CASE("gpu e2e: Q4_1 models equal the CPU backend bit for bit") { check_type(gguf::DTYPE_Q4_1); }
+TEST_CASE("gpu e2e: Q5_0 models equal the CPU backend bit for bit") { check_type(gguf::DTYPE_Q5_0); }
+TEST_CASE("gpu e2e: Q5_1 models equal the CPU backend bit for bit") { check_type(gguf::DTYPE_Q5_1); }
+TEST_CASE("gpu e2e: Q8_0 models equal the CPU backend bit for bit") { check_type(gguf::DTYPE_Q8_0); }
+TEST_CASE("gpu e2e: Q2_K models equal the CPU backend bit for bit") { check_type(gguf::DTYPE_Q2_K); }
+TEST_CASE("gpu e2e: Q3_K models equal the CPU backend bit for bit") { check_type(gguf::DTYPE_Q3_K); }
+TEST_CASE("gpu e2e: Q4_K models equal the CPU backend bit for bit") { check_type(gguf::DTYPE_Q4_K); }
+TEST_CASE("gpu e2e: Q5_K models equal the CPU backend bit for bit") { check_type(gguf::DTYPE_Q5_K); }
+TEST_CASE("gpu e2e: Q6_K models equal the CPU backend bit for bit") { check_type(gguf::DTYPE_Q6_K); }
+
+#ifdef DETAUDIT_TEST_HAVE_FIXTURES
+TEST_CASE("gpu e2e: stories260K (head_dim 8, n_ff 172) equals the CPU backend bit for bit") {
+  const std::string dir = test::scratch_dir("gpu_e2e_stories");
+  CHECK(differing_conditions(test::fixture("models/stories260K.gguf"), dir) == std::vector<std::string>{});
+}
+#endif
+
+TEST_CASE("gpu e2e: a GPU backend refuses float numerics with a clear error") {
+  test::gpu_test_device();
+  const std::string dir = test::scratch_dir("gpu_e2e_refuse");
+  auto m = model::model::load(synth_path(model::ARCH_LLAMA, gguf::DTYPE_Q8_0, dir));
+  runtime::context_params p = params(gpu_backend());
+  p.numerics = runtime::NUMERICS_FLOAT;
+  CHECK_THROWS_WITH_AS(runtime::context(m, p), doctest::Contains("runs --numerics exact only"), input_error);
+  p.numerics = runtime::NUMERICS_EXACT;
+  p.device = 99;
+  CHECK_THROWS_WITH_AS(runtime::context(m, p), doctest::Contains("no such"), input_error);
+}
+
+#ifdef DETAUDIT_TEST_HAVE_CLI
+// The command line end to end: the same per-step logit hashes and text from both backends.
+TEST_CASE("gpu e2e: detaudit generate --hashes prints the same lines on the GPU as on the CPU") {
+  test::gpu_test_device();
+  const std::string dir = test::scratch_dir("gpu_e2e_cli");
+  const std::string model = synth_path(model::ARCH_QWEN2, gguf::DTYPE_Q4_K, dir);
+  const std::string base = test::shell_quote(test::detaudit_bin()) + " generate -m " + test::shell_quote(model) +
+                           " -p 'Once upon a time' -n 12 --hashes --batch-with 3 -t 1";
+  const test::cmd_result cpu = test::run_cmd(base + " --backend cpu");
+  const test::cmd_result gpu = test::run_cmd(base + " --backend " + kernels::gpu::api_name(test::gpu_test_api()));
+  REQUIRE_MESSAGE(cpu.exit_code == 0, cpu.err);
+  REQUIRE_MESSAGE(gpu.exit_code == 0, gpu.err);
+  CHECK(cpu.out.find("chained ") != std::string::npos);
+  CHECK(gpu.out == cpu.out);
+}
+#endif
