@@ -116,7 +116,7 @@ class ops_exact final : public ops_storage<float> {
   void add_bias(model::act x, const std::vector<float>& b) override {
     q_cached_ = pack_cached_ = -1;
     for (int64_t t = 0; t < x.rows; ++t)
-      for (int64_t i = 0; i < x.cols; ++i) row(x, t)[i] = numerics::flush(row(x, t)[i] + b[i]);
+      kernels::add_f32_ref(row(x, t), b.data(), x.cols, row(x, t));
   }
 
   void rope(model::act x, int64_t n_head) override {
