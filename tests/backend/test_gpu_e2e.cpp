@@ -20,6 +20,7 @@
 #include "runtime/context.h"
 #include "synth_util.h"
 #include "test_util.h"
+#include "util/error.h"
 
 using namespace detaudit;
 
