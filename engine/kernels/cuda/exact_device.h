@@ -1,0 +1,592 @@
+// The per-thread arithmetic of the CUDA backend, written once for the device and the host.
+//
+// Goals: every function here is the bit-exact twin of its numerics/ or kernels/ref counterpart
+// (docs/precision-contract.md): the .cu kernels only map threads to these functions and sum their
+// integer results, and tests/unit/test_kernels_cuda_portable.cpp calls the same functions on the
+// host (compiled by the ordinary C++ compiler) and compares them with kernels/ref by memcmp.
+// Device intrinsics (__clzll, __float_as_uint, __fmul_rn, ...) have host twins below, so the
+// code around them is tested on the host too.
+// Non-goals: input validation. Callers guarantee finite inputs where the reference would throw
+// (the device checks them on the host before a call) and valid shapes; nothing here throws.
+//
+// Float operations go through fmul/fadd/fsub: on the device these are __fmul_rn / __fadd_rn /
+// __fsub_rn, which are never contracted into an FMA whatever the compiler flags.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define DETAUDIT_HD __host__ __device__ __forceinline__
+#else
+#define DETAUDIT_HD inline
+#endif
+
+namespace detaudit::kernels::cuda::xd {
+
+constexpr int QBLOCK = 32;
+constexpr int EXP_ZERO = -32768;
+constexpr int QMAX = 32767;
+constexpr int DOT_TERM_BITS = 44;
+constexpr int ACC_BITS = 62;
+constexpr int ATT_WEIGHT_BITS = 30;
+constexpr int ATT_VALUE_BITS = 15;
+
+// gguf dtype ids (gguf/dtype.h), repeated so that this header needs no project include.
+enum wtype : int32_t {
+  W_F32 = 0, W_F16 = 1, W_Q4_0 = 2, W_Q4_1 = 3, W_Q5_0 = 6, W_Q5_1 = 7, W_Q8_0 = 8,
+  W_Q2_K = 10, W_Q3_K = 11, W_Q4_K = 12, W_Q5_K = 13, W_Q6_K = 14, W_BF16 = 30
+};
+
+// ---- bit-level helpers and their host twins ----
+
+DETAUDIT_HD uint32_t f2u(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+
+DETAUDIT_HD float u2f(uint32_t u) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+
+// Leading zeros of a nonzero 64-bit value.
+DETAUDIT_HD int clz64(uint64_t a) {
+#ifdef __CUDA_ARCH__
+  return __clzll(static_cast<long long>(a));
+#else
+  return __builtin_clzll(a);
+#endif
+}
+
+DETAUDIT_HD float fmul(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+DETAUDIT_HD float fadd(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+DETAUDIT_HD float fsub(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
+// numerics::ceil_log2.
+DETAUDIT_HD int ceil_log2(int64_t v) {
+  if (v <= 1) return 0;
+  return 64 - clz64(static_cast<uint64_t>(v - 1));
+}
+
+DETAUDIT_HD float flush(float x) {
+  const uint32_t b = f2u(x);
+  return (b & 0x7f800000u) == 0 ? u2f(b & 0x80000000u) : x;
+}
+
+// numerics::f32_decompose for a finite x.
+DETAUDIT_HD void decompose(float x, int32_t* m, int* e) {
+  const uint32_t b = f2u(x);
+  const uint32_t ex = (b >> 23) & 0xffu;
+  const uint32_t frac = b & 0x007fffffu;
+  int32_t mag;
+  if (ex == 0) {
+    mag = static_cast<int32_t>(frac);
+    *e = frac ? -149 : 0;
+  } else {
+    mag = static_cast<int32_t>(frac | 0x00800000u);
+    *e = static_cast<int>(ex) - 150;
+  }
+  *m = (b & 0x80000000u) ? -mag : mag;
+}
+
+// a / 2^s rounded half to even, s >= 1.
+DETAUDIT_HD uint64_t rne_shift_right(uint64_t a, int s) {
+  if (s >= 64) return 0;
+  const uint64_t q = a >> s;
+  const uint64_t r = a & ((uint64_t(1) << s) - 1);
+  const uint64_t half = uint64_t(1) << (s - 1);
+  return (r > half || (r == half && (q & 1))) ? q + 1 : q;
+}
+
+// numerics::round_shift; a left shift must fit (the grids guarantee it).
+DETAUDIT_HD int64_t round_shift(int64_t v, int shift) {
+  if (v == 0) return 0;
+  if (shift >= 0) return static_cast<int64_t>(static_cast<uint64_t>(v) << shift);
+  const bool neg = v < 0;
+  const uint64_t a = neg ? uint64_t(0) - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
+  const uint64_t r = rne_shift_right(a, -shift);
+  return neg ? -static_cast<int64_t>(r) : static_cast<int64_t>(r);
+}
+
+// numerics::fixed_to_f32: integer operations only.
+DETAUDIT_HD float fixed_to_f32(int64_t v, int e) {
+  if (v == 0) return 0.0f;
+  const bool neg = v < 0;
+  uint64_t a = neg ? uint64_t(0) - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
+  const int bits = 64 - clz64(a);
+  int64_t ex = e;
+  if (bits > 24) {
+    a = rne_shift_right(a, bits - 24);
+    ex += bits - 24;
+    if (a == (uint64_t(1) << 24)) {
+      a >>= 1;
+      ex += 1;
+    }
+  } else {
+    a <<= (24 - bits);
+    ex -= (24 - bits);
+  }
+  const int64_t biased = ex + 150;
+  const uint32_t sign = neg ? 0x80000000u : 0u;
+  if (biased < 1) return u2f(sign);
+  if (biased > 254) return u2f(sign | 0x7f800000u);
+  return u2f(sign | static_cast<uint32_t>(biased) << 23 | (static_cast<uint32_t>(a) & 0x007fffffu));
+}
+
+// 2^k, k in [-126, 127].
+DETAUDIT_HD float pow2_f32(int k) { return u2f(static_cast<uint32_t>(k + 127) << 23); }
+
+// ---- element-wise functions (numerics/elementwise.cpp, the same sequences) ----
+
+DETAUDIT_HD float scale_pow2(float y, int k) {
+  if (k > 127) return fmul(fmul(y, pow2_f32(127)), pow2_f32(k - 127));
+  if (k < -126 || (k == -126 && y < 1.0f)) return 0.0f;
+  return fmul(y, pow2_f32(k));
+}
+
+DETAUDIT_HD void two_prod(float a, float b, float* hi, float* lo) {
+  const float split = 4097.0f;
+  const float ca = fmul(split, a);
+  const float ah = fsub(ca, fsub(ca, a));
+  const float al = fsub(a, ah);
+  const float cb = fmul(split, b);
+  const float bh = fsub(cb, fsub(cb, b));
+  const float bl = fsub(b, bh);
+  const float p = fmul(a, b);
+  *hi = p;
+  *lo = fadd(fadd(fadd(fsub(fmul(ah, bh), p), fmul(ah, bl)), fmul(al, bh)), fmul(al, bl));
+}
+
+DETAUDIT_HD float exp_f32(float x) {
+  if (x != x) return x;
+  if (x > 100.0f) return u2f(0x7f800000u);
+  if (x < -104.0f) return 0.0f;
+  const float magic = 12582912.0f;
+  const float kf = fsub(fadd(fmul(x, 1.44269504088896341f), magic), magic);
+  const float r = fsub(fsub(x, fmul(kf, 0.693359375f)), fmul(kf, -2.12194440e-4f));
+  const float z = fmul(r, r);
+  float p = 1.9875691500e-4f;
+  p = fadd(fmul(p, r), 1.3981999507e-3f);
+  p = fadd(fmul(p, r), 8.3334519073e-3f);
+  p = fadd(fmul(p, r), 4.1665795894e-2f);
+  p = fadd(fmul(p, r), 1.6666665459e-1f);
+  p = fadd(fmul(p, r), 5.0000001201e-1f);
+  const float y = fadd(fadd(fmul(p, z), r), 1.0f);
+  return scale_pow2(y, static_cast<int>(kf));
+}
+
+DETAUDIT_HD float recip_f32(float x) {
+  x = flush(x);
+  if (x != x) return x;
+  const uint32_t b = f2u(x);
+  const uint32_t sign = b & 0x80000000u;
+  const uint32_t ex = (b >> 23) & 0xffu;
+  if (ex == 0) return u2f(sign | 0x7f800000u);
+  if (ex == 255) return u2f(sign);
+  const float m = u2f((b & 0x007fffffu) | 0x3f800000u);
+  float y = u2f(0x7EF311C3u - f2u(m));
+  for (int i = 0; i < 4; ++i) y = fmul(y, fsub(2.0f, fmul(m, y)));
+  float p, pl;
+  two_prod(m, y, &p, &pl);
+  const float e = fsub(fsub(1.0f, p), pl);
+  y = fadd(y, fmul(y, e));
+  const float r = scale_pow2(y, 127 - static_cast<int>(ex));
+  return u2f(f2u(r) | sign);
+}
+
+DETAUDIT_HD float rsqrt_f32(float x) {
+  x = flush(x);
+  if (x != x) return x;
+  const uint32_t b = f2u(x);
+  const uint32_t ex = (b >> 23) & 0xffu;
+  if (ex == 0) return u2f((b & 0x80000000u) | 0x7f800000u);
+  if (b & 0x80000000u) return u2f(0x7fc00000u);
+  if (ex == 255) return 0.0f;
+  int e = static_cast<int>(ex) - 127;
+  float m = u2f((b & 0x007fffffu) | 0x3f800000u);
+  if (e & 1) {
+    m = fadd(m, m);
+    e -= 1;
+  }
+  float y = u2f(0x5F3759DFu - (f2u(m) >> 1));
+  const float h = fmul(0.5f, m);
+  for (int i = 0; i < 4; ++i) y = fmul(y, fsub(1.5f, fmul(fmul(h, y), y)));
+  float s, sl, p, pl;
+  two_prod(y, y, &s, &sl);
+  two_prod(m, s, &p, &pl);
+  const float er = fsub(fsub(fsub(1.0f, p), pl), fmul(m, sl));
+  y = fadd(y, fmul(y, fmul(0.5f, er)));
+  return fmul(y, pow2_f32(-e / 2));
+}
+
+DETAUDIT_HD float silu_f32(float x) {
+  x = flush(x);
+  const float d = flush(fadd(1.0f, exp_f32(u2f(f2u(x) ^ 0x80000000u))));
+  return flush(fmul(x, recip_f32(d)));
+}
+
+// ---- element-wise ops (kernels/ref/elementwise_ref.cpp, one element) ----
+
+DETAUDIT_HD float swiglu_one(float g, float u) { return flush(fmul(silu_f32(g), flush(u))); }
+DETAUDIT_HD float add_one(float a, float b) { return flush(fadd(flush(a), flush(b))); }
+// The bias add of gpu::device::add_bias (and of the CPU backend): flush(x + b), inputs unflushed.
+DETAUDIT_HD float bias_one(float x, float b) { return flush(fadd(x, b)); }
+
+// The RMS norm's pieces: exponent of x's square term (EXP_ZERO for a zero), the grid from the
+// largest one, one element's term on it, and the final scale of one element.
+DETAUDIT_HD int rms_exp(float x) {
+  int32_t m;
+  int e;
+  decompose(flush(x), &m, &e);
+  return m != 0 ? e : EXP_ZERO;
+}
+DETAUDIT_HD int rms_grid(int maxe, int64_t n) { return 2 * maxe + 48 + ceil_log2(n) - 62; }
+DETAUDIT_HD int64_t rms_term(float x, int g) {
+  int32_t m;
+  int e;
+  decompose(flush(x), &m, &e);
+  if (m == 0) return 0;
+  return round_shift(static_cast<int64_t>(m) * m, 2 * e - g);
+}
+// r = rsqrt_f32(flush(mean + eps)) from the exact sum S on grid g (maxe == EXP_ZERO: all zero).
+DETAUDIT_HD float rms_scale(int64_t s, int g, int maxe, float inv_n, float eps) {
+  const float ss = maxe == EXP_ZERO ? 0.0f : fixed_to_f32(s, g);
+  const float mean = flush(fmul(ss, inv_n));
+  return rsqrt_f32(flush(fadd(mean, eps)));
+}
+DETAUDIT_HD float rms_out(float x, float r, const float* w, int64_t i) {
+  const float v = flush(fmul(flush(x), r));
+  return w ? flush(fmul(v, flush(w[i]))) : v;
+}
+
+// One rotated pair of rope_f32_ref: (x0, x1) in place with (c, s).
+DETAUDIT_HD void rope_pair(float* x0p, float* x1p, float c, float s) {
+  const float x0 = flush(*x0p);
+  const float x1 = flush(*x1p);
+  *x0p = flush(fsub(flush(fmul(x0, c)), flush(fmul(x1, s))));
+  *x1p = flush(fadd(flush(fmul(x0, s)), flush(fmul(x1, c))));
+}
+
+// ---- activation blocks ----
+
+// numerics::quantize_block for n (0..32) finite values; q gets 32 entries (zero-padded).
+DETAUDIT_HD int32_t quantize_block(const float* x, int n, int16_t* q) {
+  uint32_t amax = 0;
+  for (int i = 0; i < n; ++i) {
+    const uint32_t a = f2u(x[i]) & 0x7fffffffu;
+    if (a >= 0x00800000u && a > amax) amax = a;
+  }
+  for (int i = 0; i < QBLOCK; ++i) q[i] = 0;
+  if (amax == 0) return EXP_ZERO;
+  const int32_t bexp = static_cast<int32_t>(amax >> 23) - 127 - 14;
+  for (int i = 0; i < n; ++i) {
+    int32_t m;
+    int e;
+    decompose(flush(x[i]), &m, &e);
+    int64_t v = round_shift(m, e - bexp);
+    if (v > QMAX) v = QMAX;
+    if (v < -QMAX) v = -QMAX;
+    q[i] = static_cast<int16_t>(v);
+  }
+  return bexp;
+}
+
+// ---- weight blocks (numerics/wblock.cpp) ----
+
+struct wblock {
+  int16_t q[QBLOCK];
+  int32_t scale[2];
+  int32_t d_mant;
+  int32_t d_exp;
+  int32_t mcoef[2];
+  int32_t m_mant;
+  int32_t m_exp;
+};
+
+DETAUDIT_HD uint32_t load_u16(const uint8_t* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8; }
+DETAUDIT_HD uint32_t load_u32(const uint8_t* p) { return load_u16(p) | load_u16(p + 2) << 16; }
+
+// A finite fp16 scale as mant * 2^exp.
+DETAUDIT_HD void fp16_split(uint32_t h, int32_t* mant, int32_t* exp) {
+  const int e = (h >> 10) & 31;
+  const int32_t frac = h & 1023;
+  const int32_t m = e == 0 ? frac : 1024 + frac;
+  *exp = e == 0 ? -24 : e - 25;
+  *mant = (h & 0x8000u) ? -m : m;
+}
+
+// gguf::fp16_to_f32 for a finite value (exact).
+DETAUDIT_HD float fp16_to_f32(uint32_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16;
+  const uint32_t e = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  if (e != 0) return u2f(sign | ((e + 112) << 23) | (mant << 13));
+  if (mant == 0) return u2f(sign);
+  int ex = -14;
+  while (!(mant & 0x400u)) {
+    mant <<= 1;
+    --ex;
+  }
+  return u2f(sign | (uint32_t(ex + 127) << 23) | ((mant & 0x3ffu) << 13));
+}
+
+DETAUDIT_HD void set_plain(wblock& w, int32_t sc0, int32_t sc1) {
+  w.scale[0] = sc0;
+  w.scale[1] = sc1;
+  w.mcoef[0] = w.mcoef[1] = 0;
+  w.m_mant = 0;
+  w.m_exp = 0;
+}
+
+DETAUDIT_HD void decode_float(int32_t t, const uint8_t* row, int64_t b, int n_valid, wblock& w) {
+  float x[QBLOCK];
+  for (int i = 0; i < n_valid; ++i) {
+    const int64_t e = b * QBLOCK + i;
+    if (t == W_F32) x[i] = u2f(load_u32(row + 4 * e));
+    else if (t == W_F16) x[i] = fp16_to_f32(load_u16(row + 2 * e));
+    else x[i] = u2f(load_u16(row + 2 * e) << 16);
+  }
+  const int32_t e = quantize_block(x, n_valid, w.q);
+  w.d_mant = e == EXP_ZERO ? 0 : 1;
+  w.d_exp = e == EXP_ZERO ? 0 : e;
+  set_plain(w, 1, 1);
+}
+
+DETAUDIT_HD void decode_legacy(int32_t t, const uint8_t* row, int64_t b, wblock& w) {
+  const bool five = t == W_Q5_0 || t == W_Q5_1;
+  const bool has_min = t == W_Q4_1 || t == W_Q5_1;
+  const int64_t size = t == W_Q4_0 ? 18 : t == W_Q4_1 ? 20 : t == W_Q5_0 ? 22 : 24;
+  const uint8_t* p = row + b * size;
+  fp16_split(load_u16(p), &w.d_mant, &w.d_exp);
+  set_plain(w, 1, 1);
+  if (has_min) {
+    fp16_split(load_u16(p + 2), &w.m_mant, &w.m_exp);
+    w.mcoef[0] = w.mcoef[1] = 1;
+  }
+  const int off_qh = has_min ? 4 : 2;
+  const uint32_t qh = five ? load_u32(p + off_qh) : 0u;
+  const uint8_t* qs = p + off_qh + (five ? 4 : 0);
+  const int offset = has_min ? 0 : (five ? 16 : 8);
+  for (int j = 0; j < QBLOCK; ++j) {
+    const int nibble = j < 16 ? (qs[j] & 0xf) : (qs[j - 16] >> 4);
+    w.q[j] = static_cast<int16_t>((nibble | static_cast<int>((qh >> j) & 1u) << 4) - offset);
+  }
+}
+
+DETAUDIT_HD void decode_q8_0(const uint8_t* row, int64_t b, wblock& w) {
+  const uint8_t* p = row + b * 34;
+  fp16_split(load_u16(p), &w.d_mant, &w.d_exp);
+  set_plain(w, 1, 1);
+  for (int j = 0; j < QBLOCK; ++j) w.q[j] = static_cast<int8_t>(p[2 + j]);
+}
+
+DETAUDIT_HD int read_2bit(const uint8_t* qs, int e) {
+  return (qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3;
+}
+DETAUDIT_HD int read_bit_plane(const uint8_t* plane, int e) { return (plane[e % 32] >> (e / 32)) & 1; }
+DETAUDIT_HD int read_nibble(const uint8_t* qs, int e) {
+  return (qs[32 * (e / 64) + e % 32] >> (4 * ((e / 32) % 2))) & 15;
+}
+
+DETAUDIT_HD void read_scale_min_k4(const uint8_t* s, int j, int32_t* sc, int32_t* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
+    *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+  }
+}
+
+DETAUDIT_HD int read_scale_q3(const uint8_t* s, int i) {
+  const int low = i < 8 ? (s[i] & 15) : (s[i - 8] >> 4);
+  return low | ((s[8 + i % 4] >> (2 * (i / 4))) & 3) << 4;
+}
+
+DETAUDIT_HD void decode_q2_k(const uint8_t* p, int s, wblock& w) {
+  fp16_split(load_u16(p + 80), &w.d_mant, &w.d_exp);
+  fp16_split(load_u16(p + 82), &w.m_mant, &w.m_exp);
+  w.m_mant = -w.m_mant;
+  for (int h = 0; h < 2; ++h) {
+    w.scale[h] = p[2 * s + h] & 15;
+    w.mcoef[h] = p[2 * s + h] >> 4;
+  }
+  for (int l = 0; l < QBLOCK; ++l) w.q[l] = static_cast<int16_t>(read_2bit(p + 16, 32 * s + l));
+}
+
+DETAUDIT_HD void decode_q3_k(const uint8_t* p, int s, wblock& w) {
+  fp16_split(load_u16(p + 108), &w.d_mant, &w.d_exp);
+  set_plain(w, read_scale_q3(p + 96, 2 * s) - 32, read_scale_q3(p + 96, 2 * s + 1) - 32);
+  for (int l = 0; l < QBLOCK; ++l) {
+    const int e = 32 * s + l;
+    w.q[l] = static_cast<int16_t>(read_2bit(p + 32, e) - (read_bit_plane(p, e) ? 0 : 4));
+  }
+}
+
+DETAUDIT_HD void decode_q45_k(const uint8_t* p, int s, bool five, wblock& w) {
+  fp16_split(load_u16(p), &w.d_mant, &w.d_exp);
+  fp16_split(load_u16(p + 2), &w.m_mant, &w.m_exp);
+  w.m_mant = -w.m_mant;
+  int32_t sc, m;
+  read_scale_min_k4(p + 4, s, &sc, &m);
+  w.scale[0] = w.scale[1] = sc;
+  w.mcoef[0] = w.mcoef[1] = m;
+  const uint8_t* qs = p + (five ? 48 : 16);
+  for (int l = 0; l < QBLOCK; ++l) {
+    const int e = 32 * s + l;
+    w.q[l] = static_cast<int16_t>(read_nibble(qs, e) | (five ? read_bit_plane(p + 16, e) << 4 : 0));
+  }
+}
+
+DETAUDIT_HD void decode_q6_k(const uint8_t* p, int s, wblock& w) {
+  fp16_split(load_u16(p + 208), &w.d_mant, &w.d_exp);
+  set_plain(w, static_cast<int8_t>(p[192 + 2 * s]), static_cast<int8_t>(p[192 + 2 * s + 1]));
+  for (int l = 0; l < QBLOCK; ++l) {
+    const int e = 32 * s + l;
+    const int h = e / 128, g = (e / 32) % 4, ll = e % 32;
+    const int low = (p[64 * h + 32 * (g & 1) + ll] >> (4 * (g >> 1))) & 15;
+    const int high = (p[128 + 32 * h + ll] >> (2 * g)) & 3;
+    w.q[l] = static_cast<int16_t>((low | high << 4) - 32);
+  }
+}
+
+// numerics::weight_decode_block for a supported type t and finite scales / weights: the 32-element
+// slice b of a row; elements at or past n_valid decode as q = 0 (only F32/F16/BF16 rows have a
+// partial last block).
+DETAUDIT_HD void decode_block(int32_t t, const uint8_t* row, int64_t b, int n_valid, wblock& w) {
+  if (t == W_F32 || t == W_F16 || t == W_BF16) {
+    decode_float(t, row, b, n_valid, w);
+    return;
+  }
+  const int64_t sb = b / 8;
+  const int s = static_cast<int>(b % 8);
+  switch (t) {
+    case W_Q8_0: decode_q8_0(row, b, w); break;
+    case W_Q2_K: decode_q2_k(row + sb * 84, s, w); break;
+    case W_Q3_K: decode_q3_k(row + sb * 110, s, w); break;
+    case W_Q4_K: decode_q45_k(row + sb * 144, s, false, w); break;
+    case W_Q5_K: decode_q45_k(row + sb * 176, s, true, w); break;
+    case W_Q6_K: decode_q6_k(row + sb * 210, s, w); break;
+    default: decode_legacy(t, row, b, w); break;
+  }
+  for (int i = n_valid; i < QBLOCK; ++i) w.q[i] = 0;
+}
+
+// ---- the exact dot product (contract section 7) ----
+
+// The products are int16 activation x weight code in plain 32-bit multiplies (exact: both factors
+// are below 2^15), summed per 16-element half in int64 (int16 weights reach 2^34 there); the
+// block terms T1, T2 (below 2^44) are int64.
+DETAUDIT_HD void dot_block_terms(const int16_t* a, const wblock& w, int64_t* t1, int64_t* t2) {
+  int64_t qa[2] = {0, 0};
+  int64_t sa[2] = {0, 0};
+  for (int i = 0; i < QBLOCK; ++i) {
+    qa[i / 16] += static_cast<int32_t>(w.q[i]) * static_cast<int32_t>(a[i]);
+    sa[i / 16] += a[i];
+  }
+  *t1 = static_cast<int64_t>(w.d_mant) * (w.scale[0] * qa[0] + w.scale[1] * qa[1]);
+  *t2 = static_cast<int64_t>(w.m_mant) * (w.mcoef[0] * sa[0] + w.mcoef[1] * sa[1]);
+}
+
+// numerics::dot_grid.
+DETAUDIT_HD int32_t dot_grid(int32_t x_max_exp, int32_t w_exp_bound, int64_t n_blocks) {
+  return x_max_exp + w_exp_bound + DOT_TERM_BITS + ceil_log2(2 * n_blocks) - ACC_BITS;
+}
+
+// numerics::dot_block_fixed: one block's two terms rounded to grid g and added.
+DETAUDIT_HD int64_t dot_block_fixed(const int16_t* a, int32_t e_a, const wblock& w, int32_t g) {
+  if (e_a == EXP_ZERO) return 0;
+  int64_t t1, t2;
+  dot_block_terms(a, w, &t1, &t2);
+  return round_shift(t1, e_a + w.d_exp - g) + round_shift(t2, e_a + w.m_exp - g);
+}
+
+// The dot's result from its integer sum (x_max_exp / w_bound EXP_ZERO: +0).
+DETAUDIT_HD float dot_finish(int64_t acc, int32_t x_max_exp, int32_t w_bound, int64_t n_blocks) {
+  if (x_max_exp == EXP_ZERO || w_bound == EXP_ZERO) return 0.0f;
+  return fixed_to_f32(acc, dot_grid(x_max_exp, w_bound, n_blocks));
+}
+
+// ---- attention (contract section 11) ----
+
+// One K block (int16 values, exponent ek) as a unit-scale weight block's T1 against the query
+// block (a, ea) on grid g: the block's term of the score's integer sum.
+DETAUDIT_HD int64_t score_block_fixed(const int16_t* a, int32_t ea, const int16_t* k, int32_t ek, int32_t g) {
+  if (ea == EXP_ZERO || ek == EXP_ZERO) return 0;
+  int64_t s = 0;
+  for (int i = 0; i < QBLOCK; ++i) s += static_cast<int32_t>(a[i]) * static_cast<int32_t>(k[i]);
+  return round_shift(s, ea + ek - g);
+}
+
+// attention_score_ref for query blocks (qa, qe, q_max_exp) and one position's K blocks (k, ke),
+// nb blocks each.
+DETAUDIT_HD float attention_score(const int16_t* qa, const int32_t* qe, int32_t q_max_exp, const int16_t* k,
+                                  const int32_t* ke, int64_t nb, float kq_scale) {
+  int32_t ek = EXP_ZERO;
+  for (int64_t b = 0; b < nb; ++b) ek = ke[b] > ek ? ke[b] : ek;
+  if (q_max_exp == EXP_ZERO || ek == EXP_ZERO) return flush(fmul(0.0f, flush(kq_scale)));
+  const int32_t g = dot_grid(q_max_exp, ek, nb);
+  int64_t acc = 0;
+  for (int64_t b = 0; b < nb; ++b) acc += score_block_fixed(qa + b * QBLOCK, qe[b], k + b * QBLOCK, ke[b], g);
+  return flush(fmul(fixed_to_f32(acc, g), flush(kq_scale)));
+}
+
+// attention_weight_ref: rne(exp_f32(flush(s - m)) * 2^30), in [0, 2^30].
+DETAUDIT_HD int64_t attention_weight(float s, float m) {
+  int32_t mw;
+  int ew;
+  decompose(flush(exp_f32(flush(fsub(s, m)))), &mw, &ew);
+  return round_shift(mw, ew + ATT_WEIGHT_BITS);
+}
+
+// The value grid of one block from the largest exponent of the attended positions' V blocks.
+DETAUDIT_HD int32_t attention_value_grid(int32_t max_ev, int64_t n_kv) {
+  return max_ev == EXP_ZERO ? EXP_ZERO
+                            : max_ev + ATT_WEIGHT_BITS + ATT_VALUE_BITS + ceil_log2(n_kv) - ACC_BITS;
+}
+
+// One position's term of acc_d: weight w, value a of a block with exponent ev, grid gv.
+DETAUDIT_HD int64_t attention_value_term(int64_t w, int16_t a, int32_t ev, int32_t gv) {
+  if (w == 0 || ev == EXP_ZERO) return 0;
+  return round_shift(w * a, ev - gv);
+}
+
+// out_d from acc_d on grid gv and inv_s = recip_f32(fixed_to_f32(S, 0)).
+DETAUDIT_HD float attention_out(int64_t acc, int32_t gv, float inv_s) {
+  return gv == EXP_ZERO ? 0.0f : flush(fmul(fixed_to_f32(acc, gv), inv_s));
+}
+
+}  // namespace detaudit::kernels::cuda::xd

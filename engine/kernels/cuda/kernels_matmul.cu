@@ -1,0 +1,95 @@
+// Activation quantization and the exact matmul on CUDA (docs/precision-contract.md, sections 5
+// and 7). The arithmetic is exact_device.h's; this file maps threads to it.
+//
+// Matmul: one thread per output (token, row). A thread block takes one weight row and up to 128
+// tokens; its first threads decode 8 weight blocks into shared memory, then every thread adds
+// those blocks' terms, rounded to its own grid (x.max_exp of its token, the row's bound), to its
+// int64 sum. Integer sums: the block and token split cannot change a bit.
+// Non-goals: tensor cores, dp4a, split-K (the contract allows them; simplicity first).
+#include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/exact_device.h"
+
+namespace detaudit::kernels::cuda {
+namespace {
+
+constexpr int kDecodeBlocks = 8;   // weight blocks decoded into shared memory per step
+constexpr int64_t kMaxGridY = 65535;
+
+__global__ void quantize_blocks_kernel(const float* x, int64_t rows, int64_t n, int64_t nb, int16_t* q,
+                                       int32_t* exp) {
+  const int64_t total = rows * nb;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / nb, b = i % nb;
+    const int64_t left = n - b * xd::QBLOCK;
+    const int len = left < xd::QBLOCK ? static_cast<int>(left) : xd::QBLOCK;
+    float v[xd::QBLOCK];
+    for (int j = 0; j < len; ++j) v[j] = x[r * n + b * xd::QBLOCK + j];
+    int16_t qq[xd::QBLOCK];
+    exp[i] = xd::quantize_block(v, len, qq);
+    for (int j = 0; j < xd::QBLOCK; ++j) q[i * xd::QBLOCK + j] = qq[j];
+  }
+}
+
+__global__ void max_exp_kernel(const int32_t* exp, int64_t rows, int64_t nb, int32_t* max_exp) {
+  for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rows;
+       r += int64_t(gridDim.x) * blockDim.x) {
+    int32_t m = xd::EXP_ZERO;
+    for (int64_t b = 0; b < nb; ++b) m = exp[r * nb + b] > m ? exp[r * nb + b] : m;
+    max_exp[r] = m;
+  }
+}
+
+__global__ void matmul_kernel(int32_t t, const uint8_t* w, uint64_t row_bytes, const int32_t* bounds,
+                              int64_t n_in, int64_t n_out, const int16_t* xq, const int32_t* xexp,
+                              const int32_t* xmax, int64_t tok0, int64_t n_tok, float* y) {
+  __shared__ xd::wblock sw[kDecodeBlocks];
+  const int64_t row = blockIdx.x;
+  const int64_t tok = tok0 + int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  const int64_t nb = (n_in + xd::QBLOCK - 1) / xd::QBLOCK;
+  const uint8_t* wrow = w + static_cast<uint64_t>(row) * row_bytes;
+  const int32_t bound = bounds[row];
+  const int32_t mx = tok < n_tok ? xmax[tok] : xd::EXP_ZERO;
+  const bool live = mx != xd::EXP_ZERO && bound != xd::EXP_ZERO;
+  const int32_t g = live ? xd::dot_grid(mx, bound, nb) : 0;
+  int64_t acc = 0;
+  for (int64_t c = 0; c < nb; c += kDecodeBlocks) {
+    if (threadIdx.x < kDecodeBlocks && c + threadIdx.x < nb) {
+      const int64_t b = c + threadIdx.x;
+      const int64_t left = n_in - b * xd::QBLOCK;
+      xd::decode_block(t, wrow, b, left < xd::QBLOCK ? static_cast<int>(left) : xd::QBLOCK, sw[threadIdx.x]);
+    }
+    __syncthreads();
+    if (live) {
+      for (int i = 0; i < kDecodeBlocks && c + i < nb; ++i) {
+        const int64_t b = c + i;
+        acc += xd::dot_block_fixed(xq + (tok * nb + b) * xd::QBLOCK, xexp[tok * nb + b], sw[i], g);
+      }
+    }
+    __syncthreads();
+  }
+  if (tok < n_tok) y[tok * n_out + row] = xd::dot_finish(acc, mx, bound, nb);
+}
+
+}  // namespace
+
+void launch_quantize_rows(const float* x, int64_t rows, int64_t n, int16_t* q, int32_t* exp,
+                          int32_t* max_exp) {
+  const int64_t nb = (n + xd::QBLOCK - 1) / xd::QBLOCK;
+  DETAUDIT_LAUNCH(quantize_blocks_kernel, grid_for(rows * nb, 128), 128)(x, rows, n, nb, q, exp);
+  DETAUDIT_LAUNCH(max_exp_kernel, grid_for(rows, 128), 128)(exp, rows, nb, max_exp);
+}
+
+void launch_matmul(int32_t t, const uint8_t* w, uint64_t row_bytes, const int32_t* bounds, int64_t n_in,
+                   int64_t n_out, const int16_t* xq, const int32_t* xexp, const int32_t* xmax,
+                   int64_t n_tok, float* y) {
+  const int threads = n_tok <= 32 ? 32 : n_tok <= 64 ? 64 : 128;
+  const int64_t per_launch = kMaxGridY * threads;
+  for (int64_t tok0 = 0; tok0 < n_tok; tok0 += per_launch) {
+    const int64_t left = n_tok - tok0 < per_launch ? n_tok - tok0 : per_launch;
+    const dim3 grid(static_cast<unsigned>(n_out), static_cast<unsigned>((left + threads - 1) / threads));
+    DETAUDIT_LAUNCH(matmul_kernel, grid, threads)(t, w, row_bytes, bounds, n_in, n_out, xq, xexp, xmax, tok0, n_tok, y);
+  }
+}
+
+}  // namespace detaudit::kernels::cuda

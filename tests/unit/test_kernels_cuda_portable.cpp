@@ -1,0 +1,512 @@
+// The CUDA backend's per-thread arithmetic (kernels/cuda/exact_device.h), run on the host and
+// compared with numerics/ and kernels/ref by memcmp. Each op's test calls the header's functions
+// in the thread layout of its kernel (kernels/cuda/kernels_*.cu) and in other splits and orders,
+// so the combining logic of the kernels is checked here too; a GPU is needed only for the
+// tests/backend tests. Built in every configuration, with or without CUDA.
+#include <doctest/doctest.h>
+
+#include "test_util.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gguf/quants.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cuda/exact_device.h"
+#include "kernels/ref/ref.h"
+
+using namespace detaudit;
+namespace xd = detaudit::kernels::cuda::xd;
+using gguf::dtype;
+
+namespace {
+
+using rng = detaudit::test::test_rng;
+
+const dtype kAllTypes[] = {gguf::DTYPE_F32,  gguf::DTYPE_F16,  gguf::DTYPE_BF16, gguf::DTYPE_Q4_0,
+                           gguf::DTYPE_Q4_1, gguf::DTYPE_Q5_0, gguf::DTYPE_Q5_1, gguf::DTYPE_Q8_0,
+                           gguf::DTYPE_Q2_K, gguf::DTYPE_Q3_K, gguf::DTYPE_Q4_K, gguf::DTYPE_Q5_K,
+                           gguf::DTYPE_Q6_K};
+
+bool is_float_type(dtype t) {
+  return t == gguf::DTYPE_F32 || t == gguf::DTYPE_F16 || t == gguf::DTYPE_BF16;
+}
+
+// Offsets of the fp16 scale fields within one block of t.
+std::vector<int> fp16_fields(dtype t) {
+  switch (t) {
+    case gguf::DTYPE_Q4_1: case gguf::DTYPE_Q5_1: return {0, 2};
+    case gguf::DTYPE_Q2_K: return {80, 82};
+    case gguf::DTYPE_Q3_K: return {108};
+    case gguf::DTYPE_Q4_K: case gguf::DTYPE_Q5_K: return {0, 2};
+    case gguf::DTYPE_Q6_K: return {208};
+    default: return {0};
+  }
+}
+
+uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
+float from_bits(uint32_t b) { return std::bit_cast<float>(b); }
+
+// "" when got and want hold the same bytes, else the first differing index with both values,
+// their bits and their distance in ulps.
+std::string first_mismatch(const float* got, const float* want, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (bits(got[i]) == bits(want[i])) continue;
+    const int64_t a = static_cast<int32_t>(bits(got[i])), b = static_cast<int32_t>(bits(want[i]));
+    const int64_t ua = a < 0 ? INT32_MIN - a : a, ub = b < 0 ? INT32_MIN - b : b;
+    return "index " + std::to_string(i) + ": got " + std::to_string(got[i]) + " (bits " + std::to_string(bits(got[i])) +
+           "), want " + std::to_string(want[i]) + " (bits " + std::to_string(bits(want[i])) + "), " +
+           std::to_string(ua > ub ? ua - ub : ub - ua) + " ulp apart";
+  }
+  return "";
+}
+
+// A finite float from random bits, a quarter of them subnormal or zero.
+float random_finite(rng& r) {
+  uint32_t b = static_cast<uint32_t>(r.next());
+  if ((b & 0x7f800000u) == 0x7f800000u) b &= 0xbfffffffu;
+  if (r.range(0, 3) == 0) b &= 0x807fffffu;
+  return from_bits(b);
+}
+
+// Activations with a spread of block scales, zero blocks, subnormal sentinels and an outlier.
+std::vector<float> make_act(rng& r, int64_t n) {
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t b = 0; b * 32 < n; ++b) {
+    // Mostly 2^-6 .. 2^6; one block in 12 far away (2^-60 .. 2^60), so that some block terms
+    // round away entirely on the grid of the largest.
+    const int64_t spread = r.range(0, 11) == 0 ? 60 : 6;
+    const float sc = from_bits(static_cast<uint32_t>(127 + r.range(-spread, spread)) << 23);
+    const int64_t kind = r.range(0, 9);
+    for (int64_t i = b * 32; i < std::min(n, b * 32 + 32); ++i) {
+      float v = r.normal() * sc;
+      if (kind == 0) v = 0.0f;
+      if (kind == 1 && i % 3 == 0) v = from_bits(static_cast<uint32_t>(r.next()) & 0x807fffffu);
+      x[static_cast<size_t>(i)] = v;
+    }
+  }
+  if (n > 3 && r.range(0, 3) == 0) x[static_cast<size_t>(n / 2)] = 50.0f;
+  return x;
+}
+
+std::vector<uint8_t> make_rows(rng& r, dtype t, int64_t n_in, int64_t n_out, bool random_bytes) {
+  const uint64_t rb = gguf::dtype_row_bytes(t, n_in);
+  std::vector<uint8_t> out(rb * static_cast<uint64_t>(n_out));
+  for (int64_t row = 0; row < n_out; ++row) {
+    std::vector<float> w(static_cast<size_t>(n_in));
+    for (auto& v : w) v = 0.05f * r.normal() + (r.range(0, 7) == 0 ? 0.02f : 0.0f);
+    if (row == 1) std::fill(w.begin(), w.end(), 0.0f);  // a zero row
+    uint8_t* dst = out.data() + rb * static_cast<uint64_t>(row);
+    gguf::quants_quantize_row(t, w.data(), dst, n_in);
+    if (random_bytes && !is_float_type(t) && row != 1) {
+      // Random codes and scales, the fp16 fields kept finite (decode_block's precondition).
+      const auto& tr = gguf::dtype_get(t);
+      for (uint64_t i = 0; i < rb; ++i) dst[i] = static_cast<uint8_t>(r.next());
+      for (uint64_t blk = 0; blk < rb / tr.type_size; ++blk) {
+        for (int off : fp16_fields(t)) {
+          uint8_t* p = dst + blk * tr.type_size + static_cast<uint64_t>(off);
+          if (((p[1] >> 2) & 31) == 31) p[1] = static_cast<uint8_t>(p[1] & 0xbf);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// The host twin of quantize_blocks_kernel + max_exp_kernel: one call per (row, block).
+void quantize_rows(const float* x, int64_t rows, int64_t n, std::vector<int16_t>& q, std::vector<int32_t>& exp,
+                   std::vector<int32_t>& mx) {
+  const int64_t nb = (n + 31) / 32;
+  q.assign(static_cast<size_t>(rows * nb * 32), 0);
+  exp.assign(static_cast<size_t>(rows * nb), 0);
+  mx.assign(static_cast<size_t>(rows), xd::EXP_ZERO);
+  for (int64_t i = rows * nb - 1; i >= 0; --i) {  // any order: each block is independent
+    const int64_t r = i / nb, b = i % nb;
+    const int len = static_cast<int>(std::min<int64_t>(32, n - b * 32));
+    exp[static_cast<size_t>(i)] = xd::quantize_block(x + r * n + b * 32, len, q.data() + i * 32);
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < nb; ++b) mx[static_cast<size_t>(r)] = std::max(mx[static_cast<size_t>(r)], exp[static_cast<size_t>(r * nb + b)]);
+}
+
+}  // namespace
+
+TEST_CASE("cuda portable: round_shift fixed_to_f32 ceil_log2 flush decompose match numerics") {
+  rng r{801};
+  for (int i = 0; i < 400000; ++i) {
+    const int64_t v = static_cast<int64_t>(r.next() >> r.range(0, 63)) * (r.range(0, 1) ? 1 : -1);
+    const int s = static_cast<int>(r.range(-70, 0));
+    REQUIRE(xd::round_shift(v, s) == numerics::round_shift(v, s));
+    const int64_t small = static_cast<int64_t>(r.next() >> r.range(33, 63)) * (r.range(0, 1) ? 1 : -1);
+    const int ls = static_cast<int>(r.range(0, 30));
+    REQUIRE(xd::round_shift(small, ls) == numerics::round_shift(small, ls));
+    const int e = static_cast<int>(r.range(-220, 140));
+    const float a = xd::fixed_to_f32(v, e), b = numerics::fixed_to_f32(v, e);
+    REQUIRE(bits(a) == bits(b));
+    const int64_t c = static_cast<int64_t>(r.next() >> r.range(1, 63));
+    REQUIRE(xd::ceil_log2(c) == numerics::ceil_log2(c));
+    const float f = random_finite(r);
+    REQUIRE(bits(xd::flush(f)) == bits(numerics::flush(f)));
+    int32_t m1, m2;
+    int e1, e2;
+    xd::decompose(f, &m1, &e1);
+    numerics::f32_decompose(f, &m2, &e2);
+    REQUIRE((m1 == m2 && e1 == e2));
+  }
+  for (int64_t v : {int64_t(1), int64_t(3), int64_t(-5), (int64_t(1) << 24) - 1, (int64_t(1) << 25) - 1,
+                    (int64_t(1) << 62) - 1, -(int64_t(1) << 62)}) {
+    for (int s : {-64, -63, -40, -25, -1}) REQUIRE(xd::round_shift(v, s) == numerics::round_shift(v, s));
+    for (int e : {-200, -150, -149, -126, 0, 100, 127}) {
+      REQUIRE(bits(xd::fixed_to_f32(v, e)) == bits(numerics::fixed_to_f32(v, e)));
+    }
+  }
+  for (int k = -126; k <= 127; ++k) REQUIRE(bits(xd::pow2_f32(k)) == bits(numerics::pow2_f32(k)));
+}
+
+TEST_CASE("cuda portable: exp recip rsqrt silu match numerics bit for bit over a million inputs each") {
+  rng r{802};
+  auto sweep = [&](const std::string& name, float (*dev)(float), float (*ref)(float), float lo, float hi) {
+    int64_t bad = 0;
+    for (int i = 0; i < 1000000; ++i) {
+      // Half from random bit patterns (every class: NaN, inf, subnormal), half dense in [lo, hi].
+      const float x = i % 2 ? from_bits(static_cast<uint32_t>(r.next())) : lo + (hi - lo) * r.uniform();
+      const float a = dev(x), b = ref(x);
+      // NaN in gives NaN out; its payload and sign are not part of the contract (a GPU returns
+      // its canonical NaN), so two NaNs count as equal. Every other result is compared bit for bit.
+      if (a != a && b != b) continue;
+      if (std::memcmp(&a, &b, 4) != 0 && bad++ == 0) {
+        FAIL_CHECK(name << "(" << x << " bits " << bits(x) << "): device twin " << bits(a) << ", numerics "
+                        << bits(b));
+      }
+    }
+    CHECK_MESSAGE(bad == 0, name << ": " << bad << " mismatches");
+  };
+  sweep("exp_f32", xd::exp_f32, numerics::exp_f32, -110.0f, 110.0f);
+  sweep("recip_f32", xd::recip_f32, numerics::recip_f32, -4.0f, 4.0f);
+  sweep("rsqrt_f32", xd::rsqrt_f32, numerics::rsqrt_f32, 0.0f, 8.0f);
+  sweep("silu_f32", xd::silu_f32, numerics::silu_f32, -100.0f, 100.0f);
+}
+
+TEST_CASE("cuda portable: quantize_block matches numerics incl partial blocks and sentinels") {
+  rng r{803};
+  for (int trial = 0; trial < 20000; ++trial) {
+    float x[32];
+    const int n = trial % 7 == 0 ? static_cast<int>(r.range(0, 32)) : 32;
+    for (int i = 0; i < 32; ++i) x[i] = trial % 3 == 0 ? random_finite(r) : r.normal() * 1e-3f;
+    if (trial % 11 == 0) for (int i = 0; i < 32; ++i) x[i] = from_bits(static_cast<uint32_t>(r.next()) & 0x807fffffu);
+    if (trial % 13 == 0) x[trial % 32] = from_bits(0x7f7fffffu);  // the largest float: clamps
+    int16_t qa[32], qb[32];
+    std::memset(qa, 0x55, sizeof qa);
+    const int32_t ea = xd::quantize_block(x, n, qa);
+    const int32_t eb = numerics::quantize_block(x, n, qb);
+    REQUIRE(ea == eb);
+    REQUIRE(std::memcmp(qa, qb, sizeof qa) == 0);
+  }
+}
+
+TEST_CASE("cuda portable: weight blocks of every type decode as numerics::weight_decode_block") {
+  rng r{804};
+  for (dtype t : kAllTypes) {
+    const std::string name = gguf::dtype_get(t).name;
+    const std::vector<int64_t> lens = is_float_type(t) ? std::vector<int64_t>{1, 31, 33, 100, 256}
+                                                       : std::vector<int64_t>{256, 512};
+    for (int64_t n : lens) {
+      for (bool random_bytes : {false, true}) {
+        const std::vector<uint8_t> w = make_rows(r, t, n, 3, random_bytes);
+        const uint64_t rb = gguf::dtype_row_bytes(t, n);
+        for (int64_t row = 0; row < 3; ++row) {
+          for (int64_t b = 0; b * 32 < n; ++b) {
+            const int nv = static_cast<int>(std::min<int64_t>(32, n - b * 32));
+            const uint8_t* p = w.data() + rb * static_cast<uint64_t>(row);
+            numerics::wblock ref;
+            numerics::weight_decode_block(t, p, b, ref, nv);
+            xd::wblock dev;
+            std::memset(&dev, 0x5a, sizeof dev);
+            xd::decode_block(static_cast<int32_t>(t), p, b, nv, dev);
+            INFO(name << " n " << n << " row " << row << " block " << b);
+            REQUIRE(std::memcmp(dev.q, ref.q, sizeof ref.q) == 0);
+            REQUIRE((dev.scale[0] == ref.scale[0] && dev.scale[1] == ref.scale[1]));
+            REQUIRE((dev.d_mant == ref.d_mant && dev.d_exp == ref.d_exp));
+            REQUIRE((dev.mcoef[0] == ref.mcoef[0] && dev.mcoef[1] == ref.mcoef[1]));
+            REQUIRE((dev.m_mant == ref.m_mant && dev.m_exp == ref.m_exp));
+          }
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+// The host twin of matmul_kernel for one launch shape: decoded blocks in steps of `step` (the
+// kernel's kDecodeBlocks is 8), each (token, row) summing its terms; `order` 0 forward,
+// 1 backward, 2 two partial sums (a split-K) added at the end.
+void matmul_twin(dtype t, const uint8_t* w, int64_t n_in, int64_t n_out, const int32_t* bounds, const float* x,
+                 int64_t n_tok, int step, int order, float* y) {
+  std::vector<int16_t> q;
+  std::vector<int32_t> exp, mx;
+  quantize_rows(x, n_tok, n_in, q, exp, mx);
+  const int64_t nb = (n_in + 31) / 32;
+  const uint64_t rb = gguf::dtype_row_bytes(t, n_in);
+  std::vector<xd::wblock> sw(static_cast<size_t>(step));
+  for (int64_t row = 0; row < n_out; ++row) {
+    std::vector<int64_t> acc(static_cast<size_t>(n_tok), 0), acc2(static_cast<size_t>(n_tok), 0);
+    for (int64_t cc = 0; cc < nb; cc += step) {
+      const int64_t c = order == 1 ? ((nb - 1) / step) * step - cc : cc;
+      for (int i = 0; i < step && c + i < nb; ++i) {
+        const int64_t b = c + i;
+        xd::decode_block(static_cast<int32_t>(t), w + rb * static_cast<uint64_t>(row), b,
+                         static_cast<int>(std::min<int64_t>(32, n_in - b * 32)), sw[static_cast<size_t>(i)]);
+      }
+      for (int64_t tok = 0; tok < n_tok; ++tok) {
+        const int32_t m = mx[static_cast<size_t>(tok)];
+        if (m == xd::EXP_ZERO || bounds[row] == xd::EXP_ZERO) continue;
+        const int32_t g = xd::dot_grid(m, bounds[row], nb);
+        for (int i = 0; i < step && c + i < nb; ++i) {
+          const int64_t b = c + i;
+          const int64_t term = xd::dot_block_fixed(q.data() + (tok * nb + b) * 32, exp[static_cast<size_t>(tok * nb + b)],
+                                                   sw[static_cast<size_t>(i)], g);
+          (order == 2 && b % 2 ? acc2 : acc)[static_cast<size_t>(tok)] += term;
+        }
+      }
+    }
+    for (int64_t tok = 0; tok < n_tok; ++tok) {
+      y[tok * n_out + row] = xd::dot_finish(acc[static_cast<size_t>(tok)] + acc2[static_cast<size_t>(tok)],
+                                            mx[static_cast<size_t>(tok)], bounds[row], nb);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda portable: the matmul kernel's dot matches matmul_exact_ref for every weight type") {
+  rng r{805};
+  for (dtype t : kAllTypes) {
+    const std::string name = gguf::dtype_get(t).name;
+    const std::vector<int64_t> lens = is_float_type(t) ? std::vector<int64_t>{33, 200, 512}
+                                                       : std::vector<int64_t>{256, 768, 2048};
+    for (int64_t n_in : lens) {
+      for (bool random_bytes : {false, true}) {
+        const int64_t n_out = 7, n_tok = 5;
+        const std::vector<uint8_t> w = make_rows(r, t, n_in, n_out, random_bytes);
+        std::vector<float> x;
+        for (int64_t tok = 0; tok < n_tok; ++tok) {
+          std::vector<float> row = make_act(r, n_in);
+          if (tok == 2) std::fill(row.begin(), row.end(), 0.0f);  // a zero token
+          x.insert(x.end(), row.begin(), row.end());
+        }
+        std::vector<numerics::qvec> xs(static_cast<size_t>(n_tok));
+        for (int64_t tok = 0; tok < n_tok; ++tok) numerics::quantize_act(x.data() + tok * n_in, n_in, xs[static_cast<size_t>(tok)]);
+        std::vector<float> want(static_cast<size_t>(n_tok * n_out), -1.0f);
+        kernels::matmul_exact_ref(xs.data(), n_tok, t, w.data(), n_in, n_out, want.data(), 0, n_out);
+        std::vector<int32_t> bounds(static_cast<size_t>(n_out));
+        kernels::cpu::weight_row_bounds(t, w.data(), n_in, 0, n_out, bounds.data());
+        for (int step : {8, 3}) {
+          for (int order : {0, 1, 2}) {
+            std::vector<float> got(static_cast<size_t>(n_tok * n_out), -2.0f);
+            matmul_twin(t, w.data(), n_in, n_out, bounds.data(), x.data(), n_tok, step, order, got.data());
+            INFO(name << " n_in " << n_in << " random bytes " << random_bytes << " step " << step << " order " << order);
+            REQUIRE(first_mismatch(got.data(), want.data(), want.size()) == "");
+          }
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+// The host twin of rms_norm_kernel: `threads` strided partial maxima and sums, combined in
+// thread order (`reverse`: the opposite order).
+void rms_twin(const float* x, int64_t n, const float* w, float eps, int threads, bool reverse, float* out) {
+  std::vector<int> maxe(static_cast<size_t>(threads), xd::EXP_ZERO);
+  std::vector<int64_t> sum(static_cast<size_t>(threads), 0);
+  for (int th = 0; th < threads; ++th)
+    for (int64_t i = th; i < n; i += threads) maxe[static_cast<size_t>(th)] = std::max(maxe[static_cast<size_t>(th)], xd::rms_exp(x[i]));
+  const int m = *std::max_element(maxe.begin(), maxe.end());
+  const int g = m == xd::EXP_ZERO ? 0 : xd::rms_grid(m, n);
+  if (m != xd::EXP_ZERO)
+    for (int th = 0; th < threads; ++th)
+      for (int64_t i = th; i < n; i += threads) sum[static_cast<size_t>(th)] += xd::rms_term(x[i], g);
+  int64_t s = 0;
+  for (int k = 0; k < threads; ++k) s += sum[static_cast<size_t>(reverse ? threads - 1 - k : k)];
+  const float rr = xd::rms_scale(s, g, m, static_cast<float>(1.0 / static_cast<double>(n)), eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = xd::rms_out(x[i], rr, w, i);
+}
+
+}  // namespace
+
+TEST_CASE("cuda portable: rms_norm swiglu add add_bias rope match kernels/ref") {
+  rng r{806};
+  for (int64_t n : {1, 7, 64, 255, 2048, 5000}) {
+    for (int kind = 0; kind < 4; ++kind) {
+      std::vector<float> x(static_cast<size_t>(n)), w(static_cast<size_t>(n));
+      for (auto& v : x) v = kind == 0 ? r.normal() : kind == 1 ? random_finite(r) : kind == 2 ? 0.0f : r.normal() * 1e-30f;
+      for (auto& v : w) v = 1.0f + 0.1f * r.normal();
+      for (bool with_w : {true, false}) {
+        std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+        kernels::rms_norm_f32_ref(x.data(), with_w ? w.data() : nullptr, n, 1e-5f, want.data());
+        for (int threads : {256, 3}) {
+          for (bool reverse : {false, true}) {
+            rms_twin(x.data(), n, with_w ? w.data() : nullptr, 1e-5f, threads, reverse, got.data());
+            INFO("rms n " << n << " kind " << kind << " threads " << threads);
+            REQUIRE(first_mismatch(got.data(), want.data(), want.size()) == "");
+          }
+        }
+      }
+    }
+  }
+  const int64_t n = 100000;
+  std::vector<float> a(n), b(n), want(n), got(n);
+  for (int64_t i = 0; i < n; ++i) {
+    a[static_cast<size_t>(i)] = i % 3 ? random_finite(r) : 30.0f * r.normal();
+    b[static_cast<size_t>(i)] = i % 5 ? random_finite(r) : r.normal();
+  }
+  kernels::swiglu_f32_ref(a.data(), b.data(), n, want.data());
+  for (int64_t i = n - 1; i >= 0; --i) got[static_cast<size_t>(i)] = xd::swiglu_one(a[static_cast<size_t>(i)], b[static_cast<size_t>(i)]);
+  CHECK(first_mismatch(got.data(), want.data(), static_cast<size_t>(n)) == "");
+  kernels::add_f32_ref(a.data(), b.data(), n, want.data());
+  for (int64_t i = 0; i < n; ++i) got[static_cast<size_t>(i)] = xd::add_one(a[static_cast<size_t>(i)], b[static_cast<size_t>(i)]);
+  CHECK(first_mismatch(got.data(), want.data(), static_cast<size_t>(n)) == "");
+  for (int64_t i = 0; i < n; ++i) {
+    want[static_cast<size_t>(i)] = numerics::flush(a[static_cast<size_t>(i)] + b[static_cast<size_t>(i)]);
+    got[static_cast<size_t>(i)] = xd::bias_one(a[static_cast<size_t>(i)], b[static_cast<size_t>(i)]);
+  }
+  CHECK(first_mismatch(got.data(), want.data(), static_cast<size_t>(n)) == "");
+  // RoPE: rows at far-apart positions, both pair layouts, partial rotation.
+  for (bool neox : {false, true}) {
+    const int64_t n_head = 3, head_dim = 64, n_rot = 48;
+    for (int64_t pos : {0, 1, 17, 4095, 1000000}) {
+      std::vector<float> tab(static_cast<size_t>(n_rot));
+      kernels::rope_table_row(pos, n_rot, 10000.0, 1.0, nullptr, tab.data());
+      std::vector<float> x(static_cast<size_t>(n_head * head_dim));
+      for (auto& v : x) v = pos == 17 ? random_finite(r) : r.normal();
+      std::vector<float> ref = x, dev = x;
+      kernels::rope_f32_ref(ref.data(), n_head, head_dim, n_rot, pos, neox, tab.data());
+      for (int64_t k = n_head * (n_rot / 2) - 1; k >= 0; --k) {  // the kernel's pair index, backwards
+        const int64_t i = k % (n_rot / 2), h = k / (n_rot / 2);
+        float* xh = dev.data() + h * head_dim;
+        const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + n_rot / 2 : 2 * i + 1;
+        xd::rope_pair(xh + i0, xh + i1, tab[static_cast<size_t>(2 * i)], tab[static_cast<size_t>(2 * i + 1)]);
+      }
+      INFO("rope pos " << pos << " neox " << neox);
+      REQUIRE(first_mismatch(dev.data(), ref.data(), ref.size()) == "");
+    }
+  }
+}
+
+namespace {
+
+// The host twin of attention_kernel for one (query row, head) over a kv_head_view, `threads`
+// strided threads; partial maxima and sums combined in reverse thread order.
+void attention_twin(const float* q, int64_t head_dim, const kernels::kv_head_view& k, const kernels::kv_head_view& v,
+                    int64_t nkv, float kq_scale, int threads, float* out) {
+  const int64_t nb = (head_dim + 31) / 32;
+  if (nkv == 0) {
+    std::fill(out, out + head_dim, 0.0f);
+    return;
+  }
+  std::vector<int16_t> sq(static_cast<size_t>(nb * 32));
+  std::vector<int32_t> se(static_cast<size_t>(nb)), gv(static_cast<size_t>(nb));
+  for (int64_t b = nb - 1; b >= 0; --b)
+    se[static_cast<size_t>(b)] = xd::quantize_block(q + b * 32, static_cast<int>(std::min<int64_t>(32, head_dim - b * 32)), sq.data() + b * 32);
+  const int32_t qmax = *std::max_element(se.begin(), se.end());
+  std::vector<float> s(static_cast<size_t>(nkv)), lm(static_cast<size_t>(threads), from_bits(0xff800000u));
+  for (int th = 0; th < threads; ++th) {
+    for (int64_t t = th; t < nkv; t += threads) {
+      s[static_cast<size_t>(t)] = xd::attention_score(sq.data(), se.data(), qmax, k.q + t * k.q_stride, k.exp + t * k.exp_stride, nb, kq_scale);
+      lm[static_cast<size_t>(th)] = std::max(lm[static_cast<size_t>(th)], s[static_cast<size_t>(t)]);
+    }
+  }
+  float m = lm[static_cast<size_t>(threads - 1)];
+  for (int th = threads - 2; th >= 0; --th) m = lm[static_cast<size_t>(th)] > m ? lm[static_cast<size_t>(th)] : m;
+  if (m == 0.0f) m = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    int32_t ev = xd::EXP_ZERO;
+    for (int64_t t = 0; t < nkv; ++t) ev = std::max(ev, v.exp[t * v.exp_stride + b]);
+    gv[static_cast<size_t>(b)] = xd::attention_value_grid(ev, nkv);
+  }
+  std::vector<int32_t> wt(static_cast<size_t>(nkv));
+  int64_t total = 0;
+  for (int64_t t = nkv - 1; t >= 0; --t) {
+    wt[static_cast<size_t>(t)] = static_cast<int32_t>(xd::attention_weight(s[static_cast<size_t>(t)], m));
+    total += wt[static_cast<size_t>(t)];
+  }
+  const float inv_s = xd::recip_f32(xd::fixed_to_f32(total, 0));
+  for (int64_t d = 0; d < head_dim; ++d) {
+    const int64_t b = d / 32;
+    int64_t acc = 0;
+    for (int64_t t = 0; t < nkv; ++t)
+      acc += xd::attention_value_term(wt[static_cast<size_t>(t)], v.q[t * v.q_stride + d], v.exp[t * v.exp_stride + b], gv[static_cast<size_t>(b)]);
+    out[d] = xd::attention_out(acc, gv[static_cast<size_t>(b)], inv_s);
+  }
+}
+
+// The host twin of kv_quantize_kernel: the cells of `rows` positions.
+std::vector<uint8_t> kv_twin(const float* k, const float* v, int64_t rows, int64_t n_kv_head, int64_t head_dim) {
+  const int64_t nb = (head_dim + 31) / 32, per_kind = n_kv_head * nb;
+  const int64_t cell_bytes = 2 * per_kind * (64 + 4);
+  std::vector<uint8_t> cells(static_cast<size_t>(rows * cell_bytes), 0xee);
+  for (int64_t i = rows * 2 * per_kind - 1; i >= 0; --i) {
+    const int64_t hb = i % per_kind, kind = (i / per_kind) % 2, r = i / (2 * per_kind);
+    const int64_t h = hb / nb, b = hb % nb;
+    const float* src = (kind == 0 ? k : v) + r * n_kv_head * head_dim + h * head_dim + b * 32;
+    int16_t q[32];
+    const int32_t e = xd::quantize_block(src, static_cast<int>(std::min<int64_t>(32, head_dim - b * 32)), q);
+    uint8_t* cell = cells.data() + r * cell_bytes;
+    std::memcpy(cell + (kind * per_kind + hb) * 64, q, 64);
+    std::memcpy(cell + 2 * per_kind * 64 + (kind * per_kind + hb) * 4, &e, 4);
+  }
+  return cells;
+}
+
+}  // namespace
+
+TEST_CASE("cuda portable: kv cells and attention match numerics and attention_exact_ref") {
+  rng r{807};
+  struct shape { int64_t n_head, n_kv_head, head_dim, n_cells; };
+  for (const shape& sh : {shape{4, 2, 64, 37}, shape{2, 2, 40, 9}, shape{3, 1, 128, 130}, shape{1, 1, 32, 1},
+                          shape{8, 2, 64, 700}}) {
+    const int64_t nb = (sh.head_dim + 31) / 32, cell_bytes = 2 * sh.n_kv_head * nb * 68;
+    const int64_t kvw = sh.n_kv_head * sh.head_dim;
+    std::vector<float> k = make_act(r, sh.n_cells * kvw), v = make_act(r, sh.n_cells * kvw);
+    const std::vector<uint8_t> cells = kv_twin(k.data(), v.data(), sh.n_cells, sh.n_kv_head, sh.head_dim);
+    for (int64_t p = 0; p < sh.n_cells; ++p) {  // the cell layout of gpu.h, from numerics::quantize_act
+      for (int64_t kind = 0; kind < 2; ++kind) {
+        for (int64_t h = 0; h < sh.n_kv_head; ++h) {
+          numerics::qvec qv;
+          numerics::quantize_act((kind ? v : k).data() + p * kvw + h * sh.head_dim, sh.head_dim, qv);
+          const uint8_t* cell = cells.data() + p * cell_bytes;
+          REQUIRE(std::memcmp(cell + (kind * sh.n_kv_head + h) * nb * 64, qv.q.data(), static_cast<size_t>(nb * 64)) == 0);
+          REQUIRE(std::memcmp(cell + 2 * sh.n_kv_head * nb * 64 + (kind * sh.n_kv_head + h) * nb * 4, qv.exp.data(),
+                              static_cast<size_t>(nb * 4)) == 0);
+        }
+      }
+    }
+    const float kq_scale = kernels::attention_kq_scale(sh.head_dim);
+    for (int64_t nkv : {int64_t(0), int64_t(1), sh.n_cells / 2, sh.n_cells}) {
+      std::vector<float> q = make_act(r, sh.n_head * sh.head_dim);
+      for (int64_t h = 0; h < sh.n_head; ++h) {
+        const int64_t kvh = h / (sh.n_head / sh.n_kv_head);
+        kernels::kv_head_view kv, vv;
+        kv.q = reinterpret_cast<const int16_t*>(cells.data()) + kvh * nb * 32;
+        vv.q = kv.q + sh.n_kv_head * nb * 32;
+        kv.exp = reinterpret_cast<const int32_t*>(cells.data() + 2 * sh.n_kv_head * nb * 64) + kvh * nb;
+        vv.exp = kv.exp + sh.n_kv_head * nb;
+        kv.q_stride = vv.q_stride = cell_bytes / 2;
+        kv.exp_stride = vv.exp_stride = cell_bytes / 4;
+        std::vector<float> want(static_cast<size_t>(sh.head_dim), -1.0f), got(static_cast<size_t>(sh.head_dim), -2.0f);
+        kernels::attention_exact_ref(q.data() + h * sh.head_dim, sh.head_dim, kv, vv, nkv, kq_scale, want.data());
+        for (int threads : {128, 5}) {
+          attention_twin(q.data() + h * sh.head_dim, sh.head_dim, kv, vv, nkv, kq_scale, threads, got.data());
+          INFO("head_dim " << sh.head_dim << " n_kv " << nkv << " head " << h << " threads " << threads);
+          REQUIRE(first_mismatch(got.data(), want.data(), want.size()) == "");
+        }
+      }
+    }
+  }
+}
