@@ -7,6 +7,7 @@ packages=(
   build-essential cmake pkg-config git curl ca-certificates
   libcli11-dev nlohmann-json3-dev doctest-dev libpcre2-dev libxxhash-dev
   libcurl4-openssl-dev libcpp-httplib-dev
+  libvulkan-dev glslc mesa-vulkan-drivers
   clang libclang-rt-14-dev
   chromium
 )

@@ -4,6 +4,11 @@
 #   scripts/test.sh              set up, configure (warnings are errors), build, run all tests
 #   scripts/test.sh --sanitize   the same suite built with AddressSanitizer + UndefinedBehaviorSanitizer
 #   scripts/test.sh -L unit      extra arguments go to ctest (here: only tests labelled unit)
+#
+# The Vulkan backend is built and tested on mesa's lavapipe (label vulkan). The CUDA backend is
+# built when nvcc is found (PATH or /usr/local/cuda/bin); its tests (label cuda) run only where
+# nvidia-smi sees a GPU, otherwise this script says so and leaves them out (scripts/gpu-check.sh
+# runs them on a GPU machine). The sanitizer build leaves both GPU backends out.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -22,6 +27,20 @@ done
 
 bash scripts/setup.sh
 jobs=$(nproc 2>/dev/null || echo 2)
+if [ "$build" = build ]; then
+  cmake_args+=(-DDETAUDIT_VULKAN=ON)
+  nvcc_bin=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; } || true)
+  if [ -n "$nvcc_bin" ]; then
+    cmake_args+=(-DDETAUDIT_CUDA=ON "-DCMAKE_CUDA_COMPILER=$nvcc_bin")
+    if ! nvidia-smi -L >/dev/null 2>&1; then
+      echo "test.sh: the CUDA backend is built, but this machine has no GPU: the cuda tests are NOT run here" \
+           "(scripts/gpu-check.sh runs them on a GPU machine)" >&2
+      ctest_args=(-LE cuda "${ctest_args[@]}")
+    fi
+  else
+    echo "test.sh: no nvcc found: the CUDA backend is not built" >&2
+  fi
+fi
 cmake -S . -B "$build" "${cmake_args[@]}" >/dev/null
 cmake --build "$build" -j "$jobs"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
