@@ -22,7 +22,7 @@ nlohmann::json api_json(kernels::gpu::api a) {
   if (kernels::gpu::api_compiled(a))
     for (const kernels::gpu::device_desc& d : kernels::gpu::list_devices(a))
       devs.push_back({{"index", d.index}, {"name", d.name}, {"kind", d.kind}, {"api_version", d.api_version},
-                      {"driver", d.driver}, {"exact", d.exact_ok}, {"refusal", d.refusal}});
+                      {"driver", d.driver}, {"exact", d.exact_ok}, {"refusal", d.refusal}, {"features", d.features}});
   j["devices"] = devs;
   return j;
 }
@@ -41,7 +41,8 @@ void print_api(const nlohmann::json& j) {
     std::cout << name << " " << d["index"].get<int>() << ": " << d["name"].get<std::string>() << " ("
               << d["kind"].get<std::string>() << ", " << name << " " << d["api_version"].get<std::string>() << ", "
               << d["driver"].get<std::string>() << ")";
-    if (d["exact"].get<bool>()) std::cout << "  exact: yes\n";
+    const std::string features = d["features"];
+    if (d["exact"].get<bool>()) std::cout << "  exact: yes" << (features.empty() ? "" : ", " + features) << "\n";
     else std::cout << "  exact: no, " << d["refusal"].get<std::string>() << "\n";
   }
 }

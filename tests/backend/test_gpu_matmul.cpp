@@ -15,6 +15,8 @@
 #include <cstring>
 #include <initializer_list>
 #include <limits>
+#include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -131,8 +133,7 @@ std::vector<float> ref_matmul(dtype t, const std::vector<uint8_t>& w, const std:
 }
 
 std::vector<float> gpu_matmul(dtype t, const std::vector<uint8_t>& w, const std::vector<float>& x, int64_t n_tok,
-                              int64_t n_in, int64_t n_out) {
-  kernels::gpu::device& dev = test::gpu_test_device();
+                              int64_t n_in, int64_t n_out, kernels::gpu::device& dev = test::gpu_test_device()) {
   const kernels::gpu::weight_handle h = dev.upload_weight(t, w.data(), n_in, n_out);
   std::vector<float> y(static_cast<size_t>(n_tok * n_out + kGuard), kSentinel);
   dev.matmul(h, x.data(), n_tok, y.data());
@@ -273,3 +274,44 @@ TEST_CASE("gpu matmul: the errors of the reference (type, non-finite scale or in
   x[70] = std::numeric_limits<float>::infinity();
   CHECK_THROWS_AS(dev.matmul(h, x.data(), 2, y.data()), input_error);
 }
+
+#ifdef DETAUDIT_HAVE_VULKAN
+// The Vulkan matmul has two paths for the integer block types: 4x8-bit integer dot products
+// (matmul_dot8.comp, on devices with VK_KHR_shader_integer_dot_product; lavapipe has it) and
+// plain 32-bit products (matmul.comp, DETAUDIT_VULKAN_DOT8=0). Both must give the reference bits.
+TEST_CASE("gpu matmul: the Vulkan int8 dot-product path and the plain path both give the reference bits") {
+  std::unique_ptr<kernels::gpu::device> dot8 = kernels::gpu::open_device(kernels::gpu::api::vulkan, test::gpu_test_device_index());
+  ::setenv("DETAUDIT_VULKAN_DOT8", "0", 1);
+  std::unique_ptr<kernels::gpu::device> plain;
+  try {
+    plain = kernels::gpu::open_device(kernels::gpu::api::vulkan, test::gpu_test_device_index());
+  } catch (...) {
+    ::unsetenv("DETAUDIT_VULKAN_DOT8");
+    throw;
+  }
+  ::unsetenv("DETAUDIT_VULKAN_DOT8");
+  CHECK(plain->desc().features.find("int8 dot product") == std::string::npos);
+  const bool has_dot8 = dot8->desc().features.find("int8 dot product") != std::string::npos;
+  if (!has_dot8) MESSAGE("this Vulkan device has no int8 dot product: only the plain path is checked here");
+  rng r{811};
+  for (const dtype* types : {kLegacyTypes, kSuperTypes}) {
+    for (int k = 0; k < 5; ++k) {
+      const dtype t = types[k];
+      const int64_t n_in = types == kLegacyTypes ? 96 : 512;
+      for (auto [n_out, n_tok] : {std::pair<int64_t, int64_t>{7, 1}, {33, 9}, {5, 3}}) {
+        const std::string type_s = type_name(t);
+        CAPTURE(type_s);
+        CAPTURE(n_out);
+        CAPTURE(n_tok);
+        const std::vector<uint8_t> w = random_matrix(r, t, n_in, n_out, k % 2 == 0);
+        const std::vector<float> x = random_acts(r, n_tok, n_in, -12, 12);
+        const std::vector<float> want = ref_matmul(t, w, x, n_tok, n_in, n_out);
+        const std::string d_plain = test::first_difference(want, gpu_matmul(t, w, x, n_tok, n_in, n_out, *plain));
+        CHECK_MESSAGE(d_plain.empty(), "plain path: " << d_plain);
+        const std::string d_dot8 = test::first_difference(want, gpu_matmul(t, w, x, n_tok, n_in, n_out, *dot8));
+        CHECK_MESSAGE(d_dot8.empty(), "int8 dot-product path: " << d_dot8);
+      }
+    }
+  }
+}
+#endif

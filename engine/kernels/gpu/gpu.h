@@ -33,6 +33,7 @@ struct device_desc {
   std::string api_version;    // "1.3.230" (Vulkan) / "13.0" (CUDA runtime)
   std::string driver;         // driver name and version as the API reports them
   bool exact_ok = false;      // can run --numerics exact
+  std::string features;       // optional paths it uses, e.g. "int8 dot product" ("" for none)
   std::string refusal;        // when !exact_ok: why, in one line ("no RTE rounding for float32")
 };
 

@@ -4,6 +4,7 @@
 // Goals: `detaudit devices` lists every physical device with the reason it cannot run exact
 // numerics, if any; a machine without a Vulkan driver lists nothing instead of failing.
 // Non-goals: choosing a device automatically, validation layers, multiple queues.
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -20,7 +21,29 @@ struct phys_info {
   gpu::device_desc desc;
   uint32_t queue_family = 0;
   uint32_t host_coherent_type = 0;
+  bool dot8 = false;  // VK_KHR_shader_integer_dot_product with shaderIntegerDotProduct
 };
+
+// Whether the device offers 4x8-bit integer dot products to shaders (the extension and its
+// feature; the matmul's int8 path) and DETAUDIT_VULKAN_DOT8 is not "0".
+bool dot8_available(VkPhysicalDevice pd) {
+  const char* env = std::getenv("DETAUDIT_VULKAN_DOT8");
+  if (env && std::string(env) == "0") return false;
+  uint32_t n = 0;
+  vkEnumerateDeviceExtensionProperties(pd, nullptr, &n, nullptr);
+  std::vector<VkExtensionProperties> exts(n);
+  vkEnumerateDeviceExtensionProperties(pd, nullptr, &n, exts.data());
+  bool has = false;
+  for (const VkExtensionProperties& e : exts) has = has || std::string(e.extensionName) == VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
+  if (!has) return false;
+  VkPhysicalDeviceShaderIntegerDotProductFeatures dot{};
+  dot.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES;
+  VkPhysicalDeviceFeatures2 f2{};
+  f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+  f2.pNext = &dot;
+  vkGetPhysicalDeviceFeatures2(pd, &f2);
+  return dot.shaderIntegerDotProduct == VK_TRUE;
+}
 
 // A Vulkan 1.2 instance, or VK_NULL_HANDLE when there is no driver (or the loader is too old).
 VkInstance instance_create() {
@@ -128,6 +151,8 @@ phys_info describe(VkPhysicalDevice pd, int index) {
     d.refusal = "no host-visible, host-coherent memory";
   } else {
     d.exact_ok = true;
+    info.dot8 = dot8_available(pd);
+    if (info.dot8) d.features = "int8 dot product";
     info.queue_family = static_cast<uint32_t>(fam);
     info.host_coherent_type = static_cast<uint32_t>(mem);
   }
@@ -176,7 +201,7 @@ void handles_destroy(device_handles& h) {
 
 // The logical device (one queue of `family`, shaderInt64 on) and its command buffer, fence and
 // descriptor pool (one set of up to k_max_bindings storage buffers, reset after each dispatch).
-void handles_create(VkPhysicalDevice pd, uint32_t family, device_handles& h) {
+void handles_create(VkPhysicalDevice pd, uint32_t family, bool dot8, device_handles& h) {
   const float priority = 1.0f;
   VkDeviceQueueCreateInfo qci{};
   qci.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO;
@@ -190,6 +215,15 @@ void handles_create(VkPhysicalDevice pd, uint32_t family, device_handles& h) {
   dci.queueCreateInfoCount = 1;
   dci.pQueueCreateInfos = &qci;
   dci.pEnabledFeatures = &feats;
+  VkPhysicalDeviceShaderIntegerDotProductFeatures dot{};
+  dot.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES;
+  dot.shaderIntegerDotProduct = VK_TRUE;
+  const char* dot_ext = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
+  if (dot8) {
+    dci.pNext = &dot;
+    dci.enabledExtensionCount = 1;
+    dci.ppEnabledExtensionNames = &dot_ext;
+  }
   vk_check(vkCreateDevice(pd, &dci, nullptr, &h.dev), "vkCreateDevice");
   vkGetDeviceQueue(h.dev, family, 0, &h.queue);
   VkCommandPoolCreateInfo pci{};
@@ -252,7 +286,8 @@ vk_device::vk_device(int index) {
                         ") cannot run --numerics exact: " + desc_.refusal);
     queue_family_ = info.queue_family;
     host_coherent_type_ = info.host_coherent_type;
-    handles_create(phys_, queue_family_, h);
+    dot8_ = info.dot8;
+    handles_create(phys_, queue_family_, dot8_, h);
   } catch (...) {
     handles_destroy(h);
     throw;

@@ -1,5 +1,7 @@
 // The Vulkan exact matmul: weight upload (bytes plus per-row exponent bounds) and
-// y = matmul_exact_ref(quantize_act(x), w) through two shaders, quantize_act.comp and matmul.comp.
+// y = matmul_exact_ref(quantize_act(x), w) through quantize_act.comp and matmul.comp, or, for the
+// integer block types on a device with 4x8-bit integer dot products, quantize_act.comp,
+// act_pack8.comp and matmul_dot8.comp (the same bits).
 //
 // Goals: the bytes of kernels/ref whatever the device; every check that the reference makes by
 // throwing (type, row length, non-finite fp16 scales or float weights, non-finite activations)
@@ -28,6 +30,10 @@ constexpr uint64_t kMaxBytes = uint64_t(1) << 32;
 
 struct quantize_push {
   uint32_t n, nb, row0;
+};
+
+struct pack8_push {
+  uint32_t n_blocks;
 };
 
 struct matmul_push {
@@ -117,6 +123,22 @@ void vk_device::matmul(gpu::weight_handle h, const float* x, int64_t n_tok, floa
   buffer& yb = scratch(4, nt * n_out * 4);
   std::memcpy(xb.mapped, x, nt * n_in * 4);
   act_quantize_rows(*this, xb, nt, n_in, qb, eb, mb);
+  const bool dot8 = dot8_ && cpu::matmul_fast_type(w.type);
+  const buffer* act = &qb;
+  const buffer* lo = nullptr;
+  const buffer* hs = nullptr;
+  if (dot8) {
+    buffer& hib = scratch(5, nt * nb * 8 * 4);
+    buffer& lob = scratch(6, nt * nb * 8 * 4);
+    buffer& hsb = scratch(7, nt * nb * 2 * 4);
+    const uint64_t n_groups = (nt * nb + 63) / 64;
+    const uint64_t gx = std::min<uint64_t>(n_groups, max_groups(0));
+    const pack8_push pp{u32(nt * nb)};
+    dispatch("act_pack8", {&qb, &hib, &lob, &hsb}, &pp, sizeof pp, u32(gx), u32((n_groups + gx - 1) / gx));
+    act = &hib;
+    lo = &lob;
+    hs = &hsb;
+  }
   const uint64_t row_step = max_groups(0);
   const uint64_t tile_step = max_groups(1);
   const uint64_t n_tiles = (nt + kTokenTile - 1) / kTokenTile;
@@ -124,8 +146,9 @@ void vk_device::matmul(gpu::weight_handle h, const float* x, int64_t n_tok, floa
     for (uint64_t r0 = 0; r0 < n_out; r0 += row_step) {
       const matmul_push p{static_cast<int32_t>(w.type), u32(n_in), u32(nb), u32(w.row_bytes), u32(n_out),
                           u32(nt), u32(r0), u32(tile0 * kTokenTile)};
-      dispatch("matmul", {&w.data, &w.bounds, &qb, &eb, &mb, &yb}, &p, sizeof p,
-               u32(std::min(row_step, n_out - r0)), u32(std::min(tile_step, n_tiles - tile0)));
+      const uint32_t gx = u32(std::min(row_step, n_out - r0)), gy = u32(std::min(tile_step, n_tiles - tile0));
+      if (dot8) dispatch("matmul_dot8", {&w.data, &w.bounds, act, &eb, &mb, &yb, lo, hs}, &p, sizeof p, gx, gy);
+      else dispatch("matmul", {&w.data, &w.bounds, act, &eb, &mb, &yb}, &p, sizeof p, gx, gy);
     }
   }
   std::memcpy(y, yb.mapped, nt * n_out * 4);

@@ -110,6 +110,7 @@ class vk_device final : public gpu::device {
   VkFence fence_ = VK_NULL_HANDLE;
   VkDescriptorPool desc_pool_ = VK_NULL_HANDLE;
   uint32_t host_coherent_type_ = 0;
+  bool dot8_ = false;  // matmul of integer block types through matmul_dot8.comp (desc_.features)
   uint32_t max_groups_[3] = {0, 0, 0};
   std::unordered_map<std::string, std::unique_ptr<pipeline>> pipelines_;
   buffer scratch_[k_scratch_slots];
