@@ -52,6 +52,17 @@ uint wb_word(uint i) { return w_words[i]; }
 const uint TILE = 8u;
 shared int64_t s_acc[TILE * 64u];
 
+// round_shift(t1, p1 - g) + round_shift(t2, p2 - g) of one block from its half sums: qa0, qa1 of
+// q * a and sa0, sa1 of a over elements 0..15 and 16..31.
+int64_t block_terms(wblock w, int64_t qa0, int64_t qa1, int sa0, int sa1, int e_a, int g) {
+  const int64_t t1 = int64_t(w.d_mant) * (int64_t(w.scale[0]) * qa0 + int64_t(w.scale[1]) * qa1);
+  const int64_t t2 = int64_t(w.m_mant) * (int64_t(w.mcoef[0]) * int64_t(sa0) + int64_t(w.mcoef[1]) * int64_t(sa1));
+  int64_t r = 0;
+  if (t1 != 0) r += round_shift(t1, e_a + w.d_exp - g);
+  if (t2 != 0) r += round_shift(t2, e_a + w.m_exp - g);
+  return r;
+}
+
 #ifdef MATMUL_DOT8
 uint pack4(int a, int b, int c, int d) {
   return uint(a & 255) | (uint(b & 255) << 8) | (uint(c & 255) << 16) | (uint(d & 255) << 24);
@@ -62,7 +73,7 @@ void pack_codes(wblock w, out uint wq[8]) {
   for (uint k = 0u; k < 8u; ++k) wq[k] = pack4(w.q[4u * k], w.q[4u * k + 1u], w.q[4u * k + 2u], w.q[4u * k + 3u]);
 }
 
-// As the plain block_fixed below, from packed codes and packed activation halves.
+// block_terms of activation block (tok, b) from packed codes and packed activation halves.
 int64_t block_fixed8(uint tok, uint b, int e_a, int g, wblock w, uint wq[8]) {
   const uint base = (tok * pc.nb + b) * 8u;
   int qa[2];
@@ -77,15 +88,10 @@ int64_t block_fixed8(uint tok, uint b, int e_a, int g, wblock w, uint wq[8]) {
   }
   const int sa0 = act_hs[(tok * pc.nb + b) * 2u];
   const int sa1 = act_hs[(tok * pc.nb + b) * 2u + 1u];
-  const int64_t t1 = int64_t(w.d_mant) * (int64_t(w.scale[0]) * int64_t(qa[0]) + int64_t(w.scale[1]) * int64_t(qa[1]));
-  const int64_t t2 = int64_t(w.m_mant) * (int64_t(w.mcoef[0]) * int64_t(sa0) + int64_t(w.mcoef[1]) * int64_t(sa1));
-  int64_t r = 0;
-  if (t1 != 0) r += round_shift(t1, e_a + w.d_exp - g);
-  if (t2 != 0) r += round_shift(t2, e_a + w.m_exp - g);
-  return r;
+  return block_terms(w, int64_t(qa[0]), int64_t(qa[1]), sa0, sa1, e_a, g);
 }
 #else
-// round_shift(t1, p1 - g) + round_shift(t2, p2 - g) of activation block (tok, b) against w.
+// block_terms of activation block (tok, b) against w.
 int64_t block_fixed(uint tok, uint b, int e_a, int g, wblock w) {
   const uint base = (tok * pc.nb + b) * 32u;
   int64_t qa0 = 0;
@@ -102,12 +108,7 @@ int64_t block_fixed(uint tok, uint b, int e_a, int g, wblock w) {
     qa1 += int64_t(w.q[i] * a);
     sa1 += a;
   }
-  const int64_t t1 = int64_t(w.d_mant) * (int64_t(w.scale[0]) * qa0 + int64_t(w.scale[1]) * qa1);
-  const int64_t t2 = int64_t(w.m_mant) * (int64_t(w.mcoef[0]) * int64_t(sa0) + int64_t(w.mcoef[1]) * int64_t(sa1));
-  int64_t r = 0;
-  if (t1 != 0) r += round_shift(t1, e_a + w.d_exp - g);
-  if (t2 != 0) r += round_shift(t2, e_a + w.m_exp - g);
-  return r;
+  return block_terms(w, qa0, qa1, sa0, sa1, e_a, g);
 }
 #endif
 
