@@ -203,18 +203,27 @@ TEST_CASE("gpu e2e: a GPU backend refuses float numerics with a clear error") {
 }
 
 #ifdef DETAUDIT_TEST_HAVE_CLI
-// The command line end to end: the same per-step logit hashes and text from both backends.
-TEST_CASE("gpu e2e: detaudit generate --hashes prints the same lines on the GPU as on the CPU") {
+// The command line end to end: the same text, per-step logit hashes and chained hash from both
+// backends, for a synthetic model of every weight type (the architectures in turn); one of them
+// beside three companion sequences.
+TEST_CASE("gpu e2e: detaudit generate --hashes prints the same lines on the GPU as on the CPU for every weight type") {
   test::gpu_test_device();
   const std::string dir = test::scratch_dir("gpu_e2e_cli");
-  const std::string model = synth_path(model::ARCH_QWEN2, gguf::DTYPE_Q4_K, dir);
-  const std::string base = test::shell_quote(test::detaudit_bin()) + " generate -m " + test::shell_quote(model) +
-                           " -p 'Once upon a time' -n 12 --hashes --batch-with 3 -t 1";
-  const test::cmd_result cpu = test::run_cmd(base + " --backend cpu");
-  const test::cmd_result gpu = test::run_cmd(base + " --backend " + kernels::gpu::api_name(test::gpu_test_api()));
-  REQUIRE_MESSAGE(cpu.exit_code == 0, cpu.err);
-  REQUIRE_MESSAGE(gpu.exit_code == 0, gpu.err);
-  CHECK(cpu.out.find("chained ") != std::string::npos);
-  CHECK(gpu.out == cpu.out);
+  const gguf::dtype types[] = {gguf::DTYPE_F32,  gguf::DTYPE_F16,  gguf::DTYPE_BF16, gguf::DTYPE_Q4_0, gguf::DTYPE_Q4_1,
+                               gguf::DTYPE_Q5_0, gguf::DTYPE_Q5_1, gguf::DTYPE_Q8_0, gguf::DTYPE_Q2_K, gguf::DTYPE_Q3_K,
+                               gguf::DTYPE_Q4_K, gguf::DTYPE_Q5_K, gguf::DTYPE_Q6_K};
+  const model::arch_id archs[] = {model::ARCH_LLAMA, model::ARCH_QWEN2, model::ARCH_QWEN3};
+  for (size_t i = 0; i < std::size(types); ++i) {
+    const std::string model = synth_path(archs[i % 3], types[i], dir);
+    CAPTURE(model);
+    const std::string base = test::shell_quote(test::detaudit_bin()) + " generate -m " + test::shell_quote(model) +
+                             " -p 'Once upon a time' -n 8 --hashes -t 1" + (i == 10 ? " --batch-with 3" : "");
+    const test::cmd_result cpu = test::run_cmd(base + " --backend cpu");
+    const test::cmd_result gpu = test::run_cmd(base + " --backend " + kernels::gpu::api_name(test::gpu_test_api()));
+    REQUIRE_MESSAGE(cpu.exit_code == 0, cpu.err);
+    REQUIRE_MESSAGE(gpu.exit_code == 0, gpu.err);
+    CHECK(cpu.out.find("chained ") != std::string::npos);
+    CHECK(gpu.out == cpu.out);
+  }
 }
 #endif
