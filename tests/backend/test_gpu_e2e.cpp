@@ -150,6 +150,14 @@ std::vector<std::string> differing_conditions(const std::string& path, const std
   return differ;
 }
 
+// Every condition must equal the CPU baseline; a failure names the conditions that differ.
+void check_same(const std::string& path, const std::string& scratch) {
+  const std::vector<std::string> differ = differing_conditions(path, scratch);
+  std::string names;
+  for (const std::string& d : differ) names += (names.empty() ? "" : "; ") + d;
+  CHECK_MESSAGE(differ.empty(), "conditions that differ from the CPU backend: " << names);
+}
+
 std::string synth_path(model::arch_id a, gguf::dtype t, const std::string& dir) {
   const std::string path = dir + "/" + model::arch_name(a) + "-" + gguf::dtype_get(t).name + ".gguf";
   model::synth_options o = test::small_model(a, t, 13, 128);
@@ -163,7 +171,7 @@ void check_type(gguf::dtype t) {
   for (model::arch_id a : {model::ARCH_LLAMA, model::ARCH_QWEN2, model::ARCH_QWEN3}) {
     CAPTURE(model::arch_name(a));
     CAPTURE(gguf::dtype_get(t).name);
-    CHECK(differing_conditions(synth_path(a, t, dir), dir) == std::vector<std::string>{});
+    check_same(synth_path(a, t, dir), dir);
   }
 }
 
@@ -186,7 +194,7 @@ TEST_CASE("gpu e2e: Q6_K models equal the CPU backend bit for bit") { check_type
 #ifdef DETAUDIT_TEST_HAVE_FIXTURES
 TEST_CASE("gpu e2e: stories260K (head_dim 8, n_ff 172) equals the CPU backend bit for bit") {
   const std::string dir = test::scratch_dir("gpu_e2e_stories");
-  CHECK(differing_conditions(test::fixture("models/stories260K.gguf"), dir) == std::vector<std::string>{});
+  check_same(test::fixture("models/stories260K.gguf"), dir);
 }
 #endif
 
