@@ -11,6 +11,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -242,17 +243,114 @@ TEST_CASE("cuda portable: weight blocks of every type decode as numerics::weight
 
 namespace {
 
+// Activation blocks for the int8 path: the extremes +-32767 and -32766 (next to the excluded
+// -32768), values whose low byte is >= 128 (-1, 255, -129, 32767, 0x7f80 ...), hi bytes of -128
+// and 127, and random values, all within [-QMAX, QMAX].
+std::vector<std::vector<int16_t>> int8_act_blocks(rng& r) {
+  const int16_t edge[] = {32767, -32767, -32766, -1, 255, -129, 128, -128, 32640, -32640, 0x7f80, 0x00ff,
+                          -256, 256, 383, -383, 1, 0, 32512, -32513};
+  std::vector<std::vector<int16_t>> out;
+  for (int16_t v : {int16_t(32767), int16_t(-32767), int16_t(-32766), int16_t(-1), int16_t(255)})
+    out.push_back(std::vector<int16_t>(32, v));
+  std::vector<int16_t> alt(32);
+  for (int i = 0; i < 32; ++i) alt[static_cast<size_t>(i)] = i % 2 ? int16_t(32767) : int16_t(-32767);
+  out.push_back(alt);
+  for (int k = 0; k < 40; ++k) {
+    std::vector<int16_t> a(32);
+    for (auto& v : a) {
+      v = r.range(0, 2) == 0 ? edge[r.range(0, static_cast<int64_t>(std::size(edge)) - 1)]
+                             : static_cast<int16_t>(r.range(-xd::QMAX, xd::QMAX));
+      if (k % 4 == 1) v = static_cast<int16_t>(v | 0x80);  // low byte >= 128, still in range
+    }
+    out.push_back(a);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("cuda portable: dp4a twins give the signed and signed-unsigned byte dot products") {
+  rng r{811};
+  const uint32_t fixed[] = {0u, 0x80808080u, 0x7f7f7f7fu, 0xffffffffu, 0x01ff80u, 0x807f01ffu};
+  for (int k = 0; k < 20000; ++k) {
+    const uint32_t a = k < 36 ? fixed[k % 6] : static_cast<uint32_t>(r.next());
+    const uint32_t b = k < 36 ? fixed[k / 6] : static_cast<uint32_t>(r.next());
+    const int32_t c = static_cast<int32_t>(r.range(-(1 << 24), 1 << 24));
+    int32_t ss = c, su = c;
+    for (int j = 0; j < 4; ++j) {
+      const int8_t ab = static_cast<int8_t>(a >> (8 * j));
+      ss += ab * static_cast<int8_t>(b >> (8 * j));
+      su += ab * static_cast<uint8_t>(b >> (8 * j));
+    }
+    INFO("a " << a << " b " << b << " c " << c);
+    REQUIRE(xd::dp4a_ss(a, b, c) == ss);
+    REQUIRE(xd::dp4a_su(a, b, c) == su);
+  }
+}
+
+TEST_CASE("cuda portable: the int8 block terms match numerics dot_block_terms for every integer type") {
+  rng r{812};
+  const std::vector<std::vector<int16_t>> acts = int8_act_blocks(r);
+  for (dtype t : kAllTypes) {
+    if (is_float_type(t)) continue;
+    const std::string name = gguf::dtype_get(t).name;
+    const int64_t n = 512;
+    for (int variant = 0; variant < 3; ++variant) {
+      std::vector<uint8_t> w = make_rows(r, t, n, 3, variant > 0);
+      if (variant == 2 && t == gguf::DTYPE_Q8_0) {
+        // Codes of -128 (and 127) in every block of row 0.
+        for (int64_t b = 0; b < n / 32; ++b)
+          for (int j = 0; j < 32; ++j) w[static_cast<size_t>(b * 34 + 2 + j)] = j % 3 ? 0x80 : 0x7f;
+      }
+      const uint64_t rb = gguf::dtype_row_bytes(t, n);
+      for (int64_t row = 0; row < 3; ++row) {
+        for (int64_t b = 0; b < n / 32; ++b) {
+          const uint8_t* p = w.data() + rb * static_cast<uint64_t>(row);
+          numerics::wblock ref;
+          numerics::weight_decode_block(t, p, b, ref);
+          xd::wblock dev;
+          xd::decode_block(static_cast<int32_t>(t), p, b, 32, dev);
+          uint32_t wq[xd::PACK_WORDS];
+          xd::pack_codes(dev, wq);
+          for (size_t k = 0; k < acts.size(); ++k) {
+            const int16_t* a = acts[k].data();
+            uint32_t pa[xd::ACT_PACK_WORDS];
+            xd::pack_act(a, pa);
+            const int32_t e_a = static_cast<int32_t>(r.range(-40, 10));
+            const numerics::dot_terms want = numerics::dot_block_terms(a, e_a, ref);
+            int64_t t1 = 0, t2 = 0;
+            xd::dot_block_terms8(pa, dev, wq, &t1, &t2);
+            INFO(name << " variant " << variant << " row " << row << " block " << b << " act " << k);
+            REQUIRE(t1 == want.t1);
+            REQUIRE(t2 == want.t2);
+            const int32_t bound = numerics::wblock_exp_bound(&ref, 1);
+            if (bound == xd::EXP_ZERO) continue;
+            const int32_t g = numerics::dot_grid(e_a, bound, int64_t(1) << r.range(0, 20));
+            REQUIRE(xd::dot_block_fixed8(pa, e_a, dev, wq, g) == numerics::dot_block_fixed(a, e_a, ref, g));
+          }
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
 // The host twin of matmul_kernel for one launch shape: decoded blocks in steps of `step` (the
 // kernel's kDecodeBlocks is 8), each (token, row) summing its terms; `order` 0 forward,
-// 1 backward, 2 two partial sums (a split-K) added at the end.
+// 1 backward, 2 two partial sums (a split-K) added at the end. int8: the kernel's dp4a path
+// (activation blocks packed once, codes packed after each decode); integer block types only.
 void matmul_twin(dtype t, const uint8_t* w, int64_t n_in, int64_t n_out, const int32_t* bounds, const float* x,
-                 int64_t n_tok, int step, int order, float* y) {
+                 int64_t n_tok, int step, int order, bool int8, float* y) {
   std::vector<int16_t> q;
   std::vector<int32_t> exp, mx;
   quantize_rows(x, n_tok, n_in, q, exp, mx);
   const int64_t nb = (n_in + 31) / 32;
   const uint64_t rb = gguf::dtype_row_bytes(t, n_in);
+  std::vector<uint32_t> pack(static_cast<size_t>(n_tok * nb * xd::ACT_PACK_WORDS));
+  for (int64_t i = 0; i < n_tok * nb; ++i) xd::pack_act(q.data() + i * 32, pack.data() + i * xd::ACT_PACK_WORDS);
   std::vector<xd::wblock> sw(static_cast<size_t>(step));
+  std::vector<uint32_t> swq(static_cast<size_t>(step * xd::PACK_WORDS));
   for (int64_t row = 0; row < n_out; ++row) {
     std::vector<int64_t> acc(static_cast<size_t>(n_tok), 0), acc2(static_cast<size_t>(n_tok), 0);
     for (int64_t cc = 0; cc < nb; cc += step) {
@@ -261,6 +359,7 @@ void matmul_twin(dtype t, const uint8_t* w, int64_t n_in, int64_t n_out, const i
         const int64_t b = c + i;
         xd::decode_block(static_cast<int32_t>(t), w + rb * static_cast<uint64_t>(row), b,
                          static_cast<int>(std::min<int64_t>(32, n_in - b * 32)), sw[static_cast<size_t>(i)]);
+        xd::pack_codes(sw[static_cast<size_t>(i)], swq.data() + i * xd::PACK_WORDS);
       }
       for (int64_t tok = 0; tok < n_tok; ++tok) {
         const int32_t m = mx[static_cast<size_t>(tok)];
@@ -268,8 +367,12 @@ void matmul_twin(dtype t, const uint8_t* w, int64_t n_in, int64_t n_out, const i
         const int32_t g = xd::dot_grid(m, bounds[row], nb);
         for (int i = 0; i < step && c + i < nb; ++i) {
           const int64_t b = c + i;
-          const int64_t term = xd::dot_block_fixed(q.data() + (tok * nb + b) * 32, exp[static_cast<size_t>(tok * nb + b)],
-                                                   sw[static_cast<size_t>(i)], g);
+          const int64_t k = tok * nb + b;
+          const xd::wblock& wb = sw[static_cast<size_t>(i)];
+          const int64_t term =
+              int8 ? xd::dot_block_fixed8(pack.data() + k * xd::ACT_PACK_WORDS, exp[static_cast<size_t>(k)], wb,
+                                          swq.data() + i * xd::PACK_WORDS, g)
+                   : xd::dot_block_fixed(q.data() + k * 32, exp[static_cast<size_t>(k)], wb, g);
           (order == 2 && b % 2 ? acc2 : acc)[static_cast<size_t>(tok)] += term;
         }
       }
@@ -305,12 +408,16 @@ TEST_CASE("cuda portable: the matmul kernel's dot matches matmul_exact_ref for e
         kernels::matmul_exact_ref(xs.data(), n_tok, t, w.data(), n_in, n_out, want.data(), 0, n_out);
         std::vector<int32_t> bounds(static_cast<size_t>(n_out));
         kernels::cpu::weight_row_bounds(t, w.data(), n_in, 0, n_out, bounds.data());
-        for (int step : {8, 3}) {
-          for (int order : {0, 1, 2}) {
-            std::vector<float> got(static_cast<size_t>(n_tok * n_out), -2.0f);
-            matmul_twin(t, w.data(), n_in, n_out, bounds.data(), x.data(), n_tok, step, order, got.data());
-            INFO(name << " n_in " << n_in << " random bytes " << random_bytes << " step " << step << " order " << order);
-            REQUIRE(first_mismatch(got.data(), want.data(), want.size()) == "");
+        for (bool int8 : {false, true}) {
+          if (int8 && is_float_type(t)) continue;
+          for (int step : {8, 3}) {
+            for (int order : {0, 1, 2}) {
+              std::vector<float> got(static_cast<size_t>(n_tok * n_out), -2.0f);
+              matmul_twin(t, w.data(), n_in, n_out, bounds.data(), x.data(), n_tok, step, order, int8, got.data());
+              INFO(name << " n_in " << n_in << " random bytes " << random_bytes << " step " << step << " order "
+                        << order << " int8 " << int8);
+              REQUIRE(first_mismatch(got.data(), want.data(), want.size()) == "");
+            }
           }
         }
       }

@@ -142,14 +142,29 @@ TEST_CASE("cuda portable emu: quantize and matmul kernels give matmul_exact_ref 
       std::vector<int16_t> q(static_cast<size_t>(n_tok * nb * 32));
       std::vector<int32_t> ex(static_cast<size_t>(n_tok * nb)), mx(static_cast<size_t>(n_tok));
       std::vector<float> y(static_cast<size_t>(n_tok * n_out), -7.0f), want(y.size(), -8.0f);
-      kc::emu_launch_quantize_rows(x.data(), n_tok, n_in, q.data(), ex.data(), mx.data());
-      kc::emu_launch_matmul(static_cast<int32_t>(t), w.data(), rb, bounds.data(), n_in, n_out, q.data(), ex.data(),
-                            mx.data(), n_tok, y.data());
       std::vector<numerics::qvec> xs(static_cast<size_t>(n_tok));
       for (int64_t k = 0; k < n_tok; ++k) numerics::quantize_act(x.data() + k * n_in, n_in, xs[static_cast<size_t>(k)]);
       kernels::matmul_exact_ref(xs.data(), n_tok, t, w.data(), n_in, n_out, want.data(), 0, n_out);
-      INFO(gguf::dtype_get(t).name << " n_tok " << n_tok);
-      REQUIRE(first_mismatch(y.data(), want.data(), y.size()) == "");
+      kc::emu_launch_quantize_rows(x.data(), n_tok, n_in, q.data(), ex.data(), mx.data());
+      // Without a pack buffer: plain products; with one: the dp4a path for integer block types.
+      for (bool int8 : {false, true}) {
+        std::vector<uint32_t> pack(int8 ? static_cast<size_t>(n_tok * nb * 16) : 0, 0xdeadbeefu);
+        std::fill(y.begin(), y.end(), -7.0f);
+        kc::emu_launch_matmul(static_cast<int32_t>(t), w.data(), rb, bounds.data(), n_in, n_out, q.data(), ex.data(),
+                              mx.data(), n_tok, int8 ? pack.data() : nullptr, y.data());
+        INFO(gguf::dtype_get(t).name << " n_tok " << n_tok << " int8 " << int8);
+        REQUIRE(first_mismatch(y.data(), want.data(), y.size()) == "");
+        if (!int8 || float_type) continue;
+        // The integer types took the int8 path: the buffer holds every block's hi / lo bytes.
+        for (int64_t i = 0; i < n_tok * nb; ++i) {
+          for (int j = 0; j < 32; ++j) {
+            const int32_t a = q[static_cast<size_t>(i * 32 + j)];
+            const uint32_t hi = pack[static_cast<size_t>(i * 16 + j / 4)] >> (8 * (j % 4)) & 0xffu;
+            const uint32_t lo = pack[static_cast<size_t>(i * 16 + 8 + j / 4)] >> (8 * (j % 4)) & 0xffu;
+            REQUIRE(static_cast<int32_t>(static_cast<int8_t>(hi)) * 256 + static_cast<int32_t>(lo) == a);
+          }
+        }
+      }
     }
   }
 }

@@ -29,11 +29,16 @@ inline unsigned grid_for(int64_t n, int threads) {
 void launch_quantize_rows(const float* x, int64_t rows, int64_t n, int16_t* q, int32_t* exp,
                           int32_t* max_exp);
 
+// Words of launch_matmul's pack scratch per activation block (hi and lo bytes of 32 values).
+constexpr int64_t MATMUL_PACK_WORDS = 16;
+
 // y(tok, r) = the exact dot of activation row tok (from launch_quantize_rows) with weight row r
-// of type t (row_bytes bytes each; bounds(r) = wblock_exp_bound of row r).
+// of type t (row_bytes bytes each; bounds(r) = wblock_exp_bound of row r). xpack: nullptr for
+// plain 32-bit products, else scratch of n_tok * nb * MATMUL_PACK_WORDS words that selects the
+// dp4a path for integer block types (F32/F16/BF16 rows ignore it). Both paths give the same bits.
 void launch_matmul(int32_t t, const uint8_t* w, uint64_t row_bytes, const int32_t* bounds, int64_t n_in,
                    int64_t n_out, const int16_t* xq, const int32_t* xexp, const int32_t* xmax,
-                   int64_t n_tok, float* y);
+                   int64_t n_tok, uint32_t* xpack, float* y);
 
 // rms_norm_f32_ref per (row, group); inv_n = (float)(1.0 / group) from the host.
 void launch_rms_norm(const float* x, int64_t rows, int64_t cols, int64_t group, const float* w, float eps,

@@ -6,8 +6,13 @@
 // checked here on the host before anything runs; every CUDA error becomes a std::runtime_error
 // naming the call that failed.
 // Non-goals: keeping activations on the device between calls, streams, multi-GPU.
+//
+// Environment: DETAUDIT_CUDA_DP4A=0 makes matmul take the plain 32-bit products for every weight
+// type (read once per device); unset or any other value lets integer block types take the dp4a
+// path. The two paths give the same bits; the switch exists to compare them.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -93,9 +98,16 @@ struct weight_entry {
 
 size_t sz(int64_t v) { return static_cast<size_t>(v); }
 
+bool int8_enabled() {
+  const char* v = std::getenv("DETAUDIT_CUDA_DP4A");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
 class cuda_device final : public gpu::device {
  public:
-  cuda_device(int index, gpu::device_desc desc) : index_(index), desc_(std::move(desc)) { select(); }
+  cuda_device(int index, gpu::device_desc desc) : index_(index), desc_(std::move(desc)), int8_(int8_enabled()) {
+    select();
+  }
   ~cuda_device() override { cudaSetDevice(index_); }
 
   const gpu::device_desc& desc() const override { return desc_; }
@@ -119,8 +131,9 @@ class cuda_device final : public gpu::device {
 
   int index_;
   gpu::device_desc desc_;
+  bool int8_;  // matmul may take the dp4a path (DETAUDIT_CUDA_DP4A)
   std::vector<std::unique_ptr<weight_entry>> weights_;
-  dbuf in_a_, in_b_, out_, q_, exp_, max_, cells_, nkv_, scratch_, small_;
+  dbuf in_a_, in_b_, out_, q_, exp_, max_, pack_, cells_, nkv_, scratch_, small_;
 };
 
 gpu::weight_handle cuda_device::upload_weight(gguf::dtype t, const uint8_t* data, int64_t n_in, int64_t n_out) {
@@ -155,10 +168,12 @@ void cuda_device::matmul(gpu::weight_handle w, const float* x, int64_t n_tok, fl
   int32_t* dexp = exp_.get<int32_t>(sz(n_tok * nb));
   int32_t* dmax = max_.get<int32_t>(sz(n_tok));
   float* dy = out_.get<float>(sz(n_tok * e.n_out));
+  const bool float_rows = e.type == gguf::DTYPE_F32 || e.type == gguf::DTYPE_F16 || e.type == gguf::DTYPE_BF16;
+  uint32_t* dpack = int8_ && !float_rows ? pack_.get<uint32_t>(sz(n_tok * nb * MATMUL_PACK_WORDS)) : nullptr;
   to_device(dx, x, sz(n_tok * e.n_in));
   launch_quantize_rows(dx, n_tok, e.n_in, dq, dexp, dmax);
   launch_matmul(static_cast<int32_t>(e.type), e.data.get<uint8_t>(0), e.row_bytes, e.bounds.get<int32_t>(0), e.n_in,
-                e.n_out, dq, dexp, dmax, n_tok, dy);
+                e.n_out, dq, dexp, dmax, n_tok, dpack, dy);
   check_launch("matmul kernels");
   to_host(y, dy, sz(n_tok * e.n_out));
 }

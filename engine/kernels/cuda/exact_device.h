@@ -4,8 +4,8 @@
 // (docs/precision-contract.md): the .cu kernels only map threads to these functions and sum their
 // integer results, and tests/unit/test_kernels_cuda_portable.cpp calls the same functions on the
 // host (compiled by the ordinary C++ compiler) and compares them with kernels/ref by memcmp.
-// Device intrinsics (__clzll, __float_as_uint, __fmul_rn, ...) have host twins below, so the
-// code around them is tested on the host too.
+// Device intrinsics (__clzll, __float_as_uint, __fmul_rn, __dp4a and the PTX dp4a.s32.u32, ...)
+// have host twins below, so the code around them is tested on the host too.
 // Non-goals: input validation. Callers guarantee finite inputs where the reference would throw
 // (the device checks them on the host before a call) and valid shapes; nothing here throws.
 //
@@ -507,9 +507,10 @@ DETAUDIT_HD void decode_block(int32_t t, const uint8_t* row, int64_t b, int n_va
 
 // ---- the exact dot product (contract section 7) ----
 
-// The products are int16 activation x weight code in plain 32-bit multiplies (exact: both factors
-// are below 2^15), summed per 16-element half in int64 (int16 weights reach 2^34 there); the
-// block terms T1, T2 (below 2^44) are int64.
+// The plain path (every type; the only one for F32/F16/BF16 rows, whose codes are int16): int16
+// activation x weight code in 32-bit multiplies (exact: both factors are below 2^15), summed per
+// 16-element half in int64 (int16 weights reach 2^34 there); the block terms T1, T2 (below 2^44)
+// are int64.
 DETAUDIT_HD void dot_block_terms(const int16_t* a, const wblock& w, int64_t* t1, int64_t* t2) {
   int64_t qa[2] = {0, 0};
   int64_t sa[2] = {0, 0};
@@ -519,6 +520,90 @@ DETAUDIT_HD void dot_block_terms(const int16_t* a, const wblock& w, int64_t* t1,
   }
   *t1 = static_cast<int64_t>(w.d_mant) * (w.scale[0] * qa[0] + w.scale[1] * qa[1]);
   *t2 = static_cast<int64_t>(w.m_mant) * (w.mcoef[0] * sa[0] + w.mcoef[1] * sa[1]);
+}
+
+// ---- the int8 path (integer block types) ----
+//
+// Every code of an integer block type fits int8 (q8_0 reaches -128; the others lie in [-32, 31]).
+// An activation a in [-32767, 32767] is hi * 256 + lo with hi = a >> 8 in [-128, 127] (signed)
+// and lo = a & 255 in [0, 255] (unsigned), so per 16-element half
+//   sum q_i a_i = 256 * sum q_i hi_i + sum q_i lo_i
+// with both sums exact in int32 (|sum q hi| <= 2^18, |sum q lo| < 2^19, the half below 2^26).
+// The byte sums are 4-way dot products: dp4a on the device. The half sums of a come from the same
+// bytes against codes of 1.
+
+constexpr int PACK_WORDS = QBLOCK / 4;           // words of one packed block (codes, hi or lo bytes)
+constexpr int ACT_PACK_WORDS = 2 * PACK_WORDS;  // one packed activation block: hi words, lo words
+
+DETAUDIT_HD bool is_int8_type(int32_t t) { return t != W_F32 && t != W_F16 && t != W_BF16; }
+
+DETAUDIT_HD int32_t sbyte(uint32_t w, int k) { return static_cast<int8_t>(static_cast<uint8_t>(w >> (8 * k))); }
+DETAUDIT_HD int32_t ubyte(uint32_t w, int k) { return static_cast<int32_t>((w >> (8 * k)) & 0xffu); }
+
+// c + the dot of a's four signed bytes with b's four signed bytes.
+DETAUDIT_HD int32_t dp4a_ss(uint32_t a, uint32_t b, int32_t c) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 610
+  return __dp4a(static_cast<int>(a), static_cast<int>(b), c);
+#else
+  for (int k = 0; k < 4; ++k) c += sbyte(a, k) * sbyte(b, k);
+  return c;
+#endif
+}
+
+// c + the dot of a's four signed bytes with b's four unsigned bytes (no intrinsic: PTX).
+DETAUDIT_HD int32_t dp4a_su(uint32_t a, uint32_t b, int32_t c) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 610
+  int32_t d;
+  asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+#else
+  for (int k = 0; k < 4; ++k) c += sbyte(a, k) * ubyte(b, k);
+  return c;
+#endif
+}
+
+// The 32 codes of a decoded integer block as int8, four to a word (element 4k + j in byte j of
+// word k).
+DETAUDIT_HD void pack_codes(const wblock& w, uint32_t* wq) {
+  for (int k = 0; k < PACK_WORDS; ++k) {
+    uint32_t v = 0;
+    for (int j = 0; j < 4; ++j) v |= static_cast<uint32_t>(static_cast<uint8_t>(w.q[4 * k + j])) << (8 * j);
+    wq[k] = v;
+  }
+}
+
+// An activation block as its hi bytes (words 0..7) and lo bytes (words 8..15), same layout.
+DETAUDIT_HD void pack_act(const int16_t* a, uint32_t* p) {
+  for (int k = 0; k < PACK_WORDS; ++k) {
+    uint32_t hi = 0, lo = 0;
+    for (int j = 0; j < 4; ++j) {
+      const int32_t v = a[4 * k + j];
+      hi |= static_cast<uint32_t>(static_cast<uint8_t>(v >> 8)) << (8 * j);
+      lo |= static_cast<uint32_t>(v & 255) << (8 * j);
+    }
+    p[k] = hi;
+    p[PACK_WORDS + k] = lo;
+  }
+}
+
+// sum q_i a_i over half h (elements 16h .. 16h+15) of packed codes wq and a packed block p.
+DETAUDIT_HD int32_t half_dot8(const uint32_t* wq, const uint32_t* p, int h) {
+  int32_t s_hi = 0, s_lo = 0;
+  for (int k = 4 * h; k < 4 * h + 4; ++k) {
+    s_hi = dp4a_ss(wq[k], p[k], s_hi);
+    s_lo = dp4a_su(wq[k], p[PACK_WORDS + k], s_lo);
+  }
+  return s_hi * 256 + s_lo;
+}
+
+// dot_block_terms for an integer block type from its packed codes wq and the packed block p.
+DETAUDIT_HD void dot_block_terms8(const uint32_t* p, const wblock& w, const uint32_t* wq, int64_t* t1, int64_t* t2) {
+  const uint32_t ones[PACK_WORDS] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u,
+                                     0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
+  const int64_t qa0 = half_dot8(wq, p, 0), qa1 = half_dot8(wq, p, 1);
+  const int64_t sa0 = half_dot8(ones, p, 0), sa1 = half_dot8(ones, p, 1);
+  *t1 = static_cast<int64_t>(w.d_mant) * (w.scale[0] * qa0 + w.scale[1] * qa1);
+  *t2 = static_cast<int64_t>(w.m_mant) * (w.mcoef[0] * sa0 + w.mcoef[1] * sa1);
 }
 
 // numerics::dot_grid.
@@ -531,6 +616,14 @@ DETAUDIT_HD int64_t dot_block_fixed(const int16_t* a, int32_t e_a, const wblock&
   if (e_a == EXP_ZERO) return 0;
   int64_t t1, t2;
   dot_block_terms(a, w, &t1, &t2);
+  return round_shift(t1, e_a + w.d_exp - g) + round_shift(t2, e_a + w.m_exp - g);
+}
+
+// dot_block_fixed on the int8 path: p = pack_act of the block, wq = pack_codes of w.
+DETAUDIT_HD int64_t dot_block_fixed8(const uint32_t* p, int32_t e_a, const wblock& w, const uint32_t* wq, int32_t g) {
+  if (e_a == EXP_ZERO) return 0;
+  int64_t t1, t2;
+  dot_block_terms8(p, w, wq, &t1, &t2);
   return round_shift(t1, e_a + w.d_exp - g) + round_shift(t2, e_a + w.m_exp - g);
 }
 

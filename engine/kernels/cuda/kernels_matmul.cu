@@ -5,7 +5,11 @@
 // tokens; its first threads decode 8 weight blocks into shared memory, then every thread adds
 // those blocks' terms, rounded to its own grid (x.max_exp of its token, the row's bound), to its
 // int64 sum. Integer sums: the block and token split cannot change a bit.
-// Non-goals: tensor cores, dp4a, split-K (the contract allows them; simplicity first).
+// Integer block types take the int8 path when the launcher is given a pack buffer: the activation
+// blocks are split once into hi / lo bytes (pack_act), the decoding threads also pack their
+// block's codes, and the products are dp4a (exact_device.h, "the int8 path"). F32/F16/BF16 rows
+// (int16 codes) always take plain 32-bit products. Both give the same integers.
+// Non-goals: tensor cores, split-K (the contract allows them; simplicity first).
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/exact_device.h"
 
@@ -14,6 +18,7 @@ namespace {
 
 constexpr int kDecodeBlocks = 8;   // weight blocks decoded into shared memory per step
 constexpr int64_t kMaxGridY = 65535;
+static_assert(MATMUL_PACK_WORDS == xd::ACT_PACK_WORDS, "pack scratch layout");
 
 __global__ void quantize_blocks_kernel(const float* x, int64_t rows, int64_t n, int64_t nb, int16_t* q,
                                        int32_t* exp) {
@@ -40,10 +45,20 @@ __global__ void max_exp_kernel(const int32_t* exp, int64_t rows, int64_t nb, int
   }
 }
 
+__global__ void pack_act_kernel(const int16_t* q, int64_t n_blocks, uint32_t* pack) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_blocks;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    xd::pack_act(q + i * xd::QBLOCK, pack + i * xd::ACT_PACK_WORDS);
+  }
+}
+
+// INT8: xpack holds the packed activation blocks and t is an integer block type.
+template <bool INT8>
 __global__ void matmul_kernel(int32_t t, const uint8_t* w, uint64_t row_bytes, const int32_t* bounds,
-                              int64_t n_in, int64_t n_out, const int16_t* xq, const int32_t* xexp,
-                              const int32_t* xmax, int64_t tok0, int64_t n_tok, float* y) {
+                              int64_t n_in, int64_t n_out, const int16_t* xq, const uint32_t* xpack,
+                              const int32_t* xexp, const int32_t* xmax, int64_t tok0, int64_t n_tok, float* y) {
   __shared__ xd::wblock sw[kDecodeBlocks];
+  __shared__ uint32_t swq[kDecodeBlocks][xd::PACK_WORDS];
   const int64_t row = blockIdx.x;
   const int64_t tok = tok0 + int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   const int64_t nb = (n_in + xd::QBLOCK - 1) / xd::QBLOCK;
@@ -58,12 +73,14 @@ __global__ void matmul_kernel(int32_t t, const uint8_t* w, uint64_t row_bytes, c
       const int64_t b = c + threadIdx.x;
       const int64_t left = n_in - b * xd::QBLOCK;
       xd::decode_block(t, wrow, b, left < xd::QBLOCK ? static_cast<int>(left) : xd::QBLOCK, sw[threadIdx.x]);
+      if (INT8) xd::pack_codes(sw[threadIdx.x], swq[threadIdx.x]);
     }
     __syncthreads();
     if (live) {
       for (int i = 0; i < kDecodeBlocks && c + i < nb; ++i) {
-        const int64_t b = c + i;
-        acc += xd::dot_block_fixed(xq + (tok * nb + b) * xd::QBLOCK, xexp[tok * nb + b], sw[i], g);
+        const int64_t k = tok * nb + c + i;
+        acc += INT8 ? xd::dot_block_fixed8(xpack + k * xd::ACT_PACK_WORDS, xexp[k], sw[i], swq[i], g)
+                    : xd::dot_block_fixed(xq + k * xd::QBLOCK, xexp[k], sw[i], g);
       }
     }
     __syncthreads();
@@ -82,13 +99,22 @@ void launch_quantize_rows(const float* x, int64_t rows, int64_t n, int16_t* q, i
 
 void launch_matmul(int32_t t, const uint8_t* w, uint64_t row_bytes, const int32_t* bounds, int64_t n_in,
                    int64_t n_out, const int16_t* xq, const int32_t* xexp, const int32_t* xmax,
-                   int64_t n_tok, float* y) {
+                   int64_t n_tok, uint32_t* xpack, float* y) {
+  const bool int8 = xpack != nullptr && xd::is_int8_type(t);
+  const int64_t nb = (n_in + xd::QBLOCK - 1) / xd::QBLOCK;
+  if (int8) DETAUDIT_LAUNCH(pack_act_kernel, grid_for(n_tok * nb, 128), 128)(xq, n_tok * nb, xpack);
   const int threads = n_tok <= 32 ? 32 : n_tok <= 64 ? 64 : 128;
   const int64_t per_launch = kMaxGridY * threads;
   for (int64_t tok0 = 0; tok0 < n_tok; tok0 += per_launch) {
     const int64_t left = n_tok - tok0 < per_launch ? n_tok - tok0 : per_launch;
     const dim3 grid(static_cast<unsigned>(n_out), static_cast<unsigned>((left + threads - 1) / threads));
-    DETAUDIT_LAUNCH(matmul_kernel, grid, threads)(t, w, row_bytes, bounds, n_in, n_out, xq, xexp, xmax, tok0, n_tok, y);
+    if (int8) {
+      DETAUDIT_LAUNCH(matmul_kernel<true>, grid, threads)(t, w, row_bytes, bounds, n_in, n_out, xq, xpack, xexp, xmax,
+                                                          tok0, n_tok, y);
+    } else {
+      DETAUDIT_LAUNCH(matmul_kernel<false>, grid, threads)(t, w, row_bytes, bounds, n_in, n_out, xq, xpack, xexp,
+                                                           xmax, tok0, n_tok, y);
+    }
   }
 }
 
