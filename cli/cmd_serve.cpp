@@ -125,6 +125,8 @@ void setup_serve(CLI::App& app) {
                   "Chat template family for /v1/chat/completions instead of the detected one: chatml, qwen3, deepseek-r1, "
                   "llama3, llama2, phi3")
       ->type_name("NAME");
+  sub->add_option("--max-body", opt->http.max_body, "Largest request body in bytes (413 beyond)")
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 30))->capture_default_str()->type_name("BYTES");
   sub->add_option("--timeout", opt->http.timeout_s, "Socket read / write timeout in seconds")->check(CLI::Range(1, 86400))->capture_default_str();
   sub->footer(
       "Prints 'listening on http://HOST:PORT' when ready; SIGINT / SIGTERM stop it (exit 0).\n"

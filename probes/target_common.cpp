@@ -57,6 +57,9 @@ json redact(const json& j, const std::string& secret) {
 }
 
 std::unique_ptr<target> target_make(const std::string& spec, const target_options& opt) {
+  for (unsigned char c : opt.api_key)
+    if (c < 0x20 || c == 0x7f)  // would end the Authorization header and start another; the key is not shown
+      throw input_error("--api-key-env: the key holds a control character (a line break?); it cannot be sent in a header");
   if (spec.rfind("engine:", 0) == 0) return target_make_engine(spec, opt);
   if (spec.rfind("http://", 0) == 0 || spec.rfind("https://", 0) == 0) return target_make_http(spec, opt);
   throw input_error("--target '" + spec + "': expected engine:PATH.gguf[?key=value&...] or an http:// or https:// URL");

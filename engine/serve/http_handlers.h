@@ -63,6 +63,9 @@ std::vector<std::string> field_stop(const json& b, const char* key);
 std::vector<int32_t> field_prompt(const http_state& st, const json& b, const char* key);
 // Throws http_error 400 naming `key` unless it is absent or equal to 1.
 void field_require_n1(const json& b, const char* key);
+// n_predict / max_tokens / num_predict: absent or null -> -1 (no limit); else an integer in
+// [lo, the slot's context]. A count the slot could never hold is 400 naming the field.
+int64_t field_n_predict(const http_state& st, const json& b, const char* key, int64_t lo);
 
 // Throws http_error 400 naming the field when a request sets a feature detaudit serve does not
 // implement (grammar, json_schema, logit_bias, ignore_eos, mirostat, typical_p < 1, dry, xtc,

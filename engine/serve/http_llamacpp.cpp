@@ -20,7 +20,7 @@ struct llamacpp_options {
 request completion_parse(const http_state& st, const json& b, llamacpp_options& o) {
   request r;
   r.prompt = field_prompt(st, b, "prompt");
-  r.n_predict = field_int(b, "n_predict", -1, -1, INT32_MAX);
+  r.n_predict = field_n_predict(st, b, "n_predict", -1);
   sampling_parse(b, r.sampling);
   r.stop = field_stop(b, "stop");
   r.n_probs = static_cast<int>(field_int(b, "n_probs", 0, 0, 100));

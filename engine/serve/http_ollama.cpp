@@ -50,13 +50,13 @@ void reject_if_set(const json& b, const char* key) {
 }
 
 // "options": the sampling fields (ollama's names are llama.cpp's), num_predict and stop.
-void options_parse(const json& b, request& r) {
+void options_parse(const http_state& st, const json& b, request& r) {
   auto it = b.find("options");
   if (it == b.end() || it->is_null()) return;
   if (!it->is_object()) throw http_error(400, std::string("field 'options': expected an object, found ") + it->type_name());
   const json& o = *it;
   sampling_parse(o, r.sampling);
-  const int64_t n = field_int(o, "num_predict", -1, -2, INT32_MAX);
+  const int64_t n = field_n_predict(st, o, "num_predict", -2);
   r.n_predict = n < 0 ? -1 : n;
   r.stop = field_stop(o, "stop");
 }
@@ -92,10 +92,10 @@ std::vector<chat::chat_message> messages_parse(const json& b) {
 }
 
 // The fields both routes share; the prompt is set by the caller.
-request common_parse(const json& b, ollama_options& o) {
+request common_parse(const http_state& st, const json& b, ollama_options& o) {
   for (const char* k : {"images", "format", "template", "suffix", "context", "tools"}) reject_if_set(b, k);
   request r;
-  options_parse(b, r);
+  options_parse(st, b, r);
   o.stream = field_bool(b, "stream", true);
   if (field_bool(b, "logprobs", false)) o.n_logprobs = static_cast<int>(field_int(b, "top_logprobs", 0, 0, 20));
   r.n_probs = std::max(o.n_logprobs, o.n_logprobs >= 0 ? 1 : 0);
@@ -153,7 +153,7 @@ void handle_generate(http_state& st, const httplib::Request& req, httplib::Respo
   const json b = body_parse(req);
   ollama_options o;
   o.kind = OLLAMA_GENERATE;
-  request r = common_parse(b, o);
+  request r = common_parse(st, b, o);
   const std::string prompt = field_string(b, "prompt", "");
   if (prompt.empty()) {
     json j = {{"model", st.model_id}, {"created_at", rfc3339(std::chrono::system_clock::now())}, {"response", ""},
@@ -178,7 +178,7 @@ void handle_chat(http_state& st, const httplib::Request& req, httplib::Response&
   const json b = body_parse(req);
   ollama_options o;
   o.kind = OLLAMA_CHAT;
-  request r = common_parse(b, o);
+  request r = common_parse(st, b, o);
   r.prompt = render(st, messages_parse(b), field_bool(b, "think", true));
   respond(st, std::move(r), o, res);
 }

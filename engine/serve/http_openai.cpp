@@ -127,7 +127,7 @@ request common_parse(const http_state& st, const json& b, openai_options& o, con
   field_require_n1(b, "n");
   field_require_n1(b, "best_of");
   request r;
-  r.n_predict = field_int(b, max_tokens_key, -1, -1, INT32_MAX);
+  r.n_predict = field_n_predict(st, b, max_tokens_key, -1);
   sampling_parse(b, r.sampling);
   r.stop = field_stop(b, "stop");
   r.cache_prompt = field_bool(b, "cache_prompt", true);

@@ -2,11 +2,14 @@
 // the bridge from the scheduler's callbacks (on its thread) to a blocked handler or an SSE stream.
 #include "serve/http_server.h"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
 #include <future>
 #include <mutex>
+#include <utility>
 
 #include "runtime/context.h"
 #include "serve/http_handlers.h"
@@ -28,6 +31,21 @@ std::string request_key(const httplib::Request& req) {
   const std::string bearer = "Bearer ";
   if (auth.compare(0, bearer.size(), bearer) == 0) return auth.substr(bearer.size());
   return req.get_header_value("X-Api-Key");
+}
+
+// Request bodies are read only with a Content-Length that --max-body bounds: httplib bounds
+// nothing else, so a chunked body, or a compressed one (inflated while it is read), could grow
+// without limit. Returns the status and message of a refusal, or 0 when the framing is accepted.
+std::pair<int, std::string> body_framing_check(const httplib::Request& req) {
+  std::string te = req.get_header_value("Transfer-Encoding");
+  std::transform(te.begin(), te.end(), te.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (!te.empty() && te != "identity")
+    return {411, "request body: Transfer-Encoding '" + te + "' is not accepted; send the body with a Content-Length"};
+  std::string ce = req.get_header_value("Content-Encoding");
+  std::transform(ce.begin(), ce.end(), ce.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (!ce.empty() && ce != "identity")
+    return {415, "request body: Content-Encoding '" + ce + "' is not accepted; send the body uncompressed"};
+  return {0, ""};
 }
 
 // The adapter every handler is wrapped in once (as llama.cpp's ex_wrapper).
@@ -157,6 +175,11 @@ http_server::http_server(scheduler& sched, const http_server_params& p) : p_(std
   srv.set_read_timeout(p.timeout_s, 0);
   srv.set_write_timeout(p.timeout_s, 0);
   srv.set_pre_routing_handler([&st](const httplib::Request& req, httplib::Response& res) {
+    if (const auto [status, msg] = body_framing_check(req); status != 0) {
+      res.set_header("Connection", "close");
+      error_send(res, status, msg);
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (st.params.api_key.empty() || req.path == "/health" || req.path == "/v1/health")
       return httplib::Server::HandlerResponse::Unhandled;
     if (key_equal(request_key(req), st.params.api_key)) return httplib::Server::HandlerResponse::Unhandled;

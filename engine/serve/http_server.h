@@ -5,7 +5,8 @@
 // Goals: clients of llama-server and of the OpenAI API work unchanged; every answer names the
 // engine, numerics and model (system_fingerprint) and can carry the per-step logit hashes.
 // Every handler is wrapped once by an exception -> OpenAI error adapter: {"error": {"message",
-// "type", "code"}} with the HTTP status (400 bad field, 401 key, 404 route, 413 body, 503 busy).
+// "type", "code"}} with the HTTP status (400 bad field, 401 key, 404 route, 411 chunked body,
+// 413 body too large, 415 compressed body, 503 busy).
 // Non-goals: TLS, multimodal content, tools, grammars, n > 1. docs/serve-api.md lists the fields.
 //
 // Thread-safety: one http_server per scheduler; bind(), listen() and stop() may be called from
@@ -24,7 +25,7 @@ struct http_server_params {
   std::string host = "127.0.0.1";
   int port = 8080;                              // 0: any free port (bind() returns it)
   std::string api_key;                          // "" = no key; else every route but /health needs it
-  size_t max_body = 8u << 20;                   // larger request bodies get 413
+  size_t max_body = 8u << 20;                   // --max-body: larger request bodies get 413
   int timeout_s = 600;                          // socket read / write timeout
   std::string chat_template;                    // "" = detect from the model; else chatml|qwen3|...
 };

@@ -100,9 +100,13 @@ void draft_check(const model::model& target, const model::model* draft) {
                         b.token_text(i) + "' vs '" + a.token_text(i) + "'): they must share one vocabulary");
 }
 
+// A plain file name that stays inside --slot-save-path: 1 to 255 bytes, not ".", and no slash,
+// backslash, ".." or control byte (NUL included).
 bool filename_ok(const std::string& f) {
-  return !f.empty() && f.find('/') == std::string::npos && f.find('\\') == std::string::npos &&
-         f.find("..") == std::string::npos && f.find('\0') == std::string::npos;
+  if (f.empty() || f.size() > 255 || f == "." || f.find("..") != std::string::npos) return false;
+  for (unsigned char c : f)
+    if (c == '/' || c == '\\' || c < 0x20 || c == 0x7f) return false;
+  return true;
 }
 
 }  // namespace
