@@ -156,7 +156,7 @@ std::vector<lmeval_sample> lmeval_read(const std::string& path) {
     json j;
     try {
       j = json::parse(line);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range for a number too large
       throw input_error(where + ": not a JSON line (" + std::string(e.what()) + ")");
     }
     lmeval_sample s = sample_from_json(j, where);

@@ -2,11 +2,14 @@
 #include "reports/record.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <sstream>
+#include <type_traits>
 
 #include "util/error.h"
 
@@ -25,14 +28,54 @@ uint64_t parse_hex64(const std::string& s, const std::string& where) {
   return std::stoull(s, nullptr, 16);
 }
 
+// A JSON number that is a whole number within T's range (a float such as 3.0 counts), as T.
+template <class T>
+bool int_from_json(const json& v, T& out) {
+  static_assert(sizeof(T) < sizeof(int64_t), "the range checks below need T narrower than 64 bits");
+  constexpr int64_t lo = std::numeric_limits<T>::min();
+  constexpr int64_t hi = std::numeric_limits<T>::max();
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(hi)) return false;
+    out = static_cast<T>(u);
+    return true;
+  }
+  if (v.is_number_integer()) {
+    const int64_t i = v.get<int64_t>();
+    if (i < lo || i > hi) return false;
+    out = static_cast<T>(i);
+    return true;
+  }
+  if (!v.is_number_float()) return false;
+  const double d = v.get<double>();
+  if (!(d >= static_cast<double>(lo) && d <= static_cast<double>(hi)) || d != std::trunc(d)) return false;
+  out = static_cast<T>(d);
+  return true;
+}
+
+// Integer fields (and byte arrays) are range-checked: converting an out-of-range number is
+// undefined behaviour inside nlohmann::json.
 template <class T>
 T get_or(const json& j, const char* key, T dflt, const std::string& where) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return dflt;
-  try {
-    return it->get<T>();
-  } catch (const json::exception&) {
-    throw input_error(where + ": field '" + key + "' has the wrong type (" + it->type_name() + ")");
+  const std::string wrong = where + ": field '" + key + "' has the wrong type (" + it->type_name() + ")";
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    T v{};
+    if (!int_from_json(*it, v)) throw input_error(wrong + " or is out of range");
+    return v;
+  } else if constexpr (std::is_same_v<T, std::vector<uint8_t>>) {
+    if (!it->is_array()) throw input_error(wrong);
+    T out(it->size());
+    for (size_t i = 0; i < out.size(); ++i)
+      if (!int_from_json((*it)[i], out[i])) throw input_error(where + ": field '" + key + "' must hold bytes (0..255)");
+    return out;
+  } else {
+    try {
+      return it->get<T>();
+    } catch (const json::exception&) {
+      throw input_error(wrong);
+    }
   }
 }
 
@@ -126,7 +169,9 @@ record record_from_json(const json& j, const std::string& where) {
       for (const json& a : step) {
         if (!a.is_array() || a.size() != 3 || !a[0].is_number_integer() || !a[1].is_string() || !a[2].is_number())
           throw input_error(where + ": a 'top_logprobs' entry must be [id, token, logprob]");
-        alts.push_back({a[0].get<int32_t>(), a[1].get<std::string>(), a[2].get<double>()});
+        int32_t id = -1;
+        if (!int_from_json(a[0], id)) throw input_error(where + ": a 'top_logprobs' id is out of range");
+        alts.push_back({id, a[1].get<std::string>(), a[2].get<double>()});
       }
       r.top_logprobs.push_back(std::move(alts));
     }
@@ -201,7 +246,7 @@ std::vector<record> records_read_file(const std::string& path, read_stats* stats
     json j;
     try {
       j = json::parse(line);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range for a number too large
       throw input_error(where + ": not a JSON line (" + std::string(e.what()) + ")");
     }
     out.push_back(record_from_json(j, where));
@@ -241,7 +286,7 @@ json run_manifest_read(const std::string& dir) {
   std::ifstream in(p);
   try {
     return json::parse(in);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number too large
     throw input_error(p.string() + ": not valid JSON (" + std::string(e.what()) + ")");
   }
 }

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# Builds a libFuzzer target with clang (ASan + UBSan) and runs it for a while.
+# Builds libFuzzer targets with clang (ASan + UBSan) and runs them for a while.
 #
-#   scripts/fuzz.sh TARGET SECONDS      e.g. scripts/fuzz.sh gguf 60
+#   scripts/fuzz.sh TARGET [SECONDS]    e.g. scripts/fuzz.sh gguf 60
+#   scripts/fuzz.sh --all [SECONDS]     every target in turn (TARGETS below)
 #
 # Configures build-fuzz/ (override with DETAUDIT_FUZZ_BUILD) with clang++ and
 # CMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined", builds fuzz_TARGET, and runs it on a
 # copy of tests/fuzz/corpus/TARGET (the committed seeds are never modified). Crashing inputs are
-# written to build-fuzz/fuzz-work/TARGET/artifacts/. Exits non-zero when the fuzzer finds
-# something; prints the number of executions.
+# written to build-fuzz/fuzz-work/TARGET/artifacts/. Exits non-zero when a fuzzer finds something
+# (--all: when any does, after running them all); prints the number of executions per target.
 set -euo pipefail
 
+targets=(gguf tokenizer serve_request records lmeval)
+
 if [[ $# -lt 1 || $# -gt 2 ]]; then
-  echo "usage: scripts/fuzz.sh TARGET [SECONDS]   (e.g. scripts/fuzz.sh gguf 60)" >&2
+  echo "usage: scripts/fuzz.sh TARGET|--all [SECONDS]   (targets: ${targets[*]})" >&2
   exit 2
 fi
 target=$1
@@ -23,36 +26,53 @@ fi
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${DETAUDIT_FUZZ_BUILD:-$root/build-fuzz}
-seeds=$root/tests/fuzz/corpus/$target
 for tool in clang clang++ cmake; do
   command -v "$tool" >/dev/null || { echo "fuzz.sh: $tool not found (scripts/setup.sh installs it)" >&2; exit 2; }
 done
-[[ -d $seeds ]] || { echo "fuzz.sh: no seed corpus at $seeds" >&2; exit 2; }
 
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link,address,undefined" \
-  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined" \
-  -DDETAUDIT_FUZZ=ON >/dev/null
-cmake --build "$build" -j2 --target "fuzz_$target"
+if [[ $target == --all ]]; then
+  run=("${targets[@]}")
+else
+  [[ -d $root/tests/fuzz/corpus/$target ]] || { echo "fuzz.sh: no seed corpus at $root/tests/fuzz/corpus/$target" >&2; exit 2; }
+  run=("$target")
+fi
 
-work=$build/fuzz-work/$target
-rm -rf "$work"
-mkdir -p "$work/corpus" "$work/artifacts"
-cp "$seeds"/* "$work/corpus/"
-log=$work/fuzz.log
+configure_and_build() {
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+    -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link,address,undefined" \
+    -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined" \
+    -DDETAUDIT_FUZZ=ON >/dev/null
+  cmake --build "$build" -j2 --target "${run[@]/#/fuzz_}"
+}
 
-set +e
-"$build/tests/fuzz/fuzz_$target" -max_total_time="$seconds" -print_final_stats=1 \
-  -artifact_prefix="$work/artifacts/" "$work/corpus" >"$log" 2>&1
-rc=$?
-set -e
+# Runs one built target; returns non-zero when it found something.
+fuzz_one() {
+  local name=$1 work=$build/fuzz-work/$1 rc execs
+  rm -rf "$work"
+  mkdir -p "$work/corpus" "$work/artifacts"
+  cp "$root/tests/fuzz/corpus/$name"/* "$work/corpus/"
+  set +e
+  "$build/tests/fuzz/fuzz_$name" -max_total_time="$seconds" -print_final_stats=1 \
+    -artifact_prefix="$work/artifacts/" "$work/corpus" >"$work/fuzz.log" 2>&1
+  rc=$?
+  set -e
+  execs=$(awk '/stat::number_of_executed_units/ {print $2}' "$work/fuzz.log" | tail -n 1)
+  tail -n 25 "$work/fuzz.log"
+  echo "fuzz_$name: ${execs:-unknown} executions in ${seconds} s (log: $work/fuzz.log)"
+  if [[ $rc -ne 0 ]]; then
+    echo "fuzz_$name: FINDING (exit $rc); reproducer(s) in $work/artifacts/:" >&2
+    ls -1 "$work/artifacts" >&2 || true
+    return 1
+  fi
+}
 
-execs=$(awk '/stat::number_of_executed_units/ {print $2}' "$log" | tail -n 1)
-tail -n 25 "$log"
-echo "fuzz_$target: ${execs:-unknown} executions in ${seconds} s (log: $log)"
-if [[ $rc -ne 0 ]]; then
-  echo "fuzz_$target: FINDING (exit $rc); reproducer(s) in $work/artifacts/:" >&2
-  ls -1 "$work/artifacts" >&2 || true
+configure_and_build
+failed=()
+for name in "${run[@]}"; do
+  fuzz_one "$name" || failed+=("$name")
+done
+if [[ ${#failed[@]} -gt 0 ]]; then
+  echo "fuzz.sh: findings in: ${failed[*]}" >&2
   exit 1
 fi

@@ -191,6 +191,14 @@ TEST_CASE("lmeval read: a bad line names the file, line and field") {
   CHECK(mixed.err.find("is an lm-eval samples file but") != std::string::npos);
 }
 
+TEST_CASE("lmeval read: a number too large for a double is an input_error naming the line") {
+  const std::string dir = test::scratch_dir("lmeval_number_overflow");
+  const std::string path = dir + "/overflow.jsonl";
+  std::ofstream(path, std::ios::binary) << sample(0, "none", "x", "x", 1, "h", "x").dump() << "\n"
+                                        << "{\"doc_id\": 1e999, \"filter\": \"none\"}\n";
+  CHECK_THROWS_WITH_AS(reports::lmeval_read(path), doctest::Contains("overflow.jsonl:2: not a JSON line"), input_error);
+}
+
 TEST_CASE("lmeval export: gsm8k records become strict-match and flexible-extract lines that read back") {
   const std::string dir = test::scratch_dir("lmeval_export");
   // q1: "so #### 4" is right under both filters; q2: "The answer is 4" has no "#### " (strict
