@@ -86,7 +86,7 @@ std::vector<std::string> expand_config(CLI::App& app, std::vector<std::string> a
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     throw input_error("config " + file + ": not valid JSON: " + one_line(e.what()));
   }
   if (!j.is_object()) throw input_error("config " + file + ": expected a JSON object of option names, found " + std::string(j.type_name()));

@@ -98,7 +98,7 @@ probes::gen_request base_request(const run_cmd_options& o) {
   if (!o.request_json.empty()) {
     try {
       b.extra = json::parse(o.request_json);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
       throw input_error("--request: not valid JSON (" + std::string(e.what()) + ")");
     }
     if (!b.extra.is_object()) throw input_error("--request: expected a JSON object, found " + std::string(b.extra.type_name()));

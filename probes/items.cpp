@@ -44,7 +44,7 @@ json line_parse(const std::string& line, const std::string& where) {
   json j;
   try {
     j = json::parse(line);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     throw input_error(where + ": not a JSON line (" + std::string(e.what()) + ")");
   }
   if (!j.is_object()) throw input_error(where + ": expected a JSON object, found " + std::string(j.type_name()));

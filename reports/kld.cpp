@@ -147,7 +147,7 @@ std::vector<std::vector<kld_step_in>> kld_read(const std::string& path) {
   json j;
   try {
     j = json::parse(in);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     throw input_error(path + ": not JSON (" + std::string(e.what()) +
                       "); expected the output of 'detaudit score --json'");
   }

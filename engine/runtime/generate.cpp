@@ -407,7 +407,7 @@ std::vector<score_item> score_read_reference(const std::string& path) {
   json j;
   try {
     j = json::parse(in);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     throw input_error(path + ": not valid JSON (" + std::string(e.what()) + ")");
   }
   if (!j.is_object() || !j.contains("items") || !j["items"].is_array())
