@@ -3,12 +3,13 @@
 #
 #   scripts/test.sh              set up, configure (warnings are errors), build, run all tests
 #   scripts/test.sh --sanitize   the same suite built with AddressSanitizer + UndefinedBehaviorSanitizer
+#   scripts/test.sh --tsan       the runtime, scheduler, server and run-loop tests built with ThreadSanitizer
 #   scripts/test.sh -L unit      extra arguments go to ctest (here: only tests labelled unit)
 #
 # The Vulkan backend is built and tested on mesa's lavapipe (label vulkan). The CUDA backend is
 # built when nvcc is found (PATH or /usr/local/cuda/bin); its tests (label cuda) run only where
 # nvidia-smi sees a GPU, otherwise this script says so and leaves them out (scripts/gpu-check.sh
-# runs them on a GPU machine). The sanitizer build leaves both GPU backends out.
+# runs them on a GPU machine). The sanitizer builds leave both GPU backends out.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -20,7 +21,10 @@ ctest_args=()
 for a in "$@"; do
   case "$a" in
     --sanitize) build=build-sanitize; cmake_args+=(-DDETAUDIT_SANITIZE=ON) ;;
-    -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --tsan) build=build-tsan
+            cmake_args+=(-DDETAUDIT_TSAN=ON "-DDETAUDIT_TEST_FILTER=runtime|serve|scheduler|probes_run|sampling")
+            ctest_args+=(-L unit) ;;
+    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) ctest_args+=("$a") ;;
   esac
 done
@@ -44,6 +48,7 @@ fi
 cmake -S . -B "$build" "${cmake_args[@]}" >/dev/null
 cmake --build "$build" -j "$jobs"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-second_deadlock_stack=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # A hung test fails after 10 minutes instead of holding the run.
 ctest --test-dir "$build" --output-on-failure --timeout 600 -j "$jobs" "${ctest_args[@]}"
