@@ -71,6 +71,21 @@ struct push_kv {
   uint32_t nb;
 };
 
+// out = shaders/<name>.comp of a and b, element-wise over n floats (swiglu, add).
+void binary_op(vk_device& dev, const char* name, const float* a, const float* b, int64_t n, float* out) {
+  const uint32_t n32 = to_u32(n, name);
+  if (n32 == 0) return;
+  const uint64_t bytes = uint64_t(n32) * 4;
+  buffer& ba = dev.scratch(0, bytes);
+  buffer& bb = dev.scratch(1, bytes);
+  buffer& bo = dev.scratch(2, bytes);
+  std::memcpy(ba.mapped, a, bytes);
+  std::memcpy(bb.mapped, b, bytes);
+  push_n pc{n32};
+  dev.dispatch(name, {&ba, &bb, &bo}, &pc, sizeof pc, group_count(n32, 256, dev.max_groups(0)));
+  std::memcpy(out, bo.mapped, bytes);
+}
+
 }  // namespace
 
 void vk_device::rms_norm(const float* x, int64_t rows, int64_t cols, int64_t group, const float* w, float eps,
@@ -95,32 +110,10 @@ void vk_device::rms_norm(const float* x, int64_t rows, int64_t cols, int64_t gro
 }
 
 void vk_device::swiglu(const float* gate, const float* up, int64_t n, float* out) {
-  const uint32_t n32 = to_u32(n, "swiglu");
-  if (n32 == 0) return;
-  const uint64_t bytes = uint64_t(n32) * 4;
-  buffer& bg = scratch(0, bytes);
-  buffer& bu = scratch(1, bytes);
-  buffer& bo = scratch(2, bytes);
-  std::memcpy(bg.mapped, gate, bytes);
-  std::memcpy(bu.mapped, up, bytes);
-  push_n pc{n32};
-  dispatch("swiglu", {&bg, &bu, &bo}, &pc, sizeof pc, group_count(n32, 256, max_groups(0)));
-  std::memcpy(out, bo.mapped, bytes);
+  binary_op(*this, "swiglu", gate, up, n, out);
 }
 
-void vk_device::add(const float* a, const float* b, int64_t n, float* out) {
-  const uint32_t n32 = to_u32(n, "add");
-  if (n32 == 0) return;
-  const uint64_t bytes = uint64_t(n32) * 4;
-  buffer& ba = scratch(0, bytes);
-  buffer& bb = scratch(1, bytes);
-  buffer& bo = scratch(2, bytes);
-  std::memcpy(ba.mapped, a, bytes);
-  std::memcpy(bb.mapped, b, bytes);
-  push_n pc{n32};
-  dispatch("add", {&ba, &bb, &bo}, &pc, sizeof pc, group_count(n32, 256, max_groups(0)));
-  std::memcpy(out, bo.mapped, bytes);
-}
+void vk_device::add(const float* a, const float* b, int64_t n, float* out) { binary_op(*this, "add", a, b, n, out); }
 
 void vk_device::add_bias(float* x, int64_t rows, int64_t cols, const float* b) {
   if (rows < 0 || cols < 0) throw input_error("vulkan add_bias: negative shape");
