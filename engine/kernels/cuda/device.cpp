@@ -128,6 +128,9 @@ class cuda_device final : public gpu::device {
 
  private:
   void select() { check(cudaSetDevice(index_), "cudaSetDevice"); }
+  // out = launch(a, b) element-wise over n floats (swiglu, add): copies in, launch, copy out.
+  void binary_op(const char* what, void (*launch)(const float*, const float*, int64_t, float*), const float* a,
+                 const float* b, int64_t n, float* out);
 
   int index_;
   gpu::device_desc desc_;
@@ -201,20 +204,8 @@ void cuda_device::rms_norm(const float* x, int64_t rows, int64_t cols, int64_t g
   to_host(out, dout, n);
 }
 
-void cuda_device::swiglu(const float* gate, const float* up, int64_t n, float* out) {
-  if (n < 1) return;
-  select();
-  float* dg = in_a_.get<float>(sz(n));
-  float* du = in_b_.get<float>(sz(n));
-  float* dout = out_.get<float>(sz(n));
-  to_device(dg, gate, sz(n));
-  to_device(du, up, sz(n));
-  launch_swiglu(dg, du, n, dout);
-  check_launch("swiglu kernel");
-  to_host(out, dout, sz(n));
-}
-
-void cuda_device::add(const float* a, const float* b, int64_t n, float* out) {
+void cuda_device::binary_op(const char* what, void (*launch)(const float*, const float*, int64_t, float*),
+                            const float* a, const float* b, int64_t n, float* out) {
   if (n < 1) return;
   select();
   float* da = in_a_.get<float>(sz(n));
@@ -222,9 +213,17 @@ void cuda_device::add(const float* a, const float* b, int64_t n, float* out) {
   float* dout = out_.get<float>(sz(n));
   to_device(da, a, sz(n));
   to_device(db, b, sz(n));
-  launch_add(da, db, n, dout);
-  check_launch("add kernel");
+  launch(da, db, n, dout);
+  check_launch(what);
   to_host(out, dout, sz(n));
+}
+
+void cuda_device::swiglu(const float* gate, const float* up, int64_t n, float* out) {
+  binary_op("swiglu kernel", launch_swiglu, gate, up, n, out);
+}
+
+void cuda_device::add(const float* a, const float* b, int64_t n, float* out) {
+  binary_op("add kernel", launch_add, a, b, n, out);
 }
 
 void cuda_device::add_bias(float* x, int64_t rows, int64_t cols, const float* b) {
