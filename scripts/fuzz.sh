@@ -8,7 +8,8 @@
 # CMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined", builds fuzz_TARGET, and runs it on a
 # copy of tests/fuzz/corpus/TARGET (the committed seeds are never modified). Crashing inputs are
 # written to build-fuzz/fuzz-work/TARGET/artifacts/. Exits non-zero when a fuzzer finds something
-# (--all: when any does, after running them all); prints the number of executions per target.
+# (--all: when any does, after running them all); prints the executions and peak RSS per target.
+# Memory is part of the contract: a run over 1024 MB of RSS, or one malloc over 512 MB, is a finding.
 set -euo pipefail
 
 targets=(gguf tokenizer serve_request records lmeval)
@@ -54,12 +55,14 @@ fuzz_one() {
   cp "$root/tests/fuzz/corpus/$name"/* "$work/corpus/"
   set +e
   "$build/tests/fuzz/fuzz_$name" -max_total_time="$seconds" -print_final_stats=1 \
+    -rss_limit_mb=1024 -malloc_limit_mb=512 \
     -artifact_prefix="$work/artifacts/" "$work/corpus" >"$work/fuzz.log" 2>&1
   rc=$?
   set -e
   execs=$(awk '/stat::number_of_executed_units/ {print $2}' "$work/fuzz.log" | tail -n 1)
+  peak=$(awk '/stat::peak_rss_mb/ {print $2}' "$work/fuzz.log" | tail -n 1)
   tail -n 25 "$work/fuzz.log"
-  echo "fuzz_$name: ${execs:-unknown} executions in ${seconds} s (log: $work/fuzz.log)"
+  echo "fuzz_$name: ${execs:-unknown} executions in ${seconds} s, peak RSS ${peak:-unknown} MB (log: $work/fuzz.log)"
   if [[ $rc -ne 0 ]]; then
     echo "fuzz_$name: FINDING (exit $rc); reproducer(s) in $work/artifacts/:" >&2
     ls -1 "$work/artifacts" >&2 || true

@@ -18,7 +18,11 @@ constexpr uint64_t k_min_tensor_info_bytes = 8 + 4 + 8 + 4 + 8;
 // key (8) + type (4) + smallest value (1)
 constexpr uint64_t k_min_kv_bytes = 8 + 4 + 1;
 constexpr size_t k_max_quoted_chars = 96;
-constexpr uint64_t k_max_array_elems = uint64_t(1) << 24;
+// All array elements of one file, nested ones included. An element costs about 100 bytes in memory
+// (a gguf::value) however few it takes in the file, so this caps what metadata can make the reader
+// allocate beyond the strings' own bytes at about 400 MiB. Real files hold under a million
+// (vocabulary, scores, token types, merges).
+constexpr uint64_t k_max_array_elems = uint64_t(1) << 22;
 
 // A key or tensor name for a message: control and non-ASCII bytes escaped, long names cut.
 std::string printable(std::string_view s) {
@@ -206,9 +210,6 @@ value parser::read_array(const std::string& ctx, int depth) {
   uint64_t count_at = pos_;
   uint64_t count = read<uint64_t>("an array count", ctx);
   check_count(count, min_each, count_at, "array count of " + ctx, type_label(elem_type) + " element");
-  // Each element costs about 100 bytes in memory however few it takes in the file; the cap keeps a
-  // hostile file of huge byte arrays from costing 100 times its size (real vocabularies hold under
-  // a million elements in all).
   n_array_elems_ += count;
   if (n_array_elems_ > k_max_array_elems) {
     fail("too many array elements at offset " + str(count_at) + " in " + ctx + ": expected at most " +

@@ -64,6 +64,14 @@ std::vector<uint8_t> nested_arrays(int levels) {
   return out.u32(VALUE_UINT8).u64(0).b;
 }
 
+// Metadata arrays a0, a1, ... of uint8 with these element counts (all zero bytes).
+std::vector<uint8_t> byte_arrays(const std::vector<uint64_t>& counts) {
+  bytes out = header(3, 0, counts.size());
+  for (size_t i = 0; i < counts.size(); ++i)
+    out.str("a" + std::to_string(i)).u32(VALUE_ARRAY).u32(VALUE_UINT8).u64(counts[i]).zeros(counts[i]);
+  return out.b;
+}
+
 struct bad_case {
   const char* name;
   std::vector<uint8_t> file;
@@ -99,6 +107,10 @@ std::vector<bad_case> bad_cases() {
       {"huge array-of-arrays count", header(3, 0, 1).str("a").u32(VALUE_ARRAY).u32(VALUE_ARRAY).u64(1ull << 40).zeros(64).b,
        "needs at least 12 bytes per array element"},
       {"arrays nested too deep", nested_arrays(9), "arrays nested too deep"},
+      {"one array over the element cap", byte_arrays({(1u << 22) + 1}),
+       "too many array elements at offset 42 in key 'a0': expected at most 4194304 in the whole file, found 4194305"},
+      {"arrays together over the element cap", byte_arrays({1u << 21, 1u << 21, 1}),
+       "in key 'a2': expected at most 4194304 in the whole file, found 4194305"},
       {"duplicate key", header(3, 0, 2).kv_u32("x", 1).kv_u32("x", 2).b, "duplicate key 'x' at offset 41"},
       {"unknown value type", header(3, 0, 1).str("a").u32(13).u32(0).b, "unknown value type 13 at offset 33 in key 'a'"},
       {"unknown array element type", header(3, 0, 1).str("a").u32(VALUE_ARRAY).u32(99).u64(0).b,
