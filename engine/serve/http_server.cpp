@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <future>
 #include <mutex>
+#include <sys/socket.h>
 #include <utility>
 
 #include "runtime/context.h"
@@ -158,6 +159,7 @@ void completion_stream(http_state& st, request r, stream_format fmt, httplib::Re
 struct http_server::impl {
   http_state st;
   httplib::Server srv;
+  socket_t listen_fd = INVALID_SOCKET;  // the last socket httplib created to bind; see bind()
   impl(scheduler& s, const http_server_params& p) : st{s, p, {}, {}, {1}} {}
 };
 
@@ -171,6 +173,13 @@ http_server::http_server(scheduler& sched, const http_server_params& p) : p_(std
   const size_t n_queue = static_cast<size_t>(std::max(sched.params().n_queue, sched.params().n_slots));
   const size_t n_threads = static_cast<size_t>(sched.params().n_slots) + n_queue + 4;
   srv.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
+  srv.set_socket_options([impl = p_.get()](socket_t sock) {
+    httplib::default_socket_options(sock);
+    impl->listen_fd = sock;
+  });
+  // A response is written as headers, then body: with Nagle's algorithm the body waited for the
+  // client's delayed ACK, ~40 ms on every keep-alive answer, holding a server thread meanwhile.
+  srv.set_tcp_nodelay(true);
   srv.set_payload_max_length(p.max_body);
   srv.set_read_timeout(p.timeout_s, 0);
   srv.set_write_timeout(p.timeout_s, 0);
@@ -210,6 +219,11 @@ int http_server::bind() {
   const http_server_params& p = p_->st.params;
   const int port = p.port == 0 ? p_->srv.bind_to_any_port(p.host) : (p_->srv.bind_to_port(p.host, p.port) ? p.port : -1);
   if (port < 0) throw input_error("serve: cannot listen on " + p.host + ":" + std::to_string(p.port));
+  // httplib 0.11 listens with a backlog of 5: a burst of new connections (64 clients starting,
+  // or reconnecting after their 5th keep-alive request) overflowed it, and the kernel answered
+  // with dropped handshakes (1-3 s retransmits) and reset connections. Listening again on the
+  // bound socket raises the backlog (the kernel caps it at net.core.somaxconn).
+  if (p_->listen_fd != INVALID_SOCKET) ::listen(p_->listen_fd, SOMAXCONN);
   return port;
 }
 
