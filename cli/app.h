@@ -14,7 +14,7 @@ namespace detaudit::cli {
 constexpr int EXIT_OK = 0;
 constexpr int EXIT_DIVERGED = 1;
 constexpr int EXIT_USAGE = 2;
-constexpr int EXIT_UNREACHABLE = 3;
+constexpr int EXIT_UNREACHABLE = 3;  // the run is incomplete: a target unreachable, or requests failed
 constexpr int EXIT_INTERNAL = 4;  // a bug or resource failure in detaudit itself
 
 // Thrown by a subcommand's callback to end with a given exit code after it has printed what it

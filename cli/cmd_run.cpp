@@ -1,10 +1,12 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <memory>
 
 #include "app.h"
@@ -46,6 +48,7 @@ struct run_cmd_options {
   std::string api_key_env;
   double timeout = 120;
   int retries = 3;
+  bool stream = false;
   std::string format = "text";
   std::string junit;
   std::string report;
@@ -113,6 +116,7 @@ probes::target_options target_options_make(const run_cmd_options& o) {
   t.api = o.api;
   t.model = o.model;
   t.n_parallel = std::max(8, o.concurrency);
+  t.stream = o.stream;
   if (!o.api_key_env.empty()) {
     const char* k = std::getenv(o.api_key_env.c_str());
     if (!k || !*k) throw input_error("--api-key-env: environment variable " + o.api_key_env + " is not set or empty");
@@ -136,11 +140,30 @@ std::function<void(const std::string&)> stderr_log() {
   };
 }
 
+// Keys whose last record (the one the reports use) carries an error: requests that still failed
+// after their retries, in this invocation or an earlier one of the same folder.
+size_t keys_failed(const std::vector<reports::record>& recs) {
+  std::map<std::string, bool> failed;
+  for (const reports::record& r : recs) failed[reports::record_key(r)] = !r.error.empty();
+  return static_cast<size_t>(std::count_if(failed.begin(), failed.end(), [](const auto& kv) { return kv.second; }));
+}
+
+// The report, then the exit status: 3 when requests failed (the run is incomplete; --resume sends
+// them again), else 1 or 0 by --fail-on.
 void report_and_exit(const run_cmd_options& o, const std::string& out_dir) {
-  const reports::report rep = reports::compare_run(reports::records_read(out_dir), reports::run_manifest_read(out_dir));
+  const std::vector<reports::record> recs = reports::records_read(out_dir);
+  const reports::report rep = reports::compare_run(recs, reports::run_manifest_read(out_dir));
   if (!o.junit.empty()) reports::report_output(rep, "junit", o.junit);
   if (!o.report.empty()) reports::report_output(rep, format_for_file(o.report, o.format), o.report);
-  report_finish(rep, o.format, "", o.fail_on, "run");
+  const size_t failed = keys_failed(recs);
+  if (failed == 0) return report_finish(rep, o.format, "", o.fail_on, "run");
+  try {
+    report_finish(rep, o.format, "", o.fail_on, "run");
+  } catch (const exit_with&) {  // the reasons are printed; an incomplete run says so below
+  }
+  std::cerr << "detaudit run: incomplete: " << failed << " request(s) failed after their retries (their records carry "
+            << "the error); run the same command with --resume --out " << out_dir << " to send them again\n";
+  throw exit_with(EXIT_UNREACHABLE);
 }
 
 // --export lm-eval: the run's records as lm-evaluation-harness sample files in DIR/lm-eval/.
@@ -194,7 +217,6 @@ void run_run(const run_cmd_options& o) {
               << "; run the same command with --resume --out " << ro.out_dir << " to continue\n";
     throw exit_with(EXIT_UNREACHABLE);
   }
-  if (res.errors > 0) std::cerr << "detaudit run: " << res.errors << " requests failed (their records carry the error)\n";
   if (ro.probes.size() == 1 && ro.probes[0] == "lint") return;
   if (o.export_format == "lm-eval") export_lmeval(items, ro.out_dir);
   report_and_exit(o, ro.out_dir);
@@ -271,9 +293,13 @@ void setup_run(CLI::App& app) {
       ->check(CLI::IsMember({"lm-eval"}))->type_name("FORMAT");
   sub->add_option("--timeout", opt->timeout, "Seconds per request")->capture_default_str();
   sub->add_option("--retries", opt->retries, "Retries after connection errors, 5xx and 429")->capture_default_str();
+  sub->add_flag("--stream", opt->stream,
+                "HTTP targets: ask for streamed answers (server-sent events) and assemble them; records are the same "
+                "shape, and a stream that ends early is that item's error (not for ollama)");
   sub->footer(
-      "Exit codes: 0 within --fail-on, 1 beyond it (reasons on stderr), 2 bad input, 3 a target became unreachable\n"
-      "(the records so far are kept; the same command with --resume continues).\n"
+      "Exit codes: 0 within --fail-on, 1 beyond it (reasons on stderr), 2 bad input, 3 the run is incomplete: a\n"
+      "target became unreachable, or requests still failed after their retries (the records so far are kept; the\n"
+      "same command with --resume sends only what is missing or failed).\n"
       "Examples:\n"
       "  # alone vs 8 concurrent on the first 100 GSM8K questions\n"
       "  detaudit run --target http://127.0.0.1:8080 --dataset gsm8k:test.jsonl:100 --probe concurrency --concurrency 8\n"

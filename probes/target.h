@@ -74,6 +74,7 @@ struct target_options {
   std::string api;               // --api: force a dialect ("" = detect)
   std::string model;             // model name to send (OpenAI/ollama "model"); "" = the target's first
   int n_parallel = 8;            // engine targets: slots (at least the run's concurrency)
+  bool stream = false;           // HTTP targets: ask for server-sent events and assemble them
 };
 
 class target {

@@ -276,6 +276,7 @@ class http_target final : public target {
   json target_json(const capabilities& c) const {
     json t = {{"spec", spec_}, {"dialect", dialect()}, {"url", url_}, {"build", c.build}, {"fingerprint", c.fingerprint}, {"model", c.model}};
     if (!c.model_sha256.empty()) t["model_sha256"] = c.model_sha256;
+    if (opt_.stream) t["stream"] = true;
     return t;
   }
 
@@ -299,6 +300,10 @@ reports::record http_target::complete(const gen_request& r) {
   http_call call = api_ == API_LLAMACPP ? llamacpp_request(r, si)
                    : api_ == API_OLLAMA ? ollama_request(r, si)
                                         : openai_request(r, si, api_ == API_OPENAI_CHAT);
+  if (opt_.stream) {
+    call.body["stream"] = true;
+    if (call.path != "/completion") call.body["stream_options"] = {{"include_usage", true}};
+  }
   call.body.merge_patch(r.extra);
   reports::record rec;
   rec.target = target_json(c);
@@ -323,13 +328,24 @@ void http_target::response_read(const http_call& call, const http_response& resp
     rec.error = where + ": " + http_error_message(resp);
     return;
   }
-  const json j = json::parse(resp.body, nullptr, /*allow_exceptions=*/false);
+  const bool chat = call.path == "/v1/chat/completions" || call.path == "/api/chat";
+  json j;
+  const json* stream = json_get(call.body, "stream");
+  if (stream && stream->is_boolean() && stream->get<bool>() && resp.content_type.rfind("text/event-stream", 0) == 0) {
+    try {
+      j = call.path == "/completion" ? stream_assemble_llamacpp(resp.body) : stream_assemble_openai(resp.body, chat);
+    } catch (const response_error& e) {
+      rec.error = where + ": " + e.what();
+      return;
+    }
+  } else {
+    j = json::parse(resp.body, nullptr, /*allow_exceptions=*/false);
+  }
   if (j.is_discarded() || !j.is_object()) {
     rec.error = where + ": the answer is not a JSON object (" + std::to_string(resp.body.size()) + " bytes: '" +
                 resp.body.substr(0, 80) + (resp.body.size() > 80 ? "...'" : "'") + ")";
     return;
   }
-  const bool chat = call.path == "/v1/chat/completions" || call.path == "/api/chat";
   try {
     if (api_ == API_OLLAMA) ollama_parse(j, chat, rec);
     else if (call.path == "/completion") llamacpp_parse(j, rec);
@@ -394,9 +410,14 @@ std::string url_normalise(const std::string& url) {
 
 std::unique_ptr<target> target_make_http(const std::string& spec, const target_options& opt) {
   const std::string url = url_normalise(spec);
-  if (!opt.api.empty()) return std::make_unique<http_target>(spec, url, http_api_parse(opt.api), opt, std::nullopt);
+  auto stream_check = [&opt](http_api api) {
+    if (opt.stream && api == API_OLLAMA)
+      throw input_error("--stream: ollama targets stream newline-delimited JSON, which detaudit does not read; run without --stream");
+    return api;
+  };
+  if (!opt.api.empty()) return std::make_unique<http_target>(spec, url, stream_check(http_api_parse(opt.api)), opt, std::nullopt);
   const probe_reads p = probe_read(http_client(url, client_options(opt)));
-  const http_api api = detect(p, url);
+  const http_api api = stream_check(detect(p, url));
   return std::make_unique<http_target>(spec, url, api, opt, caps_from(p, api, opt));
 }
 

@@ -55,6 +55,13 @@ void openai_parse(const json& j, bool chat, reports::record& rec);
 void llamacpp_parse(const json& j, reports::record& rec);
 void ollama_parse(const json& j, bool chat, reports::record& rec);
 
+// Streamed answers (stream.cpp): a text/event-stream body assembled into the JSON the same request
+// answers without "stream" (OpenAI: chat.completion / text_completion; llama.cpp: /completion's
+// answer). Throw response_error for a stream that ends before its last event ([DONE]; llama.cpp's
+// "stop": true), an event that is not JSON, or an error event.
+json stream_assemble_openai(const std::string& body, bool chat);
+json stream_assemble_llamacpp(const std::string& body);
+
 // ---- shared by the readers (target_http.cpp) ----
 
 // j[key] when present and not null, else nullptr.

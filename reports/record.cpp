@@ -11,6 +11,11 @@
 #include <sstream>
 #include <type_traits>
 
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "util/error.h"
 
 namespace detaudit::reports {
@@ -193,31 +198,40 @@ record record_from_json(const json& j, const std::string& where) {
 
 struct record_writer::impl {
   std::string path;
-  std::FILE* f = nullptr;
+  int fd = -1;
   std::mutex mu;
 };
 
 record_writer::record_writer(const std::string& path) : p_(new impl) {
   p_->path = path;
-  p_->f = std::fopen(path.c_str(), "ab");
-  if (!p_->f) {
+  p_->fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (p_->fd < 0) {
+    const int err = errno;
     delete p_;
-    throw input_error("cannot open '" + path + "' for appending records");
+    throw input_error("cannot open '" + path + "' for appending records: " + std::strerror(err));
   }
 }
 
 record_writer::~record_writer() {
-  if (p_->f) std::fclose(p_->f);
+  if (p_->fd >= 0) ::close(p_->fd);
   delete p_;
 }
 
 void record_writer::write(const record& r) {
-  // One write() of the whole line, then a flush: a reader sees a complete line or none of it.
+  // The whole line in one write(2) on an O_APPEND descriptor: a process killed at any moment
+  // leaves the line complete or absent (a short write, possible only on a full disk or a signal,
+  // is continued; a reader cuts an unfinished last line, see records_read_file).
   std::string line = record_to_json(r).dump(-1, ' ', false, json::error_handler_t::replace);
   line += '\n';
   std::lock_guard<std::mutex> lk(p_->mu);
-  if (std::fwrite(line.data(), 1, line.size(), p_->f) != line.size() || std::fflush(p_->f) != 0)
-    throw std::runtime_error("writing a record to '" + p_->path + "' failed");
+  size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t n = ::write(p_->fd, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      throw std::runtime_error("writing a record to '" + p_->path + "' failed: " + (n < 0 ? std::strerror(errno) : "no progress"));
+    done += static_cast<size_t>(n);
+  }
 }
 
 const std::string& record_writer::path() const { return p_->path; }

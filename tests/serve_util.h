@@ -49,7 +49,7 @@ struct serve_child {
       ::_exit(127);
     }
     ::close(fds[1]);
-    const std::string out = first_line(fds[0]);
+    const std::string out = read_first_line(fds[0], 120);
     ::close(fds[0]);
     const std::string prefix = "listening on http://127.0.0.1:";
     INFO("server stdout: " << out);
@@ -78,21 +78,6 @@ struct serve_child {
     pid = -1;
   }
   ~serve_child() { kill9(); }
-
- private:
-  static std::string first_line(int fd) {
-    std::string out;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (out.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 1000) <= 0) continue;
-      char buf[256];
-      const ssize_t n = ::read(fd, buf, sizeof buf);
-      if (n <= 0) break;
-      out.append(buf, static_cast<size_t>(n));
-    }
-    return out;
-  }
 };
 
 // A client for 127.0.0.1:port with a read timeout long enough for a slow (sanitizer) build.

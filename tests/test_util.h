@@ -1,8 +1,12 @@
 // Helpers shared by the tests: where the fixtures, the built binary and scratch space are.
 #pragma once
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <poll.h>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <unistd.h>
@@ -40,6 +44,30 @@ inline std::string detaudit_bin() {
   std::string b = setting("DETAUDIT_BIN", DETAUDIT_BIN_DEFAULT);
   if (b.empty()) throw std::runtime_error("DETAUDIT_BIN is not set and no default was configured");
   return b;
+}
+
+// A whole file's bytes ("" when it cannot be read).
+inline std::string file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Reads `fd` until a line ends (or EOF, or timeout_s seconds); returns what was read, which may
+// run past the line end. How the tests learn the port a `detaudit serve --port 0` child printed.
+inline std::string read_first_line(int fd, int timeout_s) {
+  std::string out;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (out.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 1000) <= 0) continue;
+    char buf[256];
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
 }
 
 // A fresh scratch directory for one test, removed and recreated on each call.

@@ -110,12 +110,16 @@ repro_url() {
 
 # repro_run NAME [detaudit run OPTIONS...]: a run into $WORK/NAME, its report as JSON in
 # $WORK/NAME.json. Exit 1 of the run (divergence beyond --fail-on) cannot happen: --fail-on none.
+# Exit 3 (some requests failed) is reported and the experiment goes on with what came back.
 repro_run() {
-  local name=$1 mode=--chat; shift
+  local name=$1 mode=--chat rc=0; shift
   [ "$REPRO_RAW" = 1 ] && mode=--raw
   rm -rf "${WORK:?}/$name"
-  if ! "$DETAUDIT" run --out "$WORK/$name" --n-predict "$REPRO_N_PREDICT" "$mode" --fail-on none "$@" \
-       > "$WORK/$name.txt" 2> "$WORK/$name.log"; then
+  "$DETAUDIT" run --out "$WORK/$name" --n-predict "$REPRO_N_PREDICT" "$mode" --fail-on none "$@" \
+    > "$WORK/$name.txt" 2> "$WORK/$name.log" || rc=$?
+  if [ "$rc" = 3 ]; then
+    grep -h "incomplete\|unreachable" "$WORK/$name.log" | sed "s/^/$repro_name: /" >&2
+  elif [ "$rc" != 0 ]; then
     tail -n 20 "$WORK/$name.log" >&2
     repro_die "detaudit run failed (the end of its log is above; --out DIR keeps the whole log)"
   fi

@@ -46,15 +46,8 @@ std::string prompts_file(const std::string& dir, int n, const std::string& stem)
   return path;
 }
 
-std::string file_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 size_t line_count(const std::string& path) {
-  const std::string t = file_text(path);
+  const std::string t = test::file_text(path);
   return static_cast<size_t>(std::count(t.begin(), t.end(), '\n'));
 }
 
@@ -106,7 +99,7 @@ TEST_CASE("audit_e2e: float serve diverges under concurrency, exit 1, and the re
   INFO(r.err);
   REQUIRE(r.exit_code == 1);
   CHECK(r.err.find("--fail-on any") != std::string::npos);
-  CHECK(file_text(dir + "/junit.xml").find("<testsuite") != std::string::npos);
+  CHECK(test::file_text(dir + "/junit.xml").find("<testsuite") != std::string::npos);
   const json rep = json::parse(r.out);
   CHECK(pair_of(rep, "control")["differ"] == 0);  // alone twice: no run-to-run noise
   const json conc = pair_of(rep, "concurrent-8");
@@ -151,7 +144,7 @@ TEST_CASE("audit_e2e: a server killed mid-run gives exit 3 and complete lines, -
   INFO(first.err);
   REQUIRE(first.exit_code == 3);
   CHECK(first.err.find("--resume") != std::string::npos);
-  const std::string text = file_text(run_dir + "/records.jsonl");
+  const std::string text = test::file_text(run_dir + "/records.jsonl");
   REQUIRE_FALSE(text.empty());
   CHECK(text.back() == '\n');
   reports::read_stats st;
@@ -186,7 +179,7 @@ TEST_CASE("audit_e2e: the API key from --api-key-env reaches no file of the run 
     if (!e.is_regular_file()) continue;
     ++files;
     INFO(e.path());
-    CHECK(file_text(e.path().string()).find(key) == std::string::npos);
+    CHECK(test::file_text(e.path().string()).find(key) == std::string::npos);
   }
   CHECK(files >= 3);  // run.json, records.jsonl, report.md
   const test::cmd_result missing = test::run_cmd(base + " --api-key-env DETAUDIT_E2E_UNSET_VARIABLE --out " + dir + "/run2");

@@ -22,13 +22,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string file_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::string prompts_file(const std::string& dir, int n, const std::string& stem) {
   const std::string path = dir + "/prompts.txt";
   std::ofstream out(path);
@@ -99,13 +92,13 @@ TEST_CASE("bundle: float serve with an API key, a diverged and an identical item
   REQUIRE(b.exit_code == 0);
   for (const char* f : k_files) CHECK_MESSAGE(fs::is_regular_file(out + "/" + f), f);
   for (int k = 1; k <= 7; ++k) CHECK(fs::is_regular_file(out + "/fillers/filler-" + std::to_string(k) + ".json"));
-  check_readme_diverged(file_text(out + "/README.md"), diverged, "alone", "concurrent-8");
-  CHECK(file_text(out + "/README.md").find("the same request sent with 7 others at once") != std::string::npos);
-  CHECK(file_text(out + "/README.md").find(srv.url()) != std::string::npos);
-  CHECK(file_text(out + "/README.md").find("| server settings: numerics | `float` |") != std::string::npos);  // from /props
-  const json req_b = json::parse(file_text(out + "/request-B.json"));
+  check_readme_diverged(test::file_text(out + "/README.md"), diverged, "alone", "concurrent-8");
+  CHECK(test::file_text(out + "/README.md").find("the same request sent with 7 others at once") != std::string::npos);
+  CHECK(test::file_text(out + "/README.md").find(srv.url()) != std::string::npos);
+  CHECK(test::file_text(out + "/README.md").find("| server settings: numerics | `float` |") != std::string::npos);  // from /props
+  const json req_b = json::parse(test::file_text(out + "/request-B.json"));
   CHECK(req_b["prompt"] == "Tell me story number " + std::to_string(std::stoi(diverged["item_id"].get<std::string>()) - 1));
-  CHECK(json::parse(file_text(out + "/response-B.json"))["condition"] == "concurrent-8");
+  CHECK(json::parse(test::file_text(out + "/response-B.json"))["condition"] == "concurrent-8");
 
   const test::cmd_result listing = test::run_cmd("tar tzf " + out + ".tar.gz");
   REQUIRE(listing.exit_code == 0);
@@ -117,7 +110,7 @@ TEST_CASE("bundle: float serve with an API key, a diverged and an identical item
   const test::cmd_result unpacked = test::run_cmd("tar xzOf " + out + ".tar.gz");
   CHECK(unpacked.out.find(key) == std::string::npos);
   for (const auto& e : fs::recursive_directory_iterator(out))
-    if (e.is_regular_file()) CHECK_MESSAGE(file_text(e.path().string()).find(key) == std::string::npos, e.path().string());
+    if (e.is_regular_file()) CHECK_MESSAGE(test::file_text(e.path().string()).find(key) == std::string::npos, e.path().string());
 
   const test::cmd_result repro = test::run_cmd("DETAUDIT_REPRO_KEY=" + key + " python3 " + out + "/repro.py");
   INFO(repro.out << repro.err);
@@ -129,12 +122,12 @@ TEST_CASE("bundle: float serve with an API key, a diverged and an identical item
   const test::cmd_result b2 = bundle(dir + "/run", same["item_id"], dir + "/same");
   INFO(b2.err);
   REQUIRE(b2.exit_code == 0);
-  const std::string readme = file_text(dir + "/same/README.md");
+  const std::string readme = test::file_text(dir + "/same/README.md");
   CHECK(readme.find("is identical under `alone` and `control`") != std::string::npos);
   CHECK(readme.find("**identical** token for token") != std::string::npos);
   const test::cmd_result b3 = bundle(dir + "/run", same["item_id"], dir + "/same", " --conditions alone,concurrent-8 --no-tar");
   REQUIRE(b3.exit_code == 0);
-  CHECK(file_text(dir + "/same/README.md").find("is identical under `alone` and `concurrent-8`") != std::string::npos);
+  CHECK(test::file_text(dir + "/same/README.md").find("is identical under `alone` and `concurrent-8`") != std::string::npos);
 }
 
 TEST_CASE("bundle: exact serve, repro.py and repro.sh replay concurrency and cache-warm pairs as identical") {
@@ -160,7 +153,7 @@ TEST_CASE("bundle: exact serve, repro.py and repro.sh replay concurrency and cac
     CHECK(sh.out == "identical\n");
   }
   CHECK(fs::is_regular_file(dir + "/concurrent-4/fillers/filler-3.json"));
-  CHECK(json::parse(file_text(dir + "/cache-warm/request-B.json"))["cache_prompt"] == true);
+  CHECK(json::parse(test::file_text(dir + "/cache-warm/request-B.json"))["cache_prompt"] == true);
 }
 
 TEST_CASE("bundle: engine targets, the reproducers run detaudit: float vs exact differs at the recorded token") {
@@ -182,8 +175,8 @@ TEST_CASE("bundle: engine targets, the reproducers run detaudit: float vs exact 
   const test::cmd_result b = bundle(dir + "/run", diverged["item_id"], out, " --conditions A:alone,B:alone");
   INFO(b.err);
   REQUIRE(b.exit_code == 0);
-  check_readme_diverged(file_text(out + "/README.md"), diverged, "A:alone", "B:alone");
-  CHECK(file_text(out + "/item.jsonl").find(diverged["item_id"].get<std::string>()) != std::string::npos);
+  check_readme_diverged(test::file_text(out + "/README.md"), diverged, "A:alone", "B:alone");
+  CHECK(test::file_text(out + "/item.jsonl").find(diverged["item_id"].get<std::string>()) != std::string::npos);
 
   const std::string want = "different: first differing token " + std::to_string(diverged["token_index"].get<int>());
   const test::cmd_result py = test::run_cmd("python3 " + out + "/repro.py --detaudit " + test::detaudit_bin());
@@ -198,12 +191,12 @@ TEST_CASE("bundle: engine targets, the reproducers run detaudit: float vs exact 
   // Concurrency on the engine: item.jsonl holds the item and its 7 fillers, run as shard 1/8.
   const test::cmd_result bc = bundle(dir + "/run", "1", dir + "/conc", " --conditions alone,concurrent-8 --no-tar");
   REQUIRE(bc.exit_code == 0);
-  CHECK(file_text(dir + "/conc/item.jsonl") ==
+  CHECK(test::file_text(dir + "/conc/item.jsonl") ==
         "{\"id\":\"1\",\"prompt\":\"Tell me story number 0\"}\n{\"id\":\"2\",\"prompt\":\"Tell me story number 1\"}\n"
         "{\"id\":\"3\",\"prompt\":\"Tell me story number 2\"}\n{\"id\":\"4\",\"prompt\":\"Tell me story number 3\"}\n"
         "{\"id\":\"5\",\"prompt\":\"Tell me story number 4\"}\n{\"id\":\"6\",\"prompt\":\"Tell me story number 5\"}\n"
         "{\"id\":\"7\",\"prompt\":\"Tell me story number 6\"}\n{\"id\":\"8\",\"prompt\":\"Tell me story number 7\"}\n");
-  CHECK(file_text(dir + "/conc/repro.sh").find("'--shard' '1/8'") != std::string::npos);
+  CHECK(test::file_text(dir + "/conc/repro.sh").find("'--shard' '1/8'") != std::string::npos);
   const test::cmd_result pc = test::run_cmd("python3 " + dir + "/conc/repro.py --detaudit " + test::detaudit_bin());
   INFO(pc.out << pc.err);
   CHECK(((pc.exit_code == 0 && pc.out == "identical\n") ||

@@ -60,6 +60,21 @@ struct responder {
   }
 };
 
+// A TCP socket listening on 127.0.0.1 at a free port (written to *port).
+inline int loopback_listen(int* port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  *port = ntohs(a.sin_port);
+  REQUIRE(::listen(fd, 8) == 0);
+  return fd;
+}
+
 // A TCP listener that answers every connection with `reply` (not HTTP) and closes it.
 struct garbage_listener {
   int fd = -1;
@@ -68,16 +83,7 @@ struct garbage_listener {
   std::atomic<bool> stopping{false};
 
   explicit garbage_listener(std::string reply) {
-    fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    REQUIRE(fd >= 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    socklen_t len = sizeof a;
-    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-    port = ntohs(a.sin_port);
-    REQUIRE(::listen(fd, 8) == 0);
+    fd = loopback_listen(&port);
     th = std::thread([this, reply] {
       while (!stopping) {
         pollfd p{fd, POLLIN, 0};

@@ -108,14 +108,7 @@ std::vector<std::string> file_lines(const std::string& path) {
   return out;
 }
 
-std::string file_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-json manifest(const std::string& dir) { return json::parse(file_text(dir + "/run.json")); }
+json manifest(const std::string& dir) { return json::parse(test::file_text(dir + "/run.json")); }
 
 }  // namespace
 
@@ -274,7 +267,7 @@ TEST_CASE("probes_run: --resume after lost and half-written lines completes ever
   CHECK(res.records_written == 5);
   const std::vector<record> got = reports::records_read(part);
   CHECK(keys_of(got) == keys_of(want));
-  const std::string text = file_text(part + "/records.jsonl");
+  const std::string text = test::file_text(part + "/records.jsonl");
   CHECK(text.back() == '\n');
   const json m = manifest(part);
   CHECK(m["run_id"] == manifest(full)["run_id"]);
@@ -350,7 +343,7 @@ TEST_CASE("probes_run: an unreachable target stops the run and keeps complete li
   CHECK(res.unreachable);
   CHECK(res.unreachable_message.find("connection refused") != std::string::npos);
   CHECK(res.records_written == 5);
-  const std::string text = file_text(dir + "/records.jsonl");
+  const std::string text = test::file_text(dir + "/records.jsonl");
   CHECK(text.back() == '\n');
   reports::read_stats st;
   CHECK(reports::records_read(dir, &st).size() == 5);
