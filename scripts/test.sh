@@ -3,7 +3,8 @@
 #
 #   scripts/test.sh              set up, configure (warnings are errors), build, run all tests
 #   scripts/test.sh --sanitize   the same suite built with AddressSanitizer + UndefinedBehaviorSanitizer
-#   scripts/test.sh --tsan       the runtime, scheduler, server and run-loop tests built with ThreadSanitizer
+#   scripts/test.sh --tsan       the runtime, scheduler, server and run-loop tests, and the load test,
+#                                built with ThreadSanitizer
 #   scripts/test.sh -L unit      extra arguments go to ctest (here: only tests labelled unit)
 #
 # The Vulkan backend is built and tested on mesa's lavapipe (label vulkan). The CUDA backend is
@@ -23,8 +24,8 @@ for a in "$@"; do
     --sanitize) build=build-sanitize; cmake_args+=(-DDETAUDIT_SANITIZE=ON) ;;
     --tsan) build=build-tsan
             cmake_args+=(-DDETAUDIT_TSAN=ON "-DDETAUDIT_TEST_FILTER=runtime|serve|scheduler|probes_run|sampling")
-            ctest_args+=(-L unit) ;;
-    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+            ctest_args+=(-L 'unit|load') ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) ctest_args+=("$a") ;;
   esac
 done
