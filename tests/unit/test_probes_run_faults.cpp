@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <sys/wait.h>
@@ -37,7 +38,6 @@ struct fault_proxy {
   std::thread th;
   int port = 0;
   int upstream = 0;
-  std::function<fault(int)> plan = [](int) { return PASS; };
   std::atomic<int> n_gen{0};        // generation requests seen
   std::atomic<int> n_forwarded{0};  // generation requests answered by the server
 
@@ -57,6 +57,11 @@ struct fault_proxy {
     th.join();
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port); }
+  // Set from the test's thread between runs; read by the handler threads.
+  void set_plan(std::function<fault(int)> p) {
+    std::lock_guard<std::mutex> lk(plan_mu);
+    plan = std::move(p);
+  }
 
   static void copy(const httplib::Result& r, httplib::Response& res) {
     if (!r) {
@@ -68,7 +73,12 @@ struct fault_proxy {
   }
 
   void post(const httplib::Request& req, httplib::Response& res) {
-    const fault f = plan(n_gen++);
+    const int k = n_gen++;
+    fault f = PASS;
+    {
+      std::lock_guard<std::mutex> lk(plan_mu);
+      f = plan(k);
+    }
     const char* err = R"({"error": {"code": 500, "message": "injected failure"}})";
     switch (f) {
       case F500: res.status = 500; res.set_content(err, "application/json"); return;
@@ -93,6 +103,10 @@ struct fault_proxy {
       res.set_content(body, "text/event-stream");
     }
   }
+
+ private:
+  std::mutex plan_mu;
+  std::function<fault(int)> plan = [](int) { return PASS; };
 };
 
 std::string prompts_file(const std::string& dir, int n) {
@@ -139,11 +153,11 @@ constexpr size_t k_keys = k_items * 3;  // alone, control, repeat
 TEST_CASE("probes_run_faults: HTTP errors, malformed answers and cut streams are per-item errors, exit 3, --resume completes") {
   test::serve_child srv({"-np", "2"});
   fault_proxy proxy(srv.port);
-  proxy.plan = [](int k) {
+  proxy.set_plan([](int k) {
     static const std::map<int, fault> faults = {{1, F500}, {4, F429}, {7, MALFORMED}, {10, CUT_STREAM}};
     auto it = faults.find(k);
     return it == faults.end() ? PASS : it->second;
-  };
+  });
   const std::string dir = test::scratch_dir("run_faults_errors");
   const std::string prompts = prompts_file(dir, k_items);
   const std::string run_dir = dir + "/run";
@@ -169,7 +183,7 @@ TEST_CASE("probes_run_faults: HTTP errors, malformed answers and cut streams are
   CHECK(errors[2].find("the answer is not a JSON object") != std::string::npos);
   CHECK(errors[3].find("the event stream ended early") != std::string::npos);
 
-  proxy.plan = [](int) { return PASS; };
+  proxy.set_plan([](int) { return PASS; });
   const int sent_before = proxy.n_gen;
   const test::cmd_result second = test::run_cmd(cmd + " --resume");
   INFO(second.err);
@@ -186,7 +200,7 @@ TEST_CASE("probes_run_faults: HTTP errors, malformed answers and cut streams are
 TEST_CASE("probes_run_faults: 5xx and 429 answers are retried and the run completes with exit 0") {
   test::serve_child srv({"-np", "2"});
   fault_proxy proxy(srv.port);
-  proxy.plan = [](int k) { return k == 0 || k == 5 ? F500 : k == 2 ? F429 : PASS; };
+  proxy.set_plan([](int k) { return k == 0 || k == 5 ? F500 : k == 2 ? F429 : PASS; });
   const std::string dir = test::scratch_dir("run_faults_retries");
   const std::string run_dir = dir + "/run";
   const test::cmd_result r =
@@ -206,7 +220,7 @@ TEST_CASE("probes_run_faults: 5xx and 429 answers are retried and the run comple
 TEST_CASE("probes_run_faults: a target that hangs is a timeout, the run stops with exit 3, --resume completes") {
   test::serve_child srv({"-np", "2"});
   fault_proxy proxy(srv.port);
-  proxy.plan = [](int k) { return k == 5 ? HANG : PASS; };
+  proxy.set_plan([](int k) { return k == 5 ? HANG : PASS; });
   const std::string dir = test::scratch_dir("run_faults_hang");
   const std::string prompts = prompts_file(dir, k_items);
   const std::string run_dir = dir + "/run";
@@ -218,7 +232,7 @@ TEST_CASE("probes_run_faults: a target that hangs is a timeout, the run stops wi
   CHECK(first.err.find("imed out") != std::string::npos);
   CHECK(usable_per_key(run_dir).size() == 5);
 
-  proxy.plan = [](int) { return PASS; };
+  proxy.set_plan([](int) { return PASS; });
   const test::cmd_result second = test::run_cmd(cmd + " --resume");
   INFO(second.err);
   CHECK(second.exit_code == 0);
