@@ -10,7 +10,8 @@
 # The Vulkan backend is built and tested on mesa's lavapipe (label vulkan). The CUDA backend is
 # built when nvcc is found (PATH or /usr/local/cuda/bin); its tests (label cuda) run only where
 # nvidia-smi sees a GPU, otherwise this script says so and leaves them out (scripts/gpu-check.sh
-# runs them on a GPU machine). The sanitizer builds leave both GPU backends out.
+# runs them on a GPU machine). --sanitize builds the Vulkan backend too (its tests run without leak
+# checking: lavapipe's own allocations would be reported); the sanitizer builds leave CUDA out.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -21,7 +22,7 @@ cmake_args=(-DDETAUDIT_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo)
 ctest_args=()
 for a in "$@"; do
   case "$a" in
-    --sanitize) build=build-sanitize; cmake_args+=(-DDETAUDIT_SANITIZE=ON) ;;
+    --sanitize) build=build-sanitize; cmake_args+=(-DDETAUDIT_SANITIZE=ON -DDETAUDIT_VULKAN=ON) ;;
     --tsan) build=build-tsan
             cmake_args+=(-DDETAUDIT_TSAN=ON "-DDETAUDIT_TEST_FILTER=runtime|serve|scheduler|probes_run|sampling")
             ctest_args+=(-L 'unit|load') ;;
