@@ -1,5 +1,6 @@
 #include "model/arch.h"
 
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -50,8 +51,8 @@ void check_consistency(const gguf::file& f, const hparams& hp) {
   if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0)
     bad("rope.dimension_count " + std::to_string(hp.n_rot) + " must be even and at most the head dimension " +
         std::to_string(hp.head_dim));
-  if (!(hp.rms_eps > 0)) bad("layer_norm_rms_epsilon must be positive");
-  if (!(hp.rope_freq_base > 0)) bad("rope.freq_base must be positive");
+  if (!(hp.rms_eps > 0) || !std::isfinite(hp.rms_eps)) bad("layer_norm_rms_epsilon must be positive and finite");
+  if (!(hp.rope_freq_base > 0) || !std::isfinite(hp.rope_freq_base)) bad("rope.freq_base must be positive and finite");
 }
 
 }  // namespace

@@ -4,12 +4,15 @@
 // allocates is refused, or loads and runs within the engine's own cap.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "runtime/context.h"
+#include "tokenizer/vocab.h"
 #include "test_util.h"
 #include "util/error.h"
 
@@ -71,6 +74,14 @@ TEST_CASE("model_hostile: hyperparameters and shapes that disagree are refused, 
     CAPTURE(c.name);
     CHECK_THROWS_WITH_AS(model::model::load(c.path), doctest::Contains(c.expect), input_error);
   }
+  for (float eps : {std::numeric_limits<float>::infinity(), std::nanf(""), -1e-5f}) {
+    CAPTURE(eps);
+    const std::string path = rewritten("eps", [eps](gguf::kv& e) {
+      if (e.key == "llama.attention.layer_norm_rms_epsilon") e.val = gguf::value::of_f32(eps);
+    }, no_shape);
+    CHECK_THROWS_WITH_AS(model::model::load(path), doctest::Contains("layer_norm_rms_epsilon must be positive and finite"),
+                         input_error);
+  }
   // Head counts that cannot split the embedding: refused too (the message is the loader's own).
   CHECK_THROWS_AS(model::model::load(rewritten("n_head0", set_u32("llama.attention.head_count", 0), no_shape)), input_error);
   CHECK_THROWS_AS(model::model::load(rewritten("n_head7", set_u32("llama.attention.head_count", 7), no_shape)), input_error);
@@ -90,4 +101,87 @@ TEST_CASE("model_hostile: a claimed context is bounded by the loader and costs n
   const int32_t s = c.seq_new();
   const auto logits = c.decode({{s, 1, true}, {s, 42, true}});
   CHECK(logits.size() == 2);
+}
+
+namespace {
+
+// Values a hostile file might put in a numeric key whose honest value is `v`.
+std::vector<gguf::value> hostile_values(const gguf::value& v) {
+  std::vector<gguf::value> out;
+  if (v.type == gguf::VALUE_FLOAT32 || v.type == gguf::VALUE_FLOAT64) {
+    for (float f : {0.0f, -1.0f, 1e-45f, 1e30f, std::numeric_limits<float>::infinity(), std::nanf("")})
+      out.push_back(gguf::value::of_f32(f));
+    return out;
+  }
+  const int64_t n = v.type == gguf::VALUE_INT8 || v.type == gguf::VALUE_INT16 || v.type == gguf::VALUE_INT32 ||
+                            v.type == gguf::VALUE_INT64
+                        ? v.i
+                        : static_cast<int64_t>(v.u);
+  for (int64_t x : {int64_t(0), int64_t(1), int64_t(2), int64_t(3), int64_t(7), n - 1, n + 1, 2 * n, int64_t(INT32_MAX)})
+    if (x >= 0) out.push_back(gguf::value::of_u32(static_cast<uint32_t>(x)));
+  out.push_back(gguf::value::of_i32(-1));
+  out.push_back(gguf::value::of_u64((uint64_t(1) << 32) + static_cast<uint64_t>(n)));
+  return out;
+}
+
+}  // namespace
+
+// Every scalar key of stories260K (hyperparameters, token ids, the tokenizer's flags) set in turn
+// to each hostile value, and to a string: the model either is refused with input_error or loads,
+// tokenizes and evaluates two tokens. Anything else (another exception, a crash, a sanitizer
+// report in the --sanitize build) fails.
+TEST_CASE("model_hostile: every scalar key set to hostile values is refused or runs") {
+  const gguf::file f = gguf::file::open(test::fixture("models/stories260K.gguf"));
+  int refused = 0, loaded = 0;
+  for (const gguf::kv& target : f.metadata()) {
+    if (target.val.type == gguf::VALUE_ARRAY || target.val.type == gguf::VALUE_STRING || target.key == "general.alignment")
+      continue;
+    std::vector<gguf::value> values = hostile_values(target.val);
+    values.push_back(gguf::value::of_string("x"));
+    for (size_t k = 0; k < values.size(); ++k) {
+      const std::string key = target.key;
+      CAPTURE(key);
+      CAPTURE(k);
+      const gguf::value bad = values[k];
+      const std::string path = rewritten("sweep", [&](gguf::kv& e) {
+        if (e.key == key) e.val = bad;
+      }, no_shape);
+      try {
+        const auto m = model::model::load(path);
+        const std::vector<int32_t> ids = tokenizer::encode(m->vocab(), "Once upon a time", true, false);
+        runtime::context c(m, runtime::context_params{});
+        const int32_t s = c.seq_new();
+        std::vector<runtime::token_in> batch;
+        for (size_t i = 0; i < std::min<size_t>(ids.size(), 2); ++i) batch.push_back({s, ids[i], true});
+        const std::vector<std::vector<float>> logits = c.decode(batch);  // input_error when the context is too small
+        CHECK(logits.size() == batch.size());
+        ++loaded;
+      } catch (const input_error&) {
+        ++refused;
+      } catch (const std::exception& e) {
+        FAIL_CHECK("not an input_error: " << e.what());
+      }
+    }
+  }
+  MESSAGE("hostile scalar values: " << refused << " refused, " << loaded << " loaded and ran");
+  CHECK(refused > 0);
+  CHECK(loaded > 0);
+}
+
+// Every 2-D weight with its dimensions swapped (the same bytes, another shape): always refused.
+TEST_CASE("model_hostile: every weight with its dimensions swapped is refused") {
+  const gguf::file f = gguf::file::open(test::fixture("models/stories260K.gguf"));
+  int swapped = 0;
+  for (const gguf::tensor_info& t : f.tensors()) {
+    if (t.ne.size() != 2 || t.ne[0] == t.ne[1]) continue;
+    const std::string name = t.name;
+    CAPTURE(name);
+    const std::string path = rewritten("swap", [](gguf::kv&) {}, [&](const std::string& n, std::vector<int64_t>& ne) {
+      if (n == name) std::swap(ne[0], ne[1]);
+    });
+    const std::string expect = "tensor '" + name + "': expected shape";
+    CHECK_THROWS_WITH_AS(model::model::load(path), doctest::Contains(expect.c_str()), input_error);
+    ++swapped;
+  }
+  CHECK(swapped >= 10);
 }
