@@ -34,7 +34,7 @@ inline std::string narrow_model() {
     o.n_embd = 128;
     o.n_ff = 384;
     o.vocab_from = fixture("models/stories260K.gguf");
-    const std::string p = scratch_dir("narrow_model") + "/narrow.gguf";
+    const std::string p = process_scratch_dir("narrow_model") + "/narrow.gguf";
     model::synth_write(o, p);
     return p;
   }();

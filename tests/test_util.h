@@ -80,6 +80,13 @@ inline std::string scratch_dir(const std::string& name) {
   return p.string();
 }
 
+// A scratch directory of this test process only. CTest runs test cases as parallel processes, and
+// scratch_dir() recreates a directory: one shared by name across test cases (a model written once
+// per process) would be removed under another process's feet.
+inline std::string process_scratch_dir(const std::string& name) {
+  return scratch_dir(name + "_" + std::to_string(::getpid()));
+}
+
 }  // namespace detaudit::test
 
 #include <array>

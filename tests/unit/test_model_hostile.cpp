@@ -36,7 +36,7 @@ std::string rewritten(const std::string& name, const std::function<void(gguf::kv
     shape(t.name, ne);
     w.add_tensor(t.name, t.type, ne, f.tensor_data(t), t.n_bytes);
   }
-  static const std::string dir = test::scratch_dir("model_hostile");
+  static const std::string dir = test::process_scratch_dir("model_hostile");
   const std::string path = dir + "/" + name + ".gguf";
   w.write(path);
   return path;

@@ -47,7 +47,7 @@ std::string model_path(const std::string& name) {
     o.n_ff = 384;
   }
   o.vocab_from = test::fixture("models/stories260K.gguf");
-  const std::string path = test::scratch_dir("probes_engine_" + name) + "/model.gguf";
+  const std::string path = test::process_scratch_dir("probes_engine_" + name) + "/model.gguf";
   model::synth_write(o, path);
   made[name] = path;
   return path;
