@@ -13,12 +13,38 @@
 #include <string>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <utility>
 #include <vector>
 
 #include "test_util.h"
 
 namespace detaudit::test {
+
+// SIGTERM to a child, then its exit status (128+N when killed by signal N); pid becomes -1.
+// -1 when there is no child.
+inline int stop_child(pid_t& pid) {
+  if (pid < 0) return -1;
+  ::kill(pid, SIGTERM);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  pid = -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+// A TCP connection to 127.0.0.1:port (for tests that write raw HTTP).
+inline int connect_loopback(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  return fd;
+}
 
 struct serve_child {
   pid_t pid = -1;
@@ -62,14 +88,7 @@ struct serve_child {
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port); }
 
   // SIGTERM, then the exit status (a clean shutdown is 0).
-  int stop() {
-    if (pid < 0) return -1;
-    ::kill(pid, SIGTERM);
-    int st = 0;
-    ::waitpid(pid, &st, 0);
-    pid = -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  }
+  int stop() { return stop_child(pid); }
   // SIGKILL: a server that dies mid-run.
   void kill9() {
     if (pid <= 0) return;

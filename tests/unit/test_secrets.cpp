@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "serve_util.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -80,14 +81,7 @@ struct logged_server {
   logged_server(const logged_server&) = delete;
   logged_server& operator=(const logged_server&) = delete;
 
-  int stop() {
-    if (pid < 0) return -1;
-    ::kill(pid, SIGTERM);
-    int st = 0;
-    ::waitpid(pid, &st, 0);
-    pid = -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  }
+  int stop() { return test::stop_child(pid); }
   ~logged_server() {
     if (pid > 0) {
       ::kill(pid, SIGKILL);

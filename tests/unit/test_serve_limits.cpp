@@ -41,13 +41,7 @@ struct raw_answer {
 // Sends `head` (request line and headers, without the blank line) and `body` exactly as given on
 // one connection, then reads the answer until the server closes it or sends a whole body.
 raw_answer raw_exchange(int port, const std::string& head, const std::string& body) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  const int fd = test::connect_loopback(port);
   const std::string req = head + "\r\n\r\n" + body;
   CHECK(::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size()));
   std::string got;
