@@ -276,7 +276,6 @@ class http_target final : public target {
   json target_json(const capabilities& c) const {
     json t = {{"spec", spec_}, {"dialect", dialect()}, {"url", url_}, {"build", c.build}, {"fingerprint", c.fingerprint}, {"model", c.model}};
     if (!c.model_sha256.empty()) t["model_sha256"] = c.model_sha256;
-    if (opt_.stream) t["stream"] = true;
     return t;
   }
 
