@@ -105,7 +105,7 @@ void side_fill(bundle_side& side, const record& r, bool labelled) {
   }
   side.warm = r.condition == "cache-warm";
   side.url = json_str(r.target, "url");
-  side.path = bundle_endpoint(json_str(r.target, "dialect"), r.request);
+  side.path = r.endpoint;
 }
 
 // The item's prompt as the runner had it: the request's "prompt", or its last user message.
@@ -305,15 +305,6 @@ json bundle_redact(json j) {
     for (json& v : j) v = bundle_redact(std::move(v));
   }
   return j;
-}
-
-std::string bundle_endpoint(const std::string& dialect, const json& body) {
-  const bool chat = body.is_object() && body.contains("messages");
-  if (dialect == "llamacpp") return chat ? "/v1/chat/completions" : "/completion";
-  if (dialect == "openai-chat") return "/v1/chat/completions";
-  if (dialect == "openai-completions") return "/v1/completions";
-  if (dialect == "ollama") return chat ? "/api/chat" : "/api/generate";
-  return "";
 }
 
 bundle_result bundle_write(const std::string& run_dir, const bundle_options& o) {

@@ -41,9 +41,6 @@ struct bundle_ctx {
 // case, at any depth) with "[redacted]".
 json bundle_redact(json j);
 
-// The endpoint a dialect posted `body` to ("" for engine targets and unknown dialects).
-std::string bundle_endpoint(const std::string& dialect, const json& body);
-
 std::string bundle_readme(const bundle_ctx& c);
 json bundle_manifest(const bundle_ctx& c);
 std::string bundle_repro_py();

@@ -60,13 +60,18 @@ std::string cond_name(const run_index& ix, const std::string& prefix, const std:
   return prefix + cond + (ix.multi_rep.count(cond) ? "#" + std::to_string(rep) : "");
 }
 
-bool seed_pair_condition(const std::string& cond) { return cond.rfind("seed-", 0) == 0 && cond != "seed-none"; }
+pairing pairing_of(const std::string& cond) {
+  const condition_def* c = condition_find(cond);
+  return c ? c->pairs : PAIR_ALONE;
+}
+
+bool seed_pair_condition(const std::string& cond) { return pairing_of(cond) == PAIR_REP0; }
 
 // Conditions other than alone/control that pair with alone, in report order.
 std::vector<std::string> ordered_conditions(const run_index& ix, const std::map<std::string, item_map>& conds) {
   std::vector<std::string> out;
   for (const auto& [c, rows] : conds)
-    if (c != "alone" && c != "control" && c != "seed-none" && !seed_pair_condition(c)) out.push_back(c);
+    if (c != "control" && pairing_of(c) == PAIR_ALONE) out.push_back(c);
   std::sort(out.begin(), out.end(), [&](const std::string& x, const std::string& y) {
     const int rx = probe_rank(ix.probe_of.at(x)), ry = probe_rank(ix.probe_of.at(y));
     if (rx != ry) return rx < ry;
@@ -137,21 +142,25 @@ void pairs_seed(report& rep, const run_index& ix, const std::string& label, cons
   }
 }
 
-void notes_seed_none(report& rep, const run_index& ix, const std::string& label, const std::string& prefix) {
-  auto it = ix.by_label.at(label).find("seed-none");
-  if (it == ix.by_label.at(label).end()) return;
-  std::map<std::string, std::pair<std::set<std::string>, int>, decltype(&natural_less)> per_item(&natural_less);
-  for (const auto& [key, r] : it->second) {
-    if (!r->error.empty() || !not_exercised_reason(*r).empty()) continue;
-    auto& [texts, n] = per_item[key.first];
-    texts.insert(r->text);
-    ++n;
+// Conditions that are not paired (seed-none: temperature > 0 without a seed): per item, the number
+// of distinct answers.
+void notes_unpaired(report& rep, const run_index& ix, const std::string& label, const std::string& prefix) {
+  for (const auto& [cond, rows] : ix.by_label.at(label)) {
+    if (pairing_of(cond) != PAIR_NONE) continue;
+    std::map<std::string, std::pair<std::set<std::string>, int>, decltype(&natural_less)> per_item(&natural_less);
+    for (const auto& [key, r] : rows) {
+      if (!r->error.empty() || !condition_not_exercised(*r, *r).empty()) continue;
+      auto& [texts, n] = per_item[key.first];
+      texts.insert(r->text);
+      ++n;
+    }
+    const condition_def* c = condition_find(cond);
+    rep.notes.push_back(prefix + cond + " (" + (c ? std::string(c->sends) : "not paired") +
+                        "): answers may differ, not a failure; distinct answers per item follow");
+    for (const auto& [item, tn] : per_item)
+      rep.notes.push_back(prefix + cond + ": item " + item + ": " + std::to_string(tn.first.size()) +
+                          " distinct answer(s) among " + std::to_string(tn.second));
   }
-  rep.notes.push_back(prefix + "seed-none: without a seed at temperature > 0 answers may differ (not a failure); "
-                      "distinct answers per item follow");
-  for (const auto& [item, tn] : per_item)
-    rep.notes.push_back(prefix + "seed-none: item " + item + ": " + std::to_string(tn.first.size()) +
-                        " distinct answer(s) among " + std::to_string(tn.second));
 }
 
 // The first label against each other one, on every condition both have (seed-none excepted).
@@ -183,7 +192,7 @@ void pairs_cross(report& rep, const run_index& ix) {
           continue;
         }
         summary_add(s, row_make(*ra, *f->second, cond_name(ix, ref + ":", c, key.second),
-                                cond_name(ix, other + ":", c, key.second)));
+                                cond_name(ix, other + ":", c, key.second), /*judge=*/false));
       }
       for (const auto& [key, rb] : rows_b) one_sided += rows_a.count(key) == 0;
       if (one_sided)
@@ -222,6 +231,18 @@ void notes_cold(report& rep, const run_index& ix) {
   }
 }
 
+// A merge made with --partial says which shards it lacks; every report of it says so too.
+void notes_shards(report& rep) {
+  auto it = rep.manifest.find("shards");
+  if (it == rep.manifest.end() || !it->is_object()) return;
+  auto missing = it->find("missing");
+  if (missing == it->end() || !missing->is_array() || missing->empty()) return;
+  std::string list;
+  for (const json& m : *missing) list += (list.empty() ? "" : ", ") + (m.is_number() ? m.dump() : json_str(json{{"v", m}}, "v"));
+  rep.notes.insert(rep.notes.begin(), "incomplete run: shard(s) " + list + " of " + it->value("count", json(0)).dump() +
+                                          " are missing (merged with --partial); items of those shards are not in this report");
+}
+
 void notes_lint(report& rep) {
   auto it = rep.manifest.find("lint");
   if (it == rep.manifest.end() || !it->is_array()) return;
@@ -244,13 +265,14 @@ report compare_run(std::vector<record> records, json manifest) {
     rep.notes.push_back(std::to_string(dropped) + " record(s) were superseded by a later record of the same request "
                         "(a resumed run): the last of each was used");
   notes_lint(rep);
+  notes_shards(rep);
   const run_index ix = index_build(rep.records);
   const bool multi = ix.labels.size() > 1;
   for (const std::string& label : ix.labels) {
     const std::string prefix = multi ? label + ":" : "";
     pairs_against_alone(rep, ix, label, prefix);
     pairs_seed(rep, ix, label, prefix);
-    notes_seed_none(rep, ix, label, prefix);
+    notes_unpaired(rep, ix, label, prefix);
   }
   if (multi) pairs_cross(rep, ix);
   notes_cold(rep, ix);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "reports/identity.h"
 #include "reports/record.h"
 
 namespace detaudit::reports {
@@ -14,14 +15,19 @@ namespace detaudit::reports {
 // Where two responses part. Token indices are into the generated tokens; character offsets into
 // the generated text (bytes of UTF-8).
 struct divergence {
-  bool identical = true;           // same token sequence (ids when both have ids, else texts) and same text
+  // Same tokens and same text. Tokens are equal when their bytes are (steps.h token_bytes); a token
+  // whose bytes are lost compares by id when both sides have ids, else by its string. A side that
+  // reported no tokens is compared on its text alone (text_only).
+  bool identical = true;
+  bool retokenized = false;        // the texts are equal, the tokens are cut differently
+  bool text_only = false;          // a side has no tokens: compared on the texts
   int64_t token_index = -1;        // first differing token (-1: identical)
   int64_t char_offset = -1;        // first differing byte of the text (-1: identical)
   std::string token_a, token_b;    // the two tokens there ("" past the end of one side)
   int32_t id_a = -1, id_b = -1;
   std::string before_a, after_a;   // 40 characters before / 60 after the offset, side A
   std::string before_b, after_b;
-  std::optional<double> margin_a, margin_b;  // top-1 minus top-2 log-prob at that step
+  std::optional<double> margin_a, margin_b;  // best minus second-best log-prob at that step, by value
   int64_t hash_step = -1;          // first step whose logit hash differs (-1: none or not available)
   bool hashes_available = false;
   std::string note;                // e.g. "one side failed: ..."
@@ -38,6 +44,19 @@ std::optional<std::string> gsm8k_extract_strict(const std::string& response);
 std::optional<std::string> gsm8k_extract_flexible(const std::string& response);
 std::string gsm8k_normalize(const std::string& s);
 
+// A row's verdict, in order of precedence: error, not comparable (compare: the prompts differ), not
+// exercised, then what the responses show.
+enum row_status {
+  STATUS_IDENTICAL,       // same tokens and text, and no logit hash differs
+  STATUS_DRIFTED,         // same tokens and text, a logit hash differs (logits moved, no token flipped)
+  STATUS_DIFFERS,         // the responses part
+  STATUS_RETOKENIZED,     // the same text cut into different tokens
+  STATUS_ERROR,           // a side has no response
+  STATUS_NOT_EXERCISED,   // no evidence the condition happened
+  STATUS_NOT_COMPARABLE,  // compare: the two runs' requests for this item differ
+};
+const char* status_name(row_status s);
+
 enum flip_kind { FLIP_NONE, FLIP_RIGHT_TO_WRONG, FLIP_WRONG_TO_RIGHT, FLIP_WRONG_TO_OTHER_WRONG };
 const char* flip_name(flip_kind f);
 
@@ -53,6 +72,10 @@ struct pair_item {
   bool exercised = true;           // false: the condition did not take effect (see reason)
   std::string reason;
   bool error = false;              // one side has no response
+  row_status status = STATUS_IDENTICAL;
+  // First step where a greedy side sampled a token that was not its top alternative (-1: none); a
+  // sign of a sampler or engine bug worth reporting.
+  int64_t not_argmax_a = -1, not_argmax_b = -1;
 };
 
 // One pair of conditions over all items.
@@ -61,25 +84,44 @@ struct pair_summary {
   std::string cond_a, cond_b;
   bool control = false;            // the alone-vs-alone control pair
   int64_t items = 0, differ = 0, errors = 0, not_exercised = 0;
+  int64_t retokenized = 0, drifted = 0, not_comparable = 0, not_argmax = 0;
   int64_t graded = 0, correct_a = 0, correct_b = 0;
   int64_t right_to_wrong = 0, wrong_to_right = 0, wrong_to_other_wrong = 0;
   std::vector<pair_item> rows;
 };
+
+// Rows a pair's verdicts rest on: neither failed, not exercised, nor not comparable. `differ` counts
+// among these.
+inline int64_t pair_judged(const pair_summary& s) { return s.items - s.errors - s.not_exercised - s.not_comparable; }
 
 struct report {
   json manifest;                   // run.json (may be empty)
   std::vector<record> records;     // owned; pair_item pointers point here
   std::vector<pair_summary> pairs;
   std::vector<std::string> notes;  // run-level remarks (not supported by this target, lint, ...)
+  // compare: where the two runs' identities differ (request settings, targets, prompt set, probes).
+  std::vector<identity_difference> differences;
 };
 
 // Builds the pairs a run's records call for: per probe, (alone, control) and (alone, X) for each
 // other condition; seed probe: repetitions against repetition 0; cross: target A vs target B on
 // each shared condition. Takes ownership of the records.
 report compare_run(std::vector<record> records, json manifest = json::object());
-// Two runs item by item: records matched by item_id and condition (or by item_id alone when each
-// side has one condition per item).
-report compare_runs(std::vector<record> a, std::vector<record> b);
+struct compare_options {
+  // --pair A=B: target label in run A, label in run B. Empty: the only label of each run when each
+  // has one, else every label both runs have.
+  std::vector<std::pair<std::string, std::string>> pairs;
+  bool ignore_settings = false;  // --ignore-settings: compare rows whose request settings differ
+};
+
+// Two runs item by item, label pair by label pair: records matched by item_id, condition and
+// repetition (by item_id and repetition alone when each side has one condition). A matched item
+// whose prompts differ (prompt_sha256), or whose run's request settings differ (identity
+// "request.*", unless ignore_settings), is a not-comparable row. The identities' differences are
+// listed in report::differences. Throws input_error when nothing is comparable (no label pair, no
+// common item, every matched item not comparable), naming why.
+report compare_runs(std::vector<record> a, std::vector<record> b, const json& manifest_a = json::object(),
+                    const json& manifest_b = json::object(), const compare_options& opt = {});
 
 // --fail-on: "any" (a non-control pair differs), "flips" (any right->wrong), "score-drop:X"
 // (correct_a - correct_b > X percentage points on some pair), "none". Throws input_error on a bad spec.

@@ -6,28 +6,30 @@
 #include <vector>
 
 #include "reports/compare.h"
+#include "reports/conditions.h"
 
 namespace detaudit::reports {
 
 // Natural order: digit runs compare as numbers ("item-2" < "item-10"), then plain byte order.
 bool natural_less(const std::string& x, const std::string& y);
 
-// The probe a condition belongs to when its records do not say ("concurrent-8" -> "concurrency").
+// The probe a condition belongs to when its records do not say ("concurrent-8" -> "concurrency"),
+// from the condition table (reports/conditions.h); the condition itself when unknown.
 std::string probe_from_condition(const std::string& condition);
-// Report order of probes: control, repeat, concurrency, cache, batch, speculation, seed, cross, others.
-int probe_rank(const std::string& probe);
 
 // Keeps one record per key: the last one in input order, at the position of the first. `dropped`
 // receives the number of records superseded.
 std::vector<record> records_dedupe(std::vector<record> in, const std::function<std::string(const record&)>& key,
                                    size_t* dropped);
 
-// Why a record's condition did not take effect (evidence.exercised false, concurrent requests that
-// did not overlap, a warm cache that served no tokens), or "" when it did.
-std::string not_exercised_reason(const record& r);
-
-// One row: divergence, error, exercised, grades and flip. a and b must outlive the row.
-pair_item row_make(const record& a, const record& b, const std::string& cond_a, const std::string& cond_b);
+// One row: divergence, error, exercised (judged by b's condition against a, see conditions.h, or
+// only the records' own exercised flags when `judge` is false: cross and compare pairs), status,
+// grades, flip and not-argmax steps. a and b must outlive the row.
+pair_item row_make(const record& a, const record& b, const std::string& cond_a, const std::string& cond_b,
+                   bool judge = true);
+// A row whose two responses are not comparable (compare: other prompts or request settings), why.
+pair_item row_not_comparable(const record& a, const record& b, const std::string& cond_a, const std::string& cond_b,
+                             const std::string& why);
 // Appends a row and counts it (errors, then not exercised, then differ / graded / flips).
 void summary_add(pair_summary& s, pair_item row);
 

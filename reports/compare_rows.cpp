@@ -4,6 +4,7 @@
 
 #include "reports/compare_internal.h"
 #include "reports/grade.h"
+#include "reports/steps.h"
 #include "reports/utf8.h"
 
 namespace detaudit::reports {
@@ -49,22 +50,8 @@ bool natural_less(const std::string& x, const std::string& y) {
 }
 
 std::string probe_from_condition(const std::string& c) {
-  auto starts = [&](const char* p) { return c.rfind(p, 0) == 0; };
-  if (c == "alone") return "base";
-  if (c == "control" || c == "repeat") return c;
-  if (starts("concurrent-")) return "concurrency";
-  if (starts("cache-")) return "cache";
-  if (starts("ubatch-")) return "batch";
-  if (starts("spec-")) return "speculation";
-  if (starts("seed-")) return "seed";
-  return c;
-}
-
-int probe_rank(const std::string& probe) {
-  static const std::map<std::string, int> ranks = {{"control", 0}, {"repeat", 1}, {"concurrency", 2}, {"cache", 3},
-                                                   {"batch", 4},   {"speculation", 5}, {"seed", 6}, {"cross", 7}};
-  auto it = ranks.find(probe);
-  return it == ranks.end() ? 8 : it->second;
+  const condition_def* d = condition_find(c);
+  return d ? std::string(d->probe) : c;
 }
 
 std::vector<record> records_dedupe(std::vector<record> in, const std::function<std::string(const record&)>& key,
@@ -86,39 +73,65 @@ std::vector<record> records_dedupe(std::vector<record> in, const std::function<s
   return out;
 }
 
-std::string not_exercised_reason(const record& r) {
-  if (evidence_false(r, "exercised")) {
-    auto it = r.evidence.find("reason");
-    return (it != r.evidence.end() && it->is_string() && !it->get<std::string>().empty())
-               ? it->get<std::string>()
-               : "the condition could not be applied";
-  }
-  if (r.condition.rfind("concurrent-", 0) == 0 && evidence_false(r, "overlap")) return "requests did not overlap in time";
-  if (r.condition == "cache-warm") {
-    auto it = r.evidence.find("cached_tokens");
-    if (it != r.evidence.end() && it->is_number() && it->get<double>() == 0) return "no tokens were served from the cache";
-  }
+namespace {
+
+// Only the records' own flags: a condition a target could not apply (cross and compare pairs set
+// two targets or two runs side by side; the condition's evidence is its own target's business).
+std::string flagged_not_exercised(const record& a, const record& b) {
+  for (const record* x : {&b, &a})
+    if (evidence_false(*x, "exercised")) {
+      auto it = x->evidence.find("reason");
+      return (it != x->evidence.end() && it->is_string() && !it->get<std::string>().empty())
+                 ? it->get<std::string>()
+                 : "the condition could not be applied";
+    }
   return "";
 }
 
-pair_item row_make(const record& a, const record& b, const std::string& cond_a, const std::string& cond_b) {
+row_status status_of(const pair_item& row) {
+  if (row.error) return STATUS_ERROR;
+  if (!row.exercised) return STATUS_NOT_EXERCISED;
+  if (row.d.identical) return row.d.hash_step >= 0 ? STATUS_DRIFTED : STATUS_IDENTICAL;
+  return row.d.retokenized ? STATUS_RETOKENIZED : STATUS_DIFFERS;
+}
+
+pair_item row_head(const record& a, const record& b, const std::string& cond_a, const std::string& cond_b) {
   pair_item row;
   row.item_id = a.item_id;
   row.cond_a = cond_a;
   row.cond_b = cond_b;
   row.a = &a;
   row.b = &b;
+  return row;
+}
+
+}  // namespace
+
+pair_item row_not_comparable(const record& a, const record& b, const std::string& cond_a, const std::string& cond_b,
+                             const std::string& why) {
+  pair_item row = row_head(a, b, cond_a, cond_b);
+  row.d.identical = false;
+  row.status = STATUS_NOT_COMPARABLE;
+  row.reason = why;
+  return row;
+}
+
+pair_item row_make(const record& a, const record& b, const std::string& cond_a, const std::string& cond_b, bool judge) {
+  pair_item row = row_head(a, b, cond_a, cond_b);
   row.d = diverge(a, b);
+  row.not_argmax_a = first_not_argmax(a);
+  row.not_argmax_b = first_not_argmax(b);
   if (!a.error.empty() || !b.error.empty()) {
     row.error = true;
+    row.status = STATUS_ERROR;
     return row;
   }
-  std::string why = not_exercised_reason(b);
-  if (why.empty()) why = not_exercised_reason(a);
+  const std::string why = judge ? condition_not_exercised(a, b) : flagged_not_exercised(a, b);
   if (!why.empty()) {
     row.exercised = false;
     row.reason = why;
   }
+  row.status = status_of(row);
   row.correct_a = grade(a);
   row.correct_b = grade(b);
   if (row.exercised && row.correct_a && row.correct_b) row.flip = flip_of(a, b, *row.correct_a, *row.correct_b);
@@ -127,12 +140,17 @@ pair_item row_make(const record& a, const record& b, const std::string& cond_a, 
 
 void summary_add(pair_summary& s, pair_item row) {
   ++s.items;
-  if (row.error) {
+  s.not_argmax += row.not_argmax_a >= 0 || row.not_argmax_b >= 0;
+  if (row.status == STATUS_ERROR) {
     ++s.errors;
-  } else if (!row.exercised) {
+  } else if (row.status == STATUS_NOT_COMPARABLE) {
+    ++s.not_comparable;
+  } else if (row.status == STATUS_NOT_EXERCISED) {
     ++s.not_exercised;
   } else {
-    if (!row.d.identical) ++s.differ;
+    s.differ += row.status == STATUS_DIFFERS;
+    s.retokenized += row.status == STATUS_RETOKENIZED;
+    s.drifted += row.status == STATUS_DRIFTED;
     if (row.correct_a && row.correct_b) {
       ++s.graded;
       s.correct_a += *row.correct_a;
@@ -169,6 +187,19 @@ std::string divergence_where(const divergence& d) {
     return "first difference at token " + std::to_string(d.token_index) + ": '" + escape_line(d.token_a, '\'') +
            "' vs '" + escape_line(d.token_b, '\'') + "'";
   return "first difference at byte " + std::to_string(d.char_offset);
+}
+
+const char* status_name(row_status s) {
+  switch (s) {
+    case STATUS_IDENTICAL: return "identical";
+    case STATUS_DRIFTED: return "drifted";
+    case STATUS_DIFFERS: return "differs";
+    case STATUS_RETOKENIZED: return "retokenized";
+    case STATUS_ERROR: return "error";
+    case STATUS_NOT_EXERCISED: return "not_exercised";
+    case STATUS_NOT_COMPARABLE: return "not_comparable";
+  }
+  return "?";
 }
 
 const char* flip_name(flip_kind f) {

@@ -11,25 +11,24 @@
 namespace detaudit::reports {
 namespace {
 
-std::set<std::string> conditions_of(const std::vector<record>& recs) {
-  std::set<std::string> out;
-  for (const record& r : recs) out.insert(r.condition);
-  return out;
-}
+using side_index = std::map<std::string, std::vector<const record*>>;  // label -> records
+
+std::string label_of(const record& r) { return json_str(r.target, "label"); }
 
 std::string run_key(const record& r) {
-  return r.item_id + "\x1f" + r.condition + "\x1f" + std::to_string(r.repetition);
+  return label_of(r) + "\x1f" + r.item_id + "\x1f" + r.condition + "\x1f" + std::to_string(r.repetition);
 }
 
-// The match key: item and repetition, plus the condition unless each side has only one.
+// The match key within one label pair: item and repetition, plus the condition unless each side
+// has only one.
 std::string match_key(const record& r, bool by_item) {
   return r.item_id + "\x1f" + (by_item ? std::string() : r.condition) + "\x1f" + std::to_string(r.repetition);
 }
 
-bool has_repetitions(const std::vector<const record*>& rs) {
-  for (const record* r : rs)
-    if (r->repetition > 0) return true;
-  return false;
+std::set<std::string> conditions_of(const std::vector<const record*>& recs) {
+  std::set<std::string> out;
+  for (const record* r : recs) out.insert(r->condition);
+  return out;
 }
 
 std::string percent(double x) {
@@ -38,37 +37,65 @@ std::string percent(double x) {
   return buf;
 }
 
-}  // namespace
+std::string names(const side_index& ix) {
+  std::string out;
+  for (const auto& [label, recs] : ix) out += (out.empty() ? "" : ", ") + (label.empty() ? std::string("(none)") : label);
+  return out;
+}
 
-report compare_runs(std::vector<record> a, std::vector<record> b) {
-  report rep;
-  size_t dropped_a = 0, dropped_b = 0;
-  a = records_dedupe(std::move(a), run_key, &dropped_a);
-  b = records_dedupe(std::move(b), run_key, &dropped_b);
-  const bool by_item = conditions_of(a).size() == 1 && conditions_of(b).size() == 1;
-  const size_t n_a = a.size();
-  rep.records = std::move(a);
-  rep.records.insert(rep.records.end(), std::make_move_iterator(b.begin()), std::make_move_iterator(b.end()));
-  std::vector<const record*> side_a, side_b;
-  for (size_t i = 0; i < rep.records.size(); ++i) (i < n_a ? side_a : side_b).push_back(&rep.records[i]);
+// Which label of run A is compared with which of run B.
+std::vector<std::pair<std::string, std::string>> label_pairs(const side_index& a, const side_index& b,
+                                                             const compare_options& opt) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (!opt.pairs.empty()) {
+    for (const auto& [la, lb] : opt.pairs) {
+      if (!a.count(la)) throw input_error("--pair " + la + "=" + lb + ": run A has no target labelled '" + la + "' (it has " + names(a) + ")");
+      if (!b.count(lb)) throw input_error("--pair " + la + "=" + lb + ": run B has no target labelled '" + lb + "' (it has " + names(b) + ")");
+      out.emplace_back(la, lb);
+    }
+    return out;
+  }
+  if (a.size() == 1 && b.size() == 1) return {{a.begin()->first, b.begin()->first}};
+  for (const auto& [label, recs] : a)
+    if (b.count(label)) out.emplace_back(label, label);
+  if (out.empty())
+    throw input_error("compare: nothing comparable: run A has targets " + names(a) + " and run B has " + names(b) +
+                      "; say which to compare with --pair A=B");
+  return out;
+}
 
+// Why a matched row is not comparable, or "".
+std::string incomparable_reason(const record& ra, const record& rb, const std::string& settings) {
+  if (!ra.prompt_sha256.empty() && !rb.prompt_sha256.empty() && ra.prompt_sha256 != rb.prompt_sha256)
+    return "the prompts differ (sha256 " + ra.prompt_sha256.substr(0, 12) + "... vs " + rb.prompt_sha256.substr(0, 12) + "...)";
+  return settings;
+}
+
+struct pair_counts {
+  size_t only_a = 0, only_b = 0, comparable = 0, prompts_differ = 0, settings_differ = 0;
+};
+
+// One label pair: a summary per condition of A.
+void compare_label_pair(report& rep, const std::vector<const record*>& side_a, const std::vector<const record*>& side_b,
+                        const std::string& prefix_a, const std::string& prefix_b, const std::string& settings,
+                        pair_counts& n) {
+  const bool by_item = conditions_of(side_a).size() == 1 && conditions_of(side_b).size() == 1;
+  bool reps = false;
   std::map<std::string, const record*> index_b;
-  for (const record* r : side_b) index_b[match_key(*r, by_item)] = r;
-  const bool reps = has_repetitions(side_a) || has_repetitions(side_b);
-  // One summary per condition of A, items in natural order.
+  for (const record* r : side_b) index_b[match_key(*r, by_item)] = r, reps = reps || r->repetition > 0;
+  for (const record* r : side_a) reps = reps || r->repetition > 0;
   std::map<std::string, std::vector<std::pair<const record*, const record*>>> groups;
-  size_t only_a = 0;
   std::set<std::string> matched;
   for (const record* ra : side_a) {
-    const std::string k = match_key(*ra, by_item);
-    auto f = index_b.find(k);
+    auto f = index_b.find(match_key(*ra, by_item));
     if (f == index_b.end()) {
-      ++only_a;
+      ++n.only_a;
       continue;
     }
-    matched.insert(k);
+    matched.insert(f->first);
     groups[ra->condition].push_back({ra, f->second});
   }
+  n.only_b += side_b.size() - matched.size();
   for (auto& [cond, rows] : groups) {
     std::sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) {
       if (x.first->item_id != y.first->item_id) return natural_less(x.first->item_id, y.first->item_id);
@@ -76,20 +103,70 @@ report compare_runs(std::vector<record> a, std::vector<record> b) {
     });
     pair_summary s;
     s.probe = "compare";
-    s.cond_a = "A:" + cond;
-    s.cond_b = "B:" + rows.front().second->condition;
+    s.cond_a = prefix_a + cond;
+    s.cond_b = prefix_b + rows.front().second->condition;
     for (const auto& [ra, rb] : rows) {
-      const std::string ra_name = "A:" + ra->condition + (reps ? "#" + std::to_string(ra->repetition) : "");
-      const std::string rb_name = "B:" + rb->condition + (reps ? "#" + std::to_string(rb->repetition) : "");
-      summary_add(s, row_make(*ra, *rb, ra_name, rb_name));
+      const std::string na = prefix_a + ra->condition + (reps ? "#" + std::to_string(ra->repetition) : "");
+      const std::string nb = prefix_b + rb->condition + (reps ? "#" + std::to_string(rb->repetition) : "");
+      const std::string why = incomparable_reason(*ra, *rb, settings);
+      if (why.empty()) {
+        ++n.comparable;
+        summary_add(s, row_make(*ra, *rb, na, nb, /*judge=*/false));
+        continue;
+      }
+      (why == settings ? n.settings_differ : n.prompts_differ) += 1;
+      summary_add(s, row_not_comparable(*ra, *rb, na, nb, why));
     }
     rep.pairs.push_back(std::move(s));
   }
-  const size_t only_b = side_b.size() - matched.size();
-  if (only_a || only_b)
-    rep.notes.push_back(std::to_string(only_a) + " response(s) only in A and " + std::to_string(only_b) +
-                        " only in B were left out (matched by item_id" + (by_item ? "" : ", condition") +
-                        " and repetition)");
+}
+
+// "the requests differ: request.n_predict: 16 vs 32; ..." from the identities, or "".
+std::string settings_reason(const std::vector<identity_difference>& diffs, bool ignore) {
+  std::string out;
+  for (const identity_difference& d : diffs)
+    if (identity_is_request_setting(d)) out += (out.empty() ? "" : "; ") + identity_difference_text(d);
+  return out.empty() || ignore ? "" : "the runs' request settings differ (" + out + ")";
+}
+
+}  // namespace
+
+report compare_runs(std::vector<record> a, std::vector<record> b, const json& manifest_a, const json& manifest_b,
+                    const compare_options& opt) {
+  report rep;
+  size_t dropped_a = 0, dropped_b = 0;
+  a = records_dedupe(std::move(a), run_key, &dropped_a);
+  b = records_dedupe(std::move(b), run_key, &dropped_b);
+  const json id_a = identity_of(manifest_a), id_b = identity_of(manifest_b);
+  rep.differences = identity_diff(id_a, id_b);
+  const std::string settings = settings_reason(rep.differences, opt.ignore_settings);
+  const size_t n_a = a.size();
+  rep.records = std::move(a);
+  rep.records.insert(rep.records.end(), std::make_move_iterator(b.begin()), std::make_move_iterator(b.end()));
+  side_index ix_a, ix_b;
+  for (size_t i = 0; i < rep.records.size(); ++i) (i < n_a ? ix_a : ix_b)[label_of(rep.records[i])].push_back(&rep.records[i]);
+  if (ix_a.empty() || ix_b.empty()) throw input_error("compare: nothing comparable: run " + std::string(ix_a.empty() ? "A" : "B") + " holds no records");
+  const std::vector<std::pair<std::string, std::string>> lp = label_pairs(ix_a, ix_b, opt);
+  pair_counts n;
+  for (const auto& [la, lb] : lp) {
+    const std::string pa = lp.size() > 1 ? "A/" + la + ":" : "A:", pb = lp.size() > 1 ? "B/" + lb + ":" : "B:";
+    compare_label_pair(rep, ix_a.at(la), ix_b.at(lb), pa, pb, settings, n);
+  }
+  if (n.comparable == 0) {
+    std::string why = n.prompts_differ + n.settings_differ == 0 ? "the runs have no item in common (matched by item_id, condition and repetition)"
+                      : n.settings_differ > 0 ? settings + " (compare them anyway with --ignore-settings)"
+                                              : "every common item's prompt differs";
+    throw input_error("compare: nothing comparable: " + why);
+  }
+  if (id_a.empty() || id_b.empty())
+    rep.notes.push_back(std::string("run ") + (id_a.empty() ? "A" : "B") + " records no identity (a bare records file or an older run): "
+                        "its request settings could not be checked against the other run's");
+  if (opt.ignore_settings && !settings_reason(rep.differences, false).empty())
+    rep.notes.push_back("compared although " + settings_reason(rep.differences, false) + " (--ignore-settings)");
+  if (n.prompts_differ) rep.notes.push_back(std::to_string(n.prompts_differ) + " item(s) not comparable: the same item_id with another prompt");
+  if (n.only_a || n.only_b)
+    rep.notes.push_back(std::to_string(n.only_a) + " response(s) only in A and " + std::to_string(n.only_b) +
+                        " only in B were left out (matched by item_id, condition and repetition)");
   if (dropped_a || dropped_b)
     rep.notes.push_back(std::to_string(dropped_a + dropped_b) +
                         " record(s) were superseded by a later record of the same request: the last of each was used");
@@ -128,7 +205,7 @@ std::vector<std::string> fail_reasons(const report& r, const fail_policy& p) {
   std::vector<std::string> out;
   for (const pair_summary& s : r.pairs) {
     const std::string title = s.probe + " " + s.cond_a + " vs " + s.cond_b;
-    const std::string of = std::to_string(s.items - s.errors - s.not_exercised);
+    const std::string of = std::to_string(pair_judged(s));
     if (p.kind == "any" && s.differ > 0)
       out.push_back((s.control ? "run-to-run noise: " : "") + title + ": " + std::to_string(s.differ) + " of " + of +
                     " items differ");

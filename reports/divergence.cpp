@@ -1,8 +1,9 @@
-// diverge(): where two responses part, token by token and byte by byte, with the context, the
-// top-2 margins and the first differing logit hash there.
+// diverge(): where two responses part, token by token (as bytes) and byte by byte, with the
+// context, the margins between the best two alternatives and the first differing logit hash there.
 #include <algorithm>
 
 #include "reports/compare.h"
+#include "reports/steps.h"
 #include "reports/utf8.h"
 
 namespace detaudit::reports {
@@ -11,27 +12,36 @@ namespace {
 constexpr size_t k_before_chars = 40;
 constexpr size_t k_after_chars = 60;
 
-bool all_ids(const record& r) {
-  return std::all_of(r.tokens.begin(), r.tokens.end(), [](const token_rec& t) { return t.id >= 0; });
+// Whether two tokens are the same token: the same bytes when both sides' bytes are known, else
+// the same id when both have one, else the same string. A token with neither bytes nor a string
+// (llama.cpp's ids without log-probs) has unknown bytes.
+std::optional<std::string> known_bytes(const token_rec& t) {
+  if (t.bytes.empty() && t.text.empty()) return std::nullopt;
+  return token_bytes(t);
 }
 
-bool same_token(const token_rec& x, const token_rec& y, bool by_id) {
-  if (by_id) return x.id == y.id;
-  return x.text == y.text && x.bytes == y.bytes;
+bool same_token(const token_rec& x, const token_rec& y) {
+  const std::optional<std::string> bx = known_bytes(x), by = known_bytes(y);
+  if (bx && by) return *bx == *by;
+  if (x.id >= 0 && y.id >= 0) return x.id == y.id;
+  return x.text == y.text;
 }
 
-size_t token_bytes(const token_rec& t) { return t.bytes.empty() ? t.text.size() : t.bytes.size(); }
+size_t token_length(const token_rec& t) {
+  const std::optional<std::string> b = known_bytes(t);
+  return b ? b->size() : t.text.size();
+}
 
 // The byte offset in r.text where token k starts, from the tokens' lengths (capped at the text).
 size_t token_offset(const record& r, size_t k) {
   size_t off = 0;
-  for (size_t i = 0; i < k && i < r.tokens.size(); ++i) off += token_bytes(r.tokens[i]);
+  for (size_t i = 0; i < k && i < r.tokens.size(); ++i) off += token_length(r.tokens[i]);
   return std::min(off, r.text.size());
 }
 
 std::optional<double> margin_at(const record& r, size_t k) {
-  if (k >= r.top_logprobs.size() || r.top_logprobs[k].size() < 2) return std::nullopt;
-  return r.top_logprobs[k][0].logprob - r.top_logprobs[k][1].logprob;
+  if (k >= r.top_logprobs.size()) return std::nullopt;
+  return step_margin(r.top_logprobs[k]);
 }
 
 void context_at(const std::string& text, size_t offset, std::string* before, std::string* after) {
@@ -61,6 +71,16 @@ void hash_step_find(const record& a, const record& b, divergence& d) {
   if (a.logit_hashes.size() != b.logit_hashes.size()) d.hash_step = static_cast<int64_t>(n);
 }
 
+// The first byte where the texts part; both contexts there.
+void text_diverge(const record& a, const record& b, divergence& d) {
+  const size_t m = std::min(a.text.size(), b.text.size());
+  size_t c = 0;
+  while (c < m && a.text[c] == b.text[c]) ++c;
+  d.char_offset = static_cast<int64_t>(c);
+  context_at(a.text, c, &d.before_a, &d.after_a);
+  context_at(b.text, c, &d.before_b, &d.after_b);
+}
+
 }  // namespace
 
 divergence diverge(const record& a, const record& b) {
@@ -70,13 +90,20 @@ divergence diverge(const record& a, const record& b) {
     d.note = failure_note(a, b);
     return d;
   }
-  const bool by_id = all_ids(a) && all_ids(b);
+  hash_step_find(a, b, d);
+  const bool text_same = a.text == b.text;
+  if (a.tokens.empty() || b.tokens.empty()) {
+    d.text_only = true;
+    d.identical = text_same;
+    if (a.tokens.empty() != b.tokens.empty())
+      d.note = std::string("compared on the texts: side ") + (a.tokens.empty() ? "A" : "B") + " reported no tokens";
+    if (!text_same) text_diverge(a, b, d);
+    return d;
+  }
   const size_t n = std::min(a.tokens.size(), b.tokens.size());
   size_t k = 0;
-  while (k < n && same_token(a.tokens[k], b.tokens[k], by_id)) ++k;
+  while (k < n && same_token(a.tokens[k], b.tokens[k])) ++k;
   const bool tokens_same = k == n && a.tokens.size() == b.tokens.size();
-  const bool text_same = a.text == b.text;
-  hash_step_find(a, b, d);
   d.identical = tokens_same && text_same;
   if (d.identical) return d;
   if (!tokens_same) {
@@ -87,16 +114,12 @@ divergence diverge(const record& a, const record& b) {
     d.margin_b = margin_at(b, k);
   }
   if (!text_same) {
-    const size_t m = std::min(a.text.size(), b.text.size());
-    size_t c = 0;
-    while (c < m && a.text[c] == b.text[c]) ++c;
-    d.char_offset = static_cast<int64_t>(c);
-    context_at(a.text, c, &d.before_a, &d.after_a);
-    context_at(b.text, c, &d.before_b, &d.after_b);
+    text_diverge(a, b, d);
   } else {
+    d.retokenized = true;
     context_at(a.text, token_offset(a, k), &d.before_a, &d.after_a);
     context_at(b.text, token_offset(b, k), &d.before_b, &d.after_b);
-    d.note = "the texts are identical; the token sequences differ";
+    d.note = "the texts are identical; the tokens are cut differently";
   }
   return d;
 }

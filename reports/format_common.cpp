@@ -51,11 +51,13 @@ std::string net_text(const pair_summary& s) {
 std::string margin_text(const std::optional<double>& m) {
   if (!m) return "n/a";
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f", *m);
+  std::snprintf(buf, sizeof buf, "%.3g", *m);
   return buf;
 }
 
-bool row_listed(const pair_item& row) { return row.error || !row.d.identical || row.d.hash_step >= 0; }
+bool row_listed(const pair_item& row) {
+  return row.error || !row.d.identical || row.d.hash_step >= 0 || row.not_argmax_a >= 0 || row.not_argmax_b >= 0;
+}
 
 std::string hash_text(const pair_item& row) {
   if (row.d.hash_step < 0) return "";
@@ -75,6 +77,17 @@ std::string manifest_line(const json& m) {
   if (auto t = m.find("targets"); t != m.end() && t->is_array())
     for (const json& tg : *t)
       if (tg.is_object()) out += (out.empty() ? "" : ", ") + json_str(tg, "label", "?") + " = " + json_str(tg, "spec", "?");
+  return out;
+}
+
+std::string not_argmax_text(const pair_item& row) {
+  std::string out;
+  for (int side = 0; side < 2; ++side) {
+    const int64_t step = side ? row.not_argmax_b : row.not_argmax_a;
+    if (step >= 0)
+      out += (out.empty() ? "" : "; ") + std::string("greedy side ") + (side ? "B" : "A") +
+             " sampled a token below its top alternative at step " + std::to_string(step);
+  }
   return out;
 }
 

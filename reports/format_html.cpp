@@ -8,6 +8,7 @@
 // last in either direction) and stays in report order otherwise; `#sort=KEY` or `#sort=KEY-desc` in
 // the address sorts it on load (KEY: a header's data-key). The script marks <body data-ready="yes">
 // when it has run, and shows any error in #js-error.
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <sstream>
@@ -172,7 +173,7 @@ void summary_section(std::ostringstream& os, const report& r) {
   os << "<table id=\"summary\"><thead><tr><th>probe</th><th>A vs B</th><th>differ</th><th>errors</th>"
      << "<th>not exercised</th><th>score A \xe2\x86\x92 B</th><th>flips \xe2\x88\x92r/+w</th><th>net</th></tr></thead><tbody>\n";
   for (const pair_summary& s : r.pairs) {
-    const int64_t judged = s.items - s.errors - s.not_exercised;
+    const int64_t judged = pair_judged(s);
     const std::string cls = std::string(s.control ? "control" : "") + (s.control && s.differ > 0 ? " " : "") +
                             (s.differ > 0 ? "bad" : "");
     os << "<tr" << (cls.empty() ? "" : " class=\"" + cls + "\"") << ">"
@@ -184,11 +185,10 @@ void summary_section(std::ostringstream& os, const report& r) {
   os << "</tbody></table>\n";
 }
 
-std::string row_status(const pair_item& row) {
-  if (row.error) return "error";
-  if (!row.exercised) return "not exercised";
-  if (!row.d.identical) return "differs";
-  return row.d.hash_step >= 0 ? "drifted" : "identical";
+std::string status_label(const pair_item& row) {
+  std::string s = status_name(row.status);
+  std::replace(s.begin(), s.end(), '_', ' ');
+  return s;
 }
 
 std::string grade_text(const pair_item& row) {
@@ -201,7 +201,7 @@ void items_row(std::ostringstream& os, const pair_summary& s, const pair_item& r
   const std::string item = anchor.empty() ? html_escape(row.item_id)
                                           : "<a href=\"#" + anchor + "\">" + html_escape(row.item_id) + "</a>";
   os << "<tr data-item=\"" << html_escape(row.item_id) << "\">" << td(html_escape(s.probe))
-     << td(html_escape(row.cond_a + " vs " + row.cond_b)) << td(item) << td(row_status(row))
+     << td(html_escape(row.cond_a + " vs " + row.cond_b)) << td(item) << td(status_label(row))
      << td_num(d.token_index) << td_num(d.char_offset) << td(d.token_index >= 0 ? code(d.token_a) : "")
      << td(d.token_index >= 0 ? code(d.token_b) : "") << td_margin(d.margin_a) << td_margin(d.margin_b)
      << td_num(d.hash_step) << td(grade_text(row)) << td(row.flip == FLIP_NONE ? "" : flip_name(row.flip)) << "</tr>\n";
@@ -318,7 +318,7 @@ std::string where_html(const divergence& d) {
 void divergence_entry(std::ostringstream& os, const pair_summary& s, const pair_item& row, const std::string& anchor) {
   const divergence& d = row.d;
   os << "<section class=\"div\" id=\"" << anchor << "\"><h3>" << html_escape(row.item_id) << " \xe2\x80\x94 "
-     << html_escape(pair_title(s)) << " (" << row_status(row) << ")</h3>\n<p>";
+     << html_escape(pair_title(s)) << " (" << status_label(row) << ")</h3>\n<p>";
   if (row.error) {
     os << "error: " << html_escape(d.note) << "</p></section>\n";
     return;

@@ -164,7 +164,7 @@ std::string html_plot_conditions(const report& r) {
     const pair_summary& s = r.pairs[i];
     const int y = k_top + row_h * static_cast<int>(i);
     const double w = std::max(2.0, bar_w * static_cast<double>(s.differ) / static_cast<double>(peak));
-    const std::string judged = std::to_string(s.items - s.errors - s.not_exercised);
+    const std::string judged = std::to_string(pair_judged(s));
     os << "<text class=\"tick\" x=\"" << label_w - 6 << "\" y=\"" << y + 14 << "\" text-anchor=\"end\">"
        << html_escape(clip(s.probe + ": " + s.cond_b, 36)) << "</text>\n"
        << "<rect class=\"bar" << (s.differ == 0 ? " zero" : "") << "\" x=\"" << label_w << "\" y=\"" << y + 3

@@ -21,17 +21,22 @@ std::string score_text(const pair_summary& s);
 // "-2/+1" and "-1" (wrong-to-right minus right-to-wrong, signed), or "-" when nothing was graded.
 std::string flips_text(const pair_summary& s);
 std::string net_text(const pair_summary& s);
-// "0.012", or "n/a" when the step has fewer than two recorded alternatives.
+// Three significant digits ("0.0123", "0.0002", "1.25"), or "n/a" when the step has fewer than two
+// recorded alternatives.
 std::string margin_text(const std::optional<double>& m);
-// Whether a row gets its own entry under its pair: it differs, failed, or its logits drifted.
+// Whether a row gets its own entry under its pair: it differs, failed, its logits drifted, or a
+// greedy side sampled below its top alternative.
 bool row_listed(const pair_item& row);
 // "logits drifted at step 7" (identical tokens) or "logit hash differs from step 7", "" when none.
 std::string hash_text(const pair_item& row);
 // A row as the text report lists it: "  item ID (A vs B): token k, byte c: 'x' vs 'y'", margins, hash
-// step, grades and flip, then both contexts; one line for errors and drift. Ends with a newline.
+// step, grades and flip, then both contexts; one line for errors, drift and rows not comparable.
+// Ends with a newline.
 std::string row_text(const pair_item& row);
 // One line about the run from its manifest: the compared paths (compare), run id, tool version,
 // targets ("" when none of these is there).
 std::string manifest_line(const json& manifest);
+// "greedy side A sampled below its top alternative at step 3" for the sides that did, "" otherwise.
+std::string not_argmax_text(const pair_item& row);
 
 }  // namespace detaudit::reports

@@ -2,8 +2,9 @@
 // JSON") is its schema; REPORT_JSON_SCHEMA below is the version it carries.
 //
 //   {"schema": 1, "pairs": [{probe, cond_a, cond_b, control, items, differ, errors, not_exercised,
-//     graded, correct_a, correct_b, right_to_wrong, wrong_to_right, wrong_to_other_wrong,
-//     rows: [{item_id, ...}]}], "notes": [...], "manifest": {...}}
+//     retokenized, drifted, not_comparable, not_argmax, graded, correct_a, correct_b,
+//     right_to_wrong, wrong_to_right, wrong_to_other_wrong, rows: [{item_id, status, ...}]}],
+//    "differences": [{field, a, b}], "notes": [...], "manifest": {...}}
 #include "reports/format_internal.h"
 
 namespace detaudit::reports {
@@ -22,6 +23,7 @@ ojson row_json(const pair_item& row) {
   o["item_id"] = row.item_id;
   o["cond_a"] = row.cond_a;
   o["cond_b"] = row.cond_b;
+  o["status"] = status_name(row.status);
   o["identical"] = d.identical;
   o["token_index"] = d.token_index;
   o["char_offset"] = d.char_offset;
@@ -37,6 +39,11 @@ ojson row_json(const pair_item& row) {
   o["margin_b"] = opt_num(d.margin_b);
   o["hashes_available"] = d.hashes_available;
   o["hash_step"] = d.hash_step;
+  o["not_argmax_a"] = row.not_argmax_a >= 0;
+  o["not_argmax_b"] = row.not_argmax_b >= 0;
+  o["not_argmax_step_a"] = row.not_argmax_a;
+  o["not_argmax_step_b"] = row.not_argmax_b;
+  o["compared_on"] = d.text_only ? "text" : "tokens";
   o["correct_a"] = opt_bool(row.correct_a);
   o["correct_b"] = opt_bool(row.correct_b);
   o["flip"] = flip_name(row.flip);
@@ -57,6 +64,10 @@ ojson pair_json(const pair_summary& s) {
   o["differ"] = s.differ;
   o["errors"] = s.errors;
   o["not_exercised"] = s.not_exercised;
+  o["retokenized"] = s.retokenized;
+  o["drifted"] = s.drifted;
+  o["not_comparable"] = s.not_comparable;
+  o["not_argmax"] = s.not_argmax;
   o["graded"] = s.graded;
   o["correct_a"] = s.correct_a;
   o["correct_b"] = s.correct_b;
@@ -77,6 +88,15 @@ std::string render_json(const report& r) {
   ojson pairs = ojson::array();
   for (const pair_summary& s : r.pairs) pairs.push_back(pair_json(s));
   o["pairs"] = std::move(pairs);
+  ojson diffs = ojson::array();
+  for (const identity_difference& d : r.differences) {
+    ojson e;
+    e["field"] = d.field;
+    e["a"] = ojson::parse(d.a.dump(-1, ' ', false, json::error_handler_t::replace));
+    e["b"] = ojson::parse(d.b.dump(-1, ' ', false, json::error_handler_t::replace));
+    diffs.push_back(std::move(e));
+  }
+  o["differences"] = std::move(diffs);
   o["notes"] = r.notes;
   const json manifest = r.manifest.is_object() ? r.manifest : json::object();
   o["manifest"] = ojson::parse(manifest.dump(-1, ' ', false, json::error_handler_t::replace));

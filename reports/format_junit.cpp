@@ -81,13 +81,13 @@ void testcase(std::ostringstream& os, const pair_summary& s, const pair_item& ro
   if (row.error) {
     os << ">\n      <error" << attr("type", "error") << attr("message", row.d.note) << ">"
        << xml_escape(row_text(row), false) << "</error>\n    </testcase>\n";
-  } else if (!row.exercised) {
+  } else if (!row.exercised || row.status == STATUS_NOT_COMPARABLE) {
     os << ">\n      <skipped" << attr("message", row.reason) << "/>\n    </testcase>\n";
-  } else if (!row.d.identical) {
+  } else if (row.status == STATUS_DIFFERS) {
     os << ">\n      <failure" << attr("type", "divergence") << attr("message", divergence_where(row.d)) << ">"
        << xml_escape(row_text(row), false) << "</failure>\n    </testcase>\n";
-  } else if (row.d.hash_step >= 0) {
-    os << ">\n      <system-out>" << xml_escape(hash_text(row), false) << "</system-out>\n    </testcase>\n";
+  } else if (row_listed(row)) {
+    os << ">\n      <system-out>" << xml_escape(row_text(row), false) << "</system-out>\n    </testcase>\n";
   } else {
     os << "/>\n";
   }
@@ -95,7 +95,7 @@ void testcase(std::ostringstream& os, const pair_summary& s, const pair_item& ro
 
 void testsuite(std::ostringstream& os, const pair_summary& s) {
   os << "  <testsuite" << attr("name", pair_title(s)) << attr("tests", s.items)
-     << attr("failures", s.differ) << attr("errors", s.errors) << attr("skipped", s.not_exercised) << attr("time", "0")
+     << attr("failures", s.differ) << attr("errors", s.errors) << attr("skipped", s.not_exercised + s.not_comparable) << attr("time", "0")
      << ">\n";
   for (const pair_item& row : s.rows) testcase(os, s, row);
   os << "  </testsuite>\n";

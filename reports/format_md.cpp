@@ -38,7 +38,7 @@ void summary(std::ostringstream& os, const report& r) {
      << "|---|---|---:|---:|---:|---|---|---:|\n";
   for (const pair_summary& s : r.pairs)
     os << "| " << md_escape(s.probe) << " | " << md_escape(s.cond_a + " vs " + s.cond_b)
-       << " | " << s.differ << "/" << (s.items - s.errors - s.not_exercised) << " | " << s.errors << " | "
+       << " | " << s.differ << "/" << pair_judged(s) << " | " << s.errors << " | "
        << s.not_exercised << " | " << score_text(s) << " | " << flips_text(s) << " | " << net_text(s) << " |\n";
 }
 
@@ -49,10 +49,19 @@ void row_item(std::ostringstream& os, const pair_item& row) {
     os << "error: " << md_escape(d.note) << "\n";
     return;
   }
-  if (d.identical) {
-    os << "identical tokens; " << hash_text(row) << "\n";
+  if (row.status == STATUS_NOT_COMPARABLE) {
+    os << "not comparable: " << md_escape(row.reason) << "\n";
     return;
   }
+  const std::string argmax = not_argmax_text(row);
+  if (d.identical) {
+    os << "identical tokens";
+    if (!hash_text(row).empty()) os << "; " << hash_text(row);
+    if (!argmax.empty()) os << "; " << md_escape(argmax);
+    os << "\n";
+    return;
+  }
+  if (d.retokenized) os << "retokenized (same text); ";
   if (d.token_index >= 0)
     os << "token " << d.token_index << ": " << md_code(d.token_a) << " vs " << md_code(d.token_b) << "; ";
   if (d.char_offset >= 0) os << "byte " << d.char_offset << "; ";
@@ -60,6 +69,7 @@ void row_item(std::ostringstream& os, const pair_item& row) {
   if (!hash_text(row).empty()) os << "; " << hash_text(row);
   if (row.flip != FLIP_NONE) os << "; **" << flip_name(row.flip) << "**";
   if (!row.exercised) os << "; not exercised: " << md_escape(row.reason);
+  if (!argmax.empty()) os << "; " << md_escape(argmax);
   os << "\n  - " << md_escape(row.cond_a) << ": " << md_code(d.before_a) << " | " << md_code(d.after_a) << "\n"
      << "  - " << md_escape(row.cond_b) << ": " << md_code(d.before_b) << " | " << md_code(d.after_b) << "\n";
 }
@@ -76,7 +86,7 @@ std::string render_md(const report& r) {
   for (const pair_summary& s : r.pairs) {
     if (std::none_of(s.rows.begin(), s.rows.end(), row_listed)) continue;
     os << "\n## " << md_escape(pair_title(s)) << "\n\n"
-       << s.differ << " of " << (s.items - s.errors - s.not_exercised) << " items differ"
+       << s.differ << " of " << pair_judged(s) << " items differ"
        << (s.control ? " (control pair: run-to-run noise)" : "") << ", " << s.errors << " error(s).\n\n";
     for (const pair_item& row : s.rows)
       if (row_listed(row)) row_item(os, row);

@@ -38,7 +38,7 @@ std::string table(const std::vector<table_row>& rows) {
 std::string summary_table(const report& r) {
   std::vector<table_row> rows = {{"PROBE", "PAIR", "DIFFER", "ERRORS", "NOT-EXERCISED", "SCORE A -> B", "FLIPS -R/+W", "NET"}};
   for (const pair_summary& s : r.pairs) {
-    const int64_t judged = s.items - s.errors - s.not_exercised;
+    const int64_t judged = pair_judged(s);
     rows.push_back({s.probe, s.cond_a + " vs " + s.cond_b, std::to_string(s.differ) + "/" + std::to_string(judged),
                     std::to_string(s.errors), std::to_string(s.not_exercised), score_text(s), flips_text(s), net_text(s)});
   }
@@ -59,15 +59,23 @@ std::string row_text(const pair_item& row) {
   std::ostringstream os;
   const divergence& d = row.d;
   os << "  item " << escape_line(row.item_id) << " (" << row.cond_a << " vs " << row.cond_b << ")";
+  const std::string argmax = not_argmax_text(row);
   if (row.error) {
     os << ": error: " << escape_line(d.note) << "\n";
     return os.str();
   }
-  if (d.identical) {
-    os << ": identical tokens; " << hash_text(row) << "\n";
+  if (row.status == STATUS_NOT_COMPARABLE) {
+    os << ": not comparable: " << escape_line(row.reason) << "\n";
     return os.str();
   }
-  os << ": ";
+  if (d.identical) {
+    os << ": identical tokens";
+    if (!hash_text(row).empty()) os << "; " << hash_text(row);
+    if (!argmax.empty()) os << "; " << argmax;
+    os << "\n";
+    return os.str();
+  }
+  os << ": " << (d.retokenized ? "retokenized (same text), " : "");
   if (d.token_index >= 0) os << "token " << d.token_index;
   if (d.char_offset >= 0) os << (d.token_index >= 0 ? ", " : "") << "byte " << d.char_offset;
   if (d.token_index >= 0) os << ": " << token_text(d.token_a, d.id_a) << " vs " << token_text(d.token_b, d.id_b);
@@ -77,6 +85,7 @@ std::string row_text(const pair_item& row) {
   if (row.correct_a && row.correct_b)
     os << "; graded " << (*row.correct_a ? "right" : "wrong") << " -> " << (*row.correct_b ? "right" : "wrong")
        << (row.flip != FLIP_NONE ? std::string(" (") + flip_name(row.flip) + ")" : "");
+  if (!argmax.empty()) os << "; " << argmax;
   if (!d.note.empty()) os << "; " << d.note;
   os << "\n";
   const size_t w = std::max(row.cond_a.size(), row.cond_b.size());
@@ -88,18 +97,56 @@ std::string row_text(const pair_item& row) {
   return os.str();
 }
 
+namespace {
+
+// "  error on 3 item(s) (q1, q2, q3): MESSAGE", one line per distinct message: a target that
+// refuses every request does not print the same message once per item.
+void errors_text(std::ostringstream& os, const pair_summary& s) {
+  std::vector<std::pair<std::string, std::vector<const pair_item*>>> groups;
+  for (const pair_item& row : s.rows) {
+    if (!row.error) continue;
+    auto it = std::find_if(groups.begin(), groups.end(), [&row](const auto& g) { return g.first == row.d.note; });
+    if (it == groups.end()) groups.push_back({row.d.note, {&row}});
+    else it->second.push_back(&row);
+  }
+  for (const auto& [note, items] : groups) {
+    if (items.size() == 1) {
+      os << row_text(*items[0]);
+      continue;
+    }
+    std::string ids;
+    for (size_t i = 0; i < items.size() && i < 8; ++i) ids += (i ? ", " : "") + escape_line(items[i]->item_id);
+    if (items.size() > 8) ids += ", ...";
+    os << "  error on " << items.size() << " items (" << ids << "): " << escape_line(note) << "\n";
+  }
+}
+
+std::string pair_counts_text(const pair_summary& s) {
+  std::string out = std::to_string(s.differ) + " of " + std::to_string(pair_judged(s)) + " differ";
+  if (s.retokenized) out += ", " + std::to_string(s.retokenized) + " retokenized";
+  if (s.not_comparable) out += ", " + std::to_string(s.not_comparable) + " not comparable";
+  return out + ", " + std::to_string(s.errors) + " error(s)";
+}
+
+}  // namespace
+
 std::string render_text(const report& r) {
   std::ostringstream os;
   const std::string m = manifest_line(r.manifest);
   os << "detaudit report" << (m.empty() ? "" : ": " + m) << "\n\n";
+  if (!r.differences.empty()) {
+    os << "the two runs differ in:\n";
+    for (const identity_difference& d : r.differences) os << "  " << escape_line(identity_difference_text(d)) << "\n";
+    os << "\n";
+  }
   if (r.pairs.empty()) os << "no pairs of responses to compare\n";
   else os << summary_table(r);
   for (const pair_summary& s : r.pairs) {
     if (std::none_of(s.rows.begin(), s.rows.end(), row_listed)) continue;
-    os << "\n" << pair_title(s) << (s.control ? " (control: run-to-run noise)" : "") << ": " << s.differ << " of "
-       << (s.items - s.errors - s.not_exercised) << " differ, " << s.errors << " error(s)\n";
+    os << "\n" << pair_title(s) << (s.control ? " (control: run-to-run noise)" : "") << ": " << pair_counts_text(s) << "\n";
     for (const pair_item& row : s.rows)
-      if (row_listed(row)) os << row_text(row);
+      if (row_listed(row) && !row.error) os << row_text(row);
+    errors_text(os, s);
   }
   if (!r.notes.empty()) {
     os << "\nnotes:\n";

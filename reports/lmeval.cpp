@@ -199,7 +199,8 @@ report lmeval_compare(const std::vector<lmeval_sample>& a, const std::vector<lme
     row.correct_b = sb.correct;
     row.flip = flip_of(sa, sb);
     if (sa.doc_hash != sb.doc_hash) {
-      row.exercised = false;
+      row.status = STATUS_NOT_COMPARABLE;
+      row.d.identical = false;
       row.correct_a = row.correct_b = std::nullopt;
       row.flip = FLIP_NONE;
       row.reason = "different documents (doc_hash " + short_hash(sa.doc_hash) + " in A, " + short_hash(sb.doc_hash) +

@@ -103,6 +103,8 @@ json record_to_json(const record& r) {
   j["repetition"] = r.repetition;
   j["target"] = r.target;
   j["request"] = r.request;
+  j["endpoint"] = r.endpoint;
+  if (r.temperature) j["temperature"] = *r.temperature;
   j["prompt_sha256"] = r.prompt_sha256;
   j["text"] = r.text;
   json toks = json::array();
@@ -110,6 +112,7 @@ json record_to_json(const record& r) {
     json o = {{"id", t.id}, {"text", t.text}};
     if (!t.bytes.empty()) o["bytes"] = t.bytes;
     if (t.logprob) o["logprob"] = *t.logprob;
+    if (t.rank >= 0) o["rank"] = t.rank;
     toks.push_back(std::move(o));
   }
   j["tokens"] = std::move(toks);
@@ -152,6 +155,11 @@ record record_from_json(const json& j, const std::string& where) {
   r.repetition = get_or<int>(j, "repetition", 0, where);
   r.target = obj_or_empty(j, "target", where);
   r.request = obj_or_empty(j, "request", where);
+  r.endpoint = get_or<std::string>(j, "endpoint", "", where);
+  if (auto t = j.find("temperature"); t != j.end() && !t->is_null()) {
+    if (!t->is_number()) throw input_error(where + ": field 'temperature' must be a number");
+    r.temperature = t->get<double>();
+  }
   r.prompt_sha256 = get_or<std::string>(j, "prompt_sha256", "", where);
   r.text = get_or<std::string>(j, "text", "", where);
   if (auto it = j.find("tokens"); it != j.end() && !it->is_null()) {
@@ -163,6 +171,7 @@ record record_from_json(const json& j, const std::string& where) {
       tr.text = get_or<std::string>(t, "text", "", where);
       tr.bytes = get_or<std::vector<uint8_t>>(t, "bytes", {}, where);
       if (auto lp = t.find("logprob"); lp != t.end() && lp->is_number()) tr.logprob = lp->get<double>();
+      tr.rank = get_or<int>(t, "rank", -1, where);
       r.tokens.push_back(std::move(tr));
     }
   }

@@ -30,6 +30,10 @@ struct token_rec {
   std::string text;
   std::vector<uint8_t> bytes;  // empty: `text` is the whole token
   std::optional<double> logprob;  // the sampled token's log-prob when the target reports it
+  // The sampled token's place among this step's alternatives sorted best first: how many have a
+  // strictly higher log-prob (0: it was the top); the number of alternatives when it is not among
+  // them; -1 when the step has no alternatives. Filled by record_normalise() (reports/steps.h).
+  int rank = -1;
 };
 
 // One alternative at one step: a token (id when known, else -1) and its log-prob.
@@ -50,6 +54,9 @@ struct record {
   // "build", "fingerprint", "model"}. Never holds a secret.
   json target = json::object();
   json request = json::object();  // the body as sent (secrets redacted); engine targets: their params
+  std::string endpoint;           // the path the request went to ("/completion", ...); "" in process
+  // The temperature the runner asked for; a greedy request (0) must sample the top alternative.
+  std::optional<double> temperature;
   std::string prompt_sha256;      // of the prompt text (or the rendered messages JSON)
   std::string text;               // the generated text
   std::vector<token_rec> tokens;
@@ -61,10 +68,10 @@ struct record {
   std::string finish_reason;           // "stop" | "length" | "error" | the target's word
   json usage = json::object();         // prompt_tokens, completion_tokens, cached_tokens, ...
   json timings = json::object();       // t_start / t_end (unix seconds, float), latency_ms, target's own
-  // Evidence that the condition took effect: "cached_tokens", "overlap" (concurrent requests were
-  // all in flight together), "overlap_s", "draft_accepted", "batch_width" (from /metrics), "cold"
-  // (the first request the target served in this run), "exercised" (false: the condition could not
-  // be applied, with "reason").
+  // Evidence that the condition took effect (docs/records.md, "Evidence"): "cached_tokens",
+  // "overlap", "end_ms", "batch_width" (this request's), "slots_busy_max", "prompt_tokens",
+  // "ubatch", "draft_proposed", "cold", "exercised" (false: not applied, with "reason"), ...
+  // reports/conditions.h judges it.
   json evidence = json::object();
   // Grading: the gold answer (empty: not graded) and the grader name (gsm8k, exact, regex:..., numeric).
   std::string reference;

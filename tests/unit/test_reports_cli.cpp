@@ -41,9 +41,10 @@ std::string make_run(const std::string& name) {
   write_records(dir + "/records.jsonl",
                 {graded(rec("q1", "alone", words("#### 3")), "3"), graded(rec("q1", "control", words("#### 3")), "3"),
                  graded(rec("q2", "alone", words("so #### 4")), "4"), graded(rec("q2", "control", words("so #### 4")), "4")});
-  write_records(dir + "/records-concurrency.jsonl",
-                {graded(rec("q1", "concurrent-8", words("#### 3"), "concurrency"), "3"),
-                 graded(rec("q2", "concurrent-8", words("so #### 5"), "concurrency"), "4")});
+  std::vector<record> conc = {graded(rec("q1", "concurrent-8", words("#### 3"), "concurrency"), "3"),
+                               graded(rec("q2", "concurrent-8", words("so #### 5"), "concurrency"), "4")};
+  for (record& r : conc) r.evidence = {{"overlap", true}, {"batch_width", 8}};  // they shared forward steps
+  write_records(dir + "/records-concurrency.jsonl", conc);
   std::ofstream(dir + "/run.json") << json{{"schema", 1}, {"run_id", "cli-run"}, {"tool_version", "0.1.0"}}.dump();
   return dir;
 }

@@ -42,10 +42,10 @@ std::vector<record> sample_run() {
     v.push_back(id == "item-1" ? g1(c) : id == "item-2" ? g2(c) : g10(c));
   }
   v.push_back(g1(with_evidence(rec("item-1", "concurrent-8", words("The answer is #### 17"), "concurrency"),
-                               {{"overlap", true}})));
+                               {{"overlap", true}, {"batch_width", 8}})));
   v.push_back(g2(failed(rec("item-2", "concurrent-8", {}, "concurrency"), "timeout")));
   v.push_back(g2(with_evidence(rec("item-2", "concurrent-8", words(t2), "concurrency"), {{"overlap", false}})));
-  v.push_back(g10(with_evidence(rec("item-10", "concurrent-8", words("It is #### 7"), "concurrency"), {{"overlap", true}})));
+  v.push_back(g10(with_evidence(rec("item-10", "concurrent-8", words("It is #### 7"), "concurrency"), {{"overlap", true}, {"batch_width", 8}})));
   v.push_back(g1(with_evidence(rec("item-1", "cache-warm", words(t1), "cache"), {{"cached_tokens", 12}})));
   v.push_back(g2(with_evidence(rec("item-2", "cache-warm", words(t2), "cache"), {{"cached_tokens", 0}})));
   v.push_back(g10(failed(rec("item-10", "cache-warm", {}, "cache"), "HTTP 503")));
@@ -108,7 +108,7 @@ TEST_CASE("report compare_run: rows count as differ, error or not exercised, wit
   CHECK(conc.wrong_to_other_wrong == 0);
   CHECK(conc.rows[0].flip == FLIP_RIGHT_TO_WRONG);
   CHECK(conc.rows[0].d.token_index == 4);
-  CHECK(conc.rows[1].reason == "requests did not overlap in time");
+  CHECK(conc.rows[1].reason == "the requests did not overlap in time");
   CHECK_FALSE(conc.rows[1].exercised);
   CHECK(conc.rows[2].flip == FLIP_WRONG_TO_RIGHT);
 
@@ -117,7 +117,7 @@ TEST_CASE("report compare_run: rows count as differ, error or not exercised, wit
   CHECK(cache.differ == 0);
   CHECK(cache.errors == 1);
   CHECK(cache.not_exercised == 1);
-  CHECK(cache.rows[1].reason == "no tokens were served from the cache");
+  CHECK(cache.rows[1].reason == "no prompt tokens were served from the cache");
   CHECK(cache.rows[2].error);
 
   const pair_summary& batch = find_pair(r, "ubatch-8192");
@@ -220,7 +220,7 @@ TEST_CASE("report compare_runs: one condition per side matches by item and notes
   CHECK(has_note(r, "1 response(s) only in A and 1 only in B were left out"));
 }
 
-TEST_CASE("report compare_runs: several conditions match by condition, ignoring the target label") {
+TEST_CASE("report compare_runs: several conditions match by condition; the only target of each run is paired whatever its label") {
   std::vector<record> a = {rec("1", "alone", words("a b"), "", "A"), rec("1", "control", words("a b"), "", "A")};
   std::vector<record> b = {rec("1", "alone", words("a b"), "", "B"), rec("1", "control", words("a c"), "", "B")};
   const report r = compare_runs(std::move(a), std::move(b));
@@ -229,7 +229,8 @@ TEST_CASE("report compare_runs: several conditions match by condition, ignoring 
   CHECK(r.pairs[0].differ == 0);
   CHECK(r.pairs[1].cond_b == "B:control");
   CHECK(r.pairs[1].differ == 1);
-  CHECK(r.notes.empty());
+  REQUIRE(r.notes.size() == 1);  // bare records: no run.json to check the settings against
+  CHECK(has_note(r, "records no identity"));
 }
 
 TEST_CASE("report fail_on: any, flips, score-drop and none decide on the right pairs") {

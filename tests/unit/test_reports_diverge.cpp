@@ -85,15 +85,19 @@ TEST_CASE("report diverge: without ids on every token the tokens compare by text
   CHECK(g.char_offset == 1);
 }
 
-TEST_CASE("report diverge: the same text from different tokens differs at the token, with no byte offset") {
-  const record a = rec("q", "alone", {{1, "ab"}, {2, "c"}});
-  const record b = rec("q", "control", {{1, "ab"}, {7, "c"}});
+TEST_CASE("report diverge: the same text from different tokens is retokenized at the token, with no byte offset") {
+  const record a = rec("q", "alone", {{1, "ab"}, {2, "c"}, {3, "d"}});
+  const record b = rec("q", "control", {{1, "ab"}, {7, "cd"}});
   const divergence d = diverge(a, b);
   CHECK_FALSE(d.identical);
+  CHECK(d.retokenized);
   CHECK(d.token_index == 1);
   CHECK(d.char_offset == -1);
   CHECK(d.before_a == "ab");
-  CHECK(d.after_a == "c");
+  CHECK(d.after_a == "cd");
+  // Other ids for the same bytes are the same tokens: ids mean nothing across vocabularies.
+  const record c = rec("q", "control", {{1, "ab"}, {7, "c"}, {8, "d"}});
+  CHECK(diverge(a, c).identical);
 }
 
 TEST_CASE("report diverge: logit hashes give the first drifting step, also under identical tokens") {

@@ -34,17 +34,17 @@ TEST_CASE("report formats: text shows the table, each differing item and the not
   CHECK(contains(t, "concurrency  alone vs concurrent-8  4/5     1       1              1/1 -> 0/1    -1/+0        -1"));
   CHECK(contains(t, "control      alone vs control       0/7"));
   CHECK(contains(t, "item q1 (alone vs concurrent-8): token 2, byte 4: ' c' (id 3) vs ' X' (id 9)"));
-  CHECK(contains(t, "margins 0.500 vs 0.125; logit hash differs from step 2"));
+  CHECK(contains(t, "margins 0.5 vs 0.125; logit hash differs from step 2"));
   CHECK(contains(t, "alone        : \"a b \" | \"c d\""));
   CHECK(contains(t, "concurrent-8 : \"a b \" | \"X d\""));
   CHECK(contains(t, "graded right -> wrong (right-to-wrong)"));
   CHECK(contains(t, "\"line one\\nline \" | \"two\""));
   CHECK(contains(t, "item q4 (alone vs concurrent-8): error: side B failed: HTTP 500"));
   CHECK(contains(t, "item q6 (alone vs concurrent-8): identical tokens; logits drifted at step 1"));
-  CHECK(contains(t, "concurrency alone vs concurrent-8: 1 of 7 not exercised: requests did not overlap in time"));
+  CHECK(contains(t, "concurrency alone vs concurrent-8: 1 of 7 not exercised: the requests did not overlap in time"));
   // Listed for information, counted only as not exercised.
   CHECK(contains(t, "item q5 (alone vs concurrent-8): token 1, byte 2: ' q' (id 36394) vs ' r' (id 58775) [not exercised: "
-                    "requests did not overlap in time]"));
+                    "the requests did not overlap in time]"));
 }
 
 TEST_CASE("report formats: json carries every row field with nulls for what is unknown") {
@@ -86,7 +86,7 @@ TEST_CASE("report formats: json carries every row field with nulls for what is u
   CHECK(q2["flip"] == "right-to-wrong");
   CHECK(p["rows"][3]["error"] == true);
   CHECK(p["rows"][4]["exercised"] == false);
-  CHECK(p["rows"][4]["reason"] == "requests did not overlap in time");
+  CHECK(p["rows"][4]["reason"] == "the requests did not overlap in time");
   CHECK(p["rows"][5]["identical"] == true);
   CHECK(p["rows"][5]["hash_step"] == 1);
   const std::vector<std::string> keys = {"item_id", "cond_a", "cond_b", "identical", "token_index", "char_offset",
@@ -103,7 +103,7 @@ TEST_CASE("report formats: md has the summary table and a section per pair with 
   CHECK(contains(m, "| probe | pair | differ | errors | not exercised | score A -> B | flips -r/+w | net |"));
   CHECK(contains(m, "| concurrency | alone vs concurrent-8 | 4/5 | 1 | 1 | 1/1 -> 0/1 | -1/+0 | -1 |"));
   CHECK(contains(m, "## concurrency: alone vs concurrent-8"));
-  CHECK(contains(m, "token 2: `  c ` vs `  X `; byte 4; margins 0.500 / 0.125; logit hash differs from step 2"));
+  CHECK(contains(m, "token 2: `  c ` vs `  X `; byte 4; margins 0.5 / 0.125; logit hash differs from step 2"));
   CHECK(contains(m, "  - alone: ` a b  ` | `c d`"));
   CHECK(contains(m, "  - alone: ` line one\\nline  ` | `two`"));  // a space at an end: padded
   CHECK(contains(m, "**right-to-wrong**"));

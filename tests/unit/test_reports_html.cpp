@@ -42,6 +42,7 @@ report quiet_report() {
   for (const char* id : {"q1", "q2"}) {
     v.push_back(rec(id, "alone", words("the same answer")));
     v.push_back(rec(id, "concurrent-8", words("the same answer"), "concurrency"));
+    v.back().evidence = {{"overlap", true}, {"batch_width", 8}};
   }
   add_control(v);
   return compare_run(std::move(v), {{"run_id", "run-quiet"}});
@@ -113,7 +114,7 @@ TEST_CASE("reports_html: the page is self-contained and holds the summary, the p
   CHECK(contains(h, "<span>x&lt;&amp;&gt;&quot;y</span></span><span class=\"rest\"><mark>\\x01\\xffz</mark></span>"));
   CHECK(contains(h, "error: side B failed: HTTP 500: &lt;oops&gt; &amp; &quot;boom&quot;"));
   CHECK(contains(h, "first differing token 2 (byte 4): <code> c</code> (id 3) vs <code> X</code> (id 9); "
-                    "margins 0.500 vs 0.125; logit hash differs from step 2</p>"));
+                    "margins 0.5 vs 0.125; logit hash differs from step 2</p>"));
   CHECK(contains(h, "first differing token 0 (byte 14): <code>line one\\nline two</code> vs <code>line one\\nline 2</code>; "
                     "margins n/a vs n/a</p>"));
   CHECK(contains(h, "<p>No alternatives recorded at token 2 on either side.</p>"));

@@ -112,7 +112,7 @@ TEST_CASE("lmeval compare: two filters, known flips both ways, a doc_hash mismat
   CHECK(strict.probe == "lm-eval");
   CHECK(strict.cond_b == "B:strict-match");
   CHECK(strict.items == 5);
-  CHECK(strict.not_exercised == 1);
+  CHECK(strict.not_comparable == 1);
   CHECK(strict.differ == 3);
   CHECK(strict.graded == 4);
   CHECK(strict.correct_a == 2);
@@ -124,7 +124,7 @@ TEST_CASE("lmeval compare: two filters, known flips both ways, a doc_hash mismat
   CHECK(row_of(strict, "1").flip == reports::FLIP_RIGHT_TO_WRONG);
   CHECK(row_of(strict, "1").d.char_offset == 9);  // "so #### 4|2" vs "so #### 4|1"
   CHECK(row_of(strict, "2").flip == reports::FLIP_WRONG_TO_RIGHT);
-  CHECK_FALSE(row_of(strict, "3").exercised);
+  CHECK(row_of(strict, "3").status == reports::STATUS_NOT_COMPARABLE);
   CHECK(row_of(strict, "3").reason.find("different documents") != std::string::npos);
   CHECK(row_of(strict, "3").flip == reports::FLIP_NONE);
   CHECK_FALSE(row_of(strict, "3").correct_a.has_value());

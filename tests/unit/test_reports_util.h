@@ -96,6 +96,8 @@ inline std::vector<reports::record> sample_records() {
   v.push_back(b6);
   v.push_back(rec("q7", "alone", {{-1, "x<&>\"y"}, {-1, "\x01" "\xff" "z"}}));
   v.push_back(rec("q7", "concurrent-8", {{-1, "x<&>\"y"}, {-1, "\x02" "]]>"}}, "concurrency"));
+  for (record& r : v)  // the evidence that the item shared forward steps with the others
+    if (r.condition == "concurrent-8" && r.evidence.empty()) r.evidence = {{"overlap", true}, {"batch_width", 8}};
   const std::vector<record> base = v;
   for (const record& r : base)
     if (r.condition == "alone") {

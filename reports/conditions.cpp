@@ -1,0 +1,192 @@
+// The probe and condition tables, and each condition's judge of its evidence (see conditions.h).
+#include "reports/conditions.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+
+namespace detaudit::reports {
+namespace {
+
+std::optional<double> num(const json& o, const char* key) {
+  if (!o.is_object()) return std::nullopt;
+  auto it = o.find(key);
+  if (it == o.end() || !it->is_number()) return std::nullopt;
+  const double v = it->get<double>();
+  return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
+}
+
+bool is_false(const json& o, const char* key) {
+  if (!o.is_object()) return false;
+  auto it = o.find(key);
+  return it != o.end() && it->is_boolean() && !it->get<bool>();
+}
+
+std::string count_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0f", v);
+  return buf;
+}
+
+const char* k_no_cache_report = "the target does not report how many prompt tokens came from its cache";
+
+std::string judge_concurrent(const record& base, const record& r) {
+  const json& e = r.evidence;
+  if (is_false(e, "overlap")) return "the requests did not overlap in time";
+  if (std::optional<double> w = num(e, "batch_width"))
+    return *w >= 2 ? "" : "the request never shared a forward step with another (its batch width was 1)";
+  if (std::optional<double> s = num(e, "slots_busy_max")) {
+    const std::string source = e.value("slots_source", std::string("the server"));
+    return *s >= 2 ? "" : "at most one slot was busy at a time while the requests ran (" + source + ")";
+  }
+  std::vector<double> ends;
+  if (auto it = e.find("end_ms"); it != e.end() && it->is_array())
+    for (const json& v : *it)
+      if (v.is_number()) ends.push_back(v.get<double>());
+  const std::optional<double> alone_ms = num(base.timings, "latency_ms");
+  if (ends.size() >= 2 && alone_ms && *alone_ms > 0)
+    return concurrency_looks_queued(ends, *alone_ms)
+               ? "the server answered the requests one after another (a queue), not together"
+               : "";
+  return "no evidence that the requests shared forward steps (no batch width, busy slots or end times)";
+}
+
+std::string judge_cache_off(const record&, const record& r) {
+  const std::optional<double> cached = num(r.evidence, "cached_tokens");
+  if (!cached) return k_no_cache_report;
+  if (*cached > 0) return count_text(*cached) + " prompt tokens came from the cache although cache_prompt was false";
+  return "";
+}
+
+std::string judge_cache_on(const record&, const record& r) {
+  const std::optional<double> cached = num(r.evidence, "cached_tokens");
+  if (!cached) return k_no_cache_report;
+  if (*cached <= 0) return "no prompt tokens were served from the cache";
+  return "";
+}
+
+std::string judge_ubatch(const record&, const record& r) {
+  const std::optional<double> ub = num(r.evidence, "ubatch"), ua = num(r.evidence, "ubatch_alone");
+  if (!ub || !ua) return "the micro-batch sizes compared are not recorded";
+  std::optional<double> p = num(r.evidence, "prompt_tokens");
+  if (!p) p = num(r.usage, "prompt_tokens");
+  if (!p) return "the prompt's length in tokens is unknown";
+  const double m = std::min(*ub, *ua);
+  if (*p <= m) return "the prompt fits in one micro-batch of " + count_text(m) + " tokens: the same schedule as alone";
+  return "";
+}
+
+std::string judge_spec_on(const record&, const record& r) {
+  const std::optional<double> proposed = num(r.evidence, "draft_proposed");
+  if (!proposed) return "the target does not report draft tokens";
+  if (*proposed <= 0) return "no draft tokens were proposed for this request";
+  return "";
+}
+
+std::string judge_spec_off(const record& base, const record& r) {
+  const std::optional<double> on = num(base.evidence, "draft_proposed"), off = num(r.evidence, "draft_proposed");
+  if (!on || !off) return "the target does not report draft tokens";
+  if (*on <= 0) return "alone proposed no draft tokens: speculation was not on to begin with";
+  if (*off > 0) return "draft tokens were still proposed with speculation off";
+  return "";
+}
+
+}  // namespace
+
+const std::vector<condition_def>& condition_table() {
+  static const std::vector<condition_def> table = {
+      {"alone", false, "base", "the item's request, alone", "-", PAIR_BASE, nullptr},
+      {"control", false, "control", "the same request again, alone",
+       "nothing to show: the pair measures run-to-run noise", PAIR_ALONE, nullptr},
+      {"repeat", false, "repeat", "a third request alone", "nothing to show", PAIR_ALONE, nullptr},
+      {"concurrent-", true, "concurrency", "the item beside N-1 filler requests released together from N threads",
+       "the request shared a forward step with another: its own batch width >= 2 (engine, detaudit serve), else two "
+       "or more slots busy together during the burst (llama.cpp /slots or /metrics), else end times unlike a queue's",
+       PAIR_ALONE, judge_concurrent},
+      {"cache-off", false, "cache", "cache_prompt: false", "cached tokens reported, and 0", PAIR_ALONE, judge_cache_off},
+      {"cache-on", false, "cache", "cache_prompt: true", "cached tokens reported, more than 0", PAIR_ALONE, judge_cache_on},
+      {"cache-warm", false, "cache", "cache_prompt: true, again right after cache-on",
+       "cached tokens reported, more than 0", PAIR_ALONE, judge_cache_on},
+      {"ubatch-", true, "batch", "engine targets: the same model with micro-batch N",
+       "the prompt is longer than the smaller of the two micro-batches compared", PAIR_ALONE, judge_ubatch},
+      {"spec-ngram", false, "speculation", "engine targets: n-gram speculative decoding on",
+       "draft tokens proposed for this request", PAIR_ALONE, judge_spec_on},
+      {"spec-off", false, "speculation", "engine targets: speculative decoding off (the spec has it on)",
+       "alone proposed draft tokens, this request none", PAIR_ALONE, judge_spec_off},
+      {"seed-fixed", false, "seed", "--seed-temperature with --seed, --seed-k times",
+       "the target passed the seed check: the same seed twice gave the same answer, another seed another",
+       PAIR_REP0, nullptr},
+      {"seed-none", false, "seed", "--seed-temperature without a seed, --seed-k times",
+       "nothing: answers may differ (the notes count distinct answers)", PAIR_NONE, nullptr},
+  };
+  return table;
+}
+
+const std::vector<probe_def>& probe_table() {
+  static const std::vector<probe_def> table = {
+      {"repeat", "a third request alone; the first request a target serves is marked cold"},
+      {"concurrency", "the item beside N-1 other requests sent at the same moment (--concurrency N)"},
+      {"cache", "prompt cache off, on, and warm (the same request again), where the target allows it"},
+      {"batch", "engine targets: micro-batch 1 and 8192 against the target's own; servers: compare two --target"},
+      {"speculation", "engine targets: n-gram speculative decoding on (or off when the spec has it on)"},
+      {"seed", "--seed-k requests at --seed-temperature with --seed (must agree) and without (may differ)"},
+      {"cross", "needs two --target: every condition is also compared target A against target B"},
+      {"lint", "request and prompt pitfalls, listed before anything is sent; alone it sends nothing"},
+  };
+  return table;
+}
+
+const condition_def* condition_find(const std::string& condition) {
+  for (const condition_def& c : condition_table()) {
+    if (!c.numbered && condition == c.name) return &c;
+    if (c.numbered && condition.size() > c.name.size() && condition.compare(0, c.name.size(), c.name) == 0 &&
+        condition.find_first_not_of("0123456789", c.name.size()) == std::string::npos)
+      return &c;
+  }
+  return nullptr;
+}
+
+bool probe_known(const std::string& probe) {
+  const auto& t = probe_table();
+  return std::any_of(t.begin(), t.end(), [&probe](const probe_def& p) { return p.name == probe; });
+}
+
+std::string probe_names_text() {
+  std::string out;
+  for (const probe_def& p : probe_table()) out += (out.empty() ? "" : ", ") + std::string(p.name);
+  return out;
+}
+
+int probe_rank(const std::string& probe) {
+  if (probe == "control") return 0;
+  const auto& t = probe_table();
+  for (size_t i = 0; i < t.size(); ++i)
+    if (t[i].name == probe) return static_cast<int>(i) + 1;
+  return static_cast<int>(t.size()) + 1;
+}
+
+std::string condition_not_exercised(const record& base, const record& r) {
+  for (const record* x : {&r, &base})
+    if (is_false(x->evidence, "exercised")) {
+      auto it = x->evidence.find("reason");
+      return it != x->evidence.end() && it->is_string() && !it->get<std::string>().empty()
+                 ? it->get<std::string>()
+                 : "the condition could not be applied";
+    }
+  const condition_def* c = condition_find(r.condition);
+  return c && c->judge ? c->judge(base, r) : "";
+}
+
+bool concurrency_looks_queued(const std::vector<double>& end_ms, double alone_ms) {
+  if (end_ms.size() < 2 || !(alone_ms > 0)) return false;
+  std::vector<double> sorted = end_ms;
+  std::sort(sorted.begin(), sorted.end());
+  const auto pos = std::find(sorted.begin(), sorted.end(), end_ms[0]) - sorted.begin();
+  const double item_gap = pos == 0 ? sorted[0] : sorted[static_cast<size_t>(pos)] - sorted[static_cast<size_t>(pos) - 1];
+  size_t wide = 0;
+  for (size_t k = 1; k < sorted.size(); ++k) wide += sorted[k] - sorted[k - 1] >= 0.5 * alone_ms;
+  return item_gap >= 0.6 * alone_ms && 2 * wide >= sorted.size() - 1;
+}
+
+}  // namespace detaudit::reports
