@@ -21,6 +21,8 @@ struct compare_cmd_options {
   std::string output;
   std::string fail_on = "none";
   bool kld = false;
+  std::vector<std::string> pairs;
+  bool ignore_settings = false;
 };
 
 std::vector<reports::record> read_side(const std::string& path) {
@@ -63,8 +65,20 @@ reports::report compare_sides(const compare_cmd_options& o) {
   if (lm_a != lm_b)
     throw input_error("compare: " + (lm_a ? o.a : o.b) + " is an lm-eval samples file but " + (lm_a ? o.b : o.a) +
                       " is not (expected two sample files or two runs)");
-  if (lm_a) return reports::lmeval_compare(reports::lmeval_read(o.a), reports::lmeval_read(o.b));
-  return reports::compare_runs(read_side(o.a), read_side(o.b));
+  if (lm_a) {
+    if (!o.pairs.empty() || o.ignore_settings)
+      throw input_error("compare: --pair and --ignore-settings apply to runs, not to lm-eval sample files");
+    return reports::lmeval_compare(reports::lmeval_read(o.a), reports::lmeval_read(o.b));
+  }
+  reports::compare_options co;
+  co.ignore_settings = o.ignore_settings;
+  for (const std::string& p : o.pairs) {
+    const size_t eq = p.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == p.size())
+      throw input_error("--pair: expected LABEL_A=LABEL_B (a target label of run A, one of run B), found '" + p + "'");
+    co.pairs.emplace_back(p.substr(0, eq), p.substr(eq + 1));
+  }
+  return reports::compare_runs(read_side(o.a), read_side(o.b), side_manifest(o.a)["run"], side_manifest(o.b)["run"], co);
 }
 
 void run_compare(const compare_cmd_options& o) {
@@ -82,9 +96,12 @@ void setup_compare(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "compare",
       "Compare two runs item by item: two run folders or two .jsonl record files (e.g. the same prompts against two\n"
-      "engines, two quantizations, or before and after an upgrade). Responses are matched by item_id, condition and\n"
-      "repetition; when each side holds a single condition, by item_id (and repetition) alone. Per item: identical\n"
-      "or not, first differing token and byte, both tokens, context, margins, logit hash step, grades and flips.\n"
+      "engines, two quantizations, or before and after an upgrade). Targets are paired label by label (--pair);\n"
+      "responses are matched by item_id, condition and repetition (by item_id and repetition alone when each side\n"
+      "holds a single condition). How the two runs differ (targets, request settings, prompt set) is listed first.\n"
+      "An item whose prompt differs, or whose run's request settings differ (unless --ignore-settings), is 'not\n"
+      "comparable', never 'differs'. Per item: status, first differing token and byte, both tokens, context,\n"
+      "margins, logit hash step, grades and flips.\n"
       "Two lm-evaluation-harness sample files (lm_eval --log_samples: samples_<task>_<date>.jsonl, recognised by\n"
       "their first line) are matched by doc_id and filter, each filter a pair; correctness is each line's metric\n"
       "(e.g. exact_match 1.0), and a doc_hash that differs marks the doc as a different document, not compared.\n"
@@ -102,13 +119,20 @@ void setup_compare(CLI::App& app) {
                   "Exit 1 when: any (some item differs), flips (an answer went right->wrong from A to B), "
                   "score-drop:X (B scores more than X percentage points below A), none (never)")
       ->capture_default_str()->type_name("SPEC");
+  sub->add_option("--pair", opt->pairs,
+                  "Which targets to set side by side when a run has several: LABEL_A=LABEL_B (repeatable; default: the "
+                  "only target of each run, else the labels both runs have)")
+      ->type_name("A=B");
+  sub->add_flag("--ignore-settings", opt->ignore_settings,
+                "Compare items even when the runs' request settings differ (n_predict, temperature, chat or raw, "
+                "system prompt, stop strings, ...); the differences are listed at the top either way");
   sub->add_flag("--kld", opt->kld,
                 "A and B are 'detaudit score --json' outputs over the same tokens: report, per item and overall, "
                 "the KL divergence of B from A (mean, median, 99%, 99.9%, max), how often the top token is the "
                 "same, and the mean and RMS of dp (p_B - p_A of the scored token), as llama-perplexity's KL mode "
                 "does, from the top-k log-probs (the approximation is in docs/lm-eval.md); --format text or json");
   sub->footer(
-      "Exit codes: 0 within --fail-on, 1 beyond it (the reasons go to stderr), 2 bad input.\n"
+      "Exit codes: 0 within --fail-on, 1 beyond it (the reasons go to stderr), 2 bad input or nothing comparable.\n"
       "Examples:\n"
       "  detaudit compare runs/q8 runs/q4\n"
       "  detaudit compare runs/q8 runs/q4 --fail-on score-drop:1\n"

@@ -1,5 +1,8 @@
 #include <unistd.h>
 
+#include <csignal>
+#include <filesystem>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +17,7 @@
 #include "report_out.h"
 #include "probes/runner.h"
 #include "reports/compare.h"
+#include "reports/conditions.h"
 #include "reports/lmeval.h"
 #include "reports/output.h"
 #include "util/error.h"
@@ -40,6 +44,8 @@ struct run_cmd_options {
   std::string request_json;
   bool chat = false;
   bool raw = false;
+  std::string system;
+  std::vector<std::string> stop;
   std::string out;
   std::string fail_on = "any";
   bool resume = false;
@@ -98,6 +104,7 @@ probes::gen_request base_request(const run_cmd_options& o) {
   b.n_probs = o.n_probs;
   if (o.top_p >= 0) b.top_p = o.top_p;
   if (o.top_k >= 0) b.top_k = o.top_k;
+  b.stop = o.stop;
   if (!o.request_json.empty()) {
     try {
       b.extra = json::parse(o.request_json);
@@ -175,6 +182,47 @@ void export_lmeval(const std::vector<probes::item>& items, const std::string& ou
   std::cerr << "lm-eval samples: " << files.size() << " file(s) in " << dir << "\n";
 }
 
+// SIGINT / SIGTERM: the first asks the run to stop cleanly (requests in flight end, every record is
+// kept); a second ends the process at once (records on disk are whole lines either way).
+void on_stop_signal(int sig) {
+  if (probes::run_interrupted()) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  probes::run_interrupt();
+}
+
+struct stop_signals {
+  stop_signals() {
+    probes::run_interrupt_reset();
+    std::signal(SIGINT, on_stop_signal);
+    std::signal(SIGTERM, on_stop_signal);
+  }
+  ~stop_signals() {
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+  }
+};
+
+size_t records_in(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return 0;
+  try {
+    return reports::records_read(dir).size();
+  } catch (const input_error&) {
+    return 0;
+  }
+}
+
+// What is kept after a run stopped early, and how to go on.
+std::string kept_text(const probes::run_result& res, const std::string& dir) {
+  const size_t n = records_in(dir);
+  if (n == 0) return "nothing was recorded";
+  return std::to_string(n) + " record(s) are kept in " + dir + " (" + std::to_string(res.records_written) +
+         " new); run the same command with --resume --out " + dir + " to continue";
+}
+
 void run_run(const run_cmd_options& o) {
   if (o.prompts.empty() == o.dataset.empty()) throw input_error("give exactly one of --prompts FILE and --dataset gsm8k:FILE[:N]");
   if (o.chat && o.raw) throw input_error("--chat and --raw exclude each other");
@@ -183,6 +231,7 @@ void run_run(const run_cmd_options& o) {
   ro.probes.clear();
   for (const std::string& p : o.probes) ro.probes.push_back(p);
   if (ro.probes.empty()) ro.probes = {"concurrency"};
+  const bool lint_only = ro.probes.size() == 1 && ro.probes[0] == "lint";
   if (!o.shard.empty()) shard_parse(o.shard, ro.shard_index, ro.shard_count);
   const std::vector<probes::item> items = o.prompts.empty() ? probes::items_load_dataset(o.dataset) : probes::items_load_prompts(o.prompts);
   ro.concurrency = o.concurrency;
@@ -190,34 +239,40 @@ void run_run(const run_cmd_options& o) {
   ro.seed_k = o.seed_k;
   ro.seed_temperature = o.seed_temperature;
   ro.chat = !o.raw;
+  ro.system = o.system;
   ro.base = base_request(o);
   ro.resume = o.resume;
-  ro.out_dir = o.out.empty() ? default_out_dir() : o.out;
+  ro.out_dir = o.out.empty() && !lint_only ? default_out_dir() : o.out;
   ro.progress_tty = isatty(2) == 1;
   ro.log = stderr_log();
-  if (o.out.empty()) std::cerr << "run folder: " << ro.out_dir << std::endl;
+  if (o.out.empty() && !lint_only) std::cerr << "run folder: " << ro.out_dir << std::endl;
 
   const probes::target_options topt = target_options_make(o);
   std::vector<std::unique_ptr<probes::target>> owned;
   std::vector<probes::target*> targets;
   probes::run_result res;
+  const stop_signals signals;
   try {
-    for (const std::string& spec : o.targets) {
-      owned.push_back(probes::target_make(spec, topt));
-      targets.push_back(owned.back().get());
-    }
+    if (!lint_only)  // lint alone sends nothing, so it needs no target up
+      for (const std::string& spec : o.targets) {
+        owned.push_back(probes::target_make(spec, topt));
+        targets.push_back(owned.back().get());
+      }
     res = probes::run_audit(targets, items, ro);
   } catch (const probes::unreachable_error& e) {
     res.unreachable = true;
     res.unreachable_message = e.what();
   }
+  if (res.interrupted) {
+    std::cerr << "detaudit run: interrupted: " << kept_text(res, ro.out_dir) << "\n";
+    throw exit_with(EXIT_INTERRUPTED);
+  }
   if (res.unreachable) {
     std::cerr << "detaudit run: target unreachable: " << res.unreachable_message << "\n"
-              << "detaudit run: " << res.records_written << " new records kept in " << ro.out_dir
-              << "; run the same command with --resume --out " << ro.out_dir << " to continue\n";
+              << "detaudit run: " << kept_text(res, ro.out_dir) << "\n";
     throw exit_with(EXIT_UNREACHABLE);
   }
-  if (ro.probes.size() == 1 && ro.probes[0] == "lint") return;
+  if (lint_only) return;
   if (o.export_format == "lm-eval") export_lmeval(items, ro.out_dir);
   report_and_exit(o, ro.out_dir);
 }
@@ -237,6 +292,19 @@ void options_request(CLI::App* sub, run_cmd_options& o) {
       ->type_name("JSON");
   sub->add_flag("--chat", o.chat, "Send each prompt as a chat user message (the default)");
   sub->add_flag("--raw", o.raw, "Send each prompt as a raw completion prompt");
+  sub->add_option("--system", o.system, "Chat requests: a system message sent before each prompt")->type_name("TEXT");
+  sub->add_option("--stop", o.stop, "A stop string sent with every request (repeatable)")->type_name("TEXT");
+}
+
+// The probes and their conditions, from the tables the runner and the reports use.
+std::string probes_help() {
+  std::string out;
+  for (const reports::probe_def& p : reports::probe_table()) {
+    std::string name(p.name);
+    name.resize(13, ' ');
+    out += "  " + name + std::string(p.help) + "\n";
+  }
+  return out;
 }
 
 }  // namespace
@@ -248,20 +316,14 @@ void setup_run(CLI::App& app) {
       "Audit one or more targets for run-to-run divergence: send every item alone, again alone (the control pair\n"
       "that measures plain run-to-run noise), and under each probe's condition; record every response in the run\n"
       "folder (records.jsonl, run.json), then report item by item where the outputs part.\n"
-      "Probes:\n"
-      "  repeat       a third request alone; the first request a target serves is marked cold\n"
-      "  concurrency  the item beside N-1 other requests sent at the same moment (--concurrency N)\n"
-      "  cache        prompt cache off, on, and warm (the same request again), where the target allows it\n"
-      "  batch        engine targets: ubatch 1 and 8192 against the target's own; servers: compare two --target\n"
-      "  speculation  engine targets: n-gram speculative decoding on (or off when the spec has it on)\n"
-      "  seed         --seed-k requests at --seed-temperature with --seed (must agree) and without (may differ)\n"
-      "  cross        needs two --target: every condition is also compared target A against target B\n"
-      "  lint         request and prompt pitfalls (BOM, zero-width characters, CRLF, timestamps, ids, temperature 0\n"
-      "               with top_p/top_k, n > 1, penalties), listed before anything is sent; alone it sends nothing\n"
+      "Probes:\n" + probes_help() +
       "Targets: engine:MODEL.gguf[?numerics=exact|float&threads=N&ubatch=N&spec=ngram|none&ctx=N&np=N&chat_template=NAME]\n"
-      "(the built-in engine in process), or the URL of an OpenAI-compatible, llama.cpp or ollama server.");
+      "(the built-in engine in process), or the URL of a server, whose dialect is detected or given with --api:\n" +
+      probes::dialects_help() +
+      "A condition counts only on evidence that it happened (docs/probes.md, \"Evidence\"); otherwise its rows are\n"
+      "'not exercised', with the reason, never 'identical'.");
   sub->add_option("--target", opt->targets, "Target to audit (repeat for cross; labelled A, B, ... in this order)")
-      ->required()->type_name("SPEC");
+      ->type_name("SPEC");
   sub->add_option("--prompts", opt->prompts, "Prompts: FILE.txt (one per line) or FILE.jsonl ({\"id\", \"prompt\", \"answer\", \"grader\"})")
       ->type_name("FILE");
   sub->add_option("--dataset", opt->dataset, "A dataset: gsm8k:FILE[:N] (GSM8K's test.jsonl, its first N items; graded)")
@@ -297,9 +359,12 @@ void setup_run(CLI::App& app) {
                 "HTTP targets: ask for streamed answers (server-sent events) and assemble them; records are the same "
                 "shape, and a stream that ends early is that item's error (not for ollama)");
   sub->footer(
-      "Exit codes: 0 within --fail-on, 1 beyond it (reasons on stderr), 2 bad input, 3 the run is incomplete: a\n"
-      "target became unreachable, or requests still failed after their retries (the records so far are kept; the\n"
-      "same command with --resume sends only what is missing or failed).\n"
+      "Exit codes: 0 within --fail-on, 1 beyond it (reasons on stderr), 2 bad input (also: a target refuses the\n"
+      "first request outright, --resume into a folder whose run had other settings, a folder another run is\n"
+      "writing), 3 the run is incomplete: a target became unreachable, or requests still failed after their\n"
+      "retries (the records so far are kept; the same command with --resume sends only what is missing or\n"
+      "failed), 130 interrupted (Ctrl-C or SIGTERM: requests in flight are dropped, every record is kept;\n"
+      "--resume continues; a second Ctrl-C stops at once).\n"
       "Examples:\n"
       "  # alone vs 8 concurrent on the first 100 GSM8K questions\n"
       "  detaudit run --target http://127.0.0.1:8080 --dataset gsm8k:test.jsonl:100 --probe concurrency --concurrency 8\n"

@@ -1,15 +1,30 @@
-// The conditions of each probe for one item: what is sent, to which target, and the record written.
+// The senders of each probe: what is sent, to which target, the record written and the evidence it
+// carries. Which conditions exist, in what order, and how their evidence is judged: the rows of
+// reports::condition_table().
 #include "probes/conditions.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <latch>
+#include <mutex>
 #include <thread>
 
+#include "reports/conditions.h"
+#include "util/error.h"
 #include "util/sha256.h"
 
 namespace detaudit::probes::detail {
+
+struct item_ctx {
+  run_state& st;
+  run_target& rt;
+  const item& it;
+  size_t index;
+  std::string prompt_sha256;
+};
+
 namespace {
 
 // Short filler prompts for the concurrency probe when the run has too few items of its own.
@@ -41,16 +56,22 @@ std::string key_of(const std::string& item_id, const std::string& label, const s
   return reports::record_key(r);
 }
 
-// One item on one target: the fields every record of it shares.
-struct item_ctx {
-  run_state& st;
-  run_target& rt;
-  const item& it;
-  size_t index;
-  std::string prompt_sha256;
-};
+item_ctx ctx_make(run_state& st, run_target& rt, size_t index) {
+  const item& it = (*st.items)[index];
+  sha256 h;
+  h.update(it.prompt.data(), it.prompt.size());
+  return item_ctx{st, rt, it, index, h.hex_digest()};
+}
 
-reports::record record_base(const item_ctx& c, const std::string& probe, const std::string& cond, int rep,
+// The item's request on this target: every request but the cache probe's cache-on and cache-warm
+// goes without the prompt cache where the target lets us say so.
+gen_request item_request(const item_ctx& c) {
+  gen_request req = request_for(*c.st.opt, c.it.prompt);
+  if (c.rt.caps.cache_control && !req.cache_prompt) req.cache_prompt = false;
+  return req;
+}
+
+reports::record record_base(const item_ctx& c, std::string_view probe, const std::string& cond, int rep,
                             const target* variant) {
   reports::record r;
   r.run_id = c.st.run_id;
@@ -70,7 +91,9 @@ reports::record record_base(const item_ctx& c, const std::string& probe, const s
 }
 
 bool skip(const item_ctx& c, const std::string& cond, int rep) {
-  if (!c.st.done.count(key_of(c.it.id, c.rt.label, cond, rep))) return false;
+  const std::string key = key_of(c.it.id, c.rt.label, cond, rep);
+  if (c.st.sent.count(key)) return true;
+  if (!c.st.done.count(key)) return false;
   ++c.st.result->records_skipped;
   return true;
 }
@@ -93,25 +116,36 @@ void record_write(const item_ctx& c, reports::record r, const reports::record& b
   r.grader = base.grader;
   r.evidence = evidence.is_object() ? evidence : json::object();
   c.st.writer->write(r);
+  c.st.sent.insert(reports::record_key(r));
   ++c.st.result->records_written;
   if (!error.empty()) ++c.st.result->errors;
   record_note(c.st, r);
 }
 
-// Sends one request to `t` and writes its record.
-void send(const item_ctx& c, target& t, const std::string& probe, const std::string& cond, int rep, const gen_request& req,
-          const target* variant = nullptr) {
-  if (skip(c, cond, rep)) return;
-  const reports::record base = record_base(c, probe, cond, rep, variant);
-  reports::record r = t.complete(req);
+// The fields every response of this run carries besides the target's own: the temperature asked,
+// the extra evidence the sender knows, and "cold" for a target's first request.
+void response_finish(const item_ctx& c, target& t, const gen_request& req, const json& extra, reports::record& r) {
+  r.temperature = req.temperature;
+  for (const auto& [k, v] : extra.items()) r.evidence[k] = v;
   if (!c.st.used.count(&t)) r.evidence["cold"] = true;
   c.st.used.insert(&t);
+}
+
+// Sends one request to `t` and writes its record.
+void send(const item_ctx& c, target& t, std::string_view probe, const std::string& cond, int rep, const gen_request& req,
+          const target* variant = nullptr, const json& extra = json::object()) {
+  if (skip(c, cond, rep)) return;
+  if (run_interrupted()) throw interrupted_error("interrupted");
+  const reports::record base = record_base(c, probe, cond, rep, variant);
+  reports::record r = t.complete(req);
+  if (run_interrupted()) throw interrupted_error("interrupted");
+  response_finish(c, t, req, extra, r);
   record_write(c, std::move(r), base);
 }
 
-void not_exercised(const item_ctx& c, const std::string& probe, const std::string& cond, const std::string& reason) {
-  if (skip(c, cond, 0)) return;
-  reports::record r = record_base(c, probe, cond, 0, nullptr);
+void not_exercised(const item_ctx& c, std::string_view probe, const std::string& cond, int rep, const std::string& reason) {
+  if (skip(c, cond, rep)) return;
+  reports::record r = record_base(c, probe, cond, rep, nullptr);
   r.evidence = {{"exercised", false}, {"reason", reason}};
   record_write(c, r, r);
 }
@@ -126,61 +160,106 @@ std::vector<std::string> filler_prompts(const std::vector<item>& items, size_t i
   return out;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
+// While a burst runs: how many slots the target says are processing, sampled every 10 ms.
+struct busy_poller {
+  struct sample {
+    double t;
+    int busy;
+  };
+  std::vector<sample> samples;
+  std::atomic<bool> stop{false};
+  std::thread th;
 
-// Batch width from a target's counters, by metric name whatever its prefix: detaudit's
-// max_seqs_in_step (the engine's own name, or detaudit_max_seqs_in_step from serve's /metrics),
-// llama.cpp's llamacpp:n_busy_slots_per_decode (an average over decode calls).
-void metrics_evidence(const json& m, json& evidence) {
-  for (const auto& [name, v] : m.items()) {
-    if (!v.is_number()) continue;
-    if (ends_with(name, "max_seqs_in_step")) evidence["batch_width"] = v;
-    else if (ends_with(name, "n_busy_slots_per_decode")) evidence["busy_slots_per_decode"] = v;
+  explicit busy_poller(target& t) {
+    th = std::thread([this, &t] {
+      while (!stop.load() && !run_interrupted()) {
+        const int b = t.busy_now();
+        if (b >= 0) samples.push_back({unix_now(), b});
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    });
   }
+  // The most seen busy at once between t0 and t1; -1 when nothing was read then.
+  int max_between(double t0, double t1) {
+    stop = true;
+    if (th.joinable()) th.join();
+    int best = -1;
+    for (const sample& s : samples)
+      if (s.t >= t0 && s.t <= t1) best = std::max(best, s.busy);
+    return best;
+  }
+  ~busy_poller() {
+    stop = true;
+    if (th.joinable()) th.join();
+  }
+};
+
+// N requests released at the same moment from N threads; the item's is requests[0].
+struct burst {
+  std::vector<reports::record> outs;
+  std::vector<double> t0, t1;
+};
+
+burst burst_send(target& t, const std::vector<gen_request>& reqs) {
+  burst b;
+  const size_t n = reqs.size();
+  b.outs.resize(n), b.t0.resize(n), b.t1.resize(n);
+  std::vector<std::exception_ptr> errs(n);
+  std::latch start(static_cast<std::ptrdiff_t>(n));
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < n; ++i)
+    threads.emplace_back([&, i] {
+      start.arrive_and_wait();
+      b.t0[i] = unix_now();
+      try {
+        b.outs[i] = t.complete(reqs[i]);
+      } catch (...) {
+        errs[i] = std::current_exception();
+      }
+      b.t1[i] = unix_now();
+    });
+  for (std::thread& th : threads) th.join();
+  for (const std::exception_ptr& e : errs)
+    if (e) std::rethrow_exception(e);
+  return b;
 }
 
-// The item beside N-1 filler requests, all released at the same moment from N threads.
+// The item beside N-1 filler requests. Evidence: whether they overlapped in time, each request's
+// end after the release (the queue test), and the busy slots the target showed while the item's
+// request ran; the item's own batch width comes with its response where the target reports it.
 void run_concurrency(const item_ctx& c, const gen_request& req) {
   const int n = c.st.opt->concurrency;
   const std::string cond = "concurrent-" + std::to_string(n);
   if (skip(c, cond, 0)) return;
+  if (run_interrupted()) throw interrupted_error("interrupted");
   std::vector<gen_request> reqs = {req};
   for (const std::string& p : filler_prompts(*c.st.items, c.index, n - 1)) {
     reqs.push_back(request_for(*c.st.opt, p));
     reqs.back().cache_prompt = req.cache_prompt;
   }
-  std::vector<reports::record> outs(reqs.size());
-  std::vector<double> t0(reqs.size()), t1(reqs.size());
-  std::vector<std::exception_ptr> errs(reqs.size());
-  std::latch start(static_cast<std::ptrdiff_t>(reqs.size()));
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < reqs.size(); ++i)
-    threads.emplace_back([&, i] {
-      start.arrive_and_wait();
-      t0[i] = unix_now();
-      try {
-        outs[i] = c.rt.t->complete(reqs[i]);
-      } catch (...) {
-        errs[i] = std::current_exception();
-      }
-      t1[i] = unix_now();
-    });
-  for (std::thread& th : threads) th.join();
-  for (const std::exception_ptr& e : errs)
-    if (e) std::rethrow_exception(e);
-  reports::record r = std::move(outs[0]);
-  const double latest_start = *std::max_element(t0.begin(), t0.end());
-  const double earliest_end = *std::min_element(t1.begin(), t1.end());
-  r.evidence["overlap"] = latest_start < earliest_end;
-  r.evidence["overlap_s"] = std::max(0.0, earliest_end - latest_start);
-  r.evidence["n_requests"] = n;
-  if (c.rt.caps.metrics) metrics_evidence(c.rt.t->metrics(), r.evidence);
-  if (!c.st.used.count(c.rt.t)) r.evidence["cold"] = true;
-  c.st.used.insert(c.rt.t);
+  std::unique_ptr<busy_poller> poller;
+  if (!c.rt.caps.busy_source.empty()) poller = std::make_unique<busy_poller>(*c.rt.t);
+  const burst b = burst_send(*c.rt.t, reqs);
+  if (run_interrupted()) throw interrupted_error("interrupted");
+  reports::record r = b.outs[0];
+  const double release = *std::min_element(b.t0.begin(), b.t0.end());
+  const double latest_start = *std::max_element(b.t0.begin(), b.t0.end());
+  const double earliest_end = *std::min_element(b.t1.begin(), b.t1.end());
+  json ends = json::array();
+  for (double t : b.t1) ends.push_back((t - release) * 1000.0);
+  json extra = {{"overlap", latest_start < earliest_end},
+                {"overlap_s", std::max(0.0, earliest_end - latest_start)},
+                {"n_requests", n},
+                {"end_ms", ends}};
+  if (poller) {
+    const int busy = poller->max_between(b.t0[0], b.t1[0]);
+    if (busy >= 0) extra["slots_busy_max"] = busy, extra["slots_source"] = c.rt.caps.busy_source;
+  }
+  response_finish(c, *c.rt.t, req, extra, r);
   record_write(c, std::move(r), record_base(c, "concurrency", cond, 0, nullptr));
 }
+
+void run_repeat(const item_ctx& c, const gen_request& req) { send(c, *c.rt.t, "repeat", "repeat", 0, req); }
 
 void run_cache(const item_ctx& c, const gen_request& req) {
   gen_request on = req;
@@ -194,20 +273,21 @@ void run_cache(const item_ctx& c, const gen_request& req) {
     return;
   }
   const std::string reason = "not supported by this target: no per-request prompt-cache control";
-  not_exercised(c, "cache", "cache-off", reason);
-  not_exercised(c, "cache", "cache-on", reason);
+  not_exercised(c, "cache", "cache-off", 0, reason);
+  not_exercised(c, "cache", "cache-on", 0, reason);
   send(c, *c.rt.t, "cache", "cache-warm", 0, req);
 }
 
 void run_batch(const item_ctx& c, const gen_request& req) {
   if (c.rt.ubatch_1 && c.rt.ubatch_8192) {
-    send(c, *c.rt.ubatch_1, "batch", "ubatch-1", 0, req, c.rt.ubatch_1.get());
-    send(c, *c.rt.ubatch_8192, "batch", "ubatch-8192", 0, req, c.rt.ubatch_8192.get());
+    send(c, *c.rt.ubatch_1, "batch", "ubatch-1", 0, req, c.rt.ubatch_1.get(), {{"ubatch", 1}, {"ubatch_alone", c.rt.ubatch}});
+    send(c, *c.rt.ubatch_8192, "batch", "ubatch-8192", 0, req, c.rt.ubatch_8192.get(),
+         {{"ubatch", 8192}, {"ubatch_alone", c.rt.ubatch}});
     return;
   }
   const std::string reason = reason_cross("with different -ub");
-  not_exercised(c, "batch", "ubatch-1", reason);
-  not_exercised(c, "batch", "ubatch-8192", reason);
+  not_exercised(c, "batch", "ubatch-1", 0, reason);
+  not_exercised(c, "batch", "ubatch-8192", 0, reason);
 }
 
 void run_speculation(const item_ctx& c, const gen_request& req) {
@@ -215,7 +295,7 @@ void run_speculation(const item_ctx& c, const gen_request& req) {
     send(c, *c.rt.spec_variant, "speculation", c.rt.spec_condition, 0, req, c.rt.spec_variant.get());
     return;
   }
-  not_exercised(c, "speculation", "spec-ngram", reason_cross("with and without speculative decoding"));
+  not_exercised(c, "speculation", "spec-ngram", 0, reason_cross("with and without speculative decoding"));
 }
 
 void run_seed(const item_ctx& c, const gen_request& req) {
@@ -226,47 +306,61 @@ void run_seed(const item_ctx& c, const gen_request& req) {
   none.seed.reset();
   const int k = c.st.opt->seed_k;
   for (int rep = 0; rep < k; ++rep) {
-    if (c.rt.caps.seed) send(c, *c.rt.t, "seed", "seed-fixed", rep, fixed);
-    else if (!skip(c, "seed-fixed", rep)) {
-      reports::record r = record_base(c, "seed", "seed-fixed", rep, nullptr);
-      r.evidence = {{"exercised", false}, {"reason", "not supported by this target: no per-request seed"}};
-      record_write(c, r, r);
-    }
+    if (c.rt.seed_reason.empty()) send(c, *c.rt.t, "seed", "seed-fixed", rep, fixed);
+    else not_exercised(c, "seed", "seed-fixed", rep, c.rt.seed_reason);
   }
   for (int rep = 0; rep < k; ++rep) send(c, *c.rt.t, "seed", "seed-none", rep, none);
 }
 
+bool wanted(const run_options& opt, std::string_view probe) {
+  return std::find(opt.probes.begin(), opt.probes.end(), probe) != opt.probes.end();
+}
+
 void item_run_target(run_state& st, run_target& rt, size_t index) {
-  const item& it = (*st.items)[index];
-  sha256 h;
-  h.update(it.prompt.data(), it.prompt.size());
-  const item_ctx c{st, rt, it, index, h.hex_digest()};
-  gen_request req = request_for(*st.opt, it.prompt);
-  if (rt.caps.cache_control && !req.cache_prompt) req.cache_prompt = false;
+  const item_ctx c = ctx_make(st, rt, index);
+  const gen_request req = item_request(c);
   send(c, *rt.t, "base", "alone", 0, req);
   send(c, *rt.t, "base", "control", 0, req);
-  const std::vector<std::string>& probes = st.opt->probes;
-  auto wanted = [&probes](const char* p) { return std::find(probes.begin(), probes.end(), p) != probes.end(); };
-  if (wanted("repeat")) send(c, *rt.t, "repeat", "repeat", 0, req);
-  if (wanted("concurrency")) run_concurrency(c, req);
-  if (wanted("cache")) run_cache(c, req);
-  if (wanted("batch")) run_batch(c, req);
-  if (wanted("speculation")) run_speculation(c, req);
-  if (wanted("seed")) run_seed(c, req);
+  for (const probe_sender& p : probe_senders())
+    if (wanted(*st.opt, p.probe)) p.send(c, req);
+}
+
+// A first request every later one would repeat: the target refused it as a request (4xx), not for
+// a passing reason (408 timeout, 429 too many requests).
+bool refused_outright(const reports::record& r) {
+  return !r.error.empty() && r.http_status >= 400 && r.http_status < 500 && r.http_status != 408 && r.http_status != 429;
+}
+
+std::string refusal_fix(const run_options& opt, const reports::record& r) {
+  const std::string e = r.error;
+  auto has = [&e](const char* w) { return e.find(w) != std::string::npos; };
+  if (r.http_status == 401 || r.http_status == 403) return "pass the API key with --api-key-env NAME";
+  if (opt.chat && (has("template") || has("chat")))
+    return "send raw prompts with --raw, or give the model a chat template (engine: chat_template=NAME in the spec; "
+           "a server: its --chat-template)";
+  if (r.http_status == 404) return "check --api (the dialect) and --model (the model name the server knows)";
+  if (r.http_status == 413 || has("context") || has("too long") || has("exceeds"))
+    return "shorten the prompts or --n-predict, or give the server a larger context";
+  return "check the request settings (--n-predict, --request, --model, --raw/--chat)";
 }
 
 }  // namespace
 
-const std::vector<std::string>& probe_names() {
-  static const std::vector<std::string> names = {"repeat", "concurrency", "cache", "batch", "speculation", "seed", "cross", "lint"};
-  return names;
+const std::vector<probe_sender>& probe_senders() {
+  static const std::vector<probe_sender> table = {
+      {"repeat", run_repeat}, {"concurrency", run_concurrency}, {"cache", run_cache},
+      {"batch", run_batch},   {"speculation", run_speculation}, {"seed", run_seed},
+  };
+  return table;
 }
 
 gen_request request_for(const run_options& opt, const std::string& prompt) {
   gen_request r = opt.base;
   if (opt.chat) {
     r.prompt.clear();
-    r.messages = {{"user", prompt}};
+    r.messages.clear();
+    if (!opt.system.empty()) r.messages.push_back({"system", opt.system});
+    r.messages.push_back({"user", prompt});
   } else {
     r.messages.clear();
     r.prompt = prompt;
@@ -276,6 +370,60 @@ gen_request request_for(const run_options& opt, const std::string& prompt) {
 
 void item_run(run_state& st, std::vector<run_target>& targets, size_t index) {
   for (run_target& rt : targets) item_run_target(st, rt, index);
+}
+
+void target_preflight(run_state& st, run_target& rt, size_t index) {
+  const item_ctx c = ctx_make(st, rt, index);
+  gen_request req = item_request(c);
+  const bool recorded = st.done.count(key_of(c.it.id, rt.label, "alone", 0)) > 0;
+  if (recorded) req.n_predict = 1;
+  if (run_interrupted()) throw interrupted_error("interrupted");
+  reports::record r = rt.t->complete(req);
+  if (run_interrupted()) throw interrupted_error("interrupted");
+  if (refused_outright(r))
+    throw input_error("target " + rt.label + " (" + rt.t->spec() + ") refused the first request (item " + c.it.id +
+                      "): " + r.error + "; every request would fail the same way: " + refusal_fix(*st.opt, r));
+  if (recorded) return;
+  response_finish(c, *rt.t, req, json::object(), r);
+  record_write(c, std::move(r), record_base(c, "base", "alone", 0, nullptr));
+}
+
+void target_seed_check(const run_options& opt, run_target& rt, const item& it) {
+  if (rt.t->dialect() == "engine") {
+    rt.seed_reason.clear();
+    rt.seed_check = {{"result", "honoured"}, {"how", "the built-in engine seeds each request's sampler"}};
+    return;
+  }
+  gen_request req = request_for(opt, it.prompt);
+  req.temperature = opt.seed_temperature;
+  if (rt.caps.cache_control) req.cache_prompt = false;
+  std::vector<std::pair<uint64_t, std::string>> seen;
+  auto ask = [&](uint64_t seed) -> std::string {
+    req.seed = seed;
+    if (run_interrupted()) throw interrupted_error("interrupted");
+    const reports::record r = rt.t->complete(req);
+    if (!r.error.empty()) throw std::runtime_error(r.error);
+    seen.push_back({seed, r.text});
+    return r.text;
+  };
+  try {
+    const std::string first = ask(opt.seed), again = ask(opt.seed);
+    if (first != again) {
+      rt.seed_reason = "the server does not honour seeds: seed " + std::to_string(opt.seed) + " gave two different answers";
+    } else if (ask(opt.seed + 1) != first || ask(opt.seed + 2) != first) {
+      rt.seed_reason.clear();
+    } else {
+      rt.seed_reason = "could not confirm that the server honours seeds: seeds " + std::to_string(opt.seed) + " to " +
+                       std::to_string(opt.seed + 2) + " gave the same answer";
+    }
+  } catch (const std::runtime_error& e) {
+    if (dynamic_cast<const interrupted_error*>(&e)) throw;
+    rt.seed_reason = std::string("the seed check failed: ") + e.what();
+  }
+  json answers = json::array();
+  for (const auto& [seed, text] : seen) answers.push_back({{"seed", seed}, {"text", text.substr(0, 200)}});
+  rt.seed_check = {{"result", rt.seed_reason.empty() ? "honoured" : "not confirmed"}, {"reason", rt.seed_reason},
+                   {"temperature", opt.seed_temperature}, {"answers", answers}};
 }
 
 void record_note(run_state& st, const reports::record& r) {
@@ -293,10 +441,10 @@ bool item_diverged(const run_state& st, const std::vector<run_target>& targets, 
     if (conds == st.texts.end()) continue;
     const auto& m = conds->second;
     const auto alone = m.find({"alone", 0});
-    const auto fixed0 = m.find({"seed-fixed", 0});
     for (const auto& [cond, text] : m) {
-      if (cond.first == "seed-none") continue;
-      const auto ref = cond.first == "seed-fixed" ? fixed0 : alone;
+      const reports::condition_def* d = reports::condition_find(cond.first);
+      if (d && d->pairs == reports::PAIR_NONE) continue;
+      const auto ref = d && d->pairs == reports::PAIR_REP0 ? m.find({cond.first, 0}) : alone;
       if (ref != m.end() && ref->second != text) return true;
     }
   }

@@ -1,4 +1,6 @@
-// The conditions each probe runs for one item, and the records they write (used by runner.cpp).
+// The senders of each probe's conditions for one item, and the records they write (used by
+// runner.cpp). The conditions, their order, their evidence rules and their pairing are rows of
+// reports::condition_table(); this file holds one sender per probe (probe_senders()).
 //
 // Per item and target, in this order: alone, control (probe "base"); repeat; concurrent-N;
 // cache-off, cache-on, cache-warm; ubatch-1, ubatch-8192; spec-ngram (or spec-off); seed-fixed
@@ -10,14 +12,12 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "probes/runner.h"
 
 namespace detaudit::probes::detail {
-
-// The probes in the order their conditions run.
-const std::vector<std::string>& probe_names();
 
 // One audited target and what the run made of it.
 struct run_target {
@@ -27,8 +27,11 @@ struct run_target {
   json target_json;                       // record.target
   std::unique_ptr<target> ubatch_1;       // batch probe variants (engine targets only)
   std::unique_ptr<target> ubatch_8192;
+  int64_t ubatch = 0;                     // the target's own micro-batch (engine), 0 when unknown
   std::unique_ptr<target> spec_variant;   // speculation probe variant
   std::string spec_condition;             // "spec-ngram", or "spec-off" when the target drafts already
+  std::string seed_reason;                // why seed-fixed cannot be judged on it ("" when it honours seeds)
+  json seed_check = json::object();       // what the seed check saw (run.json)
 };
 
 // The state the conditions share while a run goes on. Not thread-safe: one item at a time.
@@ -38,14 +41,27 @@ struct run_state {
   std::string run_id;
   reports::record_writer* writer = nullptr;
   std::set<std::string> done;                // keys that already have a record without error
+  std::set<std::string> sent;                // keys sent by this invocation (not sent twice, even after an error)
   // (item id, target label) -> (condition, repetition) -> text, for the quick divergence count.
   std::map<std::pair<std::string, std::string>, std::map<std::pair<std::string, int>, std::string>> texts;
   std::set<const target*> used;              // targets that have been sent a request (not cold)
   run_result* result = nullptr;
 };
 
-// Runs every condition of items[index] on each target. Throws unreachable_error (the run stops).
+// Runs every condition of items[index] on each target. Throws unreachable_error (the run stops)
+// and interrupted_error (Ctrl-C).
 void item_run(run_state& st, std::vector<run_target>& targets, size_t index);
+
+// Before the loop: items[index]'s request to rt, as its `alone` (recorded) when that is not yet
+// recorded, else a one-token request (not recorded). Throws input_error when the target refuses it
+// outright (a 4xx other than 408 and 429), with the error and how to fix it: every request would
+// fail the same way.
+void target_preflight(run_state& st, run_target& rt, size_t index);
+
+// The seed check of the seed probe on an HTTP target: items[index] at the seed temperature with
+// seed S, S again and S+1. Sets rt.seed_reason ("" when the two S answers agree and S+1's differs)
+// and rt.seed_check.
+void target_seed_check(const run_options& opt, run_target& rt, const item& it);
 
 // Notes a usable record (no error, exercised) for item_diverged() and marks its key done.
 void record_note(run_state& st, const reports::record& r);
@@ -54,7 +70,19 @@ void record_note(run_state& st, const reports::record& r);
 // seed-fixed repetitions against repetition 0), from the texts st holds.
 bool item_diverged(const run_state& st, const std::vector<run_target>& targets, const item& it);
 
-// The request an item sends under the run's base settings (chat or raw).
+// The request an item sends under the run's base settings (chat, with the system message when one
+// is set, or raw).
 gen_request request_for(const run_options& opt, const std::string& prompt);
+
+// One item on one target while its conditions are sent (conditions.cpp).
+struct item_ctx;
+
+// The probes that send something, each with its sender; a probe of reports::probe_table() missing
+// here sends nothing of its own (cross, lint).
+struct probe_sender {
+  std::string_view probe;
+  void (*send)(const item_ctx& c, const gen_request& req);
+};
+const std::vector<probe_sender>& probe_senders();
 
 }  // namespace detaudit::probes::detail

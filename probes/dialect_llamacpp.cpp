@@ -140,6 +140,7 @@ void counts_parse(const json& j, reports::record& rec) {
   // tokens minus those evaluated (timings.prompt_n). llama.cpp's tokens_cached is not that: it is
   // every token in the slot's cache afterwards (n_past), generated ones included.
   if (const json* v = count("draft_accepted")) rec.evidence["draft_accepted"] = *v;
+  if (const json* v = count("draft_proposed")) rec.evidence["draft_proposed"] = *v;
   if (const json* t = json_get(j, "timings"); t && t->is_object()) {
     rec.timings["server"] = *t;
     const json* cn = json_get(*t, "cache_n");
@@ -154,13 +155,15 @@ void counts_parse(const json& j, reports::record& rec) {
     }
     if (const json* da = json_get(*t, "draft_n_accepted"); da && da->is_number_integer() && !rec.evidence.contains("draft_accepted"))
       rec.evidence["draft_accepted"] = *da;
+    if (const json* dn = json_get(*t, "draft_n"); dn && dn->is_number_integer() && !rec.evidence.contains("draft_proposed"))
+      rec.evidence["draft_proposed"] = *dn;
   }
 }
 
 }  // namespace
 
 http_call llamacpp_request(const gen_request& r, const http_server_info& s) {
-  if (!r.messages.empty()) return openai_request(r, s, /*chat=*/true);
+  if (!r.messages.empty()) return openai_chat_request(r, s);
   http_call c;
   c.path = "/completion";
   json& b = c.body;
@@ -175,12 +178,14 @@ http_call llamacpp_request(const gen_request& r, const http_server_info& s) {
   if (r.cache_prompt) b["cache_prompt"] = *r.cache_prompt;
   if (r.id_slot >= 0) b["id_slot"] = r.id_slot;
   if (r.speculative) b["speculative"] = *r.speculative;
+  if (!r.stop.empty()) b["stop"] = r.stop;
   b["stream"] = false;
   if (s.detaudit) b["logit_hashes"] = true;
   return c;
 }
 
-void llamacpp_parse(const json& j, reports::record& rec) {
+void llamacpp_parse(const json& j, bool chat, reports::record& rec) {
+  if (chat) return openai_parse(j, true, rec);  // llama.cpp's chat route answers in OpenAI's shape
   if (!j.is_object()) throw response_error("the answer is not a JSON object");
   rec.text = json_string_at(j, "content", "", "");
   if (json_get(j, "completion_probabilities")) {

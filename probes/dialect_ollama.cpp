@@ -28,6 +28,7 @@ http_call ollama_request(const gen_request& r, const http_server_info& s) {
   if (r.seed) opt["seed"] = *r.seed;
   if (r.top_k) opt["top_k"] = *r.top_k;
   if (r.top_p) opt["top_p"] = *r.top_p;
+  if (!r.stop.empty()) opt["stop"] = r.stop;
   b["options"] = std::move(opt);
   const int n_probs = std::max(0, std::min(r.n_probs, s.logprob_cap));
   b["logprobs"] = n_probs > 0;

@@ -84,6 +84,8 @@ void chat_token_parse(const json& e, const std::string& where, reports::record& 
   rec.top_logprobs.push_back(std::move(alts));
 }
 
+namespace {
+
 http_call openai_request(const gen_request& r, const http_server_info& s, bool chat) {
   const bool has_messages = !r.messages.empty();
   if (chat && !has_messages)
@@ -100,6 +102,7 @@ http_call openai_request(const gen_request& r, const http_server_info& s, bool c
   b["temperature"] = r.temperature;
   if (r.seed) b["seed"] = *r.seed;
   if (r.top_p) b["top_p"] = *r.top_p;
+  if (!r.stop.empty()) b["stop"] = r.stop;
   const int n_probs = std::min(r.n_probs, s.logprob_cap);
   if (chat) {
     b["logprobs"] = n_probs > 0;
@@ -116,6 +119,11 @@ http_call openai_request(const gen_request& r, const http_server_info& s, bool c
   if (s.detaudit) b["logit_hashes"] = true;
   return c;
 }
+
+}  // namespace
+
+http_call openai_chat_request(const gen_request& r, const http_server_info& s) { return openai_request(r, s, true); }
+http_call openai_completions_request(const gen_request& r, const http_server_info& s) { return openai_request(r, s, false); }
 
 void openai_parse(const json& j, bool chat, reports::record& rec) {
   const json& choices = json_array_at(j, "choices", "");

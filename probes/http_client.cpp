@@ -67,6 +67,10 @@ size_t on_header(char* data, size_t size, size_t n, void* user) {
   return len;
 }
 
+// Ends a transfer as soon as the run is interrupted (Ctrl-C): libcurl then returns
+// CURLE_ABORTED_BY_CALLBACK, which request() turns into interrupted_error.
+int on_progress(void*, curl_off_t, curl_off_t, curl_off_t, curl_off_t) { return run_interrupted() ? 1 : 0; }
+
 struct curl_deleter {
   void operator()(CURL* h) const { curl_easy_cleanup(h); }
   void operator()(curl_slist* l) const { curl_slist_free_all(l); }
@@ -96,6 +100,8 @@ attempt attempt_once(const std::string& url, const std::string* post_body, const
   curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(c, CURLOPT_HEADERDATA, &a);
   curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+  curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
   if (post_body) {
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, post_body->data());
     curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(post_body->size()));
@@ -162,7 +168,9 @@ http_response http_client::request(const std::string& path, const std::string* p
   const std::string url = base_url_ + path;
   const int n_attempts = std::max(0, o.retries) + 1;
   for (int k = 0;; ++k) {
+    if (run_interrupted()) throw interrupted_error(url + ": interrupted");
     const attempt a = attempt_once(url, post_body, o);
+    if (a.code == CURLE_ABORTED_BY_CALLBACK || run_interrupted()) throw interrupted_error(url + ": interrupted");
     const bool answered = a.code == CURLE_OK;
     const bool last = k + 1 >= n_attempts;
     if (!answered && (last || a.too_large || !transport_retryable(a.code)))
@@ -181,7 +189,9 @@ http_response http_client::request(const std::string& path, const std::string* p
     double wait = o.backoff_s * std::ldexp(1.0, k);
     const double asked = http_retry_after_seconds(a.retry_after);
     if (answered && (a.status == 429 || a.status == 503) && asked >= 0) wait = std::min(asked, o.retry_after_cap_s);
-    if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(0.0, wait));
+    while (std::chrono::steady_clock::now() < until && !run_interrupted())
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
 

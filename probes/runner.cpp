@@ -11,12 +11,20 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/utsname.h>
+#include <unistd.h>
 #include <thread>
 
 #include "probes/conditions.h"
+#include "reports/conditions.h"
+#include "reports/identity.h"
 #include "runtime/generate.h"
 #include "util/error.h"
+#include "util/sha256.h"
 
 namespace detaudit::probes {
 namespace {
@@ -44,13 +52,14 @@ std::string new_run_id() {
   return buf;
 }
 
+bool lint_only(const run_options& opt) { return opt.probes.size() == 1 && opt.probes[0] == "lint"; }
+
 void options_check(const std::vector<target*>& targets, const std::vector<item>& items, const run_options& opt) {
-  if (targets.empty()) throw input_error("no target: give at least one --target");
+  if (targets.empty() && !lint_only(opt)) throw input_error("no target: give at least one --target");
   if (items.empty()) throw input_error("no items: give --prompts FILE or --dataset gsm8k:FILE");
-  const std::vector<std::string>& known = detail::probe_names();
   for (const std::string& p : opt.probes)
-    if (std::find(known.begin(), known.end(), p) == known.end())
-      throw input_error("--probe: unknown probe '" + p + "' (expected repeat, concurrency, cache, speculation, batch, seed, cross, lint)");
+    if (!reports::probe_known(p))
+      throw input_error("--probe: unknown probe '" + p + "' (expected " + reports::probe_names_text() + ")");
   auto wanted = [&opt](const char* p) { return std::find(opt.probes.begin(), opt.probes.end(), p) != opt.probes.end(); };
   if (wanted("cross") && targets.size() < 2) throw input_error("--probe cross needs two --target");
   if (wanted("concurrency") && (opt.concurrency < 2 || opt.concurrency > 1024))
@@ -60,7 +69,8 @@ void options_check(const std::vector<target*>& targets, const std::vector<item>&
   if (opt.shard_count < 1 || opt.shard_index < 0 || opt.shard_index >= opt.shard_count)
     throw input_error("--shard: expected I/N with 1 <= I <= N, found " + std::to_string(opt.shard_index + 1) + "/" +
                       std::to_string(opt.shard_count));
-  if (opt.out_dir.empty()) throw input_error("no output folder (--out DIR)");
+  if (!opt.chat && !opt.system.empty()) throw input_error("--system needs chat requests; it cannot go with --raw");
+  if (opt.out_dir.empty() && !lint_only(opt)) throw input_error("no output folder (--out DIR)");
 }
 
 std::string records_file_name(const run_options& opt) {
@@ -81,12 +91,18 @@ uintmax_t records_cut_tail(const std::string& path) {
   return data.size() - keep;
 }
 
-// Reads what an earlier run of this folder wrote: its run id, started time and usable records.
-void resume_load(const run_options& opt, const std::string& path, run_state& st, json& previous) {
-  previous = reports::run_manifest_read(opt.out_dir);
+// The manifest an earlier run of this folder wrote (its run id, started time and identity).
+json resume_manifest(const run_options& opt, run_state& st) {
+  json previous = reports::run_manifest_read(opt.out_dir);
   if (previous.empty())
     throw input_error("--resume: " + (fs::path(opt.out_dir) / "run.json").string() + " not found; nothing to resume");
   if (st.run_id.empty()) st.run_id = previous.value("run_id", "");
+  return previous;
+}
+
+// The usable records an earlier run of this folder wrote (after its identity was checked): a last
+// line left half written by a killed run is cut first.
+void resume_records(const run_options& opt, const std::string& path, run_state& st) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return;
   if (const uintmax_t cut = records_cut_tail(path); cut > 0)
@@ -106,6 +122,9 @@ std::vector<run_target> targets_prepare(const std::vector<target*>& targets, con
     rt.target_json = {{"label", rt.label},     {"spec", rt.t->spec()},          {"dialect", rt.t->dialect()},
                       {"build", rt.caps.build}, {"fingerprint", rt.caps.fingerprint}, {"model", rt.caps.model},
                       {"model_sha256", rt.caps.model_sha256}};
+    if (const json* ub = rt.caps.raw.is_object() && rt.caps.raw.contains("ubatch") ? &rt.caps.raw["ubatch"] : nullptr;
+        ub && ub->is_number_integer())
+      rt.ubatch = ub->get<int64_t>();
     if (wanted("batch")) {
       rt.ubatch_1 = rt.t->variant("ubatch", "1");
       rt.ubatch_8192 = rt.t->variant("ubatch", "8192");
@@ -118,6 +137,24 @@ std::vector<run_target> targets_prepare(const std::vector<target*>& targets, con
     out.push_back(std::move(rt));
   }
   return out;
+}
+
+std::string sha256_hex(const std::string& s) {
+  sha256 h;
+  h.update(s.data(), s.size());
+  return h.hex_digest();
+}
+
+// The chat template fallback a target reported (detaudit serve, the engine): the answers are not in
+// the model's own chat format, which a reader of the report should know.
+void lint_targets(const std::vector<run_target>& rts, const run_options& opt, std::vector<lint_finding>& findings) {
+  if (!opt.chat) return;
+  for (const run_target& rt : rts)
+    if (!rt.caps.chat_template_fallback.empty())
+      findings.push_back({"warning", "chat-template-fallback", "",
+                          "target " + rt.label + " renders chats with " + rt.caps.chat_template_fallback +
+                              ": the model has no chat template of its own (as llama-server does); send --raw prompts "
+                              "to audit the model without a template"});
 }
 
 json environment_json() {
@@ -133,6 +170,7 @@ json targets_json(const std::vector<run_target>& targets) {
   for (const run_target& rt : targets) {
     json t = {{"label", rt.label}, {"spec", rt.t->spec()}, {"dialect", rt.t->dialect()},
               {"capabilities", capabilities_to_json(rt.caps)}};
+    if (!rt.seed_check.empty()) t["seed_check"] = rt.seed_check;
     json variants = json::array();
     if (rt.ubatch_1) variants.push_back({{"condition", "ubatch-1"}, {"spec", rt.ubatch_1->spec()}});
     if (rt.ubatch_8192) variants.push_back({{"condition", "ubatch-8192"}, {"spec", rt.ubatch_8192->spec()}});
@@ -150,6 +188,8 @@ json options_json(const run_options& opt) {
             {"seed_k", opt.seed_k},       {"seed_temperature", opt.seed_temperature}};
   if (b.top_p) o["top_p"] = *b.top_p;
   if (b.top_k) o["top_k"] = *b.top_k;
+  if (!opt.system.empty()) o["system"] = opt.system;
+  if (!b.stop.empty()) o["stop"] = b.stop;
   if (b.extra.is_object() && !b.extra.empty()) o["request"] = b.extra;
   return o;
 }
@@ -209,7 +249,8 @@ struct progress {
 };
 
 json manifest_make(const run_state& st, const std::vector<run_target>& rts, const std::vector<item>& items,
-                   size_t n_shard_items, const std::vector<lint_finding>& findings, const json& previous) {
+                   size_t n_shard_items, const std::vector<lint_finding>& findings, const json& previous,
+                   const json& identity) {
   const run_options& opt = *st.opt;
   json m = {{"schema", 1},
             {"run_id", st.run_id},
@@ -217,6 +258,7 @@ json manifest_make(const run_state& st, const std::vector<run_target>& rts, cons
             {"precision_contract", runtime::run_environment().value("precision_contract", "")},
             {"started", previous.value("started", utc_iso(std::time(nullptr)))},
             {"environment", environment_json()},
+            {"identity", identity},
             {"targets", targets_json(rts)},
             {"probes", opt.probes},
             {"options", options_json(opt)},
@@ -233,14 +275,140 @@ json manifest_make(const run_state& st, const std::vector<run_target>& rts, cons
   return m;
 }
 
+// --resume into a folder whose run had other settings would mix two runs under one id.
+void resume_check(const run_options& opt, const json& previous, const json& identity) {
+  const json before = reports::identity_of(previous);
+  if (before.empty()) {
+    log_line(opt, "resume: " + opt.out_dir + "/run.json records no identity (an older detaudit): its settings cannot be checked");
+    return;
+  }
+  const std::vector<reports::identity_difference> diffs = reports::identity_diff(before, identity);
+  if (diffs.empty()) return;
+  std::string list;
+  for (const reports::identity_difference& d : diffs)
+    list += (list.empty() ? "" : "; ") + reports::identity_difference_text(d);
+  throw input_error("--resume: " + opt.out_dir + " holds a run with other settings (earlier vs now: " + list +
+                    "); run the same command as before, or choose another --out");
+}
+
+std::vector<size_t> shard_items(const std::vector<item>& items, const run_options& opt) {
+  std::vector<size_t> mine;
+  for (size_t k = 0; k < items.size(); ++k)
+    if (static_cast<int>(k % static_cast<size_t>(opt.shard_count)) == opt.shard_index) mine.push_back(k);
+  return mine;
+}
+
+// --probe lint alone: findings before anything is sent, no target contacted.
+run_result run_lint_only(const std::vector<item>& items, const run_options& opt) {
+  const std::vector<lint_finding> findings = lint(items, opt.base);
+  lint_log(opt, findings);
+  if (opt.out_dir.empty()) return {};
+  fs::create_directories(opt.out_dir);
+  const run_folder_lock lock(opt.out_dir);
+  run_state st;
+  st.opt = &opt;
+  st.run_id = opt.run_id.empty() ? new_run_id() : opt.run_id;
+  json m = manifest_make(st, {}, items, shard_items(items, opt).size(), findings, json::object(),
+                         run_identity({}, {}, items, opt));
+  m.erase("records");
+  manifest_write(opt.out_dir, m);
+  return {};
+}
+
+// The items of this shard, one after another; stops at an unreachable target or Ctrl-C.
+void items_loop(run_state& st, std::vector<run_target>& rts, const std::vector<item>& items,
+                const std::vector<size_t>& mine, run_result& result) {
+  progress prog{*st.opt, mine.size()};
+  try {
+    for (run_target& rt : rts) detail::target_preflight(st, rt, mine.front());
+    for (size_t k : mine) {
+      detail::item_run(st, rts, k);
+      prog.step(detail::item_diverged(st, rts, items[k]));
+    }
+  } catch (const unreachable_error& e) {
+    result.unreachable = true;
+    result.unreachable_message = e.what();
+  } catch (const interrupted_error&) {
+    result.interrupted = true;
+  }
+}
+
 }  // namespace
+
+json run_identity(const std::vector<target*>& targets, const std::vector<capabilities>& caps,
+                  const std::vector<item>& items, const run_options& opt) {
+  json ts = json::array();
+  for (size_t i = 0; i < targets.size() && i < caps.size(); ++i) {
+    const capabilities& c = caps[i];
+    ts.push_back({{"label", i < 26 ? std::string(1, static_cast<char>('A' + i)) : "T" + std::to_string(i + 1)},
+                  {"spec", targets[i]->spec()},
+                  {"dialect", targets[i]->dialect()},
+                  {"build", c.build},
+                  {"fingerprint", c.fingerprint},
+                  {"model", c.model},
+                  {"model_sha256", c.model_sha256},
+                  {"chat_template_sha256", c.chat_template.empty() ? "" : sha256_hex(c.chat_template)},
+                  {"chat_template_fallback", c.chat_template_fallback}});
+  }
+  const gen_request& b = opt.base;
+  const json request = {{"n_predict", b.n_predict},
+                        {"temperature", b.temperature},
+                        {"top_p", b.top_p ? json(*b.top_p) : json(nullptr)},
+                        {"top_k", b.top_k ? json(*b.top_k) : json(nullptr)},
+                        {"chat", opt.chat},
+                        {"system", opt.system},
+                        {"stop", b.stop},
+                        {"extra", b.extra.is_object() ? b.extra : json::object()}};
+  auto wanted = [&opt](const char* p) { return std::find(opt.probes.begin(), opt.probes.end(), p) != opt.probes.end(); };
+  json settings = json::object();
+  if (wanted("concurrency")) settings["concurrency"] = opt.concurrency;
+  if (wanted("seed")) settings["seed"] = opt.seed, settings["seed_k"] = opt.seed_k, settings["seed_temperature"] = opt.seed_temperature;
+  std::vector<std::string> probes = opt.probes;
+  std::sort(probes.begin(), probes.end());
+  probes.erase(std::unique(probes.begin(), probes.end()), probes.end());
+  std::string lines;
+  for (const item& it : items) lines += it.id + '\0' + sha256_hex(it.prompt) + '\n';
+  return {{"targets", ts},
+          {"request", request},
+          {"logprobs", {{"n_probs", b.n_probs}}},
+          {"probes", probes},
+          {"probe_settings", settings},
+          {"items", {{"count", items.size()}, {"sha256", sha256_hex(lines)}}},
+          {"shard", {{"count", opt.shard_count}}}};
+}
+
+run_folder_lock::run_folder_lock(const std::string& dir) {
+  const std::string path = (fs::path(dir) / ".lock").string();
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw input_error("cannot open the lock file " + path + ": " + std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd_);
+    fd_ = -1;
+    throw input_error(dir + " is in use by another detaudit process (it holds " + path +
+                      "); wait for it to finish, or choose another --out");
+  }
+}
+
+bool run_folder_busy(const std::string& dir) {
+  const std::string path = (fs::path(dir) / ".lock").string();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool busy = ::flock(fd, LOCK_SH | LOCK_NB) != 0;
+  ::close(fd);
+  return busy;
+}
+
+run_folder_lock::~run_folder_lock() {
+  if (fd_ >= 0) ::close(fd_);  // closing the descriptor releases the lock
+}
 
 run_result run_audit(const std::vector<target*>& targets, const std::vector<item>& items, const run_options& opt) {
   options_check(targets, items, opt);
+  if (lint_only(opt)) return run_lint_only(items, opt);
   fs::create_directories(opt.out_dir);
+  const run_folder_lock lock(opt.out_dir);
   run_result result;
   const std::string path = (fs::path(opt.out_dir) / records_file_name(opt)).string();
-  result.records_path = path;
   run_state st;
   st.opt = &opt;
   st.items = &items;
@@ -248,40 +416,42 @@ run_result run_audit(const std::vector<target*>& targets, const std::vector<item
   st.result = &result;
   json previous = json::object();
   std::error_code ec;
-  if (opt.resume) resume_load(opt, path, st, previous);
+  if (opt.resume) previous = resume_manifest(opt, st);
   else if (fs::exists(path, ec) && fs::file_size(path, ec) > 0)
     throw input_error(path + " already holds records: continue that run with --resume, or choose another --out");
   if (st.run_id.empty()) st.run_id = new_run_id();
+  const std::vector<size_t> mine = shard_items(items, opt);
+  if (mine.empty()) throw input_error("--shard " + std::to_string(opt.shard_index + 1) + "/" + std::to_string(opt.shard_count) +
+                                      ": this shard holds none of the " + std::to_string(items.size()) + " items");
 
   std::vector<run_target> rts;
   try {
     rts = targets_prepare(targets, opt);
+    std::vector<capabilities> caps;
+    for (const run_target& rt : rts) caps.push_back(rt.caps);
+    const json identity = run_identity(targets, caps, items, opt);
+    if (opt.resume) {
+      resume_check(opt, previous, identity);
+      resume_records(opt, path, st);
+    }
+    if (std::find(opt.probes.begin(), opt.probes.end(), "seed") != opt.probes.end())
+      for (run_target& rt : rts) detail::target_seed_check(opt, rt, items[mine.front()]);
+    std::vector<lint_finding> findings = lint(items, opt.base);
+    lint_targets(rts, opt, findings);
+    lint_log(opt, findings);
+    manifest_write(opt.out_dir, manifest_make(st, rts, items, mine.size(), findings, previous, identity));
   } catch (const unreachable_error& e) {
     result.unreachable = true;
     result.unreachable_message = e.what();
     return result;
+  } catch (const interrupted_error&) {
+    result.interrupted = true;
+    return result;
   }
-  const std::vector<lint_finding> findings = lint(items, opt.base);
-  lint_log(opt, findings);
-  std::vector<size_t> mine;
-  for (size_t k = 0; k < items.size(); ++k)
-    if (static_cast<int>(k % static_cast<size_t>(opt.shard_count)) == opt.shard_index) mine.push_back(k);
-  manifest_write(opt.out_dir, manifest_make(st, rts, items, mine.size(), findings, previous));
-  if (opt.probes.size() == 1 && opt.probes[0] == "lint") return result;
-
   reports::record_writer writer(path);
+  result.records_path = path;
   st.writer = &writer;
-  progress prog{opt, mine.size()};
-  for (size_t k : mine) {
-    try {
-      detail::item_run(st, rts, k);
-    } catch (const unreachable_error& e) {
-      result.unreachable = true;
-      result.unreachable_message = e.what();
-      return result;
-    }
-    prog.step(detail::item_diverged(st, rts, items[k]));
-  }
+  items_loop(st, rts, items, mine, result);
   return result;
 }
 

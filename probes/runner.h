@@ -36,13 +36,14 @@ struct lint_finding {
 std::vector<lint_finding> lint(const std::vector<item>& items, const gen_request& base);
 
 struct run_options {
-  std::vector<std::string> probes;   // repeat, concurrency, cache, speculation, batch, seed, cross, lint
+  std::vector<std::string> probes;   // names from reports::probe_table()
   int concurrency = 8;               // the concurrency probe's N
   int seed_k = 5;                    // the seed probe's K
   double seed_temperature = 0.7;
   uint64_t seed = 42;
   bool chat = true;                  // chat request (--chat) or raw completion (--raw)
-  gen_request base;                  // n_predict, temperature 0, n_probs, extra
+  std::string system;                // chat: a system message before each prompt ("" = none)
+  gen_request base;                  // n_predict, temperature 0, n_probs, stop, extra
   std::string out_dir;
   std::string run_id;                // "" = new (resume keeps the folder's)
   bool resume = false;
@@ -57,14 +58,44 @@ struct run_result {
   size_t errors = 0;
   bool unreachable = false;    // a target became unreachable; the run stopped early
   std::string unreachable_message;
-  std::string records_path;
+  bool interrupted = false;    // SIGINT/SIGTERM: the run stopped sending (run_interrupt())
+  std::string records_path;    // "" when no records file was opened
 };
 
 // Runs the audit; writes run.json and records into opt.out_dir. Targets are given labelled A, B, ...
+// Throws input_error (exit 2): bad options; --resume of a folder whose run differs (each differing
+// identity field named); a folder another process is writing (locked); a first request a target
+// refuses outright (a 4xx other than 408/429: the message says how to fix it). With only the lint
+// probe, `targets` may be empty: nothing is sent, findings are logged (and run.json written when
+// opt.out_dir is set).
 run_result run_audit(const std::vector<target*>& targets, const std::vector<item>& items, const run_options& opt);
 
-// `detaudit merge OUT DIR...`: joins shard folders into one run folder (no duplicates: a key seen
-// twice keeps its first record). Returns the number of records written.
-size_t runs_merge(const std::vector<std::string>& dirs, const std::string& out_dir);
+// The run's identity (run.json "identity", reports/identity.h): what decides whether two runs can be
+// compared, resumed into one folder or merged.
+json run_identity(const std::vector<target*>& targets, const std::vector<capabilities>& caps,
+                  const std::vector<item>& items, const run_options& opt);
+
+// `detaudit merge OUT DIR...`: joins the shard folders of one run (each key once: the first record
+// without an error). Throws input_error when the folders are not shards of one run (an identity
+// differs, a folder is not a shard, a shard index repeats) or, unless `partial`, when shards are
+// missing; a partial merge's run.json lists them ("shards": {"count", "merged", "missing"}).
+// Returns the number of records written.
+size_t runs_merge(const std::vector<std::string>& dirs, const std::string& out_dir, bool partial = false);
+
+// Whether a process holds DIR's lock now (a run still writing to it). Never creates the lock file.
+bool run_folder_busy(const std::string& dir);
+
+// Takes the run folder's lock (DIR/.lock, flock) for the life of the object. Throws input_error
+// when another process holds it.
+class run_folder_lock {
+ public:
+  explicit run_folder_lock(const std::string& dir);
+  ~run_folder_lock();
+  run_folder_lock(const run_folder_lock&) = delete;
+  run_folder_lock& operator=(const run_folder_lock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 
 }  // namespace detaudit::probes

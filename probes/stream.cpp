@@ -129,7 +129,8 @@ json stream_assemble_openai(const std::string& body, bool chat) {
   return out;
 }
 
-json stream_assemble_llamacpp(const std::string& body) {
+json stream_assemble_llamacpp(const std::string& body, bool chat) {
+  if (chat) return stream_assemble_openai(body, true);  // llama.cpp's chat route speaks OpenAI's stream
   const sse_parse_result p = sse_parse(body);
   json out = json::object(), probs = json::array(), tokens = json::array(), hashes = json::array();
   std::string text;

@@ -26,6 +26,20 @@ class unreachable_error : public std::runtime_error {
   explicit unreachable_error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// The run was interrupted (SIGINT/SIGTERM) while a request was in flight: the request is dropped,
+// not recorded (--resume sends it again).
+class interrupted_error : public std::runtime_error {
+ public:
+  explicit interrupted_error(const std::string& what) : std::runtime_error(what) {}
+};
+
+// Ctrl-C. run_interrupt() only sets a lock-free flag, so a signal handler may call it; every
+// request in flight is ended as soon as it can be (HTTP transfers abort, the engine cancels) and
+// no new one is sent. run_interrupt_reset() clears it (tests, a second run in one process).
+void run_interrupt() noexcept;
+bool run_interrupted() noexcept;
+void run_interrupt_reset() noexcept;
+
 struct chat_message {
   std::string role;
   std::string content;
@@ -44,6 +58,7 @@ struct gen_request {
   std::optional<bool> cache_prompt;    // nullopt: the target's default
   std::optional<bool> speculative;     // nullopt: the target's default
   int id_slot = -1;
+  std::vector<std::string> stop;       // stop strings (none: the target's default)
   json extra = json::object();         // merged into the request body last (from --config "request")
 };
 
@@ -61,6 +76,12 @@ struct capabilities {
   std::string model;             // model name or file
   std::string model_sha256;      // when known
   int n_slots = 0;               // parallel slots when the target says (llama.cpp /props)
+  // Where the number of slots processing at a moment can be read during a burst ("/slots",
+  // "/metrics"; "" nowhere): the concurrency probe's evidence on servers that do not report a
+  // request's own batch width.
+  std::string busy_source;
+  std::string chat_template;           // the server's chat template as /props gives it ("" unknown)
+  std::string chat_template_fallback;  // the template used because the model has none ("chatml"), or ""
   json raw = json::object();     // what the probe read (/props, /v1/models, /api/version), no secrets
 };
 
@@ -92,6 +113,9 @@ class target {
   virtual reports::record complete(const gen_request& r) = 0;
   // Server counters (/metrics) as {"name": value}; empty when not available.
   virtual json metrics() { return json::object(); }
+  // How many slots are processing a request right now (capabilities::busy_source), or -1 when it
+  // cannot be read. Called from a second thread while complete() runs.
+  virtual int busy_now() { return -1; }
   // A target of the same kind with some settings changed (engine: "ubatch", "spec", "numerics",
   // "threads"); nullptr when the target cannot be varied that way (HTTP servers).
   virtual std::unique_ptr<target> variant(const std::string& key, const std::string& value) const {
@@ -106,6 +130,9 @@ class target {
 // /v1/models -> openai-chat). Throws input_error for a bad spec, unreachable_error when detection
 // cannot reach the URL.
 std::unique_ptr<target> target_make(const std::string& spec, const target_options& opt);
+
+// One line per HTTP dialect ("  NAME  summary"), for --help: the rows of the dialect table.
+std::string dialects_help();
 
 // Removes secrets from a request body or header map before it is recorded: any value equal to
 // `secret`, and Authorization / api-key fields.

@@ -1,6 +1,7 @@
 // What every target shares: target_make()'s dispatch, the capabilities' JSON form, and secret
 // redaction of what gets recorded.
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 
 #include "probes/target.h"
@@ -11,6 +12,9 @@
 namespace detaudit::probes {
 namespace {
 
+std::atomic<bool> g_interrupted{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "run_interrupt() is called from a signal handler");
+
 const char* k_redacted = "[REDACTED]";
 
 bool secret_key(const std::string& key) {
@@ -20,6 +24,10 @@ bool secret_key(const std::string& key) {
 }
 
 }  // namespace
+
+void run_interrupt() noexcept { g_interrupted.store(true, std::memory_order_relaxed); }
+bool run_interrupted() noexcept { return g_interrupted.load(std::memory_order_relaxed); }
+void run_interrupt_reset() noexcept { g_interrupted.store(false, std::memory_order_relaxed); }
 
 json capabilities_to_json(const capabilities& c) {
   return {{"reachable", c.reachable},
@@ -35,6 +43,8 @@ json capabilities_to_json(const capabilities& c) {
           {"model", c.model},
           {"model_sha256", c.model_sha256},
           {"n_slots", c.n_slots},
+          {"busy_source", c.busy_source},
+          {"chat_template_fallback", c.chat_template_fallback},
           {"raw", c.raw}};
 }
 

@@ -9,6 +9,8 @@
 // Non-goals: HTTP; a model other than the one file in the spec (variants share the loaded model).
 #include "probes/target_engine.h"
 
+#include "reports/steps.h"
+
 #include <charconv>
 #include <chrono>
 #include <filesystem>
@@ -212,6 +214,7 @@ json engine_target::body_make(const gen_request& r) const {
   if (r.cache_prompt) b["cache_prompt"] = *r.cache_prompt;
   if (r.speculative) b["speculative"] = *r.speculative;
   if (r.id_slot >= 0) b["id_slot"] = r.id_slot;
+  if (!r.stop.empty()) b["stop"] = r.stop;
   if (r.extra.is_object()) b.update(r.extra);
   b["engine"] = settings_json();
   return b;
@@ -288,6 +291,7 @@ void engine_target::result_fill(const serve::request_result& res, int n_probs, r
   rec.evidence["cached_tokens"] = res.n_cached;
   rec.evidence["draft_proposed"] = res.n_draft_proposed;
   rec.evidence["draft_accepted"] = res.n_draft_accepted;
+  rec.evidence["batch_width"] = res.max_seqs_in_step;
   rec.evidence["slot"] = res.slot;
   rec.timings["engine"] = serve::timings_json(g.timings, res.n_cached);
 }
@@ -321,7 +325,7 @@ reports::record engine_target::complete(const gen_request& r) {
   auto done = std::make_shared<std::promise<serve::request_result>>();
   std::future<serve::request_result> fut = done->get_future();
   serve::request_callbacks cb;
-  cb.on_token = [](const serve::token_event&) { return true; };
+  cb.on_token = [](const serve::token_event&) { return !run_interrupted(); };  // Ctrl-C cancels
   cb.on_done = [done](const serve::request_result& res) { done->set_value(res); };
   if (!sched_->submit(std::move(q), std::move(cb))) {
     rec.error = "engine busy: request queue full";
@@ -337,6 +341,7 @@ reports::record engine_target::complete(const gen_request& r) {
     return finish();
   }
   result_fill(res, n_probs, rec);
+  reports::record_normalise(rec);
   return finish();
 }
 

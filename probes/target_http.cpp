@@ -15,6 +15,7 @@
 
 #include "probes/http_client.h"
 #include "probes/target_http.h"
+#include "reports/steps.h"
 #include "util/error.h"
 
 namespace detaudit::probes {
@@ -85,31 +86,52 @@ void hashes_parse(const json& j, reports::record& rec) {
   rec.chained_hash = json_string_at(j, "chained_hash", "", "");
 }
 
-// ---- dialect names ----
+// ---- the dialect table ----
 
-namespace {
-
-struct api_name {
-  http_api api;
-  const char* name;
-};
-constexpr api_name k_apis[] = {{API_OPENAI_CHAT, "openai-chat"},
-                               {API_OPENAI_COMPLETIONS, "openai-completions"},
-                               {API_LLAMACPP, "llamacpp"},
-                               {API_OLLAMA, "ollama"}};
-
-}  // namespace
-
-const char* http_api_name(http_api a) {
-  for (const api_name& n : k_apis)
-    if (n.api == a) return n.name;
-  return "?";
+const std::vector<dialect_def>& dialect_table() {
+  static const std::vector<dialect_def> table = {
+      {API_LLAMACPP, "llamacpp", "llama.cpp's server and detaudit serve: /completion (n_probs, return_tokens, "
+                                 "cache_prompt, id_slot), chats on /v1/chat/completions; detected by /props",
+       "/completion", "/v1/chat/completions", "/props", llamacpp_request, llamacpp_parse, stream_assemble_llamacpp,
+       true, 100},
+      {API_OLLAMA, "ollama", "ollama: /api/generate (raw) and /api/chat, options.seed, logprobs; detected by /api/version",
+       "/api/generate", "/api/chat", "/api/version", ollama_request, ollama_parse, nullptr, false, 20},
+      {API_OPENAI_CHAT, "openai-chat", "any OpenAI-compatible server: /v1/chat/completions (logprobs, top_logprobs, "
+                                       "seed); detected by /v1/models",
+       nullptr, "/v1/chat/completions", "/v1/models", openai_chat_request, openai_parse, stream_assemble_openai, false, 20},
+      {API_OPENAI_COMPLETIONS, "openai-completions", "any OpenAI-compatible server: /v1/completions for raw prompts "
+                                                     "(logprobs); never detected, chosen with --api",
+       "/v1/completions", nullptr, nullptr, openai_completions_request, openai_parse, stream_assemble_openai, false, 20},
+  };
+  return table;
 }
 
-http_api http_api_parse(const std::string& name) {
-  for (const api_name& n : k_apis)
-    if (name == n.name) return n.api;
-  throw input_error("--api: expected openai-chat, openai-completions, llamacpp or ollama, found '" + name + "'");
+const dialect_def& dialect_of(http_api api) {
+  for (const dialect_def& d : dialect_table())
+    if (d.api == api) return d;
+  throw std::logic_error("dialect_of: no row for this dialect");
+}
+
+std::string dialect_names_text() {
+  std::string out;
+  for (const dialect_def& d : dialect_table()) out += (out.empty() ? "" : ", ") + std::string(d.name);
+  return out;
+}
+
+std::string dialects_help() {
+  std::string out;
+  for (const dialect_def& d : dialect_table()) {
+    std::string name = d.name;
+    name.resize(20, ' ');
+    out += "  " + name + d.summary + "\n";
+  }
+  return out;
+}
+
+const dialect_def& dialect_parse(const std::string& name) {
+  for (const dialect_def& d : dialect_table())
+    if (name == d.name) return d;
+  throw input_error("--api: expected one of " + dialect_names_text() + ", found '" + name + "'");
 }
 
 // ---- capability probe ----
@@ -121,6 +143,8 @@ struct probe_reads {
   json props, version, models, tags;
   int props_status = 0, version_status = 0, models_status = 0, health_status = 0;
   bool metrics = false;
+  bool slots = false;               // GET /slots answers a JSON array (llama-server --slots, detaudit serve)
+  bool metrics_processing = false;  // /metrics has llama.cpp's requests_processing gauge
 };
 
 json json_or_null(const http_response& r) {
@@ -146,8 +170,21 @@ probe_reads probe_read(const http_client& c) {
   if (p.models.is_object() && !(p.models.contains("data") && p.models["data"].is_array())) p.models = nullptr;
   if (p.version.is_object()) p.tags = json_or_null(c.get_once("/api/tags", t));
   p.health_status = c.get_once("/health", t).status;
-  p.metrics = c.get_once("/metrics", t).ok();
+  const http_response metrics = c.get_once("/metrics", t);
+  p.metrics = metrics.ok();
+  p.metrics_processing = p.metrics && metrics.body.find("requests_processing") != std::string::npos;
+  const http_response slots = c.get_once("/slots", t);
+  const json sj = slots.ok() ? json::parse(slots.body, nullptr, /*allow_exceptions=*/false) : json();
+  p.slots = sj.is_array();
   return p;
+}
+
+// What a dialect's detection route answered (null: nothing usable).
+const json& read_of(const probe_reads& p, const char* route) {
+  static const json none;
+  if (!route) return none;
+  const std::string r = route;
+  return r == "/props" ? p.props : r == "/api/version" ? p.version : r == "/v1/models" ? p.models : none;
 }
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
@@ -177,18 +214,22 @@ capabilities caps_from(const probe_reads& p, http_api api, const target_options&
   const std::string owner = p.models.is_object() && !p.models["data"].empty() ? str_at(p.models["data"][0], "owned_by") : "";
   const bool detaudit = starts_with(str_at(p.props, "build_info"), "detaudit") ||
                         starts_with(str_at(p.props, "system_fingerprint"), "detaudit") || owner == "detaudit";
-  c.token_ids = api == API_LLAMACPP;
+  const dialect_def& d = dialect_of(api);
+  c.token_ids = d.token_ids;
   c.cache_control = llamacpp && api != API_OLLAMA;
   c.logit_hashes = detaudit;
   c.metrics = p.metrics;
+  c.busy_source = p.slots ? "/slots" : p.metrics_processing ? "/metrics" : "";
   c.seed = true;
-  c.logprob_cap = api == API_LLAMACPP ? 100 : 20;
+  c.logprob_cap = d.logprob_cap;
   c.logprobs_kind = llamacpp || detaudit ? "pre-sampling" : "post-sampling";
   c.build = !str_at(p.props, "build_info").empty() ? str_at(p.props, "build_info") : str_at(p.version, "version");
   c.fingerprint = str_at(p.props, "system_fingerprint");
   c.model = !opt.model.empty() ? opt.model : first_model(p);
   c.model_sha256 = str_at(p.props, "model_sha256");
   if (const json* n = json_get(p.props, "total_slots"); n && n->is_number_integer()) c.n_slots = n->get<int>();
+  c.chat_template = str_at(p.props, "chat_template");
+  c.chat_template_fallback = str_at(p.props, "chat_template_fallback");
   c.raw = {{"props", p.props}, {"api_version", p.version}, {"v1_models", p.models}, {"health_status", p.health_status},
            {"metrics", p.metrics}};
   if (!p.tags.is_null()) c.raw["api_tags"] = p.tags;
@@ -198,16 +239,15 @@ capabilities caps_from(const probe_reads& p, http_api api, const target_options&
 
 // Which dialect answers; input_error when none does (the key is wrong, or no known API).
 http_api detect(const probe_reads& p, const std::string& url) {
-  if (p.props.is_object()) return API_LLAMACPP;
-  if (p.version.is_object()) return API_OLLAMA;
-  if (p.models.is_object()) return API_OPENAI_CHAT;
+  for (const dialect_def& d : dialect_table())
+    if (read_of(p, d.detect).is_object()) return d.api;
   for (int s : {p.props_status, p.version_status, p.models_status})
     if (s == 401 || s == 403)
       throw input_error("target " + url + " answered " + std::to_string(s) +
                         ": the API key is missing or wrong (pass it with --api-key-env NAME)");
   throw input_error("cannot tell which API " + url + " speaks (GET /props, /api/version and /v1/models answered " +
                     std::to_string(p.props_status) + ", " + std::to_string(p.version_status) + ", " +
-                    std::to_string(p.models_status) + "); pass --api openai-chat|openai-completions|llamacpp|ollama");
+                    std::to_string(p.models_status) + "); pass --api NAME, one of " + dialect_names_text());
 }
 
 }  // namespace
@@ -215,6 +255,15 @@ http_api detect(const probe_reads& p, const std::string& url) {
 // ---- the target ----
 
 namespace {
+
+// Fields some servers add to any dialect's answer: detaudit serve's "max_seqs_in_step" (the most
+// sequences in one forward step this request took part in) becomes evidence.batch_width.
+void extensions_parse(const json& j, reports::record& rec) {
+  if (const json* w = json_get(j, "max_seqs_in_step")) {
+    if (!w->is_number_integer()) throw response_error("field 'max_seqs_in_step': expected an integer");
+    rec.evidence["batch_width"] = *w;
+  }
+}
 
 // Replaces every occurrence of the secret in a message.
 std::string text_redact(std::string s, const std::string& secret) {
@@ -251,7 +300,7 @@ class http_target final : public target {
       : spec_(std::move(spec)), url_(url), api_(api), opt_(opt), client_(url, client_options(opt)), caps_(std::move(caps)) {}
 
   std::string spec() const override { return spec_; }
-  std::string dialect() const override { return http_api_name(api_); }
+  std::string dialect() const override { return dialect_of(api_).name; }
 
   capabilities probe() override {
     capabilities c = caps_from(probe_read(client_), api_, opt_);
@@ -263,6 +312,7 @@ class http_target final : public target {
   reports::record complete(const gen_request& r) override;
 
   json metrics() override;
+  int busy_now() override;
 
  private:
   capabilities caps() {
@@ -296,9 +346,7 @@ reports::record http_target::complete(const gen_request& r) {
   si.llamacpp = c.cache_control || api_ == API_LLAMACPP;
   si.detaudit = c.logit_hashes;
   si.logprob_cap = api_ == API_LLAMACPP && !r.messages.empty() ? std::min(c.logprob_cap, 20) : c.logprob_cap;
-  http_call call = api_ == API_LLAMACPP ? llamacpp_request(r, si)
-                   : api_ == API_OLLAMA ? ollama_request(r, si)
-                                        : openai_request(r, si, api_ == API_OPENAI_CHAT);
+  http_call call = dialect_of(api_).build(r, si);
   if (opt_.stream) {
     call.body["stream"] = true;
     if (call.path != "/completion") call.body["stream_options"] = {{"include_usage", true}};
@@ -307,6 +355,7 @@ reports::record http_target::complete(const gen_request& r) {
   reports::record rec;
   rec.target = target_json(c);
   rec.request = redact(call.body, opt_.api_key);
+  rec.endpoint = call.path;
   const http_response resp = client_.post_json(call.path, call.body.dump(-1, ' ', false, json::error_handler_t::replace));
   rec.timings = {{"t_start", resp.t_start}, {"t_end", resp.t_end}, {"latency_ms", (resp.t_end - resp.t_start) * 1000.0},
                  {"attempts", resp.attempts}};
@@ -318,6 +367,7 @@ reports::record http_target::complete(const gen_request& r) {
   } else if (!rec.top_logprobs.empty() || (!rec.tokens.empty() && rec.tokens[0].logprob)) {
     rec.logprobs_kind = c.logprobs_kind;
   }
+  reports::record_normalise(rec);
   return rec;
 }
 
@@ -327,12 +377,14 @@ void http_target::response_read(const http_call& call, const http_response& resp
     rec.error = where + ": " + http_error_message(resp);
     return;
   }
-  const bool chat = call.path == "/v1/chat/completions" || call.path == "/api/chat";
+  const dialect_def& d = dialect_of(api_);
+  const bool chat = d.chat_path && call.path == d.chat_path;
   json j;
   const json* stream = json_get(call.body, "stream");
-  if (stream && stream->is_boolean() && stream->get<bool>() && resp.content_type.rfind("text/event-stream", 0) == 0) {
+  if (d.stream && stream && stream->is_boolean() && stream->get<bool>() &&
+      resp.content_type.rfind("text/event-stream", 0) == 0) {
     try {
-      j = call.path == "/completion" ? stream_assemble_llamacpp(resp.body) : stream_assemble_openai(resp.body, chat);
+      j = d.stream(resp.body, chat);
     } catch (const response_error& e) {
       rec.error = where + ": " + e.what();
       return;
@@ -346,9 +398,8 @@ void http_target::response_read(const http_call& call, const http_response& resp
     return;
   }
   try {
-    if (api_ == API_OLLAMA) ollama_parse(j, chat, rec);
-    else if (call.path == "/completion") llamacpp_parse(j, rec);
-    else openai_parse(j, chat, rec);
+    d.parse(j, chat, rec);
+    extensions_parse(j, rec);
   } catch (const response_error& e) {
     rec.error = where + ": unexpected answer: " + e.what();
     rec.text.clear();
@@ -382,6 +433,30 @@ json metrics_parse(const std::string& text) {
   return out;
 }
 
+int http_target::busy_now() {
+  const std::string source = caps().busy_source;
+  if (source.empty()) return -1;
+  const http_response r = client_.get_once(source, 2.0);
+  if (!r.ok()) return -1;
+  if (source == "/metrics") {
+    const json m = metrics_parse(r.body);
+    for (auto it = m.begin(); it != m.end(); ++it) {
+      const std::string& name = it.key();
+      if (name.size() >= 19 && name.compare(name.size() - 19, 19, "requests_processing") == 0)
+        return static_cast<int>(it.value().get<double>());
+    }
+    return -1;
+  }
+  const json slots = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+  if (!slots.is_array()) return -1;
+  int busy = 0;
+  for (const json& s : slots) {
+    const json* p = json_get(s, "is_processing");
+    busy += p && p->is_boolean() && p->get<bool>();
+  }
+  return busy;
+}
+
 json http_target::metrics() {
   const http_response r = client_.get_once("/metrics", std::min(opt_.timeout_s, 10.0));
   return r.ok() ? metrics_parse(r.body) : json::object();
@@ -410,11 +485,12 @@ std::string url_normalise(const std::string& url) {
 std::unique_ptr<target> target_make_http(const std::string& spec, const target_options& opt) {
   const std::string url = url_normalise(spec);
   auto stream_check = [&opt](http_api api) {
-    if (opt.stream && api == API_OLLAMA)
-      throw input_error("--stream: ollama targets stream newline-delimited JSON, which detaudit does not read; run without --stream");
+    if (opt.stream && !dialect_of(api).stream)
+      throw input_error(std::string("--stream: ") + dialect_of(api).name +
+                        " targets stream a format detaudit does not read; run without --stream");
     return api;
   };
-  if (!opt.api.empty()) return std::make_unique<http_target>(spec, url, stream_check(http_api_parse(opt.api)), opt, std::nullopt);
+  if (!opt.api.empty()) return std::make_unique<http_target>(spec, url, stream_check(dialect_parse(opt.api).api), opt, std::nullopt);
   const probe_reads p = probe_read(http_client(url, client_options(opt)));
   const http_api api = stream_check(detect(p, url));
   return std::make_unique<http_target>(spec, url, api, opt, caps_from(p, api, opt));

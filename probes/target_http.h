@@ -1,5 +1,5 @@
-// HTTP targets, internal to detaudit_probes: one target class over four dialects. A dialect is a
-// request builder (gen_request -> path + JSON body) and a response reader (JSON -> record fields);
+// HTTP targets, internal to detaudit_probes: one target class over the dialects of dialect_table()
+// (one row each: routes, request builder, response reader, stream reader, what it can report);
 // the target class does the rest (capability probe, detection, the HTTP call, errors, timings).
 //
 //   dialect              raw prompt            chat messages
@@ -18,10 +18,6 @@
 namespace detaudit::probes {
 
 enum http_api { API_OPENAI_CHAT, API_OPENAI_COMPLETIONS, API_LLAMACPP, API_OLLAMA };
-
-const char* http_api_name(http_api a);
-// Throws input_error naming the value and the four names for an unknown one.
-http_api http_api_parse(const std::string& name);
 
 // What the capability probe found that shapes a request.
 struct http_server_info {
@@ -43,24 +39,47 @@ class response_error : public std::runtime_error {
   explicit response_error(const std::string& what) : std::runtime_error(what) {}
 };
 
-// Request builders: throw input_error when the request kind does not fit the dialect (a raw
-// prompt to openai-chat, chat messages to openai-completions).
-http_call openai_request(const gen_request& r, const http_server_info& s, bool chat);
+// One HTTP dialect: everything detaudit knows of it, in one row.
+struct dialect_def {
+  http_api api;
+  const char* name;       // as --api takes it and records say it
+  const char* summary;    // for --help and docs
+  const char* raw_path;   // POST route of a raw prompt; nullptr: refused
+  const char* chat_path;  // POST route of chat messages; nullptr: refused
+  const char* detect;     // GET route whose JSON answer identifies the dialect; nullptr: never detected
+  // gen_request -> route + body. Throws input_error when the request kind does not fit the dialect
+  // (a raw prompt to openai-chat, chat messages to openai-completions).
+  http_call (*build)(const gen_request& r, const http_server_info& s);
+  // The answer of `chat` (chat route) or raw route -> text, tokens, top_logprobs, finish_reason,
+  // usage, timings["server"], evidence (cached_tokens, draft_proposed, draft_accepted,
+  // batch_width), logit_hashes, chained_hash. Throws response_error.
+  void (*parse)(const json& j, bool chat, reports::record& rec);
+  // A text/event-stream body -> the JSON the same request answers unstreamed; nullptr: the dialect
+  // cannot be streamed. Throws response_error for a stream that ends before its last event, an
+  // event that is not JSON, or an error event.
+  json (*stream)(const std::string& body, bool chat);
+  bool token_ids;         // answers carry token ids
+  int logprob_cap;        // most top log-probs per step it gives (raw route)
+};
+
+// Every dialect, in detection order (the first whose `detect` route answers JSON wins).
+const std::vector<dialect_def>& dialect_table();
+const dialect_def& dialect_of(http_api api);
+// Throws input_error naming the value and every dialect's name for an unknown one.
+const dialect_def& dialect_parse(const std::string& name);
+// "openai-chat, openai-completions, llamacpp, ollama"
+std::string dialect_names_text();
+
+// The dialects' functions (dialect_*.cpp, stream.cpp), reached through dialect_table().
+http_call openai_chat_request(const gen_request& r, const http_server_info& s);
+http_call openai_completions_request(const gen_request& r, const http_server_info& s);
 http_call llamacpp_request(const gen_request& r, const http_server_info& s);
 http_call ollama_request(const gen_request& r, const http_server_info& s);
-
-// Response readers: fill text, tokens, top_logprobs, finish_reason, usage, timings["server"],
-// evidence (cached_tokens, draft_accepted), logit_hashes and chained_hash. Throw response_error.
 void openai_parse(const json& j, bool chat, reports::record& rec);
-void llamacpp_parse(const json& j, reports::record& rec);
+void llamacpp_parse(const json& j, bool chat, reports::record& rec);
 void ollama_parse(const json& j, bool chat, reports::record& rec);
-
-// Streamed answers (stream.cpp): a text/event-stream body assembled into the JSON the same request
-// answers without "stream" (OpenAI: chat.completion / text_completion; llama.cpp: /completion's
-// answer). Throw response_error for a stream that ends before its last event ([DONE]; llama.cpp's
-// "stop": true), an event that is not JSON, or an error event.
 json stream_assemble_openai(const std::string& body, bool chat);
-json stream_assemble_llamacpp(const std::string& body);
+json stream_assemble_llamacpp(const std::string& body, bool chat);
 
 // ---- shared by the readers (target_http.cpp) ----
 

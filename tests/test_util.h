@@ -54,6 +54,12 @@ inline std::string file_text(const std::string& path) {
   return ss.str();
 }
 
+// Writes `text` to `path` (replacing it); returns the path.
+inline std::string write_file(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
 // Reads `fd` until a line ends (or EOF, or timeout_s seconds); returns what was read, which may
 // run past the line end. How the tests learn the port a `detaudit serve --port 0` child printed.
 inline std::string read_first_line(int fd, int timeout_s) {

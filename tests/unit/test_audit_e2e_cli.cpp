@@ -17,11 +17,6 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string write(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-  return path;
-}
-
 std::set<std::string> keys(const std::string& dir) {
   std::set<std::string> out;
   for (const reports::record& r : reports::records_read(dir)) out.insert(reports::record_key(r));
@@ -34,14 +29,14 @@ std::string engine_spec() { return "engine:" + test::fixture("models/stories260K
 
 TEST_CASE("audit_e2e_cli: --config arrays, shards merged with detaudit merge equal the whole run") {
   const std::string dir = test::scratch_dir("audit_e2e_cli_shards");
-  const std::string prompts = write(dir + "/p.txt", "Once upon a time\nThe cat sat\nLily liked\nTom ran\nA bird sang\n");
+  const std::string prompts = test::write_file(dir + "/p.txt", "Once upon a time\nThe cat sat\nLily liked\nTom ran\nA bird sang\n");
   const json config = {{"target", {engine_spec(), engine_spec()}},
                        {"probe", {"cross", "repeat"}},
                        {"prompts", prompts},
                        {"raw", true},
                        {"n-predict", 6},
                        {"fail-on", "any"}};
-  write(dir + "/audit.json", config.dump());
+  test::write_file(dir + "/audit.json", config.dump());
   const std::string run = test::detaudit_bin() + " run --config " + dir + "/audit.json";
   const test::cmd_result whole = test::run_cmd(run + " --out " + dir + "/whole --format json");
   INFO(whole.err);
@@ -70,7 +65,7 @@ TEST_CASE("audit_e2e_cli: --config arrays, shards merged with detaudit merge equ
 
 TEST_CASE("audit_e2e_cli: lint alone sends nothing and lists the findings") {
   const std::string dir = test::scratch_dir("audit_e2e_cli_lint");
-  const std::string prompts = write(dir + "/p.txt", "Clean prompt\nAt 2025-01-01T12:00:00 the log said\r\n");
+  const std::string prompts = test::write_file(dir + "/p.txt", "Clean prompt\nAt 2025-01-01T12:00:00 the log said\r\n");
   const test::cmd_result r = test::run_cmd(test::detaudit_bin() + " run --target '" + engine_spec() + "' --prompts " + prompts +
                                            " --probe lint --temperature 0 --top-p 0.9 --out " + dir + "/run");
   INFO(r.err);
@@ -85,7 +80,7 @@ TEST_CASE("audit_e2e_cli: lint alone sends nothing and lists the findings") {
 
 TEST_CASE("audit_e2e_cli: bad input exits 2 with one line naming the problem") {
   const std::string dir = test::scratch_dir("audit_e2e_cli_bad");
-  const std::string prompts = write(dir + "/p.txt", "Hello\n");
+  const std::string prompts = test::write_file(dir + "/p.txt", "Hello\n");
   const std::string base = test::detaudit_bin() + " run --target '" + engine_spec() + "' --out " + dir + "/run";
   const std::pair<std::string, std::string> cases[] = {
       {" --prompts " + prompts + " --probe cross", "--probe cross needs two --target"},

@@ -183,7 +183,7 @@ TEST_CASE("probes_http_faults: a server no dialect fits is told apart from one t
   r.srv.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok", "text/plain"); });
   r.srv.Get("/props", [](const httplib::Request&, httplib::Response& res) { res.set_content("<html>hi</html>", "text/html"); });
   r.start();
-  CHECK_THROWS_WITH_AS(target_make(r.url(), fast_opts("")), doctest::Contains("--api openai-chat|openai-completions|llamacpp|ollama"),
+  CHECK_THROWS_WITH_AS(target_make(r.url(), fast_opts("")), doctest::Contains("pass --api NAME, one of llamacpp, ollama, openai-chat, openai-completions"),
                        detaudit::input_error);
 }
 

@@ -214,6 +214,6 @@ TEST_CASE("probes_http_stream: a connection cut inside a chunked stream is retri
 
 TEST_CASE("probes_http_stream: --stream is refused for ollama targets") {
   CHECK_THROWS_WITH_AS(target_make("http://127.0.0.1:9", opts("ollama", true)),
-                       doctest::Contains("--stream: ollama targets stream newline-delimited JSON"),
+                       doctest::Contains("--stream: ollama targets stream a format detaudit does not read"),
                        detaudit::input_error);
 }

@@ -323,13 +323,14 @@ TEST_CASE("probes_run: shards 1/2 and 2/2 merged hold every key of the full run 
   CHECK(manifest(root + "/s2")["shard"] == json{{"index", 2}, {"count", 2}});
   CHECK(manifest(root + "/s2")["items_in_shard"] == 2);
 
-  const size_t n = probes::runs_merge({root + "/s1", root + "/s2", root + "/s1"}, root + "/merged");
+  const size_t n = probes::runs_merge({root + "/s1", root + "/s2"}, root + "/merged");
   const std::vector<record> merged = reports::records_read(root + "/merged");
   CHECK(n == merged.size());
   CHECK(keys_of(merged) == keys_of(reports::records_read(root + "/full")));
   const json m = manifest(root + "/merged");
   CHECK_FALSE(m.contains("shard"));
-  CHECK(m["merged_from"].size() == 3);
+  CHECK(m["merged_from"].size() == 2);
+  CHECK(m["shards"] == json{{"count", 2}, {"merged", {1, 2}}, {"missing", json::array()}});
   CHECK(m["run_ids"].size() == 2);
   CHECK_THROWS_WITH_AS(probes::runs_merge({root + "/s1"}, root + "/merged"), doctest::Contains("already exists"), input_error);
   CHECK_THROWS_WITH_AS(probes::runs_merge({root + "/nope"}, root + "/m2"), doctest::Contains("is not a run folder"), input_error);
