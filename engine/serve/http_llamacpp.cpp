@@ -73,7 +73,8 @@ json completion_json(const http_state& st, const llamacpp_options& o, const requ
             {"truncated", false},
             {"timings", timings_json(g.timings, out.n_cached)},
             {"draft_proposed", out.n_draft_proposed},
-            {"draft_accepted", out.n_draft_accepted}};
+            {"draft_accepted", out.n_draft_accepted},
+            {"max_seqs_in_step", out.max_seqs_in_step}};
   if (!streamed) token_fields(st, o, g.tokens, j);
   else j["tokens"] = json::array();
   if (o.logit_hashes) {

@@ -84,6 +84,7 @@ json response_json(const http_state& st, const openai_options& o, const request_
   j["choices"] = json::array({choice});
   j["usage"] = usage_json(out);
   j["timings"] = timings_json(out.gen.timings, out.n_cached);
+  j["max_seqs_in_step"] = out.max_seqs_in_step;
   if (o.logit_hashes) hashes_add(j, out);
   return j;
 }
@@ -116,6 +117,7 @@ stream_format stream_format_make(const http_state& st, const openai_options& o) 
     j["choices"] = json::array({choice});
     j["usage"] = usage_json(out);
     j["timings"] = timings_json(out.gen.timings, out.n_cached);
+    j["max_seqs_in_step"] = out.max_seqs_in_step;
     if (o.logit_hashes) hashes_add(j, out);
     return sse_event(j) + "data: [DONE]\n\n";
   };
