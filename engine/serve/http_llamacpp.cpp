@@ -124,13 +124,8 @@ void handle_tokenize(http_state& st, const httplib::Request& req, httplib::Respo
       continue;
     }
     const std::string piece = tokenizer::token_to_piece(st.sched.model().vocab(), id, true);
-    bool valid = true;
-    try {
-      (void)json(piece).dump();
-    } catch (const json::type_error&) {
-      valid = false;  // not UTF-8: given as its bytes, as llama.cpp does
-    }
-    toks.push_back({{"id", id}, {"piece", valid ? json(piece) : token_bytes(piece)}});
+    // not UTF-8: given as its bytes, as llama.cpp does
+    toks.push_back({{"id", id}, {"piece", utf8_is_valid(piece) ? json(piece) : token_bytes(piece)}});
   }
   json_send(res, {{"tokens", toks}});
 }
