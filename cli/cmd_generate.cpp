@@ -4,6 +4,7 @@
 #include <sstream>
 #include <thread>
 
+#include "chat/chat_template.h"
 #include "commands.h"
 #include "model/inspect.h"
 #include "runtime/generate.h"
@@ -55,7 +56,12 @@ void run_generate(const generate_cmd_options& o) {
   runtime::generate_params gen = o.gen;
   gen.companions = runtime::generate_filler_prompts(m->vocab(), o.batch_with);
   std::string prompt_text = text;
-  if (o.chat) prompt_text = runtime::generate_render_chat(*m, {o.system, text, o.chat_template, !o.no_thinking});
+  if (o.chat) {
+    prompt_text = runtime::generate_render_chat(*m, {o.system, text, o.chat_template, !o.no_thinking});
+    if (auto f = chat::chat_fallback_family(o.chat_template, m->vocab().chat_template()))
+      std::cerr << "generate: " << o.model << " has no chat template; --chat renders the prompt with "
+                << chat::template_family_name(*f) << ", as llama-server does\n";
+  }
   const std::vector<int32_t> prompt = runtime::generate_tokenize(m->vocab(), prompt_text);
   if (o.verbose) std::cerr << "prompt: " << prompt.size() << " tokens\n";
 
@@ -90,7 +96,9 @@ void setup_generate(CLI::App& app) {
   input->require_option(1);
   sub->add_option("-n,--n-predict", opt->gen.n_predict, "Most tokens to generate; -1: until end of generation or a full context")
       ->capture_default_str();
-  CLI::Option* chat = sub->add_flag("--chat", opt->chat, "Wrap the prompt as a user turn in the model's chat template");
+  CLI::Option* chat = sub->add_flag("--chat", opt->chat,
+                                    "Wrap the prompt as a user turn in the model's chat template (chatml when the file "
+                                    "has none, as llama-server does)");
   sub->add_option("--system", opt->system, "System message (with --chat)")->needs(chat)->type_name("TEXT");
   sub->add_option("--chat-template", opt->chat_template,
                   "Chat template family, instead of the one detected in the file: chatml, qwen3, deepseek-r1, llama3, "

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <thread>
 
+#include "chat/chat_template.h"
 #include "commands.h"
 #include "runtime/context.h"
 #include "serve/http_server.h"
@@ -72,6 +73,9 @@ void run_serve(const serve_cmd_options& o) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
   auto m = model::model::load(o.model);
+  if (auto f = chat::chat_fallback_family(hp.chat_template, m->vocab().chat_template()))
+    std::cerr << "serve: " << o.model << " has no chat template; chat requests are rendered with "
+              << chat::template_family_name(*f) << ", as llama-server does\n";
   const serve::scheduler_params sp = scheduler_params_make(o);
   serve::scheduler sched(m, sp);
   serve::http_server server(sched, hp);
@@ -122,8 +126,8 @@ void setup_serve(CLI::App& app) {
   sub->add_option("--draft-max", opt->n_draft, "Most draft tokens proposed per step (--spec ngram or --draft)")
       ->check(CLI::Range(0, 64))->capture_default_str();
   sub->add_option("--chat-template", opt->http.chat_template,
-                  "Chat template family for /v1/chat/completions instead of the detected one: chatml, qwen3, deepseek-r1, "
-                  "llama3, llama2, phi3")
+                  "Chat template family for /v1/chat/completions and /api/chat instead of the detected one (or of chatml, "
+                  "used when the file has none): chatml, qwen3, deepseek-r1, llama3, llama2, phi3")
       ->type_name("NAME");
   sub->add_option("--max-body", opt->http.max_body, "Largest request body in bytes (413 beyond)")
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30))->capture_default_str()->type_name("BYTES");

@@ -1,5 +1,6 @@
 // The real `detaudit serve` as a child process on 127.0.0.1 with a free port (--port 0), for every
-// test that talks HTTP to it. The port is read from its first stdout line; stderr goes to a file.
+// test that talks HTTP to it. The port is read from its first stdout line; stderr goes to a file
+// (err_path), one per child.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -49,12 +50,14 @@ inline int connect_loopback(int port) {
 struct serve_child {
   pid_t pid = -1;
   int port = 0;
+  std::string err_path;  // the child's stderr
 
   // `detaudit serve -m MODEL --host 127.0.0.1 --port 0 -t 1 EXTRA...` (MODEL: stories260K when
   // empty), with `env` set in the child only (how API keys reach it: never through argv).
   explicit serve_child(const std::vector<std::string>& extra, const std::string& model = "",
                        const std::vector<std::pair<std::string, std::string>>& env = {}) {
-    const std::string err_path = scratch_dir("serve_child_" + std::to_string(::getpid())) + "/stderr";
+    static int n_children = 0;  // each child its own file: scratch_dir() empties a reused one
+    err_path = scratch_dir("serve_child_" + std::to_string(::getpid()) + "_" + std::to_string(n_children++)) + "/stderr";
     std::vector<std::string> args = {detaudit_bin(), "serve", "-m", model.empty() ? fixture("models/stories260K.gguf") : model,
                                      "--host", "127.0.0.1", "--port", "0", "-t", "1"};
     args.insert(args.end(), extra.begin(), extra.end());

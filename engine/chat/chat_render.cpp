@@ -207,18 +207,26 @@ std::string chat_render(template_family f, const std::vector<chat_message>& mess
   throw std::logic_error("chat_render: unknown template family");
 }
 
-template_family chat_resolve_family(std::string_view override_name, std::string_view jinja, const std::string& origin) {
+std::optional<template_family> chat_fallback_family(std::string_view override_name, std::string_view jinja) {
+  if (override_name.empty() && jinja.empty()) return TEMPLATE_CHATML;
+  return std::nullopt;
+}
+
+family_choice chat_choose_family(std::string_view override_name, std::string_view jinja, const std::string& origin) {
   const char* const choices = "chatml|qwen3|deepseek-r1|llama3|llama2|phi3";
   if (!override_name.empty()) {
     std::optional<template_family> f = template_family_from_name(override_name);
     if (!f) throw input_error("unknown chat template '" + std::string(override_name) + "'; expected " + choices);
-    return *f;
+    return {*f, false};
   }
+  if (std::optional<template_family> f = chat_fallback_family(override_name, jinja)) return {*f, true};
   std::optional<template_family> f = chat_detect_family(jinja);
-  if (!f)
-    throw input_error(origin + ": chat template not recognised" + (jinja.empty() ? " (the file has none)" : "") +
-                      "; pass --chat-template " + choices);
-  return *f;
+  if (!f) throw input_error(origin + ": chat template not recognised; pass --chat-template " + choices);
+  return {*f, false};
+}
+
+template_family chat_resolve_family(std::string_view override_name, std::string_view jinja, const std::string& origin) {
+  return chat_choose_family(override_name, jinja, origin).family;
 }
 
 }  // namespace detaudit::chat

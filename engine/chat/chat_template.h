@@ -63,10 +63,24 @@ chat_options chat_options_from_template(std::string_view jinja);
 std::string chat_render(template_family f, const std::vector<chat_message>& messages, bool add_generation_prompt,
                         const chat_options& opt = {});
 
-// The family to render with: the one named by `override_name` when it is not empty, else the one
-// detected in `jinja`. Throws input_error for an unknown override name, and, naming `origin` (the
-// model file), when no family fits: "model.gguf: chat template not recognised; pass
+// The fallback, as llama-server's (its CHATML_TEMPLATE_SRC): chatml when no override is named and
+// the file has no template at all (`jinja` empty); nullopt otherwise, when the override or the
+// file's own template decides. The one place that says when the fallback applies. Never throws.
+std::optional<template_family> chat_fallback_family(std::string_view override_name, std::string_view jinja);
+
+struct family_choice {
+  template_family family = TEMPLATE_CHATML;
+  bool fallback = false;  // chosen by chat_fallback_family(): the file has no template
+};
+
+// The family to render with: the one named by `override_name` when it is not empty, else the
+// fallback when the file has no template, else the one detected in `jinja`. Throws input_error
+// for an unknown override name, and, naming `origin` (the model file), for a template that is
+// present but fits no family: "model.gguf: chat template not recognised; pass
 // --chat-template chatml|qwen3|deepseek-r1|llama3|llama2|phi3".
+family_choice chat_choose_family(std::string_view override_name, std::string_view jinja, const std::string& origin);
+
+// chat_choose_family(...).family, for callers that need not know whether it was the fallback.
 template_family chat_resolve_family(std::string_view override_name, std::string_view jinja, const std::string& origin);
 
 }  // namespace detaudit::chat

@@ -72,6 +72,7 @@ struct context::impl {
   int32_t next_id = 0;
   std::vector<token_trace> traces;
   int64_t max_seqs = 0, max_tokens = 0;
+  std::map<int32_t, int64_t> last_seqs;  // last_seqs_in_step(), per sequence of the last decode()
 
   sequence& seq(int32_t id) {
     auto it = seqs.find(id);
@@ -189,7 +190,9 @@ std::vector<std::vector<float>> context::impl::run_steps(const std::vector<token
       step.push_back({&seq(batch[i].seq).cache, pos[i], batch[i].token, batch[i].logits});
       seqs_in_step[batch[i].seq] = 1;
     }
-    max_seqs = std::max<int64_t>(max_seqs, static_cast<int64_t>(seqs_in_step.size()));
+    const int64_t n_seqs = static_cast<int64_t>(seqs_in_step.size());
+    max_seqs = std::max(max_seqs, n_seqs);
+    for (const auto& [id, unused] : seqs_in_step) last_seqs[id] = std::max(last_seqs[id], n_seqs);
     max_tokens = std::max<int64_t>(max_tokens, static_cast<int64_t>(step.size()));
     model::forward_step(*m, *ops, step, p.trace_hashes, out);
     size_t row = 0;
@@ -212,6 +215,7 @@ std::vector<std::vector<float>> context::decode(const std::vector<token_in>& bat
     new_len[batch[i].seq] = pos[i] + 1;
   }
   p_->traces.clear();
+  p_->last_seqs.clear();
   for (auto& [id, n] : new_len) p_->seq(id).cache.resize(n);
   std::vector<std::vector<float>> logits;
   try {
@@ -219,6 +223,7 @@ std::vector<std::vector<float>> context::decode(const std::vector<token_in>& bat
   } catch (...) {
     for (auto& [id, n] : old_len) p_->seq(id).cache.resize(n);
     p_->traces.clear();
+    p_->last_seqs.clear();
     throw;
   }
   for (const token_in& t : batch) p_->seq(t.seq).tokens.push_back(t.token);
@@ -228,5 +233,10 @@ std::vector<std::vector<float>> context::decode(const std::vector<token_in>& bat
 const std::vector<token_trace>& context::last_traces() const { return p_->traces; }
 int64_t context::max_seqs_in_step() const { return p_->max_seqs; }
 int64_t context::max_tokens_in_step() const { return p_->max_tokens; }
+
+int64_t context::last_seqs_in_step(int32_t seq) const {
+  auto it = p_->last_seqs.find(seq);
+  return it == p_->last_seqs.end() ? 0 : it->second;
+}
 
 }  // namespace detaudit::runtime

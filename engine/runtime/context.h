@@ -110,6 +110,9 @@ class context {
   // The most sequences and tokens evaluated in one forward step so far (evidence for audits).
   int64_t max_seqs_in_step() const;
   int64_t max_tokens_in_step() const;
+  // Of the last decode(): the most sequences, `seq` itself included, that shared one forward
+  // step holding a token of `seq`. 0 when `seq` had no token in that batch (or it failed).
+  int64_t last_seqs_in_step(int32_t seq) const;
 
   struct impl;
 

@@ -41,7 +41,8 @@ struct chat_request {
 
 // The conversation (system?, user) rendered with the model's chat template family plus the
 // generation prompt; without the leading BOS when the vocabulary adds one (generate_tokenize
-// adds it). Throws input_error naming the model file when no family fits.
+// adds it). A file without a template renders with chatml (chat::chat_choose_family). Throws
+// input_error naming the model file when its template fits no family.
 std::string generate_render_chat(const model::model& m, const chat_request& req);
 
 // Token ids from a list such as "1, 403 407,261": commas and/or whitespace between ids. `what`

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "serve/http_server.h"
@@ -79,6 +80,13 @@ json sampling_to_json(const runtime::sampling_params& s);
 // Token text (control tokens as their text) and its bytes.
 std::string token_piece(const http_state& st, int32_t id);
 json token_bytes(const std::string& piece);
+// True when `s` is well-formed UTF-8 (RFC 3629: no overlong forms, surrogates or code points past
+// U+10FFFF), i.e. when json_text() writes it unchanged.
+bool utf8_is_valid(std::string_view s);
+// A token's text as OpenAI's /v1/completions logprobs write it: the piece when it is valid UTF-8,
+// else "bytes:" and one \xHH (lower-case hex) per byte, e.g. "bytes:\xe2\x80" for the first two
+// bytes of a split character, so a client can recover the bytes.
+std::string token_text_openai(const std::string& piece);
 // llama.cpp's completion_probabilities entry for one generated token.
 json token_probs_llamacpp(const http_state& st, const runtime::generated_token& t);
 // The sampled token's log-prob when it is among the top entries, else null.

@@ -216,6 +216,41 @@ json token_bytes(const std::string& piece) {
   return a;
 }
 
+bool utf8_is_valid(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+    const unsigned char c = b(0);
+    size_t n = 1;
+    if (c >= 0xC2 && c <= 0xDF) n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) n = 3;
+    else if (c >= 0xF0 && c <= 0xF4) n = 4;
+    else if (c >= 0x80) return false;  // a continuation byte, an overlong lead (C0, C1) or F5..FF
+    unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
+    if (c == 0xE0) lo = 0xA0;            // overlong
+    if (c == 0xED) hi = 0x9F;            // surrogates
+    if (c == 0xF0) lo = 0x90;            // overlong
+    if (c == 0xF4) hi = 0x8F;            // past U+10FFFF
+    if (n > s.size() - i) return false;
+    for (size_t k = 1; k < n; ++k)
+      if (b(k) < (k == 1 ? lo : 0x80) || b(k) > (k == 1 ? hi : 0xBF)) return false;
+    i += n;
+  }
+  return true;
+}
+
+std::string token_text_openai(const std::string& piece) {
+  if (utf8_is_valid(piece)) return piece;
+  static const char k_hex[] = "0123456789abcdef";
+  std::string out = "bytes:";
+  for (unsigned char c : piece) {
+    out += "\\x";
+    out += k_hex[c >> 4];
+    out += k_hex[c & 0x0F];
+  }
+  return out;
+}
+
 json token_probs_llamacpp(const http_state& st, const runtime::generated_token& t) {
   json top = json::array();
   for (const runtime::token_logprob& e : t.top) {

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <sstream>
 
+#include "chat/chat_template.h"
 #include "runtime/hashes.h"
 #include "serve/http_handlers.h"
 #include "tokenizer/vocab.h"
@@ -73,7 +74,8 @@ json completion_json(const http_state& st, const llamacpp_options& o, const requ
             {"truncated", false},
             {"timings", timings_json(g.timings, out.n_cached)},
             {"draft_proposed", out.n_draft_proposed},
-            {"draft_accepted", out.n_draft_accepted}};
+            {"draft_accepted", out.n_draft_accepted},
+            {"max_seqs_in_step", out.max_seqs_in_step}};
   if (!streamed) token_fields(st, o, g.tokens, j);
   else j["tokens"] = json::array();
   if (o.logit_hashes) {
@@ -122,13 +124,8 @@ void handle_tokenize(http_state& st, const httplib::Request& req, httplib::Respo
       continue;
     }
     const std::string piece = tokenizer::token_to_piece(st.sched.model().vocab(), id, true);
-    bool valid = true;
-    try {
-      (void)json(piece).dump();
-    } catch (const json::type_error&) {
-      valid = false;  // not UTF-8: given as its bytes, as llama.cpp does
-    }
-    toks.push_back({{"id", id}, {"piece", valid ? json(piece) : token_bytes(piece)}});
+    // not UTF-8: given as its bytes, as llama.cpp does
+    toks.push_back({{"id", id}, {"piece", utf8_is_valid(piece) ? json(piece) : token_bytes(piece)}});
   }
   json_send(res, {{"tokens", toks}});
 }
@@ -154,17 +151,20 @@ void handle_props(http_state& st, const httplib::Request&, httplib::Response& re
   const runtime::sampling_params dflt;
   json gen = {{"n_ctx", s.slot_n_ctx()}, {"n_predict", -1}, {"params", sampling_to_json(dflt)}, {"n_probs", 0},
               {"cache_prompt", true}};
-  json_send(res, {{"default_generation_settings", gen},
-                  {"total_slots", s.params().n_slots},
-                  {"model_path", s.model().path()},
-                  {"model_sha256", s.model().sha256()},
-                  {"numerics", runtime::numerics_name(s.params().ctx.numerics)},
-                  {"backend", runtime::backend_name(s.params().ctx.backend)},
-                  {"device", s.device_description()},
-                  {"build_info", std::string("detaudit ") + DETAUDIT_VERSION},
-                  {"system_fingerprint", st.fingerprint},
-                  {"chat_template", s.model().vocab().chat_template()},
-                  {"speculative", s.params().spec != SPEC_NONE}});
+  json j = {{"default_generation_settings", gen},
+            {"total_slots", s.params().n_slots},
+            {"model_path", s.model().path()},
+            {"model_sha256", s.model().sha256()},
+            {"numerics", runtime::numerics_name(s.params().ctx.numerics)},
+            {"backend", runtime::backend_name(s.params().ctx.backend)},
+            {"device", s.device_description()},
+            {"build_info", std::string("detaudit ") + DETAUDIT_VERSION},
+            {"system_fingerprint", st.fingerprint},
+            {"chat_template", s.model().vocab().chat_template()},
+            {"speculative", s.params().spec != SPEC_NONE}};
+  if (auto f = chat::chat_fallback_family(st.params.chat_template, s.model().vocab().chat_template()))
+    j["chat_template_fallback"] = chat::template_family_name(*f);
+  json_send(res, j);
 }
 
 void handle_slots(http_state& st, const httplib::Request&, httplib::Response& res) {

@@ -130,6 +130,7 @@ json answer_json(const http_state& st, const ollama_options& o, const request_re
   j["prompt_eval_duration"] = static_cast<int64_t>(g.timings.prompt_ms * 1e6);
   j["eval_count"] = static_cast<int64_t>(g.tokens.size());
   j["eval_duration"] = static_cast<int64_t>(g.timings.gen_ms * 1e6);
+  j["max_seqs_in_step"] = out.max_seqs_in_step;
   if (o.n_logprobs >= 0) j["logprobs"] = logprobs_json(st, o.n_logprobs, g.tokens);
   if (o.logit_hashes) {
     json hs = json::array();

@@ -30,7 +30,8 @@ json envelope(const http_state& st, const openai_options& o, bool chunk) {
 }
 
 // Chat: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}.
-// Completions: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}.
+// Completions: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}, token
+// strings as token_text_openai() writes them (text_offset counts the piece's bytes).
 json logprobs_json(const http_state& st, const openai_options& o, const std::vector<runtime::generated_token>& toks,
                    size_t text_offset) {
   if (o.n_logprobs < 0) return nullptr;
@@ -49,10 +50,11 @@ json logprobs_json(const http_state& st, const openai_options& o, const std::vec
   }
   json tokens = json::array(), token_lp = json::array(), top_lp = json::array(), offsets = json::array();
   for (const runtime::generated_token& t : toks) {
-    tokens.push_back(t.piece);
+    tokens.push_back(token_text_openai(t.piece));
     token_lp.push_back(token_logprob_of(t));
     json top = json::object();
-    for (size_t i = 0; i < std::min(n_top, t.top.size()); ++i) top[token_piece(st, t.top[i].id)] = t.top[i].logprob;
+    for (size_t i = 0; i < std::min(n_top, t.top.size()); ++i)
+      top[token_text_openai(token_piece(st, t.top[i].id))] = t.top[i].logprob;
     top_lp.push_back(top);
     offsets.push_back(text_offset);
     text_offset += t.piece.size();
@@ -84,6 +86,7 @@ json response_json(const http_state& st, const openai_options& o, const request_
   j["choices"] = json::array({choice});
   j["usage"] = usage_json(out);
   j["timings"] = timings_json(out.gen.timings, out.n_cached);
+  j["max_seqs_in_step"] = out.max_seqs_in_step;
   if (o.logit_hashes) hashes_add(j, out);
   return j;
 }
@@ -116,6 +119,7 @@ stream_format stream_format_make(const http_state& st, const openai_options& o) 
     j["choices"] = json::array({choice});
     j["usage"] = usage_json(out);
     j["timings"] = timings_json(out.gen.timings, out.n_cached);
+    j["max_seqs_in_step"] = out.max_seqs_in_step;
     if (o.logit_hashes) hashes_add(j, out);
     return sse_event(j) + "data: [DONE]\n\n";
   };

@@ -427,6 +427,7 @@ void scheduler::impl::step() {
   for (batch_part& part : parts) {
     slot& s = *part.s;
     active& a = *s.req;
+    a.res.max_seqs_in_step = std::max(a.res.max_seqs_in_step, ctx->last_seqs_in_step(s.seq));
     if (ctx->params().trace_hashes)
       for (const runtime::token_trace& t : ctx->last_traces())
         if (t.seq == s.seq) a.res.gen.traces.push_back(t);

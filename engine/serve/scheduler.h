@@ -62,6 +62,10 @@ struct request_result {
   int64_t n_past = 0;              // tokens the slot's cache holds when the request ends
   int64_t n_draft_proposed = 0;
   int64_t n_draft_accepted = 0;
+  // The most sequences (requests) that shared one forward step of the model with this request,
+  // itself included, over all its steps (prefill too; draft-model steps are not counted): 1 when
+  // it was evaluated alone throughout, >= 2 when it was batched with another request.
+  int64_t max_seqs_in_step = 0;
   std::string error;               // non-empty: the request failed (message for the client)
   int http_status = 200;           // 400 (bad prompt, context), 503 (cancelled at shutdown), ...
 };

@@ -83,9 +83,10 @@ struct malformed_answer : std::runtime_error {
 };
 
 // Removes the fields that legitimately differ between two identical requests: ids and creation
-// times (OpenAI), timings, the slot, and what the prompt cache held. Everything else stays.
+// times (OpenAI), timings, the slot, what the prompt cache held, and how many other requests
+// shared its forward steps. Everything else stays.
 inline void drop_volatile(json& j) {
-  for (const char* key : {"id", "created", "timings", "id_slot", "tokens_cached"}) j.erase(key);
+  for (const char* key : {"id", "created", "timings", "id_slot", "tokens_cached", "max_seqs_in_step"}) j.erase(key);
   if (auto u = j.find("usage"); u != j.end() && u->is_object()) u->erase("prompt_tokens_details");
 }
 

@@ -111,20 +111,29 @@ TEST_CASE("chat: unknown roles are input errors") {
   CHECK_THROWS_AS(chat_render(TEMPLATE_CHATML, {{"tool", "x"}}, true), detaudit::input_error);
 }
 
-TEST_CASE("chat: the family comes from an override name or the template, else a clear error") {
+TEST_CASE("chat: the family comes from an override name, the template, or chatml for a file without one") {
   CHECK(chat_resolve_family("llama3", "", "m.gguf") == TEMPLATE_LLAMA3);
   CHECK(chat_resolve_family("", "<|im_start|>x<|im_end|>", "m.gguf") == TEMPLATE_CHATML);
   CHECK(chat_resolve_family("phi3", "<|im_start|>x<|im_end|>", "m.gguf") == TEMPLATE_PHI3);
-  for (const char* jinja : {"", "{{ messages }}"}) {
-    CAPTURE(jinja);
-    try {
-      chat_resolve_family("", jinja, "model.gguf");
-      FAIL("expected an input_error");
-    } catch (const detaudit::input_error& e) {
-      const std::string msg = e.what();
-      CHECK(msg.rfind("model.gguf: chat template not recognised", 0) == 0);
-      CHECK(msg.find("pass --chat-template chatml|qwen3|deepseek-r1|llama3|llama2|phi3") != std::string::npos);
-    }
+  // no template at all: chatml, as llama-server does, and the caller can tell
+  const family_choice none = chat_choose_family("", "", "m.gguf");
+  CHECK(none.family == TEMPLATE_CHATML);
+  CHECK(none.fallback);
+  CHECK(chat_fallback_family("", "") == TEMPLATE_CHATML);
+  // an override or a template of the file's own is never the fallback
+  CHECK_FALSE(chat_choose_family("llama2", "", "m.gguf").fallback);
+  CHECK(chat_choose_family("llama2", "", "m.gguf").family == TEMPLATE_LLAMA2);
+  CHECK_FALSE(chat_fallback_family("llama2", "").has_value());
+  CHECK_FALSE(chat_choose_family("", "<|im_start|>x<|im_end|>", "m.gguf").fallback);
+  CHECK_FALSE(chat_fallback_family("", "{{ messages }}").has_value());
+  // a template that is present but fits no family stays an error
+  try {
+    chat_choose_family("", "{{ messages }}", "model.gguf");
+    FAIL("expected an input_error");
+  } catch (const detaudit::input_error& e) {
+    CHECK(std::string(e.what()) ==
+          "model.gguf: chat template not recognised; pass --chat-template chatml|qwen3|deepseek-r1|llama3|llama2|phi3");
   }
+  CHECK_THROWS_AS(chat_resolve_family("", "{{ messages }}", "model.gguf"), detaudit::input_error);
   CHECK_THROWS_AS(chat_resolve_family("vicuna", "", "m.gguf"), detaudit::input_error);
 }

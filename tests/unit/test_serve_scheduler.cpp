@@ -482,3 +482,53 @@ TEST_CASE("serve scheduler: in float numerics a shared step changes logits") {
   const std::vector<serve::request_result> ex_together = run_together(e, rs);
   for (int i = 0; i < n; ++i) CHECK(diff(ex_alone[static_cast<size_t>(i)].gen, ex_together[static_cast<size_t>(i)].gen) == "");
 }
+
+TEST_CASE("serve scheduler: max_seqs_in_step is 1 for a request alone and N for N requests that shared steps") {
+  auto m = stories();
+  serve::scheduler s(m, sched_params(4, 1024));
+  const serve::request_result solo = run_alone(s, make_request(*m, k_texts[0]));
+  CHECK(solo.error.empty());
+  CHECK(solo.max_seqs_in_step == 1);
+  std::vector<serve::request> rs;
+  for (int i = 0; i < 4; ++i) rs.push_back(make_request(*m, k_texts[i]));
+  for (const serve::request_result& r : run_together(s, rs)) CHECK(r.max_seqs_in_step == 4);
+  CHECK(s.metrics().max_seqs_in_step == 4);
+  // one after the other again: each alone
+  CHECK(run_alone(s, make_request(*m, k_texts[5])).max_seqs_in_step == 1);
+}
+
+TEST_CASE("serve scheduler: max_seqs_in_step counts a request that joins another mid-generation") {
+  auto m = stories();
+  serve::scheduler s(m, sched_params(2, 1024));
+  collector c;
+  // A holds the scheduler thread at its first token until B is queued: B's prefill then runs in
+  // A's next step, whenever B arrives
+  std::promise<void> entered, gate;
+  std::shared_future<void> gate_f = gate.get_future().share();
+  serve::request_callbacks cb = c.callbacks(0);
+  cb.on_token = [&entered, gate_f, first = true](const serve::token_event&) mutable {
+    if (first) entered.set_value();
+    if (first) gate_f.wait();
+    first = false;
+    return true;
+  };
+  REQUIRE(s.submit(make_request(*m, k_texts[0], 32), cb));
+  entered.get_future().wait();
+  REQUIRE(s.submit(make_request(*m, k_texts[1], 4), c.callbacks(1)));
+  gate.set_value();
+  CHECK(c.get(0).gen.tokens.size() > 1);
+  CHECK(c.get(0).max_seqs_in_step == 2);
+  CHECK(c.get(1).max_seqs_in_step == 2);
+}
+
+TEST_CASE("serve scheduler: max_seqs_in_step counts forward steps, not decode calls (-ub 1)") {
+  auto m = stories();
+  serve::scheduler_params p = sched_params(3, 768);
+  p.ctx.n_ubatch = 1;
+  serve::scheduler s(m, p);
+  std::vector<serve::request> rs;
+  for (int i = 0; i < 3; ++i) rs.push_back(make_request(*m, k_texts[i], 4));
+  // one decode() holds all three, but each forward step holds one token of one request
+  for (const serve::request_result& r : run_together(s, rs)) CHECK(r.max_seqs_in_step == 1);
+  CHECK(s.metrics().max_seqs_in_step == 1);
+}
