@@ -340,8 +340,12 @@ json run_identity(const std::vector<target*>& targets, const std::vector<capabil
   json ts = json::array();
   for (size_t i = 0; i < targets.size() && i < caps.size(); ++i) {
     const capabilities& c = caps[i];
+    // An engine spec says how the engine computes; a server's URL says only where it listens (a
+    // server restarted on another port is the same target): the server's build, fingerprint and
+    // model say what it is.
+    const bool engine = targets[i]->dialect() == "engine";
     ts.push_back({{"label", i < 26 ? std::string(1, static_cast<char>('A' + i)) : "T" + std::to_string(i + 1)},
-                  {"spec", targets[i]->spec()},
+                  {"spec", engine ? targets[i]->spec() : ""},
                   {"dialect", targets[i]->dialect()},
                   {"build", c.build},
                   {"fingerprint", c.fingerprint},

@@ -102,7 +102,8 @@ json stream_assemble_openai(const std::string& body, bool chat) {
       break;
     }
     const json j = event_json(p.data[i], i);
-    for (const char* key : {"id", "model", "system_fingerprint", "created", "usage", "timings", "logit_hashes", "chained_hash"})
+    for (const char* key : {"id", "model", "system_fingerprint", "created", "usage", "timings", "logit_hashes", "chained_hash",
+                            "max_seqs_in_step"})
       if (const json* v = json_get(j, key)) out[key] = *v;
     if (const json* h = json_get(j, "logit_hash")) hashes.push_back(*h);
     const json* choices = json_get(j, "choices");

@@ -188,6 +188,8 @@ capabilities engine_target::probe() {
   c.model = std::filesystem::path(s_.path).filename().string();
   c.model_sha256 = m_->sha256();
   c.n_slots = s_.np;
+  if (chat::chat_fallback_family(s_.chat_template, m_->vocab().chat_template())) c.chat_template_fallback = "chatml";
+  c.chat_template = std::string(m_->vocab().chat_template());
   c.raw = settings_json();
   c.raw["path"] = s_.path;
   c.raw["slot_ctx"] = sched_->slot_n_ctx();

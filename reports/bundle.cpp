@@ -67,6 +67,18 @@ const record& side_find(const bundle_ctx& c, const side_spec& s) {
                     " (it has: " + conditions_listed(c.records) + ")");
 }
 
+// Target label, then the condition table's order, then repetition.
+bool record_order_less(const record& x, const record& y) {
+  auto rank = [](const record& r) {
+    const condition_def* d = condition_find(r.condition);
+    const auto& t = condition_table();
+    return d ? static_cast<size_t>(d - t.data()) : t.size();
+  };
+  if (label_of(x) != label_of(y)) return label_of(x) < label_of(y);
+  if (rank(x) != rank(y)) return rank(x) < rank(y);
+  return x.repetition < y.repetition;
+}
+
 bool row_differs(const pair_item& row) { return !row.d.identical && !row.error && row.exercised; }
 
 // Alone against the first condition (report order) where the item differs, then against another
@@ -321,6 +333,7 @@ bundle_result bundle_write(const std::string& run_dir, const bundle_options& o) 
   if (c.records.empty()) throw input_error("bundle: " + run_dir + ": no record has item_id '" + o.item_id + "'");
   size_t dropped = 0;
   c.records = records_dedupe(std::move(c.records), record_key, &dropped);
+  std::stable_sort(c.records.begin(), c.records.end(), record_order_less);  // not the order they were sent in
   const std::string label = label_of(c.records.front());
   const auto [sa, sb] = o.cond_a.empty() ? pair_default(c) : std::make_pair(side_parse(o.cond_a, label), side_parse(o.cond_b, label));
   const bool labelled = sa.label != sb.label;

@@ -60,7 +60,7 @@ void check_readme_diverged(const std::string& readme, const json& row, const std
   CHECK(readme.find("'" + reports::escape_line(row["token_a"], '\'') + "'` (id " + std::to_string(row["id_a"].get<int>()) + ")") !=
         std::string::npos);
   char margins[96];
-  std::snprintf(margins, sizeof margins, "top-2 log-prob): A %.3f, B %.3f", row["margin_a"].get<double>(), row["margin_b"].get<double>());
+  std::snprintf(margins, sizeof margins, "top-2 log-prob): A %.3g, B %.3g", row["margin_a"].get<double>(), row["margin_b"].get<double>());
   CHECK(readme.find(margins) != std::string::npos);
   CHECK(readme.find("A: " + reports::escape_line(row["before_a"]) + "⟦" + reports::escape_line(row["after_a"])) != std::string::npos);
   CHECK(readme.find("B: " + reports::escape_line(row["before_b"]) + "⟦" + reports::escape_line(row["after_b"])) != std::string::npos);

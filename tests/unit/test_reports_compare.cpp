@@ -220,7 +220,7 @@ TEST_CASE("report compare_runs: one condition per side matches by item and notes
   CHECK(has_note(r, "1 response(s) only in A and 1 only in B were left out"));
 }
 
-TEST_CASE("report compare_runs: several conditions match by condition; the only target of each run is paired whatever its label") {
+TEST_CASE("report compare_runs: several conditions match by condition, and the only target of each run is paired whatever its label") {
   std::vector<record> a = {rec("1", "alone", words("a b"), "", "A"), rec("1", "control", words("a b"), "", "A")};
   std::vector<record> b = {rec("1", "alone", words("a b"), "", "B"), rec("1", "control", words("a c"), "", "B")};
   const report r = compare_runs(std::move(a), std::move(b));

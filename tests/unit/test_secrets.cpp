@@ -148,14 +148,16 @@ void runs_against_server(transcript& tr, const scene& s) {
       tr.run("run chat", scene::with(s.key) + s.run + " --api openai-chat --probe concurrency --concurrency 2 --out " + s.dir + "/run2");
   INFO(r2.err);
   CHECK(r2.exit_code == 3);
-  // A wrong key: detection stops with 401 (exit 2); with the dialect given, every request is a 401 record.
+  // A wrong key: detection stops with 401 (exit 2); with the dialect given, the first request is
+  // refused with 401 and the run stops there (exit 2), saying how to pass the key.
   const test::cmd_result r3 = tr.run("run wrong key", scene::with(s.wrong) + s.run + " --raw --out " + s.dir + "/run3");
   CHECK(r3.exit_code == 2);
   CHECK(r3.err.find("401") != std::string::npos);
   const test::cmd_result r4 =
       tr.run("run wrong key, dialect given", scene::with(s.wrong) + s.run + " --raw --api llamacpp --out " + s.dir + "/run4");
-  CHECK(r4.exit_code == 3);
-  CHECK(test::file_text(s.dir + "/run4/records.jsonl").find("401") != std::string::npos);
+  CHECK(r4.exit_code == 2);
+  CHECK(r4.err.find("401") != std::string::npos);
+  CHECK(r4.err.find("--api-key-env") != std::string::npos);
   // A key with a line break would start a second header: refused before anything is sent.
   const test::cmd_result r5 =
       tr.run("run key with a line break", scene::with(s.wrong + "\r\nX-Other: 1") + s.run + " --raw --out " + s.dir + "/run_nl");
