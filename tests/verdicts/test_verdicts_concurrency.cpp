@@ -18,9 +18,9 @@ const std::string k_probe = "--probe concurrency --concurrency 4";
 const answer k_yes = answer({"Yes", " indeed"}).top(1, {{" indeed", -0.25}, {" maybe", -1.0}});
 
 // Rule (queue test): no batch width, no slot counts, so the timing decides. The server answers
-// one request at a time, 150 ms each, and the item joins the queue 20 ms late, so it is answered
-// last: end times about 150, 300, 450, 600 ms. Alone took L ≈ 170 ms (20 + 150). Every gap
-// (≈150 ms) is >= 0.5 L ≈ 85 and the item's own gap >= 0.6 L ≈ 102 -> not exercised, "a queue".
+// one request at a time, 150 ms each, and the item joins the queue 30 ms late, so it is answered
+// last: end times about 180, 330, 480, 630 ms. Alone took L ≈ 180 ms (30 + 150). Every gap
+// (≈150 ms) is >= 0.5 L ≈ 90 and the item's own gap >= 0.6 L ≈ 108 -> not exercised, "a queue".
 // The answers agree, so the divergence shown is identical (-1, -1).
 TEST_CASE("verdicts openai-chat: a serial server under the concurrency probe is a queue, not exercised") {
   planted p(OPENAI_CHAT);

@@ -111,12 +111,13 @@ std::pair<const char*, const char*> two_spellings(const dialect& d) {
   return {"escape", "openai"};
 }
 
-// Rule (escaped byte forms): "bytes:\xe2" (OpenAI), "\xe2" for bytes >= 0x80 (DeepSeek) and
-// "<0xE2>" (SentencePiece) all decode to the byte E2. Alone and control spell the byte tokens of
-// "Cost €" two different ways, neither with a bytes field: the same bytes -> identical; exit 0.
+// Rule (escaped byte forms): "bytes:\xe2\x82" (OpenAI), "\xe2\x82" for bytes >= 0x80 (DeepSeek)
+// and "<0xE2><0x82>" (SentencePiece) all decode to the bytes E2 82. "Cost €" is sent as "Cost", " ",
+// a two-byte token E2 82 and a one-byte token AC; alone and control spell the byte tokens two
+// different ways, neither with a bytes field: the same bytes -> identical; exit 0.
 void byte_spellings(const dialect& d) {
   planted p(d);
-  const std::vector<std::string> toks = {"Cost", " ", "\xE2", "\x82", "\xAC"};
+  const std::vector<std::string> toks = {"Cost", " ", "\xE2\x82", "\xAC"};
   const auto [first, second] = two_spellings(d);
   p.item("byte spellings", {answer(toks).form(first).omit("bytes"), answer(toks).form(second).omit("bytes")});
   const outcome r = run_planted(p, "--probe repeat");
@@ -170,6 +171,19 @@ TEST_CASE("verdicts openai-chat: duplicate alternatives are both kept") { duplic
 TEST_CASE("verdicts llamacpp: duplicate alternatives are both kept") { duplicate_alternatives(LLAMACPP); }
 TEST_CASE("verdicts llamacpp-older: duplicate alternatives are both kept") { duplicate_alternatives(LLAMACPP_OLDER); }
 TEST_CASE("verdicts ollama: duplicate alternatives are both kept") { duplicate_alternatives(OLLAMA); }
+
+// Rule (margins need two alternatives): step 1 differs (" x" vs " y"; byte 2). Alone recorded a
+// single alternative there -> margin_a null; control two: " y" -0.5 over " x" -1.5 -> 1.0.
+void single_alternative(const dialect& d) {
+  planted p(d);
+  p.item("single alternative", {answer({"A", " x"}).top(1, {{" x", -0.25}}),
+                                answer({"A", " y"}).top(1, {{" y", -0.5}, {" x", -1.5}})});
+  const outcome r = run_planted(p, "--probe repeat");
+  check_verdict(r.row("alone", "control"),
+                {.status = "differs", .token_index = 1, .char_offset = 2, .margin_b = margin(d, -0.5, -1.5)});
+}
+TEST_CASE("verdicts openai-chat: one recorded alternative gives a null margin") { single_alternative(OPENAI_CHAT); }
+TEST_CASE("verdicts llamacpp-older: one recorded alternative gives a null margin") { single_alternative(LLAMACPP_OLDER); }
 
 // Rule (compare bytes, ids ignored): every token on both sides has known bytes, so ids are not
 // compared. Control's " cat" carries id 901 where alone's has 900: identical; exit 0.
