@@ -27,8 +27,7 @@ TEST_CASE("verdicts openai-chat: a serial server under the concurrency probe is 
   p.server("concurrency", "serial").server("delay_ms", 150);
   p.item("serial server", {k_yes});
   const outcome r = run_planted(p, k_probe);
-  check_verdict(r.row("alone", "concurrent-4"),
-                {.status = "not_exercised", .exercised = false, .reason = "one after another (a queue)"});
+  check_verdict(r.row("alone", "concurrent-4"), not_exercised("one after another (a queue)"));
   check_counts(r.pair("alone", "concurrent-4"), 1, 0, 0, 1);
   CHECK(r.exit_code == 0);
 }
@@ -80,7 +79,7 @@ TEST_CASE("verdicts llamacpp: /slots reporting one busy slot is not exercised") 
   p.item("slots one", {k_yes});
   const outcome r = run_planted(p, k_probe);
   const json& row = r.row("alone", "concurrent-4");
-  check_verdict(row, {.status = "not_exercised", .exercised = false, .reason = "at most one slot was busy at a time"});
+  check_verdict(row, not_exercised("at most one slot was busy at a time"));
   CHECK(row.value("reason", "").find("/slots") != std::string::npos);
   CHECK(r.exit_code == 0);
 }
@@ -93,7 +92,7 @@ TEST_CASE("verdicts llamacpp: /metrics reporting one request processing is not e
   p.item("metrics one", {k_yes});
   const outcome r = run_planted(p, k_probe);
   const json& row = r.row("alone", "concurrent-4");
-  check_verdict(row, {.status = "not_exercised", .exercised = false, .reason = "at most one slot was busy at a time"});
+  check_verdict(row, not_exercised("at most one slot was busy at a time"));
   CHECK(row.value("reason", "").find("/metrics") != std::string::npos);
 }
 
@@ -105,7 +104,7 @@ TEST_CASE("verdicts llamacpp: a serial server's honest /slots decides before the
   p.item("serial slots", {k_yes});
   const outcome r = run_planted(p, k_probe);
   const json& row = r.row("alone", "concurrent-4");
-  check_verdict(row, {.status = "not_exercised", .exercised = false, .reason = "at most one slot was busy at a time"});
+  check_verdict(row, not_exercised("at most one slot was busy at a time"));
   CHECK(row.value("reason", "").find("/slots") != std::string::npos);
 }
 
@@ -116,8 +115,7 @@ TEST_CASE("verdicts llamacpp: a batch width of 1 is not exercised even when /slo
   p.server("delay_ms", 300).server("slots", "real");
   p.item("batch width one", {k_yes, k_yes, answer(k_yes).set("max_seqs_in_step", 1)});
   const outcome r = run_planted(p, k_probe);
-  check_verdict(r.row("alone", "concurrent-4"),
-                {.status = "not_exercised", .exercised = false, .reason = "never shared a forward step (batch width 1)"});
+  check_verdict(r.row("alone", "concurrent-4"), not_exercised("never shared a forward step (batch width 1)"));
 }
 
 // Rule (order: batch width first): a serial server (whose timing alone would read as a queue)

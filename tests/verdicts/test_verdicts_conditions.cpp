@@ -38,7 +38,7 @@ TEST_CASE("verdicts llamacpp: cached tokens under cache-off are not exercised") 
   p.item("cache off hit", {with_cache(0), with_cache(0), with_cache(3), with_cache(6), with_cache(6)});
   const outcome r = run_planted(p, "--probe cache");
   check_verdict(r.row("alone", "cache-off"),
-                {.status = "not_exercised", .exercised = false, .reason = "3 prompt tokens came from the cache although cache_prompt was false"});
+                not_exercised("3 prompt tokens came from the cache although cache_prompt was false"));
   check_verdict(r.row("alone", "cache-on"), {.status = "identical"});
 }
 
@@ -50,8 +50,7 @@ TEST_CASE("verdicts llamacpp: cached tokens derived from prompt_n and tokens_eva
   p.item("cache derived", {with_cache(0), with_cache(0), with_cache(3), with_cache(6), with_cache(6)});
   p.case_field("cache derived", "cache_n", false);
   const outcome r = run_planted(p, "--probe cache");
-  check_verdict(r.row("alone", "cache-off"),
-                {.status = "not_exercised", .exercised = false, .reason = "3 prompt tokens came from the cache"});
+  check_verdict(r.row("alone", "cache-off"), not_exercised("3 prompt tokens came from the cache"));
   check_verdict(r.row("alone", "cache-warm"), {.status = "identical"});
 }
 
@@ -64,7 +63,7 @@ TEST_CASE("verdicts llamacpp: zero cached tokens under cache-on and cache-warm a
   check_verdict(r.row("alone", "cache-off"), {.status = "identical"});
   for (const char* c : {"cache-on", "cache-warm"}) {
     CAPTURE(c);
-    check_verdict(r.row("alone", c), {.status = "not_exercised", .exercised = false, .reason = "no tokens were served from the cache"});
+    check_verdict(r.row("alone", c), not_exercised("no tokens were served from the cache"));
   }
   check_counts(r.pair("alone", "cache-warm"), 1, 0, 0, 1);
 }
@@ -77,7 +76,7 @@ TEST_CASE("verdicts llamacpp: a server that reports no cached tokens exercises n
   const outcome r = run_planted(p, "--probe cache");
   for (const char* c : {"cache-off", "cache-on", "cache-warm"}) {
     CAPTURE(c);
-    check_verdict(r.row("alone", c), {.status = "not_exercised", .exercised = false, .reason = "does not report cached tokens"});
+    check_verdict(r.row("alone", c), not_exercised("does not report cached tokens"));
   }
 }
 
@@ -104,10 +103,9 @@ TEST_CASE("verdicts openai-chat: cached_tokens 0 under cache-warm is not exercis
   const outcome r = run_planted(p, "--probe cache");
   for (const char* c : {"cache-off", "cache-on"}) {
     CAPTURE(c);
-    check_verdict(r.row("alone", c), {.status = "not_exercised", .token_index = k_unsent, .char_offset = k_unsent, .exercised = false,
-                                      .reason = "no per-request prompt-cache control"});
+    check_verdict(r.row("alone", c), unsent("no per-request prompt-cache control"));
   }
-  check_verdict(r.row("alone", "cache-warm"), {.status = "not_exercised", .exercised = false, .reason = "no tokens were served from the cache"});
+  check_verdict(r.row("alone", "cache-warm"), not_exercised("no tokens were served from the cache"));
   REQUIRE(r.requests.size() == 3);
   for (const json& q : r.requests) CHECK_FALSE(q.contains("cache_prompt"));
 }
@@ -127,9 +125,8 @@ TEST_CASE("verdicts ollama: cache-warm on a server without cache counts is not e
   planted p(OLLAMA);
   p.item("ollama cache", {k_cached});
   const outcome r = run_planted(p, "--probe cache");
-  check_verdict(r.row("alone", "cache-warm"), {.status = "not_exercised", .exercised = false, .reason = "does not report cached tokens"});
-  check_verdict(r.row("alone", "cache-off"),
-                {.status = "not_exercised", .token_index = k_unsent, .char_offset = k_unsent, .exercised = false, .reason = "no per-request prompt-cache control"});
+  check_verdict(r.row("alone", "cache-warm"), not_exercised("does not report cached tokens"));
+  check_verdict(r.row("alone", "cache-off"), unsent("no per-request prompt-cache control"));
 }
 
 // Rule (seed check, seed-fixed): the server honours seeds (the answer is a function of the seed),
@@ -162,7 +159,7 @@ TEST_CASE("verdicts openai-chat: a server that ignores seeds fails the seed chec
   const outcome r = run_planted(p, "--probe seed --seed 42 --seed-k 3 --seed-temperature 0.7");
   for (const char* k : {"seed-fixed#1", "seed-fixed#2"}) {
     CAPTURE(k);
-    check_verdict(r.row("seed-fixed#0", k), {.status = "not_exercised", .exercised = false, .reason = "seed"});
+    check_verdict(r.row("seed-fixed#0", k), not_exercised("seed"));
   }
   std::vector<int64_t> seeds;
   for (const json& q : r.requests)
@@ -193,10 +190,9 @@ TEST_CASE("verdicts llamacpp: batch and speculation on an HTTP target are not ex
   const outcome r = run_planted(p, "--probe batch,speculation");
   for (const char* c : {"ubatch-1", "ubatch-8192"}) {
     CAPTURE(c);
-    check_verdict(r.row("alone", c), {.status = "not_exercised", .token_index = k_unsent, .char_offset = k_unsent, .exercised = false, .reason = "--probe cross"});
+    check_verdict(r.row("alone", c), unsent("--probe cross"));
   }
-  check_verdict(r.row("alone", "spec-ngram"),
-                {.status = "not_exercised", .token_index = k_unsent, .char_offset = k_unsent, .exercised = false, .reason = "speculative decoding"});
+  check_verdict(r.row("alone", "spec-ngram"), unsent("speculative decoding"));
   CHECK(r.requests.size() == 2);
   CHECK(r.exit_code == 0);
 }
@@ -216,11 +212,10 @@ TEST_CASE("verdicts openai-chat: cross pairs judge only the explicit exercised f
   const std::string prompts = prompts_write(dir, pa.prompts());
   const outcome r = outcome_of(detaudit_cli("run --target " + a.url() + " --target " + b.url() + " " + pa.api_flags() +
                                         " --prompts " + prompts + " " + run_flags(dir + "/run") + " --probe cache,cross"));
-  check_verdict(r.row("A:alone", "A:cache-warm"), {.status = "not_exercised", .exercised = false, .reason = "no tokens were served from the cache"});
+  check_verdict(r.row("A:alone", "A:cache-warm"), not_exercised("no tokens were served from the cache"));
   check_verdict(r.row("A:alone", "B:alone"), {.status = "identical"});
   check_verdict(r.row("A:cache-warm", "B:cache-warm"), {.status = "differs", .token_index = 1, .char_offset = 6});
-  check_verdict(r.row("A:cache-off", "B:cache-off"),
-                {.status = "not_exercised", .exercised = false, .reason = "no per-request prompt-cache control"});
+  check_verdict(r.row("A:cache-off", "B:cache-off"), not_exercised("no per-request prompt-cache control"));
   CHECK(r.exit_code == 1);
 }
 

@@ -30,8 +30,7 @@ TEST_CASE("verdicts ollama: an error outranks not exercised") {
   const outcome r = run_planted(p, "--probe cache");
   check_verdict(r.row("alone", "cache-warm"), {.status = "error"});
   check_counts(r.pair("alone", "cache-warm"), 1, 0, 1, 0);
-  check_verdict(r.row("alone", "cache-off"),
-                {.status = "not_exercised", .token_index = k_unsent, .char_offset = k_unsent, .exercised = false, .reason = "no per-request prompt-cache control"});
+  check_verdict(r.row("alone", "cache-off"), unsent("no per-request prompt-cache control"));
   CHECK(r.exit_code == 3);
 }
 
@@ -110,8 +109,7 @@ TEST_CASE("verdicts ollama: a right-to-wrong answer on a row not exercised is no
                                          R"({"id": "q1", "prompt": "flip unexercised", "answer": "#### 72", "grader": "gsm8k"})" "\n");
   const outcome r = outcome_of(detaudit_cli("run --target " + srv.url() + " " + p.api_flags() + " --prompts " + prompts + " " +
                                         run_flags(dir + "/run", 16, "flips") + " --probe cache"));
-  check_verdict(r.row("alone", "cache-warm", "q1"), {.status = "not_exercised", .token_index = 1, .char_offset = 6,
-                                                     .exercised = false, .reason = "does not report cached tokens"});
+  check_verdict(r.row("alone", "cache-warm", "q1"), not_exercised("does not report cached tokens", 1, 6));
   CHECK(r.pair("alone", "cache-warm").value("right_to_wrong", -1) == 0);
   CHECK(r.exit_code == 0);
 }

@@ -356,6 +356,14 @@ struct verdict {
   std::optional<int64_t> hash_step = std::nullopt;  // checked when given
 };
 
+// A row not exercised; `reason` a stable part of its reason. The answers agree unless the
+// divergence (still shown for information) is given.
+inline verdict not_exercised(const std::string& reason, int64_t token_index = -1, int64_t char_offset = -1) {
+  return {.status = "not_exercised", .token_index = token_index, .char_offset = char_offset, .exercised = false, .reason = reason};
+}
+// A row whose condition was never sent (see k_unsent).
+inline verdict unsent(const std::string& reason) { return not_exercised(reason, k_unsent, k_unsent); }
+
 inline void check_margin(const json& row, const char* key, const std::optional<double>& want) {
   CAPTURE(key);
   const json v = row.value(key, json("<absent>"));

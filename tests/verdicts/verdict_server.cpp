@@ -235,7 +235,8 @@ void routes_add(httplib::Server& srv, server_state& st) {
   const plant_server& ps = st.plant;
   srv.Get("/health", [](const httplib::Request&, httplib::Response& res) { reply_json(res, 200, {{"status", "ok"}}); });
   srv.Get("/v1/models", [&ps](const httplib::Request&, httplib::Response& res) {
-    reply_json(res, 200, {{"object", "list"}, {"data", json::array({{{"id", ps.model}, {"object", "model"}, {"owned_by", "verdict-server"}}})}});
+    const json model = {{"id", ps.model}, {"object", "model"}, {"owned_by", "verdict-server"}};
+    reply_json(res, 200, {{"object", "list"}, {"data", json::array({model})}});
   });
   if (ps.props)
     srv.Get("/props", [&ps](const httplib::Request&, httplib::Response& res) {
