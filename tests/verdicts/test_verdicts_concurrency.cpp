@@ -1,0 +1,132 @@
+// Known answers for the concurrency rule (issue 16, "Condition rules", concurrent-N): whether the
+// N requests really shared the server, judged in this order: the request's own batch width
+// (max_seqs_in_step), else the most slots seen busy during the burst (/slots, else /metrics),
+// else the timing queue test on the N end times against alone's latency L (item gap >= 0.6 L and
+// at least half of the consecutive gaps >= 0.5 L -> a queue).
+//
+// Every case sends --concurrency 4: the item beside three fillers (the fixed filler prompts,
+// which the server answers " ok" with the same delay). Requests in arrival order: alone, control,
+// the item's concurrent request; the planted answers follow that order.
+#include "verdict_harness.h"
+
+using namespace detaudit::verdicts_test;
+
+namespace {
+
+const std::string k_probe = "--probe concurrency --concurrency 4";
+
+const answer k_yes = answer({"Yes", " indeed"}).top(1, {{" indeed", -0.25}, {" maybe", -1.0}});
+
+// Rule (queue test): no batch width, no slot counts, so the timing decides. The server answers
+// one request at a time, 150 ms each, and the item joins the queue 30 ms late, so it is answered
+// last: end times about 180, 330, 480, 630 ms. Alone took L ≈ 180 ms (30 + 150). Every gap
+// (≈150 ms) is >= 0.5 L ≈ 90 and the item's own gap >= 0.6 L ≈ 108 -> not exercised, "a queue".
+// The answers agree, so the divergence shown is identical (-1, -1).
+TEST_CASE("verdicts openai-chat: a serial server under the concurrency probe is a queue, not exercised") {
+  planted p(OPENAI_CHAT);
+  p.server("concurrency", "serial").server("delay_ms", 150);
+  p.item("serial server", {k_yes});
+  const outcome r = run_planted(p, k_probe);
+  check_verdict(r.row("alone", "concurrent-4"), not_exercised("one after another (a queue)"));
+  check_counts(r.pair("alone", "concurrent-4"), 1, 0, 0, 1);
+  CHECK(r.exit_code == 0);
+}
+
+// Rule (queue test): the same timing on a parallel server: the 4 requests sleep their 150 ms
+// together and end within a few ms of each other, so the consecutive gaps are ≈0, far below
+// 0.5 L ≈ 75 ms: not a queue -> exercised; equal answers -> identical.
+TEST_CASE("verdicts openai-chat: a parallel server under the concurrency probe is exercised") {
+  planted p(OPENAI_CHAT);
+  p.server("delay_ms", 150);
+  p.item("parallel server", {k_yes});
+  const outcome r = run_planted(p, k_probe);
+  check_verdict(r.row("alone", "concurrent-4"), {.status = "identical"});
+  check_counts(r.pair("alone", "concurrent-4"), 1, 0, 0, 0);
+  CHECK(r.exit_code == 0);
+}
+
+// Rule (status and counts under an exercised condition): on a parallel server the concurrent
+// answer "Yes maybe" against alone's "Yes indeed": token 1, byte 4 ("Yes" 0-2, ' ' 3).
+// Margins at step 1: alone " indeed" -0.25 over " maybe" -1.0 -> 0.75; concurrent " maybe"
+// -0.5 over " indeed" -0.625 -> 0.125. Counted in differ: exit 1 under --fail-on any.
+TEST_CASE("verdicts openai-chat: a concurrent answer that differs on a parallel server is counted") {
+  planted p(OPENAI_CHAT);
+  p.server("delay_ms", 150);
+  p.item("parallel differs", {k_yes, k_yes, answer({"Yes", " maybe"}).top(1, {{" maybe", -0.5}, {" indeed", -0.625}})});
+  const outcome r = run_planted(p, k_probe);
+  check_verdict(r.row("alone", "concurrent-4"),
+                {.status = "differs", .token_index = 1, .char_offset = 4, .margin_a = 0.75, .margin_b = 0.125});
+  check_counts(r.pair("alone", "concurrent-4"), 1, 1, 0, 0);
+  CHECK(r.exit_code == 1);
+}
+
+// Rule (slots): /slots reports the real number of requests in their delay; the 4 requests sleep
+// 300 ms together, so the runner sees up to 4 slots processing: slots_busy_max >= 2 -> exercised.
+TEST_CASE("verdicts llamacpp: /slots showing several busy slots during the burst is exercised") {
+  planted p(LLAMACPP);
+  p.server("delay_ms", 300).server("slots", "real");
+  p.item("slots busy", {k_yes});
+  const outcome r = run_planted(p, k_probe);
+  check_verdict(r.row("alone", "concurrent-4"), {.status = "identical"});
+  CHECK(r.exit_code == 0);
+}
+
+// Rule (slots): the same parallel server, but /slots never shows more than one slot processing:
+// slots_busy_max 1 -> not exercised, "at most one slot was busy at a time during the burst (/slots)".
+TEST_CASE("verdicts llamacpp: /slots reporting one busy slot is not exercised") {
+  planted p(LLAMACPP);
+  p.server("delay_ms", 300).server("slots", "one");
+  p.item("slots one", {k_yes});
+  const outcome r = run_planted(p, k_probe);
+  const json& row = r.row("alone", "concurrent-4");
+  check_verdict(row, not_exercised("at most one slot was busy at a time"));
+  CHECK(row.value("reason", "").find("/slots") != std::string::npos);
+  CHECK(r.exit_code == 0);
+}
+
+// Rule (slots from /metrics when there is no /slots): llamacpp:requests_processing never above 1
+// -> not exercised, the same reason with /metrics as its source.
+TEST_CASE("verdicts llamacpp: /metrics reporting one request processing is not exercised") {
+  planted p(LLAMACPP);
+  p.server("delay_ms", 300).server("metrics", "one");
+  p.item("metrics one", {k_yes});
+  const outcome r = run_planted(p, k_probe);
+  const json& row = r.row("alone", "concurrent-4");
+  check_verdict(row, not_exercised("at most one slot was busy at a time"));
+  CHECK(row.value("reason", "").find("/metrics") != std::string::npos);
+}
+
+// Rule (order: slots before timing): a serial server whose /slots honestly shows one busy slot at
+// a time. The slot count is present, so it decides (not the queue test): "at most one slot ... (/slots)".
+TEST_CASE("verdicts llamacpp: a serial server's honest /slots decides before the timing") {
+  planted p(LLAMACPP);
+  p.server("concurrency", "serial").server("delay_ms", 150).server("slots", "real");
+  p.item("serial slots", {k_yes});
+  const outcome r = run_planted(p, k_probe);
+  const json& row = r.row("alone", "concurrent-4");
+  check_verdict(row, not_exercised("at most one slot was busy at a time"));
+  CHECK(row.value("reason", "").find("/slots") != std::string::npos);
+}
+
+// Rule (order: batch width first): the concurrent answer says max_seqs_in_step 1 while /slots
+// shows all 4 busy: the request's own batch width decides -> not exercised, "batch width 1".
+TEST_CASE("verdicts llamacpp: a batch width of 1 is not exercised even when /slots shows several busy") {
+  planted p(LLAMACPP);
+  p.server("delay_ms", 300).server("slots", "real");
+  p.item("batch width one", {k_yes, k_yes, answer(k_yes).set("max_seqs_in_step", 1)});
+  const outcome r = run_planted(p, k_probe);
+  check_verdict(r.row("alone", "concurrent-4"), not_exercised("never shared a forward step (batch width 1)"));
+}
+
+// Rule (order: batch width first): a serial server (whose timing alone would read as a queue)
+// whose concurrent answer says max_seqs_in_step 3: batch width >= 2 -> exercised.
+TEST_CASE("verdicts llamacpp: a batch width of 3 is exercised even when the timing looks like a queue") {
+  planted p(LLAMACPP);
+  p.server("concurrency", "serial").server("delay_ms", 150);
+  p.item("batch width three", {k_yes, k_yes, answer(k_yes).set("max_seqs_in_step", 3)});
+  const outcome r = run_planted(p, k_probe);
+  check_verdict(r.row("alone", "concurrent-4"), {.status = "identical"});
+  CHECK(r.exit_code == 0);
+}
+
+}  // namespace

@@ -1,0 +1,165 @@
+// Known answers for errors, flips, not_argmax and exit codes (issue 16: "status: error >
+// not_exercised > ...", "not_argmax", "Exit codes": 0 ok, 1 diverged, 2 input incl. a fatal first
+// request, 3 incomplete).
+#include "verdict_harness.h"
+
+using namespace detaudit::verdicts_test;
+
+namespace {
+
+const answer k_fine = answer({"Fine", " thanks"});
+
+// Rule (status error first): control's request fails with HTTP 500 (no retries). Its row is an
+// error: counted in errors, never in differ. A failed request leaves the run incomplete: exit 3.
+TEST_CASE("verdicts openai-chat: a failed control request is an error row and the run exits 3") {
+  planted p(OPENAI_CHAT);
+  p.item("control fails", {k_fine, answer(k_fine).error(500, "planted failure")});
+  const outcome r = run_planted(p, "--probe repeat");
+  check_verdict(r.row("alone", "control"), {.status = "error"});
+  check_verdict(r.row("alone", "repeat"), {.status = "identical"});
+  check_counts(r.pair("alone", "control"), 1, 0, 1, 0);
+  CHECK(r.exit_code == 3);
+}
+
+// Rule (error > not_exercised): on ollama cache-warm could not be judged anyway (no cache counts:
+// "does not report"), but its request failed with HTTP 500: the row is an error, not "not
+// exercised". cache-off, never sent, stays not exercised. Exit 3.
+TEST_CASE("verdicts ollama: an error outranks not exercised") {
+  planted p(OLLAMA);
+  p.item("error outranks", {k_fine, k_fine, answer(k_fine).error(500, "planted failure")});
+  const outcome r = run_planted(p, "--probe cache");
+  check_verdict(r.row("alone", "cache-warm"), {.status = "error"});
+  check_counts(r.pair("alone", "cache-warm"), 1, 0, 1, 0);
+  check_verdict(r.row("alone", "cache-off"), unsent("no per-request prompt-cache control"));
+  CHECK(r.exit_code == 3);
+}
+
+// Rule (exit 3): every request answers HTTP 500; with no retries each is recorded with its error
+// and the run goes on. Every row is an error; the run is incomplete: exit 3, and stderr says how
+// to continue (--resume).
+TEST_CASE("verdicts llamacpp: a run whose every request fails exits 3 with every row an error") {
+  planted p(LLAMACPP);
+  p.item("all fail", {answer(k_fine).error(500, "planted outage")});
+  const outcome r = run_planted(p, "--probe repeat");
+  check_verdict(r.row("alone", "control"), {.status = "error"});
+  check_verdict(r.row("alone", "repeat"), {.status = "error"});
+  CHECK(r.err.find("--resume") != std::string::npos);
+  CHECK(r.exit_code == 3);
+}
+
+// Rule (exit 2, a fatal first request): the server refuses the run's first request with HTTP 400
+// (the request itself is wrong; sending the rest would fail the same way). detaudit stops at
+// once: exit 2, one line on stderr naming the refusal, no report, nothing to resume, and the
+// server saw that one generation request only.
+TEST_CASE("verdicts openai-chat: a first request refused with 400 exits 2 at once with one line") {
+  planted p(OPENAI_CHAT);
+  p.item("refused", {answer(k_fine).error(400, "planted: unsupported field")});
+  const outcome r = run_planted(p, "--probe repeat");
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.empty());
+  std::string err = r.err;
+  while (!err.empty() && err.back() == '\n') err.pop_back();
+  CHECK(err.find('\n') == std::string::npos);
+  CHECK(err.find("400") != std::string::npos);
+  CHECK(err.find("--resume") == std::string::npos);
+  CHECK(r.requests.size() == 1);
+}
+
+// Rule (flips, graded with gsm8k strict-match "#### N"): three items, alone vs control.
+//   q1 reference 72: "#### 72" -> "#### 71": right-to-wrong; token 1 (" 72" vs " 71"), byte 6.
+//   q2 reference 5:  "#### 4"  -> "#### 5":  wrong-to-right; token 1, byte 5.
+//   q3 reference 9:  "#### 7"  -> "#### 8":  wrong-to-other-wrong (both wrong, other answers).
+// Pair: graded 3, correct_a 1 (q1), correct_b 1 (q2), one flip of each kind; --fail-on flips
+// fails on the right-to-wrong flip: exit 1.
+TEST_CASE("verdicts openai-chat: graded items flip right-to-wrong, wrong-to-right and wrong-to-other-wrong") {
+  planted p(OPENAI_CHAT);
+  p.item("flip q1", {answer({"####", " 72"}), answer({"####", " 71"})});
+  p.item("flip q2", {answer({"####", " 4"}), answer({"####", " 5"})});
+  p.item("flip q3", {answer({"####", " 7"}), answer({"####", " 8"})});
+  verdict_server srv(p.cases());
+  const std::string dir = fresh_dir();
+  const std::string prompts = file_write(dir, "items.jsonl",
+                                         R"({"id": "q1", "prompt": "flip q1", "answer": "#### 72", "grader": "gsm8k"})" "\n"
+                                         R"({"id": "q2", "prompt": "flip q2", "answer": "#### 5", "grader": "gsm8k"})" "\n"
+                                         R"({"id": "q3", "prompt": "flip q3", "answer": "#### 9", "grader": "gsm8k"})" "\n");
+  const outcome r = outcome_of(detaudit_cli("run --target " + srv.url() + " " + p.api_flags() + " --prompts " + prompts + " " +
+                                        run_flags(dir + "/run", 16, "flips") + " --probe repeat"));
+  check_verdict(r.row("alone", "control", "q1"), {.status = "differs", .token_index = 1, .char_offset = 6, .flip = "right-to-wrong"});
+  check_verdict(r.row("alone", "control", "q2"), {.status = "differs", .token_index = 1, .char_offset = 5, .flip = "wrong-to-right"});
+  check_verdict(r.row("alone", "control", "q3"), {.status = "differs", .token_index = 1, .char_offset = 5, .flip = "wrong-to-other-wrong"});
+  const json& pair = r.pair("alone", "control");
+  CHECK(pair.value("graded", -1) == 3);
+  CHECK(pair.value("correct_a", -1) == 1);
+  CHECK(pair.value("correct_b", -1) == 1);
+  CHECK(pair.value("right_to_wrong", -1) == 1);
+  CHECK(pair.value("wrong_to_right", -1) == 1);
+  CHECK(pair.value("wrong_to_other_wrong", -1) == 1);
+  CHECK(r.exit_code == 1);
+}
+
+// Rule (flips only on exercised rows): on ollama cache-warm is not exercised (no cache counts),
+// and its answer turns a right "#### 72" wrong ("#### 71"). Not exercised -> flip "none" and no
+// right-to-wrong in the pair, so --fail-on flips passes: exit 0. The divergence is still shown.
+TEST_CASE("verdicts ollama: a right-to-wrong answer on a row not exercised is no flip") {
+  planted p(OLLAMA);
+  p.item("flip unexercised", {answer({"####", " 72"}), answer({"####", " 72"}), answer({"####", " 71"})});
+  verdict_server srv(p.cases());
+  const std::string dir = fresh_dir();
+  const std::string prompts = file_write(dir, "items.jsonl",
+                                         R"({"id": "q1", "prompt": "flip unexercised", "answer": "#### 72", "grader": "gsm8k"})" "\n");
+  const outcome r = outcome_of(detaudit_cli("run --target " + srv.url() + " " + p.api_flags() + " --prompts " + prompts + " " +
+                                        run_flags(dir + "/run", 16, "flips") + " --probe cache"));
+  check_verdict(r.row("alone", "cache-warm", "q1"), not_exercised("does not report cached tokens", 1, 6));
+  CHECK(r.pair("alone", "cache-warm").value("right_to_wrong", -1) == 0);
+  CHECK(r.exit_code == 0);
+}
+
+// Rule (control differs: run-to-run noise): the control pair differs -> --fail-on any fails with
+// the reason "run-to-run noise"; exit 1. "Same a" vs "Same b": token 1, byte 5.
+TEST_CASE("verdicts openai-completions: a differing control pair fails --fail-on any as run-to-run noise") {
+  planted p(OPENAI_COMPLETIONS);
+  p.item("noise", {answer({"Same", " a"}), answer({"Same", " b"})});
+  const outcome r = run_planted(p, "--probe repeat");
+  check_verdict(r.row("alone", "control"), {.status = "differs", .token_index = 1, .char_offset = 5});
+  CHECK(r.err.find("run-to-run noise") != std::string::npos);
+  CHECK(r.exit_code == 1);
+}
+
+// Rule (not_argmax): at temperature 0 a step whose sampled token has rank > 0 (some alternative
+// with a strictly higher log-prob) marks its side; not_argmax_step is the first such step. Both
+// sides generate "The a end". Alone samples each step's best. Control's step 1 samples " a" at
+// -1.0 under " b" -0.25 (rank 1), and step 2 " end" at -2.0 under " fin" -1.0 (rank 1): first
+// step 1. Tokens and texts agree: identical, not_argmax_b true at step 1, side a false (-1).
+void not_argmax(const dialect& d) {
+  planted p(d);
+  p.item("not argmax", {answer({"The", " a", " end"}).top(1, {{" a", -0.25}, {" b", -1.0}}).top(2, {{" end", -0.5}, {" fin", -1.5}}),
+                        answer({"The", " a", " end"}).top(1, {{" b", -0.25}, {" a", -1.0}}).top(2, {{" fin", -1.0}, {" end", -2.0}})});
+  const outcome r = run_planted(p, "--probe repeat");
+  check_verdict(r.row("alone", "control"), {.status = "identical", .not_argmax_b = true, .not_argmax_step_b = 1});
+  check_verdict(r.row("alone", "repeat"), {.status = "identical"});
+  CHECK(r.exit_code == 0);
+}
+VERDICTS_EACH_DIALECT("a greedy answer whose sampled token is not the top alternative is not_argmax", not_argmax)
+
+// Rule (rank when the sampled token is not among the alternatives: their number, here 2 > 0):
+// control's step 1 samples " x" (log-prob -3.0) while the alternatives are " a" -0.5 and " b"
+// -1.0 -> not_argmax_b at step 1. Alone's step 1 lists " x" first. Same tokens: identical.
+TEST_CASE("verdicts openai-chat: a sampled token missing from its alternatives is not_argmax") {
+  planted p(OPENAI_CHAT);
+  p.item("not among", {answer({"Go", " x"}).top(1, {{" x", -0.25}, {" a", -1.0}}),
+                       answer({"Go", " x"}).logprob(1, -3.0).top(1, {{" a", -0.5}, {" b", -1.0}})});
+  const outcome r = run_planted(p, "--probe repeat");
+  check_verdict(r.row("alone", "control"), {.status = "identical", .not_argmax_b = true, .not_argmax_step_b = 1});
+}
+
+// Rule (rank counts strictly higher alternatives only): control's step 1 samples " b" at -0.5
+// while " a" also has -0.5: nothing is strictly higher, rank 0 -> not not_argmax.
+TEST_CASE("verdicts openai-chat: a sampled token tied with the top alternative is not not_argmax") {
+  planted p(OPENAI_CHAT);
+  p.item("tied top", {answer({"Go", " b"}).top(1, {{" b", -0.25}, {" a", -1.0}}),
+                      answer({"Go", " b"}).top(1, {{" a", -0.5}, {" b", -0.5}})});
+  const outcome r = run_planted(p, "--probe repeat");
+  check_verdict(r.row("alone", "control"), {.status = "identical"});
+}
+
+}  // namespace
