@@ -131,6 +131,18 @@ void response_finish(const item_ctx& c, target& t, const gen_request& req, const
   c.st.used.insert(&t);
 }
 
+bool refused_outright(const reports::record& r);
+std::string refusal_fix(const run_options& opt, const reports::record& r);
+
+// The first response of each target in this invocation: a target that refuses it outright would
+// refuse every request the same way, so the run stops at once (exit 2) with the fix, and sends
+// nothing more; the refused request is not recorded.
+void first_response_check(const item_ctx& c, const target& t, const reports::record& r) {
+  if (!c.st.checked.insert(&t).second || !refused_outright(r)) return;
+  throw input_error("target " + c.rt.label + " (" + t.spec() + ") refused the first request (item " + c.it.id + "): " + r.error +
+                    "; every request would fail the same way: " + refusal_fix(*c.st.opt, r));
+}
+
 // Sends one request to `t` and writes its record.
 void send(const item_ctx& c, target& t, std::string_view probe, const std::string& cond, int rep, const gen_request& req,
           const target* variant = nullptr, const json& extra = json::object()) {
@@ -139,6 +151,7 @@ void send(const item_ctx& c, target& t, std::string_view probe, const std::strin
   const reports::record base = record_base(c, probe, cond, rep, variant);
   reports::record r = t.complete(req);
   if (run_interrupted()) throw interrupted_error("interrupted");
+  first_response_check(c, t, r);
   response_finish(c, t, req, extra, r);
   record_write(c, std::move(r), base);
 }
@@ -242,6 +255,7 @@ void run_concurrency(const item_ctx& c, const gen_request& req) {
   const burst b = burst_send(*c.rt.t, reqs);
   if (run_interrupted()) throw interrupted_error("interrupted");
   reports::record r = b.outs[0];
+  first_response_check(c, *c.rt.t, r);
   const double release = *std::min_element(b.t0.begin(), b.t0.end());
   const double latest_start = *std::max_element(b.t0.begin(), b.t0.end());
   const double earliest_end = *std::min_element(b.t1.begin(), b.t1.end());
@@ -372,22 +386,6 @@ void item_run(run_state& st, std::vector<run_target>& targets, size_t index) {
   for (run_target& rt : targets) item_run_target(st, rt, index);
 }
 
-void target_preflight(run_state& st, run_target& rt, size_t index) {
-  const item_ctx c = ctx_make(st, rt, index);
-  gen_request req = item_request(c);
-  const bool recorded = st.done.count(key_of(c.it.id, rt.label, "alone", 0)) > 0;
-  if (recorded) req.n_predict = 1;
-  if (run_interrupted()) throw interrupted_error("interrupted");
-  reports::record r = rt.t->complete(req);
-  if (run_interrupted()) throw interrupted_error("interrupted");
-  if (refused_outright(r))
-    throw input_error("target " + rt.label + " (" + rt.t->spec() + ") refused the first request (item " + c.it.id +
-                      "): " + r.error + "; every request would fail the same way: " + refusal_fix(*st.opt, r));
-  if (recorded) return;
-  response_finish(c, *rt.t, req, json::object(), r);
-  record_write(c, std::move(r), record_base(c, "base", "alone", 0, nullptr));
-}
-
 void target_seed_check(const run_options& opt, run_target& rt, const item& it) {
   if (rt.t->dialect() == "engine") {
     rt.seed_reason.clear();
@@ -407,10 +405,10 @@ void target_seed_check(const run_options& opt, run_target& rt, const item& it) {
     return r.text;
   };
   try {
-    const std::string first = ask(opt.seed), again = ask(opt.seed);
+    const std::string first = ask(opt.seed), again = ask(opt.seed), other = ask(opt.seed + 1);
     if (first != again) {
       rt.seed_reason = "the server does not honour seeds: seed " + std::to_string(opt.seed) + " gave two different answers";
-    } else if (ask(opt.seed + 1) != first || ask(opt.seed + 2) != first) {
+    } else if (other != first || ask(opt.seed + 2) != first) {
       rt.seed_reason.clear();
     } else {
       rt.seed_reason = "could not confirm that the server honours seeds: seeds " + std::to_string(opt.seed) + " to " +

@@ -45,18 +45,13 @@ struct run_state {
   // (item id, target label) -> (condition, repetition) -> text, for the quick divergence count.
   std::map<std::pair<std::string, std::string>, std::map<std::pair<std::string, int>, std::string>> texts;
   std::set<const target*> used;              // targets that have been sent a request (not cold)
+  std::set<const target*> checked;           // targets whose first response in this invocation was checked
   run_result* result = nullptr;
 };
 
 // Runs every condition of items[index] on each target. Throws unreachable_error (the run stops)
 // and interrupted_error (Ctrl-C).
 void item_run(run_state& st, std::vector<run_target>& targets, size_t index);
-
-// Before the loop: items[index]'s request to rt, as its `alone` (recorded) when that is not yet
-// recorded, else a one-token request (not recorded). Throws input_error when the target refuses it
-// outright (a 4xx other than 408 and 429), with the error and how to fix it: every request would
-// fail the same way.
-void target_preflight(run_state& st, run_target& rt, size_t index);
 
 // The seed check of the seed probe on an HTTP target: items[index] at the seed temperature with
 // seed S, S again and S+1. Sets rt.seed_reason ("" when the two S answers agree and S+1's differs)

@@ -320,7 +320,6 @@ void items_loop(run_state& st, std::vector<run_target>& rts, const std::vector<i
                 const std::vector<size_t>& mine, run_result& result) {
   progress prog{*st.opt, mine.size()};
   try {
-    for (run_target& rt : rts) detail::target_preflight(st, rt, mine.front());
     for (size_t k : mine) {
       detail::item_run(st, rts, k);
       prog.step(detail::item_diverged(st, rts, items[k]));

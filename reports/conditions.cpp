@@ -29,13 +29,13 @@ std::string count_text(double v) {
   return buf;
 }
 
-const char* k_no_cache_report = "the target does not report how many prompt tokens came from its cache";
+const char* k_no_cache_report = "the target does not report cached tokens (how many prompt tokens came from its cache)";
 
 std::string judge_concurrent(const record& base, const record& r) {
   const json& e = r.evidence;
   if (is_false(e, "overlap")) return "the requests did not overlap in time";
   if (std::optional<double> w = num(e, "batch_width"))
-    return *w >= 2 ? "" : "the request never shared a forward step with another (its batch width was 1)";
+    return *w >= 2 ? "" : "the request never shared a forward step (batch width 1)";
   if (std::optional<double> s = num(e, "slots_busy_max")) {
     const std::string source = e.value("slots_source", std::string("the server"));
     return *s >= 2 ? "" : "at most one slot was busy at a time while the requests ran (" + source + ")";
@@ -62,7 +62,7 @@ std::string judge_cache_off(const record&, const record& r) {
 std::string judge_cache_on(const record&, const record& r) {
   const std::optional<double> cached = num(r.evidence, "cached_tokens");
   if (!cached) return k_no_cache_report;
-  if (*cached <= 0) return "no prompt tokens were served from the cache";
+  if (*cached <= 0) return "no tokens were served from the cache";
   return "";
 }
 

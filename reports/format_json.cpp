@@ -24,7 +24,8 @@ ojson row_json(const pair_item& row) {
   o["cond_a"] = row.cond_a;
   o["cond_b"] = row.cond_b;
   o["status"] = status_name(row.status);
-  o["identical"] = d.identical;
+  // Never true for a row whose verdict is not "the same": not exercised, not comparable, failed.
+  o["identical"] = row.status == STATUS_IDENTICAL || row.status == STATUS_DRIFTED;
   o["token_index"] = d.token_index;
   o["char_offset"] = d.char_offset;
   o["token_a"] = d.token_a;

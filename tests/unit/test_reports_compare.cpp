@@ -117,7 +117,7 @@ TEST_CASE("report compare_run: rows count as differ, error or not exercised, wit
   CHECK(cache.differ == 0);
   CHECK(cache.errors == 1);
   CHECK(cache.not_exercised == 1);
-  CHECK(cache.rows[1].reason == "no prompt tokens were served from the cache");
+  CHECK(cache.rows[1].reason == "no tokens were served from the cache");
   CHECK(cache.rows[2].error);
 
   const pair_summary& batch = find_pair(r, "ubatch-8192");

@@ -161,13 +161,13 @@ TEST_CASE("verdicts conditions: each judge needs positive evidence") {
   };
   CHECK(why("control", json::object()).empty());
   CHECK(why("cache-warm", json::object()).find("does not report") != std::string::npos);
-  CHECK(why("cache-warm", {{"cached_tokens", 0}}) == "no prompt tokens were served from the cache");
+  CHECK(why("cache-warm", {{"cached_tokens", 0}}) == "no tokens were served from the cache");
   CHECK(why("cache-warm", {{"cached_tokens", 5}}).empty());
   CHECK(why("cache-on", {{"cached_tokens", 5}}).empty());
   CHECK(why("cache-off", {{"cached_tokens", 0}}).empty());
   CHECK(why("cache-off", {{"cached_tokens", 3}}).find("although cache_prompt was false") != std::string::npos);
   CHECK(why("cache-off", json::object()).find("does not report") != std::string::npos);
-  CHECK(why("concurrent-8", {{"overlap", true}, {"batch_width", 1}}).find("batch width was 1") != std::string::npos);
+  CHECK(why("concurrent-8", {{"overlap", true}, {"batch_width", 1}}).find("batch width 1") != std::string::npos);
   CHECK(why("concurrent-8", {{"overlap", true}, {"batch_width", 8}}).empty());
   CHECK(why("concurrent-8", {{"overlap", false}, {"batch_width", 8}}) == "the requests did not overlap in time");
   CHECK(why("concurrent-8", {{"slots_busy_max", 1}, {"slots_source", "/slots"}}).find("(/slots)") != std::string::npos);
