@@ -90,17 +90,14 @@ void hashes_parse(const json& j, reports::record& rec) {
 
 const std::vector<dialect_def>& dialect_table() {
   static const std::vector<dialect_def> table = {
-      {API_LLAMACPP, "llamacpp", "llama.cpp's server and detaudit serve: /completion (n_probs, return_tokens, "
-                                 "cache_prompt, id_slot), chats on /v1/chat/completions; detected by /props",
+      {API_LLAMACPP, "llamacpp", "llama.cpp's server, detaudit serve: /completion, chats on /v1/chat/completions (by /props)",
        "/completion", "/v1/chat/completions", "/props", llamacpp_request, llamacpp_parse, stream_assemble_llamacpp,
        true, 100},
-      {API_OLLAMA, "ollama", "ollama: /api/generate (raw) and /api/chat, options.seed, logprobs; detected by /api/version",
+      {API_OLLAMA, "ollama", "ollama: /api/generate and /api/chat (detected by /api/version)",
        "/api/generate", "/api/chat", "/api/version", ollama_request, ollama_parse, nullptr, false, 20},
-      {API_OPENAI_CHAT, "openai-chat", "any OpenAI-compatible server: /v1/chat/completions (logprobs, top_logprobs, "
-                                       "seed); detected by /v1/models",
+      {API_OPENAI_CHAT, "openai-chat", "OpenAI-compatible servers: /v1/chat/completions (detected by /v1/models)",
        nullptr, "/v1/chat/completions", "/v1/models", openai_chat_request, openai_parse, stream_assemble_openai, false, 20},
-      {API_OPENAI_COMPLETIONS, "openai-completions", "any OpenAI-compatible server: /v1/completions for raw prompts "
-                                                     "(logprobs); never detected, chosen with --api",
+      {API_OPENAI_COMPLETIONS, "openai-completions", "OpenAI-compatible servers: /v1/completions, raw prompts (only with --api)",
        "/v1/completions", nullptr, nullptr, openai_completions_request, openai_parse, stream_assemble_openai, false, 20},
   };
   return table;
