@@ -143,17 +143,20 @@ void first_response_check(const item_ctx& c, const target& t, const reports::rec
                     "; every request would fail the same way: " + refusal_fix(*c.st.opt, r));
 }
 
-// Sends one request to `t` and writes its record.
-void send(const item_ctx& c, target& t, std::string_view probe, const std::string& cond, int rep, const gen_request& req,
+// Sends one request to `t` and writes its record; returns the record's evidence (empty when the
+// key was recorded already).
+json send(const item_ctx& c, target& t, std::string_view probe, const std::string& cond, int rep, const gen_request& req,
           const target* variant = nullptr, const json& extra = json::object()) {
-  if (skip(c, cond, rep)) return;
+  if (skip(c, cond, rep)) return json::object();
   if (run_interrupted()) throw interrupted_error("interrupted");
   const reports::record base = record_base(c, probe, cond, rep, variant);
   reports::record r = t.complete(req);
   if (run_interrupted()) throw interrupted_error("interrupted");
   first_response_check(c, t, r);
   response_finish(c, t, req, extra, r);
+  json evidence = r.evidence;
   record_write(c, std::move(r), base);
+  return evidence;
 }
 
 void not_exercised(const item_ctx& c, std::string_view probe, const std::string& cond, int rep, const std::string& reason) {
@@ -275,13 +278,17 @@ void run_concurrency(const item_ctx& c, const gen_request& req) {
 
 void run_repeat(const item_ctx& c, const gen_request& req) { send(c, *c.rt.t, "repeat", "repeat", 0, req); }
 
+// cache-on and cache-warm go to the slot that served cache-off, where the target names it (the
+// engine, llama.cpp): a server that hands each request the least recently used slot would
+// otherwise never find the prompt it has just computed.
 void run_cache(const item_ctx& c, const gen_request& req) {
   gen_request on = req;
   on.cache_prompt = true;
   if (c.rt.caps.cache_control) {
     gen_request off = req;
     off.cache_prompt = false;
-    send(c, *c.rt.t, "cache", "cache-off", 0, off);
+    const json ev = send(c, *c.rt.t, "cache", "cache-off", 0, off);
+    if (auto slot = ev.find("slot"); slot != ev.end() && slot->is_number_integer()) on.id_slot = slot->get<int>();
     send(c, *c.rt.t, "cache", "cache-on", 0, on);
     send(c, *c.rt.t, "cache", "cache-warm", 0, on);
     return;

@@ -141,6 +141,7 @@ void counts_parse(const json& j, reports::record& rec) {
   // every token in the slot's cache afterwards (n_past), generated ones included.
   if (const json* v = count("draft_accepted")) rec.evidence["draft_accepted"] = *v;
   if (const json* v = count("draft_proposed")) rec.evidence["draft_proposed"] = *v;
+  if (const json* v = count("id_slot")) rec.evidence["slot"] = *v;
   if (const json* t = json_get(j, "timings"); t && t->is_object()) {
     rec.timings["server"] = *t;
     const json* cn = json_get(*t, "cache_n");

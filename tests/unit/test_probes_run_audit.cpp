@@ -14,6 +14,7 @@
 #include "kernels/cpu/cpu.h"
 #include "probes/runner.h"
 #include "probes/target_engine.h"
+#include "reports/compare.h"
 #include "test_util.h"
 #include "util/error.h"
 
@@ -203,6 +204,50 @@ TEST_CASE("probes_run: a target without cache control or variants gets not-exerc
     CHECK(r.request.empty());
   }
   CHECK(res.records_written == 24);
+}
+
+namespace {
+
+// A server with per-request cache control whose slots rotate (llama.cpp's least recently used
+// slot): it names the slot that served each request, and serves the prompt from its cache only
+// on the slot that computed it.
+class rotating_slots_target : public echo_target {
+ public:
+  probes::capabilities probe() override {
+    probes::capabilities c = echo_target::probe();
+    c.cache_control = true;
+    return c;
+  }
+  record complete(const probes::gen_request& r) override {
+    record out = echo_target::complete(r);
+    const int slot = r.id_slot >= 0 ? r.id_slot : next_++ % 4;
+    const std::string prompt = r.messages.empty() ? r.prompt : r.messages[0].content;
+    const bool hit = r.cache_prompt.value_or(true) && cached_[slot] == prompt;
+    cached_[slot] = prompt;
+    out.evidence = {{"slot", slot}, {"cached_tokens", hit ? 5 : 0}};
+    id_slots.push_back(r.id_slot);
+    return out;
+  }
+  std::vector<int> id_slots;
+
+ private:
+  int next_ = 0;
+  std::map<int, std::string> cached_;
+};
+
+}  // namespace
+
+TEST_CASE("probes_run: cache-on and cache-warm go to the slot that served cache-off") {
+  const std::string dir = test::scratch_dir("probes_run_slots");
+  rotating_slots_target t;
+  probes::run_audit({&t}, {k_items[0]}, options(dir, {"cache"}));
+  REQUIRE(t.id_slots.size() == 5);  // alone, control, cache-off, cache-on, cache-warm
+  CHECK(t.id_slots[2] == -1);
+  CHECK(t.id_slots[3] == 2);  // cache-off was the third request: slot 2
+  CHECK(t.id_slots[4] == 2);
+  const reports::report rep = reports::compare_run(reports::records_read(dir), manifest(dir));
+  for (const reports::pair_summary& p : rep.pairs)
+    if (p.cond_b == "cache-warm") CHECK(p.not_exercised == 0);  // the prompt came from slot 2's cache
 }
 
 TEST_CASE("probes_run: option errors, lint alone and cross") {
