@@ -41,4 +41,22 @@ inline std::string narrow_model() {
   return path;
 }
 
+// Random weights over stories260K's vocabulary: unlike stories260K itself, it generates byte
+// tokens (<0x80>..<0xFF>) and ranks them among its top log-probs. Written once per process.
+inline std::string byte_token_model() {
+  static const std::string path = [] {
+    model::synth_options o;
+    o.n_embd = 64;
+    o.n_layer = 2;
+    o.n_head = 4;
+    o.n_head_kv = 2;
+    o.n_ff = 192;
+    o.vocab_from = fixture("models/stories260K.gguf");
+    const std::string p = process_scratch_dir("byte_token_model") + "/bytes.gguf";
+    model::synth_write(o, p);
+    return p;
+  }();
+  return path;
+}
+
 }  // namespace detaudit::test

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "model/synth.h"
+#include "synth_util.h"
 #include "serve/http_handlers.h"
 #include "serve_util.h"
 #include "test_util.h"
@@ -16,24 +17,6 @@ using json = nlohmann::json;
 using namespace detaudit;
 
 namespace {
-
-// Random weights over stories260K's vocabulary: unlike stories260K itself, it generates byte
-// tokens (<0x80>..<0xFF>) and ranks them among its top log-probs. Written once per process.
-std::string byte_model() {
-  static const std::string path = [] {
-    model::synth_options o;
-    o.n_embd = 64;
-    o.n_layer = 2;
-    o.n_head = 4;
-    o.n_head_kv = 2;
-    o.n_ff = 192;
-    o.vocab_from = test::fixture("models/stories260K.gguf");
-    const std::string p = test::process_scratch_dir("serve_logprobs") + "/bytes.gguf";
-    model::synth_write(o, p);
-    return p;
-  }();
-  return path;
-}
 
 // A piece the engine reports as these bytes (llama.cpp's "bytes" array) when it is one byte
 // >= 0x80: never valid UTF-8 alone. Returns "" for any other piece.
@@ -65,7 +48,7 @@ TEST_CASE("serve_logprobs: token_text_openai escapes exactly the pieces that are
 }
 
 TEST_CASE("serve_logprobs: /v1/completions writes byte tokens in OpenAI bytes: form in tokens and top_logprobs keys") {
-  test::serve_child srv({"-np", "1", "-c", "256"}, byte_model());
+  test::serve_child srv({"-np", "1", "-c", "256"}, test::byte_token_model());
   const std::string prompt = "Once upon a time";
   // the engine's own account of the same greedy request: each token's bytes
   const json lc = test::post_json(srv.port, "/completion", {{"prompt", prompt}, {"n_predict", 20}, {"n_probs", 5}});
