@@ -1,0 +1,144 @@
+// A hostile or careless user's runs: folders that already hold another run or shard, shard numbers
+// no run writes, graders the reports cannot apply, Ctrl-C while a target's API is detected, a server
+// whose answers nest JSON a hundred thousand levels deep. Each must end in a clear exit (2 with one
+// line, 3, 130), never a crash, a hang, a run wasted, or two runs mixed under one run.json.
+#include <algorithm>
+#include <csignal>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <thread>
+
+#include "verdict_harness.h"
+
+using namespace detaudit::verdicts_test;
+
+namespace {
+
+const answer k_same = answer({"Same", " answer"});
+
+// One planted server and a scratch folder; `detaudit run --probe repeat` against it.
+struct hostile_bench {
+  planted p{OPENAI_CHAT};
+  std::unique_ptr<verdict_server> srv;
+  std::string dir = fresh_dir();
+
+  explicit hostile_bench(const std::vector<std::string>& prompts, json server = json::object()) {
+    for (const auto& [k, v] : server.items()) p.server(k, v);
+    for (const std::string& pr : prompts) p.item(pr, {k_same});
+    srv = std::make_unique<verdict_server>(p.cases());
+  }
+  std::string run_line(const std::string& out, const std::string& prompts_file, const std::string& extra) const {
+    return "run --target " + srv->url() + " " + p.api_flags() + " --prompts " + prompts_file + " " + run_flags(dir + "/" + out) +
+           " --probe repeat " + extra;
+  }
+  test::cmd_result run(const std::string& out, const std::string& prompts_file, const std::string& extra = "") const {
+    return detaudit_cli(run_line(out, prompts_file, extra));
+  }
+  std::string prompts(const std::vector<std::string>& lines, const std::string& name = "p.txt") const {
+    return prompts_write(dir, lines, name);
+  }
+};
+
+size_t lines_of(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+void json_edit(const std::string& path, const std::function<void(json&)>& edit) {
+  json j = json::parse(test::file_text(path));
+  edit(j);
+  file_write(std::filesystem::path(path).parent_path().string(), std::filesystem::path(path).filename().string(), j.dump(2));
+}
+
+}  // namespace
+
+// `--resume --shard 2/3` into the folder of shard 1/3 used to be accepted: it appended shard 2's
+// records beside shard 1's and rewrote run.json as shard 2, so a merge with the real shard 2 then
+// held shard 1's items under shard 2's name. The shard index is part of what is resumed.
+TEST_CASE("hostile: --resume with another --shard index exits 2 and writes nothing") {
+  hostile_bench b({"one", "two", "three"});
+  const std::string prompts = b.prompts({"one", "two", "three"});
+  REQUIRE(b.run("s", prompts, "--shard 1/3").exit_code == 0);
+  const std::string manifest = test::file_text(b.dir + "/s/run.json");
+  const size_t sent = b.srv->requests().size();
+  const test::cmd_result r = b.run("s", prompts, "--shard 2/3 --resume");
+  INFO(r.err);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("shard") != std::string::npos);
+  CHECK(lines_of(r.err) == 1);
+  CHECK(test::file_text(b.dir + "/s/run.json") == manifest);
+  CHECK_FALSE(std::filesystem::exists(b.dir + "/s/records-2-of-3.jsonl"));
+  CHECK(b.srv->requests().size() == sent);
+}
+
+// A fresh run (no --resume) into a folder that holds another run's or shard's records used to be
+// accepted when its own records file had another name: run.json was replaced by the new run's,
+// and every report of the folder read both runs' records as one.
+TEST_CASE("hostile: a run into a folder holding another run's or shard's records exits 2") {
+  hostile_bench b({"one", "two"});
+  const std::string prompts = b.prompts({"one", "two"});
+  REQUIRE(b.run("s", prompts, "--shard 1/2").exit_code == 0);
+  const std::string manifest = test::file_text(b.dir + "/s/run.json");
+  const std::string lint_alone = "run --prompts " + prompts + " --probe lint --out " + b.dir + "/s";
+  for (const std::string& cmd : {b.run_line("s", prompts, ""), b.run_line("s", prompts, "--shard 2/2"), lint_alone}) {
+    const test::cmd_result r = detaudit_cli(cmd);
+    INFO(cmd << " -> " << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("records-1-of-2.jsonl") != std::string::npos);
+    CHECK(lines_of(r.err) == 1);
+  }
+  CHECK(test::file_text(b.dir + "/s/run.json") == manifest);
+  CHECK_FALSE(std::filesystem::exists(b.dir + "/s/records.jsonl"));
+  CHECK_FALSE(std::filesystem::exists(b.dir + "/s/records-2-of-2.jsonl"));
+}
+
+// merge trusted the shard numbers in run.json: shard 7 of 3 merged with --partial as "merged [2,
+// 3, 7]", shard 0 of 0 as a complete run with nothing missing, and shard 1 of 2000000000 built a
+// list of 2e9 missing shards (minutes, gigabytes). And `merge --out` into a folder holding a run's
+// records mixed them with the merged ones.
+TEST_CASE("hostile: merge refuses shard numbers no run writes, and an output folder holding records") {
+  hostile_bench b({"one", "two", "three"});
+  const std::string prompts = b.prompts({"one", "two", "three"});
+  for (const char* s : {"1", "2", "3"}) REQUIRE(b.run(std::string("s") + s, prompts, std::string("--shard ") + s + "/3").exit_code == 0);
+  const std::string s1 = b.dir + "/s1", s2 = b.dir + "/s2", s3 = b.dir + "/s3";
+  const json original = json::parse(test::file_text(s1 + "/run.json"));
+  const json shards[] = {{{"index", 7}, {"count", 3}}, {{"index", 0}, {"count", 0}}, {{"index", 1}, {"count", 2000000000}}};
+  int n = 0;
+  for (const json& shard : shards) {
+    json_edit(s1 + "/run.json", [&shard](json& m) { m["shard"] = shard; });
+    const test::cmd_result r = detaudit_cli("merge --partial --out " + b.dir + "/m" + std::to_string(n++) + " " + s1 + " " + s2 + " " + s3);
+    INFO(shard.dump() << " -> " << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("s1/run.json") != std::string::npos);
+    CHECK(lines_of(r.err) == 1);
+  }
+  file_write(s1, "run.json", original.dump(2));
+  const test::cmd_result into = detaudit_cli("merge --partial --out " + s1 + " " + s2 + " " + s3);
+  INFO(into.err);
+  CHECK(into.exit_code == 2);
+  CHECK(into.err.find("records-1-of-3.jsonl") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(s1 + "/records.jsonl"));
+  CHECK(json::parse(test::file_text(s1 + "/run.json")) == original);
+}
+
+// `--out` naming a file (or a place no folder can be made) ended in "detaudit: internal error:
+// filesystem error: cannot create directories: Not a directory", exit 4, for run, lint alone and
+// merge alike: it is the user's input, exit 2 with one line naming it.
+TEST_CASE("hostile: --out that cannot be a folder is an input error (exit 2), not an internal error") {
+  hostile_bench b({"one", "two"});
+  const std::string prompts = b.prompts({"one", "two"});
+  REQUIRE(b.run("s", prompts, "--shard 1/2").exit_code == 0);
+  const size_t sent = b.srv->requests().size();
+  const std::string file = file_write(b.dir, "a-file", "not a folder\n");
+  const std::string cmds[] = {
+      "run --target " + b.srv->url() + " " + b.p.api_flags() + " --prompts " + prompts + " --probe repeat --out " + file,
+      "run --prompts " + prompts + " --probe lint --out " + file + "/sub",
+      "merge --partial --out " + file + " " + b.dir + "/s",
+  };
+  for (const std::string& cmd : cmds) {
+    const test::cmd_result r = detaudit_cli(cmd);
+    INFO(cmd << " -> " << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("internal error") == std::string::npos);
+    CHECK(r.err.find("a-file") != std::string::npos);
+  }
+  CHECK(b.srv->requests().size() == sent);
+}
