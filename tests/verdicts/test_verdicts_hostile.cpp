@@ -119,6 +119,19 @@ TEST_CASE("hostile: merge refuses shard numbers no run writes, and an output fol
   CHECK(json::parse(test::file_text(s1 + "/run.json")) == original);
 }
 
+// A server whose /props and answers carry an array nested 100000 levels deep used to crash
+// `detaudit run` (SIGSEGV: copying the JSON recursed past the stack). The answers are that
+// request's error ("nests JSON ... levels deep"), as any malformed answer is; the run ends with 3.
+TEST_CASE("hostile: a server answering JSON nested 100000 levels deep is an error per request, not a crash") {
+  hostile_bench b({"deep"}, {{"props", true}, {"deep_json", 100000}});
+  const std::string prompts = b.prompts({"deep"});
+  const test::cmd_result r = b.run("run", prompts);
+  INFO(r.err);
+  CHECK(r.exit_code == 3);
+  const std::string records = test::file_text(b.dir + "/run/records.jsonl");
+  CHECK(records.find("levels deep") != std::string::npos);
+}
+
 // `--out` naming a file (or a place no folder can be made) ended in "detaudit: internal error:
 // filesystem error: cannot create directories: Not a directory", exit 4, for run, lint alone and
 // merge alike: it is the user's input, exit 2 with one line naming it.

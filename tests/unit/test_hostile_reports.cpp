@@ -1,0 +1,45 @@
+// Hostile inputs to the readers and the reports: files nested deeper than any writer nests, a
+// grader regex that backtracks without end, a compare of a run with a bare records file, and two
+// runs whose seed-none answers differ (as they may). Each must give a clear input error or a sane
+// report, never a crash or a wrong verdict.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "reports/bundle.h"
+#include "reports/compare.h"
+#include "reports/record.h"
+#include "test_reports_util.h"
+#include "test_util.h"
+#include "util/error.h"
+
+using namespace detaudit::reports;
+using detaudit::test::rec;
+using detaudit::test::words;
+
+namespace {
+
+std::string nested(size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+
+std::string record_line(const std::string& evidence) {
+  return R"({"schema": 1, "item_id": "1", "condition": "alone", "text": "x", "evidence": )" + evidence + "}\n";
+}
+
+}  // namespace
+
+// A records line or a run.json nested 100000 levels deep used to crash `detaudit report` and
+// `compare` (SIGSEGV: copying and printing JSON recurse once per level), and one 20000 deep made
+// `report --format json` print for minutes (indentation grows with the depth). What detaudit
+// writes nests fewer than a dozen levels: deeper is an input error naming the file.
+TEST_CASE("hostile records: JSON nested far deeper than any writer nests is an input error, not a crash") {
+  const std::string dir = detaudit::test::scratch_dir("hostile_deep");
+  const std::string ok = detaudit::test::write_file(dir + "/ok.jsonl", record_line(R"({"x": )" + nested(20) + "}"));
+  CHECK(records_read_file(ok).size() == 1);
+  const std::string deep = detaudit::test::write_file(dir + "/deep.jsonl", record_line(R"({"x": )" + nested(100000) + "}"));
+  CHECK_THROWS_WITH_AS(records_read_file(deep), doctest::Contains("deep.jsonl:1"), detaudit::input_error);
+  detaudit::test::write_file(dir + "/run.json", R"({"identity": {"request": )" + nested(100000) + "}}");
+  CHECK_THROWS_WITH_AS(run_manifest_read(dir), doctest::Contains("run.json"), detaudit::input_error);
+  CHECK(json_depth_within(json::parse(nested(5)), 5));
+  CHECK_FALSE(json_depth_within(json::parse(nested(6)), 5));
+}
