@@ -43,3 +43,14 @@ TEST_CASE("hostile records: JSON nested far deeper than any writer nests is an i
   CHECK(json_depth_within(json::parse(nested(5)), 5));
   CHECK_FALSE(json_depth_within(json::parse(nested(6)), 5));
 }
+
+// A prompts file's `regex:(a+)+$` grader on a long answer exceeds PCRE2's match limit: the report
+// used to end in "internal error: regular expression match failed (PCRE2 error -47)", exit 4. It is
+// the pattern's fault: an input error naming the grader.
+TEST_CASE("hostile graders: a regex that backtracks past PCRE2's limits is an input error naming the grader") {
+  record a = rec("1", "alone", {{-1, std::string(40, 'a') + "b"}});
+  a.grader = "regex:(a+)+$";
+  record b = a;
+  b.condition = "control";
+  CHECK_THROWS_WITH_AS(compare_run({a, b}), doctest::Contains("regex:(a+)+$"), detaudit::input_error);
+}

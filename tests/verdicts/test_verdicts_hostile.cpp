@@ -50,6 +50,27 @@ void json_edit(const std::string& path, const std::function<void(json&)>& edit) 
 
 }  // namespace
 
+// A typo in a grader ("exakt") used to pass `detaudit run`, send every request, and then make every
+// report of the folder fail (exit 2 at the end, and `detaudit report` refusing forever after). It
+// must be refused before anything is sent, naming the file and line.
+TEST_CASE("hostile: a grader the reports cannot apply is refused before anything is sent") {
+  hostile_bench b({"grade me"});
+  const std::pair<std::string, std::string> cases[] = {
+      {R"({"id": "a", "prompt": "grade me", "answer": "1", "grader": "exakt"})", "unknown grader 'exakt'"},
+      {R"({"id": "a", "prompt": "grade me", "grader": "regex:((("})", "not a valid regular expression"},
+  };
+  for (const auto& [line, message] : cases) {
+    const std::string prompts = file_write(b.dir, "g.jsonl", line + "\n");
+    const test::cmd_result r = b.run("run_grader", prompts);
+    INFO(line << " -> " << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find(message) != std::string::npos);
+    CHECK(r.err.find("g.jsonl:1") != std::string::npos);
+    CHECK(lines_of(r.err) == 1);
+  }
+  CHECK(b.srv->requests().empty());
+}
+
 // `--resume --shard 2/3` into the folder of shard 1/3 used to be accepted: it appended shard 2's
 // records beside shard 1's and rewrote run.json as shard 2, so a merge with the real shard 2 then
 // held shard 1's items under shard 2's name. The shard index is part of what is resumed.
