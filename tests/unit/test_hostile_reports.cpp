@@ -54,3 +54,21 @@ TEST_CASE("hostile graders: a regex that backtracks past PCRE2's limits is an in
   b.condition = "control";
   CHECK_THROWS_WITH_AS(compare_run({a, b}), doctest::Contains("regex:(a+)+$"), detaudit::input_error);
 }
+
+// `detaudit compare run/records.jsonl other_run` (a bare records file has no identity; so has an
+// older run) used to exit 2, "the runs' request settings differ (request.chat: (none) vs false;
+// ...)": a missing identity was diffed as if every setting differed. The settings cannot be
+// checked, which the report's note says; the responses are compared.
+TEST_CASE("hostile compare_runs: a side without an identity is compared, with a note, not refused") {
+  const json with_identity = {{"identity", {{"request", {{"n_predict", 16}, {"chat", false}}}}}};
+  const std::vector<record> a = {rec("1", "alone", words("x y"))};
+  const std::vector<record> b = {rec("1", "alone", words("x y"))};
+  const report r = compare_runs(a, b, json::object(), with_identity);
+  REQUIRE(r.pairs.size() == 1);
+  CHECK(r.pairs[0].items == 1);
+  CHECK(r.pairs[0].not_comparable == 0);
+  CHECK(r.differences.empty());
+  bool noted = false;
+  for (const std::string& n : r.notes) noted = noted || n.find("records no identity") != std::string::npos;
+  CHECK(noted);
+}
