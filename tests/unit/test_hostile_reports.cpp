@@ -72,3 +72,29 @@ TEST_CASE("hostile compare_runs: a side without an identity is compared, with a 
   for (const std::string& n : r.notes) noted = noted || n.find("records no identity") != std::string::npos;
   CHECK(noted);
 }
+
+// `detaudit bundle` read run.json and records with nlohmann's value(), which throws on a value of
+// another type: a run.json that is an array or whose "options" / "targets" is a string, or a record
+// whose target label is a number, ended in "internal error: [json.exception.type_error.306]",
+// exit 4. Readers ignore what they do not understand: the bundle is written.
+TEST_CASE("hostile bundle: a run.json or record of another shape gives a bundle, not an internal error") {
+  const std::string dir = detaudit::test::scratch_dir("hostile_bundle");
+  std::string lines;
+  for (const char* cond : {"alone", "control"})
+    lines += std::string(R"({"schema": 1, "item_id": "1", "condition": ")") + cond +
+             R"(", "text": "x", "target": {"label": 5}, "request": {"messages": [{"role": 7, "content": 1}]}})" + "\n";
+  std::filesystem::create_directories(dir + "/run");
+  detaudit::test::write_file(dir + "/run/records.jsonl", lines);
+  const std::string manifests[] = {R"([1, 2])", R"({"options": "x", "targets": "x"})",
+                                   R"({"targets": [1, {"capabilities": "x"}], "options": {"seed": []}})"};
+  int n = 0;
+  for (const std::string& m : manifests) {
+    CAPTURE(m);
+    detaudit::test::write_file(dir + "/run/run.json", m);
+    bundle_options o;
+    o.item_id = "1";
+    o.out_dir = dir + "/bundle" + std::to_string(n++);
+    o.tarball = false;
+    CHECK_NOTHROW(bundle_write(dir + "/run", o));
+  }
+}
