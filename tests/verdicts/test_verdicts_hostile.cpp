@@ -140,6 +140,32 @@ TEST_CASE("hostile: merge refuses shard numbers no run writes, and an output fol
   CHECK(json::parse(test::file_text(s1 + "/run.json")) == original);
 }
 
+// Ctrl-C while `detaudit run` detects a target's API (every GET answers 3 s late) used to end in
+// "detaudit: internal error: ...: interrupted" and exit 4; a stop is exit 130 whenever it comes.
+TEST_CASE("hostile: Ctrl-C while the target's API is being detected exits 130") {
+  hostile_bench b({"slow probe"}, {{"get_delay_ms", 3000}});
+  const std::string prompts = b.prompts({"slow probe"});
+  const std::string err_path = b.dir + "/stderr";
+  const std::string cmd = test::detaudit_bin() + " run --target " + b.srv->url() + " --chat --prompts " + prompts + " --out " +
+                          b.dir + "/run --retries 0 --probe repeat";  // no --api: the dialect is detected
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd + " >/dev/null 2>" + err_path).c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  ::kill(pid, SIGINT);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  const std::string err = test::file_text(err_path);
+  INFO(err);
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 130);
+  CHECK(err.find("internal error") == std::string::npos);
+  CHECK(err.find("interrupted") != std::string::npos);
+}
+
 // A server whose /props and answers carry an array nested 100000 levels deep used to crash
 // `detaudit run` (SIGSEGV: copying the JSON recursed past the stack). The answers are that
 // request's error ("nests JSON ... levels deep"), as any malformed answer is; the run ends with 3.
