@@ -179,6 +179,21 @@ TEST_CASE("hostile: a server answering JSON nested 100000 levels deep is an erro
   CHECK(records.find("levels deep") != std::string::npos);
 }
 
+// `--request '{"temperature": 1}'` makes every request sample at 1, yet each record said
+// temperature 0 (the run's --temperature), so the greedy check flagged every row "greedy side A
+// sampled a token below its top alternative" (a sampler bug, per the docs) although nothing greedy
+// was asked for. The record carries the temperature the body was sent with.
+TEST_CASE("hostile: a --request temperature is the record's temperature, and no greedy check is made of it") {
+  planted p(OPENAI_CHAT);
+  p.item("warm", {k_same}).seeded("warm", answer({"Roll"}).logprob(0, -1.0).top(0, {{"Dice", -0.25}, {"Roll", -1.0}}), true);
+  const outcome r = run_planted(p, "--probe repeat --request '{\"temperature\": 1}'");
+  const json& row = r.row("alone", "control");
+  CHECK(row.value("not_argmax_a", true) == false);
+  CHECK(row.value("not_argmax_b", true) == false);
+  std::istringstream records(test::file_text(r.run_dir + "/records.jsonl"));
+  for (std::string line; std::getline(records, line);) CHECK(json::parse(line).value("temperature", -1.0) == 1.0);
+}
+
 // `--out` naming a file (or a place no folder can be made) ended in "detaudit: internal error:
 // filesystem error: cannot create directories: Not a directory", exit 4, for run, lint alone and
 // merge alike: it is the user's input, exit 2 with one line naming it.
