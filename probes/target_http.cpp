@@ -370,6 +370,10 @@ reports::record http_target::complete(const gen_request& r) {
 
 void http_target::response_read(const http_call& call, const http_response& resp, reports::record& rec) const {
   const std::string where = "POST " + url_ + call.path;
+  if (!resp.error.empty()) {
+    rec.error = where + ": HTTP " + std::to_string(resp.status) + ": " + resp.error;
+    return;
+  }
   if (!resp.ok()) {
     rec.error = where + ": " + http_error_message(resp);
     return;
