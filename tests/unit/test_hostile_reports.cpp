@@ -73,6 +73,22 @@ TEST_CASE("hostile compare_runs: a side without an identity is compared, with a 
   CHECK(noted);
 }
 
+// Left failing on purpose (see the report of the hostile review): seed-none is "not a pair and
+// never a failure" in `detaudit report`, yet `detaudit compare` of two runs of the same engine
+// with the seed probe pairs seed-none#k with seed-none#k and counts their (expected) differences,
+// so `compare --fail-on any` of two like-for-like runs exits 1.
+TEST_CASE("hostile compare_runs: seed-none answers of two runs are not counted as differing") {
+  auto seed_none = [](const std::string& text, int rep) { return rec("1", "seed-none", words(text), "seed", "A", rep); };
+  const std::vector<record> a = {rec("1", "alone", words("x y")), seed_none("a b", 0), seed_none("c d", 1)};
+  const std::vector<record> b = {rec("1", "alone", words("x y")), seed_none("a z", 0), seed_none("c q", 1)};
+  const report r = compare_runs(a, b);
+  for (const pair_summary& s : r.pairs) {
+    CAPTURE(s.cond_a);
+    CHECK(s.differ == 0);
+  }
+  CHECK(fail_reasons(r, fail_policy_parse("any")).empty());
+}
+
 // `detaudit bundle` read run.json and records with nlohmann's value(), which throws on a value of
 // another type: a run.json that is an array or whose "options" / "targets" is a string, or a record
 // whose target label is a number, ended in "internal error: [json.exception.type_error.306]",
