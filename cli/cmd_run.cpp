@@ -262,6 +262,8 @@ void run_run(const run_cmd_options& o) {
   } catch (const probes::unreachable_error& e) {
     res.unreachable = true;
     res.unreachable_message = e.what();
+  } catch (const probes::interrupted_error&) {  // Ctrl-C while a target's API was being detected
+    res.interrupted = true;
   }
   if (res.interrupted) {
     std::cerr << "detaudit run: interrupted: " << kept_text(res, ro.out_dir) << "\n";

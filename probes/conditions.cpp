@@ -9,6 +9,7 @@
 #include <exception>
 #include <latch>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "reports/conditions.h"
@@ -124,8 +125,17 @@ void record_write(const item_ctx& c, reports::record r, const reports::record& b
 
 // The fields every response of this run carries besides the target's own: the temperature asked,
 // the extra evidence the sender knows, and "cold" for a target's first request.
+// The temperature the request body carried: a --request object can set its own, which the target
+// then samples at (ollama takes it under "options"). The greedy check reads this value.
+std::optional<double> body_temperature(const json& body) {
+  for (const json* o : {&body, body.is_object() && body.contains("options") ? &body["options"] : nullptr})
+    if (o && o->is_object())
+      if (auto it = o->find("temperature"); it != o->end() && it->is_number()) return it->get<double>();
+  return std::nullopt;
+}
+
 void response_finish(const item_ctx& c, target& t, const gen_request& req, const json& extra, reports::record& r) {
-  r.temperature = req.temperature;
+  r.temperature = body_temperature(r.request).value_or(req.temperature);
   for (const auto& [k, v] : extra.items()) r.evidence[k] = v;
   if (!c.st.used.count(&t)) r.evidence["cold"] = true;
   c.st.used.insert(&t);

@@ -171,6 +171,16 @@ http_response http_client::request(const std::string& path, const std::string* p
     if (run_interrupted()) throw interrupted_error(url + ": interrupted");
     const attempt a = attempt_once(url, post_body, o);
     if (a.code == CURLE_ABORTED_BY_CALLBACK || run_interrupted()) throw interrupted_error(url + ": interrupted");
+    if (a.too_large && a.status > 0) {  // the server answered: too much, which is this request's failure
+      http_response r;
+      r.status = static_cast<int>(a.status);
+      r.content_type = a.content_type;
+      r.t_start = a.t_start;
+      r.t_end = a.t_end;
+      r.attempts = k + 1;
+      r.error = transport_message(a);
+      return r;
+    }
     const bool answered = a.code == CURLE_OK;
     const bool last = k + 1 >= n_attempts;
     if (!answered && (last || a.too_large || !transport_retryable(a.code)))

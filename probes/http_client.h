@@ -34,7 +34,10 @@ struct http_response {
   double t_start = 0;        // unix seconds: the last attempt began
   double t_end = 0;          // unix seconds: its answer was complete
   int attempts = 0;
-  bool ok() const { return status >= 200 && status < 300; }
+  // Non-empty: the server answered, but its answer could not be taken whole (larger than the
+  // client keeps); `body` is then empty. That request's error, not an unreachable server.
+  std::string error;
+  bool ok() const { return status >= 200 && status < 300 && error.empty(); }
 };
 
 class http_client {
@@ -44,7 +47,8 @@ class http_client {
 
   // Each returns the answer of the last attempt (any status). Retried: connection errors,
   // timeouts, empty replies, 429 and 5xx. Throws unreachable_error (message names the URL and
-  // libcurl's error, never a header) when no attempt got an HTTP answer.
+  // libcurl's error, never a header) when no attempt got an HTTP answer. An answer too large to
+  // keep comes back with its status and `error` set, not retried.
   http_response get(const std::string& path) const;
   http_response post_json(const std::string& path, const std::string& body) const;
 

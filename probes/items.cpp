@@ -9,6 +9,8 @@
 #include <sstream>
 
 #include "probes/runner.h"
+#include "reports/grade.h"
+#include "reports/regex.h"
 #include "util/error.h"
 
 namespace detaudit::probes {
@@ -64,6 +66,17 @@ std::string field_text(const json& j, const char* key, const std::string& where,
   throw input_error(where + ": field '" + key + "' must be a string or a number, found " + std::string(it->type_name()));
 }
 
+// A grader the reports cannot apply would make every report of the run fail after everything was
+// sent: it is refused here, before anything is.
+void grader_check(const std::string& grader, const std::string& where) {
+  try {
+    if (grader.rfind("regex:", 0) == 0) reports::regex(grader.substr(6), "grader '" + grader + "'");
+    else reports::grade_answer(grader, "");
+  } catch (const input_error& e) {
+    throw input_error(where + ": " + e.what());
+  }
+}
+
 void ids_check_unique(const std::vector<item>& items, const std::vector<std::string>& wheres) {
   std::map<std::string, size_t> seen;
   for (size_t i = 0; i < items.size(); ++i) {
@@ -86,6 +99,7 @@ std::vector<item> items_from_jsonl(const std::string& path, const std::string& d
     it.prompt = field_text(j, "prompt", where, true);
     it.reference = field_text(j, "answer", where, false);
     it.grader = field_text(j, "grader", where, false);
+    if (!it.grader.empty()) grader_check(it.grader, where);
     out.push_back(std::move(it));
     wheres.push_back(where);
   }

@@ -8,6 +8,7 @@
 // "merged_from" (the folders), "run_ids" (every run id met, in order) and "shards" ({count, merged,
 // missing}).
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -36,8 +37,21 @@ shard_of shard_read(const std::string& dir) {
   if (!sh || !sh->is_object() || !(*sh)["index"].is_number_integer() || !(*sh)["count"].is_number_integer())
     throw input_error("merge: " + dir + " is not a shard (its run was not made with --shard I/N); merge joins the shards of one "
                       "run; to set two runs side by side use 'detaudit compare'");
-  s.index = (*sh)["index"].get<int>();
-  s.count = (*sh)["count"].get<int>();
+  const int64_t index = (*sh)["index"].get<int64_t>(), count = (*sh)["count"].get<int64_t>();
+  // What `detaudit run --shard I/N` writes: 1 <= I <= N, N the identity's shard count, and no more
+  // shards than items (a shard holds at least one). Anything else (an edited or corrupt run.json)
+  // would make the merged run claim shards it lacks, or none missing.
+  const json id = reports::identity_of(s.manifest);
+  const json id_count = id.contains("shard") && id["shard"].is_object() ? id["shard"].value("count", json()) : json();
+  const json items = id.contains("items") && id["items"].is_object() ? id["items"].value("count", json()) : json();
+  const bool fits = count >= 1 && index >= 1 && index <= count && (id_count.is_null() || id_count == json(count)) &&
+                    (!items.is_number_integer() || count <= items.get<int64_t>()) && count <= INT32_MAX;
+  if (!fits)
+    throw input_error("merge: " + dir + "/run.json: shard " + std::to_string(index) + "/" + std::to_string(count) +
+                      " is not a shard detaudit run writes (1 <= I <= N, N its identity's shard count " +
+                      (id_count.is_null() ? std::string("(none)") : id_count.dump()) + " and at most its items)");
+  s.index = static_cast<int>(index);
+  s.count = static_cast<int>(count);
   return s;
 }
 
@@ -101,7 +115,12 @@ size_t runs_merge(const std::vector<std::string>& dirs, const std::string& out_d
     if (!fs::is_directory(d, ec)) throw input_error("merge: '" + d + "' is not a run folder");
     if (fs::equivalent(d, out_dir, ec)) throw input_error("merge: the output folder '" + out_dir + "' is also an input");
   }
-  if (fs::exists(out_records, ec)) throw input_error("merge: " + out_records.string() + " already exists; choose another --out");
+  auto out_check = [&out_dir, &out_records, &ec] {
+    if (fs::exists(out_records, ec)) throw input_error("merge: " + out_records.string() + " already exists; choose another --out");
+    if (const std::string other = run_folder_other_records(out_dir, ""); !other.empty())
+      throw input_error("merge: " + out_dir + " holds the records of a run (" + other + "); choose another --out");
+  };
+  out_check();
   std::vector<shard_of> shards;
   for (const std::string& d : dirs) shards.push_back(shard_read(d));
   const std::vector<int> missing = shards_check(shards, partial);
@@ -123,8 +142,9 @@ size_t runs_merge(const std::vector<std::string>& dirs, const std::string& out_d
       }
     }
   }
-  fs::create_directories(out_dir);
+  run_folder_make(out_dir);
   const run_folder_lock lock(out_dir);
+  out_check();  // again under the lock: another merge into the same folder may have written meanwhile
   {
     reports::record_writer w(out_records.string());
     for (const reports::record& r : kept) w.write(r);

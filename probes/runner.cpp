@@ -9,6 +9,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <cerrno>
@@ -282,7 +283,12 @@ void resume_check(const run_options& opt, const json& previous, const json& iden
     log_line(opt, "resume: " + opt.out_dir + "/run.json records no identity (an older detaudit): its settings cannot be checked");
     return;
   }
-  const std::vector<reports::identity_difference> diffs = reports::identity_diff(before, identity);
+  std::vector<reports::identity_difference> diffs = reports::identity_diff(before, identity);
+  // The identity holds the shard count only (shards of one run share it); resuming another shard's
+  // folder would append this shard's records to that one's.
+  const json shard_before = previous.contains("shard") && previous["shard"].is_object() ? previous["shard"].value("index", json()) : json();
+  const json shard_now = opt.shard_count > 1 ? json(opt.shard_index + 1) : json();
+  if (shard_before != shard_now) diffs.push_back({"shard.index", shard_before, shard_now});
   if (diffs.empty()) return;
   std::string list;
   for (const reports::identity_difference& d : diffs)
@@ -300,11 +306,17 @@ std::vector<size_t> shard_items(const std::vector<item>& items, const run_option
 
 // --probe lint alone: findings before anything is sent, no target contacted.
 run_result run_lint_only(const std::vector<item>& items, const run_options& opt) {
+  std::optional<run_folder_lock> lock;
+  if (!opt.out_dir.empty()) {
+    run_folder_make(opt.out_dir);
+    lock.emplace(opt.out_dir);
+    if (const std::string other = run_folder_other_records(opt.out_dir, ""); !other.empty())
+      throw input_error(opt.out_dir + " holds the records of a run (" + other + "); --probe lint alone would replace its "
+                        "run.json: choose another --out");
+  }
   const std::vector<lint_finding> findings = lint(items, opt.base);
   lint_log(opt, findings);
   if (opt.out_dir.empty()) return {};
-  fs::create_directories(opt.out_dir);
-  const run_folder_lock lock(opt.out_dir);
   run_state st;
   st.opt = &opt;
   st.run_id = opt.run_id.empty() ? new_run_id() : opt.run_id;
@@ -392,6 +404,23 @@ run_folder_lock::run_folder_lock(const std::string& dir) {
   }
 }
 
+void run_folder_make(const std::string& dir) {
+  std::error_code ec, ec_dir;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir, ec_dir))
+    throw input_error("cannot use '" + dir + "' as the run folder: " + (ec ? ec.message() : std::string("not a folder")) +
+                      "; choose another --out");
+}
+
+std::string run_folder_other_records(const std::string& dir, const std::string& own) {
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name != own && e.path().extension() == ".jsonl" && e.is_regular_file(ec) && e.file_size(ec) > 0) return name;
+  }
+  return "";
+}
+
 bool run_folder_busy(const std::string& dir) {
   const std::string path = (fs::path(dir) / ".lock").string();
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -408,7 +437,7 @@ run_folder_lock::~run_folder_lock() {
 run_result run_audit(const std::vector<target*>& targets, const std::vector<item>& items, const run_options& opt) {
   options_check(targets, items, opt);
   if (lint_only(opt)) return run_lint_only(items, opt);
-  fs::create_directories(opt.out_dir);
+  run_folder_make(opt.out_dir);
   const run_folder_lock lock(opt.out_dir);
   run_result result;
   const std::string path = (fs::path(opt.out_dir) / records_file_name(opt)).string();
@@ -419,6 +448,9 @@ run_result run_audit(const std::vector<target*>& targets, const std::vector<item
   st.result = &result;
   json previous = json::object();
   std::error_code ec;
+  if (const std::string other = run_folder_other_records(opt.out_dir, records_file_name(opt)); !other.empty())
+    throw input_error(opt.out_dir + " holds the records of another run or shard (" + other + "), which every report of the "
+                      "folder would read with this run's: choose another --out (one run, or one shard, per folder)");
   if (opt.resume) previous = resume_manifest(opt, st);
   else if (fs::exists(path, ec) && fs::file_size(path, ec) > 0)
     throw input_error(path + " already holds records: continue that run with --resume, or choose another --out");

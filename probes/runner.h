@@ -82,6 +82,16 @@ json run_identity(const std::vector<target*>& targets, const std::vector<capabil
 // Returns the number of records written.
 size_t runs_merge(const std::vector<std::string>& dirs, const std::string& out_dir, bool partial = false);
 
+// The first records file (a non-empty *.jsonl at the top of DIR, which every reader takes as part
+// of the run) other than `own` (a file name such as "records.jsonl"; "" for none), or "" when there
+// is none. A run or a merge that wrote into a folder holding one would mix two runs under one
+// run.json.
+std::string run_folder_other_records(const std::string& dir, const std::string& own);
+
+// Creates DIR (and its parents) for a run or a merge; input_error naming it when that cannot be
+// done (a file of that name, a folder that cannot be written).
+void run_folder_make(const std::string& dir);
+
 // Whether a process holds DIR's lock now (a run still writing to it). Never creates the lock file.
 bool run_folder_busy(const std::string& dir);
 

@@ -62,6 +62,9 @@ json event_json(const std::string& data, size_t index) {
   if (j.is_discarded() || !j.is_object())
     throw response_error("stream event " + std::to_string(index) + " is not a JSON object ('" + data.substr(0, 80) +
                          (data.size() > 80 ? "...'" : "'") + ")");
+  if (!reports::json_depth_within(j, reports::JSON_MAX_DEPTH))
+    throw response_error("stream event " + std::to_string(index) + " nests JSON more than " +
+                         std::to_string(reports::JSON_MAX_DEPTH) + " levels deep");
   if (const json* e = json_get(j, "error")) {
     std::string msg = e->is_string() ? e->get<std::string>() : "";
     if (const json* m = json_get(*e, "message"); m && m->is_string()) msg = m->get<std::string>();

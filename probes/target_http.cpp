@@ -147,7 +147,7 @@ struct probe_reads {
 json json_or_null(const http_response& r) {
   if (!r.ok()) return nullptr;
   json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
-  return j.is_discarded() || !j.is_object() ? json(nullptr) : j;
+  return j.is_discarded() || !j.is_object() || !reports::json_depth_within(j, reports::JSON_MAX_DEPTH) ? json(nullptr) : j;
 }
 
 // The first read retries as configured (it decides reachability); the others are single tries.
@@ -370,6 +370,10 @@ reports::record http_target::complete(const gen_request& r) {
 
 void http_target::response_read(const http_call& call, const http_response& resp, reports::record& rec) const {
   const std::string where = "POST " + url_ + call.path;
+  if (!resp.error.empty()) {
+    rec.error = where + ": HTTP " + std::to_string(resp.status) + ": " + resp.error;
+    return;
+  }
   if (!resp.ok()) {
     rec.error = where + ": " + http_error_message(resp);
     return;
@@ -392,6 +396,10 @@ void http_target::response_read(const http_call& call, const http_response& resp
   if (j.is_discarded() || !j.is_object()) {
     rec.error = where + ": the answer is not a JSON object (" + std::to_string(resp.body.size()) + " bytes: '" +
                 resp.body.substr(0, 80) + (resp.body.size() > 80 ? "...'" : "'") + ")";
+    return;
+  }
+  if (!reports::json_depth_within(j, reports::JSON_MAX_DEPTH)) {
+    rec.error = where + ": the answer nests JSON more than " + std::to_string(reports::JSON_MAX_DEPTH) + " levels deep";
     return;
   }
   try {

@@ -125,7 +125,7 @@ std::string prompt_of(const record& r) {
   if (r.request.contains("prompt") && r.request["prompt"].is_string()) return r.request["prompt"];
   if (r.request.contains("messages") && r.request["messages"].is_array())
     for (auto it = r.request["messages"].rbegin(); it != r.request["messages"].rend(); ++it)
-      if (it->is_object() && it->value("role", "") == "user" && (*it)["content"].is_string()) return (*it)["content"];
+      if (json_str(*it, "role") == "user" && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"];
   return "";
 }
 
@@ -134,7 +134,7 @@ json body_with_prompt(json body, const std::string& prompt) {
     body["prompt"] = prompt;
   } else if (body.contains("messages") && body["messages"].is_array()) {
     for (auto it = body["messages"].rbegin(); it != body["messages"].rend(); ++it)
-      if (it->is_object() && it->value("role", "") == "user") {
+      if (json_str(*it, "role") == "user") {
         (*it)["content"] = prompt;
         break;
       }
@@ -299,8 +299,19 @@ void files_write(const bundle_ctx& c, const fs::path& out) {
 
 void ctx_target(bundle_ctx& c) {
   const std::string label = label_of(*c.a.rec);
+  c.target_entry = json::object();
   for (const json& t : c.manifest.value("targets", json::array()))
     if (t.is_object() && json_str(t, "label") == label) c.target_entry = t;
+  if (c.target_entry.contains("capabilities") && !c.target_entry["capabilities"].is_object()) c.target_entry.erase("capabilities");
+}
+
+// run.json as the bundle reads it: an object whose "options" is an object and "targets" an array
+// (a hand-edited or foreign run.json of another shape is read as if those fields were absent).
+json manifest_shape(json m) {
+  if (!m.is_object()) return json::object();
+  if (m.contains("options") && !m["options"].is_object()) m.erase("options");
+  if (m.contains("targets") && !m["targets"].is_array()) m.erase("targets");
+  return m;
 }
 
 }  // namespace
@@ -327,7 +338,7 @@ bundle_result bundle_write(const std::string& run_dir, const bundle_options& o) 
   bundle_ctx c;
   c.item_id = o.item_id;
   const fs::path manifest_dir = fs::is_directory(run_dir) ? fs::path(run_dir) : fs::path(run_dir).parent_path();
-  c.manifest = run_manifest_read(manifest_dir.empty() ? "." : manifest_dir.string());
+  c.manifest = manifest_shape(run_manifest_read(manifest_dir.empty() ? "." : manifest_dir.string()));
   for (const record& r : all)
     if (r.item_id == o.item_id) c.records.push_back(r);
   if (c.records.empty()) throw input_error("bundle: " + run_dir + ": no record has item_id '" + o.item_id + "'");

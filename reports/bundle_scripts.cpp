@@ -2,13 +2,14 @@
 // (it reads bundle.json and the body files next to it); repro.sh starts with the bundle's values
 // as shell variables, so that it needs no JSON reader to know what to send.
 #include "reports/bundle_internal.h"
+#include "reports/compare_internal.h"
 
 namespace detaudit::reports {
 namespace {
 
 json side_json(const bundle_side& s, const std::string& request_file) {
   return {{"name", s.name},     {"report_name", s.report_name},   {"condition", s.rec->condition},
-          {"repetition", s.rec->repetition}, {"label", s.rec->target.value("label", "A")},
+          {"repetition", s.rec->repetition}, {"label", json_str(s.rec->target, "label", "A")},
           {"url", s.url},       {"path", s.path},                 {"n_concurrent", s.n_concurrent},
           {"warm", s.warm},     {"request", request_file}};
 }

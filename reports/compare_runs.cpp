@@ -138,7 +138,9 @@ report compare_runs(std::vector<record> a, std::vector<record> b, const json& ma
   a = records_dedupe(std::move(a), run_key, &dropped_a);
   b = records_dedupe(std::move(b), run_key, &dropped_b);
   const json id_a = identity_of(manifest_a), id_b = identity_of(manifest_b);
-  rep.differences = identity_diff(id_a, id_b);
+  // A side without an identity (a bare records file, an older run) says nothing about its
+  // settings: there is nothing to diff, and the note below says they could not be checked.
+  if (!id_a.empty() && !id_b.empty()) rep.differences = identity_diff(id_a, id_b);
   const std::string settings = settings_reason(rep.differences, opt.ignore_settings);
   const size_t n_a = a.size();
   rep.records = std::move(a);

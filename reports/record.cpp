@@ -84,6 +84,12 @@ T get_or(const json& j, const char* key, T dflt, const std::string& where) {
   }
 }
 
+// Throws input_error naming `where` when `j` nests deeper than JSON_MAX_DEPTH.
+void depth_check(const json& j, const std::string& where) {
+  if (!json_depth_within(j, JSON_MAX_DEPTH))
+    throw input_error(where + ": JSON nested more than " + std::to_string(JSON_MAX_DEPTH) + " levels deep");
+}
+
 json obj_or_empty(const json& j, const char* key, const std::string& where) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return json::object();
@@ -272,6 +278,7 @@ std::vector<record> records_read_file(const std::string& path, read_stats* stats
     } catch (const json::exception& e) {  // parse_error, or out_of_range for a number too large
       throw input_error(where + ": not a JSON line (" + std::string(e.what()) + ")");
     }
+    depth_check(j, where);
     out.push_back(record_from_json(j, where));
     ++st.records;
   }
@@ -307,11 +314,26 @@ json run_manifest_read(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_regular_file(p, ec)) return json::object();
   std::ifstream in(p);
+  json m;
   try {
-    return json::parse(in);
+    m = json::parse(in);
   } catch (const json::exception& e) {  // parse_error, or out_of_range for a number too large
     throw input_error(p.string() + ": not valid JSON (" + std::string(e.what()) + ")");
   }
+  depth_check(m, p.string());
+  return m;
+}
+
+bool json_depth_within(const json& j, size_t max_depth) {
+  std::vector<std::pair<const json*, size_t>> todo = {{&j, 1}};
+  while (!todo.empty()) {
+    const auto [v, depth] = todo.back();
+    todo.pop_back();
+    if (!v->is_structured() || v->empty()) continue;
+    if (depth >= max_depth) return false;
+    for (const json& e : *v) todo.push_back({&e, depth + 1});
+  }
+  return true;
 }
 
 std::string record_key(const record& r) {

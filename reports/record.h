@@ -113,6 +113,15 @@ std::vector<record> records_read(const std::string& dir_or_file, read_stats* sta
 // The run folder's run.json, or an empty object when there is none.
 json run_manifest_read(const std::string& dir);
 
+// How deep JSON read from a file or a server may nest. Copying, comparing and printing a JSON
+// value recurse once per level, so a hostile answer nested a hundred thousand levels deep would
+// overflow the stack; what detaudit and the servers it reads write nests fewer than a dozen.
+inline constexpr size_t JSON_MAX_DEPTH = 128;
+// Whether `j` nests at most `max_depth` levels (a scalar or an empty array or object is one level
+// of its own, each non-empty container one more than its deepest element); checked without
+// recursion.
+bool json_depth_within(const json& j, size_t max_depth);
+
 // The key that identifies one response within a run: item, target label, condition, repetition.
 std::string record_key(const record& r);
 

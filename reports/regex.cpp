@@ -35,9 +35,15 @@ size_t step_over(const std::string& s, size_t pos) {
   return pos + std::min(seq_len(static_cast<unsigned char>(s[pos])), s.size() - pos);
 }
 
-// One match from `start`: PCRE2_ERROR_NOMATCH or the number of groups set; throws on a matching failure.
-int match_at(const pcre2_code* code, const std::string& s, size_t start, pcre2_match_data* md) {
+// One match from `start`: PCRE2_ERROR_NOMATCH or the number of groups set. A pattern that gives up
+// on this subject (it backtracks past PCRE2's match, depth or heap limit, e.g. "(a+)+$") is the
+// pattern's fault: input_error naming `what`; any other failure is an internal error.
+int match_at(const pcre2_code* code, const std::string& s, size_t start, pcre2_match_data* md, const std::string& what) {
   const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), start, 0, md, nullptr);
+  if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT)
+    throw input_error(what + ": the regular expression gives up on a " + std::to_string(s.size()) +
+                      "-byte text: it backtracks too much (PCRE2 error " + std::to_string(rc) +
+                      "); write it without nested repeats such as (a+)+");
   if (rc < 0 && rc != PCRE2_ERROR_NOMATCH)
     throw std::runtime_error("regular expression match failed (PCRE2 error " + std::to_string(rc) + ")");
   return rc;
@@ -47,11 +53,13 @@ int match_at(const pcre2_code* code, const std::string& s, size_t start, pcre2_m
 
 struct regex::impl {
   pcre2_code* code = nullptr;
+  std::string what;
   uint32_t n_groups = 0;
   ~impl() { pcre2_code_free(code); }
 };
 
 regex::regex(const std::string& pattern, const std::string& what) : p_(std::make_unique<impl>()) {
+  p_->what = what;
   const uint32_t options = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF;
   int err = 0;
   PCRE2_SIZE err_offset = 0;
@@ -72,7 +80,7 @@ std::vector<std::vector<std::string>> regex::findall(const std::string& s) const
   match_data m(p_->code);
   size_t pos = 0;
   while (pos <= s.size()) {
-    if (match_at(p_->code, s, pos, m.md) == PCRE2_ERROR_NOMATCH) break;
+    if (match_at(p_->code, s, pos, m.md, p_->what) == PCRE2_ERROR_NOMATCH) break;
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(m.md);
     std::vector<std::string> groups;
     if (p_->n_groups == 0) groups.push_back(s.substr(ov[0], ov[1] - ov[0]));
@@ -93,12 +101,12 @@ std::vector<std::vector<std::string>> regex::findall(const std::string& s) const
 
 bool regex::search(const std::string& s) const {
   match_data m(p_->code);
-  return match_at(p_->code, s, 0, m.md) != PCRE2_ERROR_NOMATCH;
+  return match_at(p_->code, s, 0, m.md, p_->what) != PCRE2_ERROR_NOMATCH;
 }
 
 std::optional<std::pair<size_t, std::string>> regex::first(const std::string& s) const {
   match_data m(p_->code);
-  if (match_at(p_->code, s, 0, m.md) == PCRE2_ERROR_NOMATCH) return std::nullopt;
+  if (match_at(p_->code, s, 0, m.md, p_->what) == PCRE2_ERROR_NOMATCH) return std::nullopt;
   const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(m.md);
   return std::make_pair(static_cast<size_t>(ov[0]), s.substr(ov[0], ov[1] - ov[0]));
 }
@@ -108,7 +116,7 @@ std::string regex::remove_all(const std::string& s) const {
   match_data m(p_->code);
   size_t pos = 0, kept = 0;
   while (pos <= s.size()) {
-    if (match_at(p_->code, s, pos, m.md) == PCRE2_ERROR_NOMATCH) break;
+    if (match_at(p_->code, s, pos, m.md, p_->what) == PCRE2_ERROR_NOMATCH) break;
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(m.md);
     out.append(s, kept, ov[0] - kept);
     kept = ov[1];

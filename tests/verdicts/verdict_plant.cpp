@@ -157,7 +157,8 @@ plant_server plant_load(const json& j) {
   plant_server s;
   s.default_case = default_case();
   const json server = j.value("server", json::object());
-  keys_check(server, "server", {"model", "props", "api_version", "slots", "metrics", "concurrency", "delay_ms", "n_slots"});
+  keys_check(server, "server",
+             {"model", "props", "api_version", "slots", "metrics", "concurrency", "delay_ms", "n_slots", "get_delay_ms", "deep_json"});
   get_if(server, "model", s.model, "server");
   get_if(server, "props", s.props, "server");
   get_if(server, "api_version", s.api_version, "server");
@@ -166,6 +167,8 @@ plant_server plant_load(const json& j) {
   s.serial = one_of(server, "concurrency", "parallel", {"parallel", "serial"}, "server") == "serial";
   get_if(server, "delay_ms", s.delay_ms, "server");
   get_if(server, "n_slots", s.n_slots, "server");
+  get_if(server, "get_delay_ms", s.get_delay_ms, "server");
+  get_if(server, "deep_json", s.deep_json, "server");
   const json cases = j.value("cases", json::object());
   if (!cases.is_object()) fail("cases", "expected an object keyed by prompt text");
   for (const auto& [prompt, c] : cases.items()) s.cases[prompt] = case_load(c, "cases[\"" + prompt + "\"]");

@@ -14,7 +14,9 @@
 //               "api_version": false,           GET /api/version and /api/tags answer (ollama)
 //               "slots": "off"|"real"|"one",    GET /slots: absent, the real busy count, or at most 1
 //               "metrics": "off"|"real"|"one",  GET /metrics (llamacpp:requests_processing) likewise
-//               "concurrency": "parallel"|"serial", "delay_ms": 0, "n_slots": 8},
+//               "concurrency": "parallel"|"serial", "delay_ms": 0, "n_slots": 8,
+//               "get_delay_ms": 0,              every GET (the capability probe's routes) answers this late
+//               "deep_json": 0},                N > 0: /props and every 200 answer carry "deep", N arrays nested
 //    "cases": {"<prompt text>": CASE, ...}}
 //
 //   CASE:   {"answers": [ANSWER, ...],          temperature-0 requests, in arrival order; past the end: answers[0]
@@ -92,6 +94,8 @@ struct plant_server {
   bool serial = false;
   int delay_ms = 0;
   int n_slots = 8;
+  int get_delay_ms = 0;
+  int deep_json = 0;
   std::map<std::string, plant_case> cases;     // by prompt text
   plant_case default_case;                     // any other prompt (the concurrency probe's fillers)
 };

@@ -180,9 +180,16 @@ void serve_delay(server_state& st, bool named, int delay_ms) {
   }
 }
 
+// The server's "deep_json" levels of nested arrays, spliced in as text (a json value that deep
+// would overflow this server's own stack when it is copied or printed).
+int g_deep_json = 0;
+
 void reply_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
-  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+  std::string text = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (g_deep_json > 0 && status == 200 && body.is_object() && !body.empty())
+    text.insert(1, "\"deep\":" + std::string(static_cast<size_t>(g_deep_json), '[') + std::string(static_cast<size_t>(g_deep_json), ']') + ",");
+  res.set_content(text, "application/json");
 }
 
 void generate(server_state& st, const std::string& path, const httplib::Request& req, httplib::Response& res) {
@@ -255,6 +262,11 @@ void routes_add(httplib::Server& srv, server_state& st) {
     srv.Get("/metrics", [&st](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics_text(st), "text/plain; version=0.0.4");
     });
+  if (ps.get_delay_ms > 0)
+    srv.set_pre_routing_handler([&ps](const httplib::Request& req, httplib::Response&) {
+      if (req.method == "GET") std::this_thread::sleep_for(std::chrono::milliseconds(ps.get_delay_ms));
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
   srv.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "unknown error";
     try {
@@ -301,6 +313,7 @@ int server_main(int argc, char** argv) {
   const cli_args args = args_parse(argc, argv);
   server_state st;
   st.plant = plant_load(file_json(args.cases));
+  g_deep_json = st.plant.deep_json;
   if (!args.log.empty()) {
     st.log.open(args.log, std::ios::app);
     if (!st.log) throw std::runtime_error(args.log + ": cannot open for appending");
