@@ -240,6 +240,7 @@ void run_run(const run_cmd_options& o) {
   ro.seed_temperature = o.seed_temperature;
   ro.chat = !o.raw;
   ro.system = o.system;
+  ro.stream = o.stream;
   ro.base = base_request(o);
   ro.resume = o.resume;
   ro.out_dir = o.out.empty() && !lint_only ? default_out_dir() : o.out;

@@ -144,11 +144,25 @@ void response_finish(const item_ctx& c, target& t, const gen_request& req, const
 bool refused_outright(const reports::record& r);
 std::string refusal_fix(const run_options& opt, const reports::record& r);
 
-// The first response of each target in this invocation: a target that refuses it outright would
-// refuse every request the same way, so the run stops at once (exit 2) with the fix, and sends
-// nothing more; the refused request is not recorded.
-void first_response_check(const item_ctx& c, const target& t, const reports::record& r) {
+// The first response of each target in this invocation. A target that refuses it outright is
+// asked once more with another item (one token, not recorded): when it refuses that too, it would
+// refuse every request the same way, so the run stops at once (exit 2) with the fix and sends
+// nothing more; when it takes it, the refusal was the item's own (a prompt too long, say) and is
+// recorded as that item's error like any other.
+void first_response_check(const item_ctx& c, target& t, const reports::record& r) {
   if (!c.st.checked.insert(&t).second || !refused_outright(r)) return;
+  const std::vector<item>& items = *c.st.items;
+  for (size_t k = 1; k < items.size(); ++k) {
+    const item& other = items[(c.index + k) % items.size()];
+    if (other.prompt == c.it.prompt) continue;
+    gen_request req = request_for(*c.st.opt, other.prompt);
+    req.n_predict = 1;
+    if (c.rt.caps.cache_control) req.cache_prompt = false;
+    const reports::record again = t.complete(req);
+    if (run_interrupted()) throw interrupted_error("interrupted");
+    if (!refused_outright(again)) return;
+    break;
+  }
   throw input_error("target " + c.rt.label + " (" + t.spec() + ") refused the first request (item " + c.it.id + "): " + r.error +
                     "; every request would fail the same way: " + refusal_fix(*c.st.opt, r));
 }
@@ -186,11 +200,13 @@ std::vector<std::string> filler_prompts(const std::vector<item>& items, size_t i
   return out;
 }
 
-// While a burst runs: how many slots the target says are processing, sampled every 10 ms.
+// While a burst runs: how many slots the target says are processing (and which, where it names
+// them), sampled every 10 ms.
 struct busy_poller {
   struct sample {
     double t;
     int busy;
+    std::vector<int> ids;
   };
   std::vector<sample> samples;
   std::atomic<bool> stop{false};
@@ -199,19 +215,24 @@ struct busy_poller {
   explicit busy_poller(target& t) {
     th = std::thread([this, &t] {
       while (!stop.load() && !run_interrupted()) {
-        const int b = t.busy_now();
-        if (b >= 0) samples.push_back({unix_now(), b});
+        std::vector<int> ids;
+        const int b = t.busy_now(&ids);
+        if (b >= 0) samples.push_back({unix_now(), b, std::move(ids)});
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
     });
   }
-  // The most seen busy at once between t0 and t1; -1 when nothing was read then.
-  int max_between(double t0, double t1) {
+  // The most seen busy at once between t0 and t1, counting only readings where `slot` (when >= 0
+  // and the readings name slots) was among the busy ones; -1 when nothing was read then.
+  int max_between(double t0, double t1, int slot) {
     stop = true;
     if (th.joinable()) th.join();
     int best = -1;
-    for (const sample& s : samples)
-      if (s.t >= t0 && s.t <= t1) best = std::max(best, s.busy);
+    for (const sample& s : samples) {
+      if (s.t < t0 || s.t > t1) continue;
+      if (slot >= 0 && !s.ids.empty() && std::find(s.ids.begin(), s.ids.end(), slot) == s.ids.end()) continue;
+      best = std::max(best, s.busy);
+    }
     return best;
   }
   ~busy_poller() {
@@ -219,6 +240,31 @@ struct busy_poller {
     if (th.joinable()) th.join();
   }
 };
+
+// When the item's request was being processed: from the end back by the server's own prompt and
+// generation time where it reports them (llama.cpp's timings), else its whole time in flight (a
+// request waiting in the server's queue is in flight but shares no step).
+std::pair<double, double> processing_window(const reports::record& r, double t0, double t1) {
+  const json server = r.timings.is_object() ? r.timings.value("server", json::object()) : json::object();
+  const json* pm = server.is_object() && server.contains("prompt_ms") ? &server["prompt_ms"] : nullptr;
+  const json* gm = server.is_object() && server.contains("predicted_ms") ? &server["predicted_ms"] : nullptr;
+  if (pm && gm && pm->is_number() && gm->is_number()) {
+    const double busy_s = (pm->get<double>() + gm->get<double>()) / 1000.0;
+    if (busy_s >= 0 && busy_s <= t1 - t0) return {t1 - busy_s, t1};
+  }
+  return {t0, t1};
+}
+
+// The item's latency when it was sent alone: the smaller of alone's and control's (the first
+// request a target serves can be slow for reasons of its own); 0 when neither is known.
+double single_latency_ms(const item_ctx& c) {
+  double best = 0;
+  for (const char* cond : {"alone", "control"}) {
+    auto it = c.st.latency_ms.find(key_of(c.it.id, c.rt.label, cond, 0));
+    if (it != c.st.latency_ms.end() && it->second > 0 && (best == 0 || it->second < best)) best = it->second;
+  }
+  return best;
+}
 
 // N requests released at the same moment from N threads; the item's is requests[0].
 struct burst {
@@ -279,9 +325,12 @@ void run_concurrency(const item_ctx& c, const gen_request& req) {
                 {"n_requests", n},
                 {"end_ms", ends}};
   if (poller) {
-    const int busy = poller->max_between(b.t0[0], b.t1[0]);
+    const auto [w0, w1] = processing_window(r, b.t0[0], b.t1[0]);
+    const json slot = r.evidence.value("slot", json());
+    const int busy = poller->max_between(w0, w1, slot.is_number_integer() ? slot.get<int>() : -1);
     if (busy >= 0) extra["slots_busy_max"] = busy, extra["slots_source"] = c.rt.caps.busy_source;
   }
+  if (const double single = single_latency_ms(c); single > 0) extra["single_ms"] = single;
   response_finish(c, *c.rt.t, req, extra, r);
   record_write(c, std::move(r), record_base(c, "concurrency", cond, 0, nullptr));
 }
@@ -444,6 +493,8 @@ void target_seed_check(const run_options& opt, run_target& rt, const item& it) {
 void record_note(run_state& st, const reports::record& r) {
   if (!r.error.empty()) return;
   st.done.insert(reports::record_key(r));
+  if (auto lat = r.timings.find("latency_ms"); lat != r.timings.end() && lat->is_number())
+    st.latency_ms[reports::record_key(r)] = lat->get<double>();
   const auto ex = r.evidence.find("exercised");
   if (ex != r.evidence.end() && ex->is_boolean() && !ex->get<bool>()) return;
   const std::string label = r.target.value("label", "");

@@ -46,6 +46,7 @@ struct run_state {
   std::map<std::pair<std::string, std::string>, std::map<std::pair<std::string, int>, std::string>> texts;
   std::set<const target*> used;              // targets that have been sent a request (not cold)
   std::set<const target*> checked;           // targets whose first response in this invocation was checked
+  std::map<std::string, double> latency_ms;  // key -> latency of a usable record (the queue test's scale)
   run_result* result = nullptr;
 };
 

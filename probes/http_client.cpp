@@ -196,7 +196,7 @@ http_response http_client::request(const std::string& path, const std::string* p
       r.attempts = k + 1;
       return r;
     }
-    double wait = o.backoff_s * std::ldexp(1.0, k);
+    double wait = std::min(o.backoff_s * std::ldexp(1.0, k), o.retry_after_cap_s);
     const double asked = http_retry_after_seconds(a.retry_after);
     if (answered && (a.status == 429 || a.status == 503) && asked >= 0) wait = std::min(asked, o.retry_after_cap_s);
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(0.0, wait));

@@ -22,8 +22,8 @@ struct http_client_options {
   double timeout_s = 120;          // per attempt, whole transfer
   double connect_timeout_s = 10;   // per attempt (capped by timeout_s)
   int retries = 3;                 // extra attempts after the first
-  double backoff_s = 0.5;          // wait before retry k (0-based): backoff_s * 2^k
-  double retry_after_cap_s = 60;   // longest Retry-After honoured
+  double backoff_s = 0.5;          // wait before retry k (0-based): backoff_s * 2^k, at most retry_after_cap_s
+  double retry_after_cap_s = 60;   // longest Retry-After honoured, and longest backoff
   std::string api_key;             // "" = no Authorization header
 };
 

@@ -386,6 +386,7 @@ json run_identity(const std::vector<target*>& targets, const std::vector<capabil
   return {{"targets", ts},
           {"request", request},
           {"logprobs", {{"n_probs", b.n_probs}}},
+          {"transport", {{"stream", opt.stream}}},
           {"probes", probes},
           {"probe_settings", settings},
           {"items", {{"count", items.size()}, {"sha256", sha256_hex(lines)}}},
@@ -470,7 +471,10 @@ run_result run_audit(const std::vector<target*>& targets, const std::vector<item
       resume_records(opt, path, st);
     }
     if (std::find(opt.probes.begin(), opt.probes.end(), "seed") != opt.probes.end())
-      for (run_target& rt : rts) detail::target_seed_check(opt, rt, items[mine.front()]);
+      for (run_target& rt : rts) {
+        detail::target_seed_check(opt, rt, items[mine.front()]);
+        if (rt.t->dialect() != "engine") st.used.insert(rt.t);  // the check was its first request: alone is not cold
+      }
     std::vector<lint_finding> findings = lint(items, opt.base);
     lint_targets(rts, opt, findings);
     lint_log(opt, findings);

@@ -43,6 +43,7 @@ struct run_options {
   uint64_t seed = 42;
   bool chat = true;                  // chat request (--chat) or raw completion (--raw)
   std::string system;                // chat: a system message before each prompt ("" = none)
+  bool stream = false;               // HTTP targets were asked for streamed answers (identity only)
   gen_request base;                  // n_predict, temperature 0, n_probs, stop, extra
   std::string out_dir;
   std::string run_id;                // "" = new (resume keeps the folder's)

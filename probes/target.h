@@ -114,8 +114,12 @@ class target {
   // Server counters (/metrics) as {"name": value}; empty when not available.
   virtual json metrics() { return json::object(); }
   // How many slots are processing a request right now (capabilities::busy_source), or -1 when it
-  // cannot be read. Called from a second thread while complete() runs.
-  virtual int busy_now() { return -1; }
+  // cannot be read; `ids`, when given and the source names them (/slots), receives the ids of the
+  // busy slots. Called from a second thread while complete() runs.
+  virtual int busy_now(std::vector<int>* ids = nullptr) {
+    (void)ids;
+    return -1;
+  }
   // A target of the same kind with some settings changed (engine: "ubatch", "spec", "numerics",
   // "threads"); nullptr when the target cannot be varied that way (HTTP servers).
   virtual std::unique_ptr<target> variant(const std::string& key, const std::string& value) const {

@@ -309,7 +309,7 @@ class http_target final : public target {
   reports::record complete(const gen_request& r) override;
 
   json metrics() override;
-  int busy_now() override;
+  int busy_now(std::vector<int>* ids = nullptr) override;
 
  private:
   capabilities caps() {
@@ -438,7 +438,7 @@ json metrics_parse(const std::string& text) {
   return out;
 }
 
-int http_target::busy_now() {
+int http_target::busy_now(std::vector<int>* ids) {
   const std::string source = caps().busy_source;
   if (source.empty()) return -1;
   const http_response r = client_.get_once(source, 2.0);
@@ -447,8 +447,10 @@ int http_target::busy_now() {
     const json m = metrics_parse(r.body);
     for (auto it = m.begin(); it != m.end(); ++it) {
       const std::string& name = it.key();
-      if (name.size() >= 19 && name.compare(name.size() - 19, 19, "requests_processing") == 0)
-        return static_cast<int>(it.value().get<double>());
+      if (name.size() >= 19 && name.compare(name.size() - 19, 19, "requests_processing") == 0) {
+        const double v = it.value().get<double>();
+        return v >= 0 && v < 1e6 ? static_cast<int>(v) : -1;  // a count no server has is no reading
+      }
     }
     return -1;
   }
@@ -457,7 +459,10 @@ int http_target::busy_now() {
   int busy = 0;
   for (const json& s : slots) {
     const json* p = json_get(s, "is_processing");
-    busy += p && p->is_boolean() && p->get<bool>();
+    if (!p || !p->is_boolean() || !p->get<bool>()) continue;
+    ++busy;
+    const json* id = json_get(s, "id");
+    if (ids && id && id->is_number_integer()) ids->push_back(id->get<int>());
   }
   return busy;
 }

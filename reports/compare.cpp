@@ -243,6 +243,25 @@ void notes_shards(report& rep) {
                                           " are missing (merged with --partial); items of those shards are not in this report");
 }
 
+// A server that changed under the run (another build behind the same URL, a rotated
+// system_fingerprint): its responses are not all from one target.
+void notes_fingerprints(report& rep) {
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>> seen;  // label -> (fingerprint, first item)
+  for (const record& r : rep.records) {
+    const std::string fp = json_str(r.target, "fingerprint");
+    if (fp.empty()) continue;
+    auto& v = seen[label_of(r)];
+    if (std::none_of(v.begin(), v.end(), [&fp](const auto& e) { return e.first == fp; })) v.emplace_back(fp, r.item_id);
+  }
+  for (const auto& [label, fps] : seen) {
+    if (fps.size() < 2) continue;
+    std::string list;
+    for (const auto& [fp, item] : fps) list += (list.empty() ? "" : ", ") + ("'" + fp + "' (from item " + item + ")");
+    rep.notes.push_back("target " + (label.empty() ? std::string("?") : label) + " answered under " + std::to_string(fps.size()) +
+                        " system fingerprints: " + list + "; its responses may not all come from one server build");
+  }
+}
+
 void notes_lint(report& rep) {
   auto it = rep.manifest.find("lint");
   if (it == rep.manifest.end() || !it->is_array()) return;
@@ -266,6 +285,7 @@ report compare_run(std::vector<record> records, json manifest) {
                         "(a resumed run): the last of each was used");
   notes_lint(rep);
   notes_shards(rep);
+  notes_fingerprints(rep);
   const run_index ix = index_build(rep.records);
   const bool multi = ix.labels.size() > 1;
   for (const std::string& label : ix.labels) {

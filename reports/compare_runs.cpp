@@ -73,7 +73,13 @@ std::string incomparable_reason(const record& ra, const record& rb, const std::s
 
 struct pair_counts {
   size_t only_a = 0, only_b = 0, comparable = 0, prompts_differ = 0, settings_differ = 0;
+  size_t unpaired = 0;  // responses of conditions that are never paired (seed-none)
 };
+
+bool never_paired(const record& r) {
+  const condition_def* d = condition_find(r.condition);
+  return d && d->pairs == PAIR_NONE;
+}
 
 // One label pair: a summary per condition of A.
 void compare_label_pair(report& rep, const std::vector<const record*>& side_a, const std::vector<const record*>& side_b,
@@ -93,6 +99,10 @@ void compare_label_pair(report& rep, const std::vector<const record*>& side_a, c
       continue;
     }
     matched.insert(f->first);
+    if (never_paired(*ra) || never_paired(*f->second)) {  // answers that may differ by design, here as in a report
+      n.unpaired += 2;
+      continue;
+    }
     groups[ra->condition].push_back({ra, f->second});
   }
   n.only_b += side_b.size() - matched.size();
@@ -165,6 +175,9 @@ report compare_runs(std::vector<record> a, std::vector<record> b, const json& ma
                         "its request settings could not be checked against the other run's");
   if (opt.ignore_settings && !settings_reason(rep.differences, false).empty())
     rep.notes.push_back("compared although " + settings_reason(rep.differences, false) + " (--ignore-settings)");
+  if (n.unpaired)
+    rep.notes.push_back(std::to_string(n.unpaired) + " response(s) of conditions that are never paired (seed-none: answers "
+                        "may differ at temperature > 0 without a seed) were not compared");
   if (n.prompts_differ) rep.notes.push_back(std::to_string(n.prompts_differ) + " item(s) not comparable: the same item_id with another prompt");
   if (n.only_a || n.only_b)
     rep.notes.push_back(std::to_string(n.only_a) + " response(s) only in A and " + std::to_string(n.only_b) +

@@ -44,7 +44,8 @@ std::string judge_concurrent(const record& base, const record& r) {
   if (auto it = e.find("end_ms"); it != e.end() && it->is_array())
     for (const json& v : *it)
       if (v.is_number()) ends.push_back(v.get<double>());
-  const std::optional<double> alone_ms = num(base.timings, "latency_ms");
+  std::optional<double> alone_ms = num(e, "single_ms");  // min(alone, control), when the runner knew it
+  if (!alone_ms) alone_ms = num(base.timings, "latency_ms");
   if (ends.size() >= 2 && alone_ms && *alone_ms > 0)
     return concurrency_looks_queued(ends, *alone_ms)
                ? "the server answered the requests one after another (a queue), not together"

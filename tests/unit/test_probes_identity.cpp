@@ -58,6 +58,7 @@ TEST_CASE("probes_identity: --resume refuses another model, prompt set, n_predic
       {run_cmd_line(stories(), other_prompts, out, "--resume"), "items.sha256"},
       {run_cmd_line(stories(), prompts, out, "--resume --n-predict 5"), "request.n_predict: 4 vs 5"},
       {run_cmd_line(stories(), prompts, out, "--resume --probe cache"), "probes: [\"repeat\"] vs [\"cache\",\"repeat\"]"},
+      {run_cmd_line(stories(), prompts, out, "--resume --stream"), "transport.stream: false vs true"},
   };
   for (const auto& [cmd, field] : cases) {
     const test::cmd_result r = test::run_cmd(cmd);

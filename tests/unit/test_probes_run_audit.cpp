@@ -250,6 +250,17 @@ TEST_CASE("probes_run: cache-on and cache-warm go to the slot that served cache-
     if (p.cond_b == "cache-warm") CHECK(p.not_exercised == 0);  // the prompt came from slot 2's cache
 }
 
+TEST_CASE("probes_run: after the seed check's requests, a server's first recorded request is not cold") {
+  const std::string dir = test::scratch_dir("probes_run_seed_cold");
+  echo_target t;  // an HTTP dialect: the seed check sends its requests before the items
+  probes::run_audit({&t}, {k_items[0]}, options(dir, {"seed"}));
+  for (const record& r : reports::records_read(dir)) {
+    INFO(r.condition);
+    CHECK_FALSE(r.evidence.contains("cold"));
+  }
+  CHECK(manifest(dir)["targets"][0]["seed_check"]["answers"].size() == 4);  // S, S, S+1 alike, then S+2
+}
+
 TEST_CASE("probes_run: option errors, lint alone and cross") {
   const std::string dir = test::scratch_dir("probes_run_options");
   echo_target a, b("http://127.0.0.1:2/v1");

@@ -317,3 +317,22 @@ TEST_CASE("verdicts compare_runs: other request settings make rows not comparabl
   CHECK(r.differences[0].field == "request.n_predict");
   CHECK(report_render(r, "text").find("request.n_predict: 16 vs 32") != std::string::npos);
 }
+
+TEST_CASE("verdicts notes: a target that answered under two system fingerprints is noted") {
+  std::vector<record> v;
+  for (const char* item : {"1", "2"})
+    for (const char* cond : {"alone", "control"}) {
+      record r = rec(item, cond, words("a b"));
+      r.target["fingerprint"] = std::string(item) == "1" ? "b4748-aaa" : "b4749-bbb";
+      v.push_back(r);
+    }
+  const report r = compare_run(v);
+  const bool noted = std::any_of(r.notes.begin(), r.notes.end(), [](const std::string& n) {
+    return n.find("target A answered under 2 system fingerprints: 'b4748-aaa' (from item 1), 'b4749-bbb' (from item 2)") !=
+           std::string::npos;
+  });
+  CHECK(noted);
+  v.resize(2);
+  const report one = compare_run(v);
+  CHECK(std::none_of(one.notes.begin(), one.notes.end(), [](const std::string& n) { return n.find("fingerprints") != std::string::npos; }));
+}

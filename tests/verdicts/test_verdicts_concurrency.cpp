@@ -130,3 +130,20 @@ TEST_CASE("verdicts llamacpp: a batch width of 3 is exercised even when the timi
 }
 
 }  // namespace
+
+// Rule (queue test, its scale): the item's time alone is the smaller of alone's and control's
+// latency, so a slow first request (a cold server) does not make a queue look like batching. The
+// serial server takes 100 ms a request; the item's alone answer takes 600 ms more, its control
+// none. End times ≈ 100, 200, 300, 430 ms (the item joins 30 ms late, last): every gap ≈ 100 ms
+// is >= 0.5 x ~100 (control), the item's gap ≈ 130 >= 0.6 x ~100 -> a queue. Against alone's
+// ~700 ms the gaps would all be < 350 ms and the row would pass as exercised.
+TEST_CASE("verdicts openai-chat: a slow alone request does not make a queue look like batching") {
+  planted p(OPENAI_CHAT);
+  p.server("concurrency", "serial").server("delay_ms", 100);
+  answer slow = k_yes;
+  slow.set("delay_ms", 600);
+  p.item("cold item", {slow, k_yes, k_yes});
+  const outcome r = run_planted(p, k_probe);
+  check_verdict(r.row("alone", "concurrent-4"), not_exercised("one after another (a queue)"));
+  CHECK(r.exit_code == 0);
+}

@@ -163,3 +163,21 @@ TEST_CASE("verdicts openai-chat: a sampled token tied with the top alternative i
 }
 
 }  // namespace
+
+// Rule (exit 2 only for a refusal of every request): the first item is refused with 400 (its own
+// fault: a prompt too long, say), but the target takes another item, which detaudit sends once
+// with one token to tell the two apart. The run goes on: item 1's rows are errors (exit 3, the
+// run is incomplete), item 2's identical. The server saw the extra one-token request.
+TEST_CASE("verdicts openai-chat: a first item refused on its own is that item's error, not the run's end") {
+  planted p(OPENAI_CHAT);
+  p.item("too long", {answer(k_fine).error(400, "planted: the prompt exceeds the context")});
+  p.item("fine", {answer(k_fine)});
+  const outcome r = run_planted(p, "--probe repeat");
+  CHECK(r.exit_code == 3);
+  check_verdict(r.row("alone", "control", "1"), {.status = "error"});
+  check_verdict(r.row("alone", "control", "2"), {.status = "identical"});
+  CHECK(r.err.find("refused the first request") == std::string::npos);
+  int asked_fine = 0;  // alone, control and repeat, and the one-token request that told the two apart
+  for (const json& q : r.requests) asked_fine += q.value("prompt", "") == "fine";
+  CHECK(asked_fine == 4);
+}
