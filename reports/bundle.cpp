@@ -201,6 +201,10 @@ void engine_args_make(bundle_ctx& c) {
   if (c.a.n_concurrent + c.b.n_concurrent > 0 && !opt.contains("concurrency"))
     a.insert(a.end(), {"--concurrency", std::to_string(std::max(c.a.n_concurrent, c.b.n_concurrent))});
   if (opt.contains("request") && opt["request"].is_object()) a.insert(a.end(), {"--request", bundle_redact(opt["request"]).dump()});
+  if (opt.contains("system") && opt["system"].is_string()) a.insert(a.end(), {"--system", opt["system"].get<std::string>()});
+  if (opt.contains("stop") && opt["stop"].is_array())
+    for (const json& s : opt["stop"])
+      if (s.is_string()) a.insert(a.end(), {"--stop", s.get<std::string>()});
   std::vector<std::string> probes;
   for (const record* r : {&ra, &rb})
     if (r->probe != "base" && !r->probe.empty() && std::find(probes.begin(), probes.end(), r->probe) == probes.end())

@@ -3,6 +3,8 @@
 // as shell variables, so that it needs no JSON reader to know what to send.
 #include "reports/bundle_internal.h"
 #include "reports/compare_internal.h"
+#include "reports/utf8.h"
+#include "util/error.h"
 
 namespace detaudit::reports {
 namespace {
@@ -14,8 +16,12 @@ json side_json(const bundle_side& s, const std::string& request_file) {
           {"warm", s.warm},     {"request", request_file}};
 }
 
-// 'text' for sh, with every ' written as '\''.
+// 'text' for sh, with every ' written as '\''. Inside single quotes the shell reads every other
+// byte as itself ($(), backticks, newlines included); a NUL byte cannot be in a shell word at all.
+// Throws input_error for one.
 std::string sq(const std::string& s) {
+  if (s.find('\0') != std::string::npos)
+    throw input_error("bundle: a value holds a NUL byte, which no shell script can carry: '" + escape_line(s) + "'");
   std::string out = "'";
   for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
   return out + "'";
@@ -313,7 +319,9 @@ json bundle_manifest(const bundle_ctx& c) {
 std::string bundle_repro_py() { return k_repro_py; }
 
 std::string bundle_repro_sh(const bundle_ctx& c) {
-  std::string out = "#!/bin/sh\n# detaudit bundle: item " + c.item_id + ", " + c.a.name + " vs " + c.b.name + ". README.md says more.\n";
+  // A comment ends at a newline: what a record says is escaped onto one line before it goes there.
+  std::string out = "#!/bin/sh\n# detaudit bundle: item " + escape_line(c.item_id) + ", " + escape_line(c.a.name) + " vs " +
+                    escape_line(c.b.name) + ". README.md says more.\n";
   if (c.engine) {
     out += "ITEM=" + sq(c.item_id) + "\nCOND_A=" + sq(c.a.report_name) + "\nCOND_B=" + sq(c.b.report_name) + "\n";
     out += "run_it() {  # BINARY OUT_DIR\n  \"$1\" run --target " + sq(c.engine_spec) + " --prompts \"$HERE/item.jsonl\"";

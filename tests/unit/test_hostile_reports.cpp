@@ -114,3 +114,47 @@ TEST_CASE("hostile bundle: a run.json or record of another shape gives a bundle,
     CHECK_NOTHROW(bundle_write(dir + "/run", o));
   }
 }
+
+// A bundle's repro.sh is a shell script built from what records say: an item id from a prompts
+// .jsonl "id" went raw into its first comment, so a newline in it started a command of its own.
+// Every value is quoted for the shell (or escaped onto the comment's line); a NUL byte, which no
+// shell word can hold, is refused.
+TEST_CASE("hostile bundle: ids with newlines, quotes, $() and backticks stay data in repro.sh") {
+  const std::string dir = detaudit::test::scratch_dir("hostile_bundle_quoting");
+  const std::string id = "x\ntouch PWNED1 # $(touch PWNED2) `touch PWNED3` ' \" \\";
+  std::string lines;
+  for (const char* cond : {"alone", "control"}) {
+    json r = {{"schema", 1}, {"item_id", id}, {"condition", cond}, {"text", "a"},
+              {"target", {{"label", "A"}, {"dialect", "engine"}, {"spec", "engine:m.gguf?x='$(touch PWNED4)'"}}},
+              {"request", {{"prompt", "p"}, {"n_predict", 4}}}};
+    lines += r.dump() + "\n";
+  }
+  std::filesystem::create_directories(dir + "/run");
+  detaudit::test::write_file(dir + "/run/records.jsonl", lines);
+  detaudit::test::write_file(dir + "/run/run.json", R"J({"options": {"system": "sys $(touch PWNED5)", "stop": ["`touch PWNED6`"]}})J");
+  bundle_options o;
+  o.item_id = id;
+  o.out_dir = dir + "/bundle";
+  o.tarball = false;
+  REQUIRE_NOTHROW(bundle_write(dir + "/run", o));
+  const std::string sh = detaudit::test::file_text(dir + "/bundle/repro.sh");
+  CHECK(sh.find("# detaudit bundle: item x\\ntouch PWNED1") != std::string::npos);  // escaped onto the comment's line
+  const detaudit::test::cmd_result syntax = detaudit::test::run_cmd("sh -n " + dir + "/bundle/repro.sh");
+  CHECK(syntax.exit_code == 0);
+  const detaudit::test::cmd_result vars = detaudit::test::run_cmd(
+      "cd " + dir + " && sh -c 'eval \"$(sed -n \"/^ITEM=/,/^COND_B=/p\" bundle/repro.sh)\"; printf %s \"$ITEM\"'");
+  CHECK(vars.out == id);
+  const detaudit::test::cmd_result ran = detaudit::test::run_cmd("cd " + dir + " && sh bundle/repro.sh /bin/false");
+  CHECK(ran.exit_code == 2);  // the stand-in binary fails; nothing else runs
+  for (int k = 1; k <= 6; ++k) {
+    CAPTURE(k);
+    CHECK_FALSE(std::filesystem::exists(dir + "/PWNED" + std::to_string(k)));
+    CHECK_FALSE(std::filesystem::exists(dir + "/bundle/PWNED" + std::to_string(k)));
+  }
+  o.item_id = std::string("nul\0id", 6);
+  detaudit::test::write_file(dir + "/run/records.jsonl",
+                             R"({"schema": 1, "item_id": "nul\u0000id", "condition": "alone", "text": "a", "target": {"dialect": "engine", "spec": "engine:m"}})" "\n"
+                             R"({"schema": 1, "item_id": "nul\u0000id", "condition": "control", "text": "a", "target": {"dialect": "engine", "spec": "engine:m"}})" "\n");
+  o.out_dir = dir + "/bundle-nul";
+  CHECK_THROWS_WITH_AS(bundle_write(dir + "/run", o), doctest::Contains("NUL byte"), detaudit::input_error);
+}
