@@ -119,4 +119,10 @@ inline nlohmann::json post_json(int port, const std::string& path, const nlohman
   return nlohmann::json::parse(r->body);
 }
 
+// The OpenAI error object of `status`: {"error": {"message": non-empty, "code": status, ...}}.
+inline bool is_error_object(const nlohmann::json& j, int status) {
+  return j.is_object() && j.contains("error") && j["error"].is_object() && j["error"]["message"].is_string() &&
+         !j["error"]["message"].get<std::string>().empty() && j["error"]["code"] == status;
+}
+
 }  // namespace detaudit::test

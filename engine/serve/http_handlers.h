@@ -49,7 +49,18 @@ void json_send(httplib::Response& res, const json& j);
 // "data: {...}\n\n".
 std::string sse_event(const json& j);
 
-// The request body as a JSON object. Throws http_error 400 for malformed JSON or a non-object.
+// A client's value as an error message quotes it, never by recursion and never long: a number,
+// true, false or null as written; a string as text_quote() writes it; an array or object by its
+// type and size ("an array of 3 elements").
+std::string value_quote(const json& v);
+// A client's text in an error message: in JSON quotes, its first 40 bytes (cut at a character
+// boundary) and, when longer, "... (N bytes)".
+std::string text_quote(std::string_view s);
+
+// The deepest nesting of arrays and objects a request body may have.
+inline constexpr int k_max_body_depth = 64;
+// The request body as a JSON object. Throws http_error 400 for malformed JSON, nesting deeper
+// than k_max_body_depth, or a non-object.
 json body_parse(const httplib::Request& req);
 // Field readers: the default when the key is absent or null; http_error 400 naming the key when
 // the value has the wrong type or lies outside [lo, hi].

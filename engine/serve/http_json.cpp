@@ -21,11 +21,47 @@ const char* error_type(int status) {
 }
 
 [[noreturn]] void field_fail(const char* key, const char* expected, const json& v) {
-  throw http_error(400, std::string("field '") + key + "': expected " + expected + ", found " +
-                            (v.is_primitive() ? json_text(v) : std::string(v.type_name())));
+  throw http_error(400, std::string("field '") + key + "': expected " + expected + ", found " + value_quote(v));
+}
+
+// True when arrays and objects in `text` nest deeper than `max_depth` (brackets inside strings do
+// not count). Linear, no recursion: it runs before the parser.
+bool nesting_exceeds(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
 }
 
 }  // namespace
+
+std::string text_quote(std::string_view s) {
+  constexpr size_t k_shown = 40;
+  if (s.size() <= k_shown) return json_text(json(std::string(s)));
+  size_t n = k_shown;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;  // not inside a character
+  return json_text(json(std::string(s.substr(0, n)))) + "... (" + std::to_string(s.size()) + " bytes)";
+}
+
+std::string value_quote(const json& v) {
+  if (v.is_string()) return text_quote(v.get_ref<const std::string&>());
+  if (v.is_array()) return "an array of " + std::to_string(v.size()) + (v.size() == 1 ? " element" : " elements");
+  if (v.is_object()) return "an object of " + std::to_string(v.size()) + (v.size() == 1 ? " member" : " members");
+  if (v.is_binary()) return "binary data";
+  return json_text(v);  // a number, true, false or null: short
+}
 
 json error_json(int status, const std::string& message) {
   return {{"error", {{"message", message}, {"type", error_type(status)}, {"code", status}}}};
@@ -43,6 +79,8 @@ void error_send(httplib::Response& res, int status, const std::string& message) 
 std::string sse_event(const json& j) { return "data: " + json_text(j) + "\n\n"; }
 
 json body_parse(const httplib::Request& req) {
+  if (nesting_exceeds(req.body, k_max_body_depth))
+    throw http_error(400, "request body: arrays and objects nested deeper than " + std::to_string(k_max_body_depth) + " levels");
   json b = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
   if (b.is_discarded()) throw http_error(400, "request body: not valid JSON");
   if (!b.is_object()) throw http_error(400, std::string("request body: expected a JSON object, found ") + b.type_name());
@@ -61,7 +99,7 @@ int64_t field_int(const json& b, const char* key, int64_t dflt, int64_t lo, int6
   else field_fail(key, "an integer", *it);
   if (v < lo || v > hi)
     throw http_error(400, std::string("field '") + key + "': expected an integer in [" + std::to_string(lo) + ", " +
-                              std::to_string(hi) + "], found " + json_text(*it));
+                              std::to_string(hi) + "], found " + value_quote(*it));
   return v;
 }
 

@@ -201,7 +201,7 @@ http_server::http_server(scheduler& sched, const http_server_params& p) : p_(std
   srv.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty() || res.status < 400) return httplib::Server::HandlerResponse::Unhandled;
     std::string msg;
-    if (res.status == 404) msg = "unknown route: " + req.method + " " + req.path;
+    if (res.status == 404) msg = "unknown route: " + text_quote(req.method) + " " + text_quote(req.path);
     else if (res.status == 413) msg = "request body too large";
     else msg = "HTTP error " + std::to_string(res.status);
     json_send(res, error_json(res.status, msg));

@@ -109,6 +109,25 @@ bool filename_ok(const std::string& f) {
   return true;
 }
 
+// A client's file name in a message: at most its first 40 bytes, control bytes and quotes as \xHH.
+std::string name_quote(const std::string& f) {
+  static const char k_hex[] = "0123456789abcdef";
+  std::string out = "'";
+  for (size_t i = 0; i < f.size() && i < 40; ++i) {
+    const unsigned char c = static_cast<unsigned char>(f[i]);
+    if (c < 0x20 || c == 0x7f || c == '\'' || c == '\\') {
+      out += "\\x";
+      out += k_hex[c >> 4];
+      out += k_hex[c & 0x0F];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += "'";
+  if (f.size() > 40) out += "... (" + std::to_string(f.size()) + " bytes)";
+  return out;
+}
+
 }  // namespace
 
 struct scheduler::impl {
@@ -625,7 +644,7 @@ bool scheduler::submit(request r, request_callbacks cb) {
 std::string scheduler::slot_save(int id, const std::string& filename, int* status) {
   if (!filename_ok(filename)) {
     if (status) *status = 400;
-    return "invalid file name '" + filename + "'";
+    return "invalid file name " + name_quote(filename);
   }
   impl& d = *p_;
   return d.slot_action(id, status, true, [&](slot& s, int&, std::string&) {
@@ -636,14 +655,14 @@ std::string scheduler::slot_save(int id, const std::string& filename, int* statu
 std::string scheduler::slot_restore(int id, const std::string& filename, int* status) {
   if (!filename_ok(filename)) {
     if (status) *status = 400;
-    return "invalid file name '" + filename + "'";
+    return "invalid file name " + name_quote(filename);
   }
   impl& d = *p_;
   return d.slot_action(id, status, true, [&](slot& s, int& st, std::string& err) {
     const std::string path = (std::filesystem::path(d.p.slot_save_path) / filename).string();
     if (!std::filesystem::is_regular_file(path)) {
       st = 404;
-      err = "slot file '" + filename + "' not found";
+      err = "slot file " + name_quote(filename) + " not found";
       return;
     }
     const int32_t seq = d.ctx->seq_restore(path);
