@@ -1,5 +1,6 @@
-// detaudit serve against crafted requests (issue 17): values nested 100,000 deep and error messages
-// that would quote megabytes of a client's value.
+// detaudit serve against crafted requests (issue 17): values nested 100,000 deep, error messages
+// that would quote megabytes of a client's value and sampling fields of the wrong type or not
+// implemented.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -80,5 +81,47 @@ TEST_CASE("serve_hostile: error messages quote a client's value by its type and 
   expect_400(port, "/api/chat", json{{"messages", json::array({{{"role", big}, {"content", "a"}}})}, {"stream", false}}.dump(), "");
   expect_400(port, "/slots/0?action=save", json{{"filename", big}}.dump(), "");
   expect_400(port, "/slots/0?action=" + std::string(6000, 'a'), "{}", "");
+  CHECK(srv.stop() == 0);
+}
+
+TEST_CASE("serve_hostile: sampling fields of the wrong type, and fields not implemented, are 400 naming the field") {
+  test::serve_child srv({"-np", "1", "-c", "128"});
+  const int port = srv.port;
+  struct field_case {
+    const char* key;
+    json value;
+  };
+  const std::vector<field_case> bad = {
+      // wrong types: each was read as its default
+      {"typical_p", "0.5"}, {"mirostat", "2"}, {"ignore_eos", "true"}, {"post_sampling_probs", 1},
+      {"dry_multiplier", "0.5"}, {"xtc_probability", "0.5"}, {"grammar", 5}, {"json_schema", "{}"},
+      {"logit_bias", "x"}, {"mirostat_tau", "5"}, {"dry_base", "1.75"}, {"xtc_threshold", true},
+      {"n_keep", "4"}, {"min_keep", 1.5}, {"dynatemp_exponent", "1"}, {"samplers", 3},
+      // not implemented, and not neutral
+      {"dynatemp_range", 0.5}, {"top_n_sigma", 1.0}, {"n_indent", 2}, {"t_max_predict_ms", 100},
+      {"min_keep", 5}, {"lora", json::array({{{"id", 0}, {"scale", 1.0}}})},
+      {"samplers", json::array({"temperature", "top_k"})}, {"samplers", "tk"},
+  };
+  for (const field_case& f : bad) {
+    CAPTURE(f.key);
+    CAPTURE(f.value.dump());
+    json b = {{"prompt", "a"}, {"n_predict", 1}};
+    b[f.key] = f.value;
+    expect_400(port, "/completion", b.dump(), f.key);
+    json o = {{"prompt", "a"}, {"max_tokens", 1}};
+    o[f.key] = f.value;
+    expect_400(port, "/v1/completions", o.dump(), f.key);
+    json g = {{"prompt", "a"}, {"raw", true}, {"stream", false}, {"options", {{"num_predict", 1}}}};
+    g["options"][f.key] = f.value;
+    expect_400(port, "/api/generate", g.dump(), f.key);
+  }
+  // Neutral values stay accepted.
+  const json neutral = {{"prompt", "a"},          {"n_predict", 1},       {"typical_p", 1.0},    {"mirostat", 0},
+                        {"ignore_eos", false},    {"post_sampling_probs", false}, {"dry_multiplier", 0.0},
+                        {"xtc_probability", 0.0}, {"dynatemp_range", 0.0}, {"top_n_sigma", -1.0}, {"n_indent", 0},
+                        {"t_max_predict_ms", 0},  {"min_keep", 0},        {"lora", json::array()}, {"n_keep", 4},
+                        {"samplers", json::array({"dry", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature"})},
+                        {"mirostat_tau", 5.0},    {"dry_base", 1.75}};
+  CHECK(test::post_json(port, "/completion", neutral)["tokens_predicted"] == 1);
   CHECK(srv.stop() == 0);
 }
