@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <csignal>
 #include <fcntl.h>
 #include <httplib.h>
@@ -123,6 +124,17 @@ inline nlohmann::json post_json(int port, const std::string& path, const nlohman
 inline bool is_error_object(const nlohmann::json& j, int status) {
   return j.is_object() && j.contains("error") && j["error"].is_object() && j["error"]["message"].is_string() &&
          !j["error"]["message"].get<std::string>().empty() && j["error"]["code"] == status;
+}
+
+// `detaudit_NAME VALUE` from GET /metrics, or -1 when there is no answer or no such line.
+inline int64_t metric_of(int port, const std::string& name) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(30, 0);
+  auto r = c.Get("/metrics");
+  if (!r || r->status != 200) return -1;
+  const std::string key = "\ndetaudit_" + name + " ";
+  const size_t p = r->body.find(key);
+  return p == std::string::npos ? -1 : std::atoll(r->body.c_str() + p + key.size());
 }
 
 }  // namespace detaudit::test

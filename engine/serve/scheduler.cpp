@@ -457,7 +457,12 @@ void scheduler::impl::step() {
     a.prefilled = true;
     a.res.gen.timings.prompt_ms = ms_between(t0, t1);
     a.t_gen = t1;
-    if (process_logits(s, out[part.first_logits], ctx->seq_len(s.seq))) finish(s, ctx->seq_len(s.seq));
+    if (a.req.n_predict == 0) {  // the prompt is evaluated (and cached); no token is drawn
+      a.stream->finish();
+      finish(s, ctx->seq_len(s.seq));
+    } else if (process_logits(s, out[part.first_logits], ctx->seq_len(s.seq))) {
+      finish(s, ctx->seq_len(s.seq));
+    }
   }
 }
 

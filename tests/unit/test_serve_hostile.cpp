@@ -1,6 +1,6 @@
 // detaudit serve against crafted requests (issue 17): values nested 100,000 deep, error messages
-// that would quote megabytes of a client's value and sampling fields of the wrong type or not
-// implemented.
+// that would quote megabytes of a client's value, sampling fields of the wrong type or not
+// implemented and n_predict 0.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -37,6 +37,8 @@ void expect_400(int port, const std::string& path, const std::string& body, cons
   CHECK(msg.size() < 400);
   if (!field.empty()) CHECK(msg.find("'" + field + "'") != std::string::npos);
 }
+
+json user_chat(const std::string& text) { return json::array({{{"role", "user"}, {"content", text}}}); }
 
 }  // namespace
 
@@ -123,5 +125,37 @@ TEST_CASE("serve_hostile: sampling fields of the wrong type, and fields not impl
                         {"samplers", json::array({"dry", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature"})},
                         {"mirostat_tau", 5.0},    {"dry_base", 1.75}};
   CHECK(test::post_json(port, "/completion", neutral)["tokens_predicted"] == 1);
+  CHECK(srv.stop() == 0);
+}
+
+TEST_CASE("serve_hostile: n_predict, max_tokens and num_predict 0 generate nothing") {
+  test::serve_child srv({"-np", "1", "-c", "128", "--chat-template", "chatml"});
+  const int port = srv.port;
+  const json c = test::post_json(port, "/completion", {{"prompt", "Once upon a time"}, {"n_predict", 0}, {"n_probs", 2}});
+  CHECK(c["tokens_predicted"] == 0);
+  CHECK(c["content"] == "");
+  CHECK(c["stop_type"] == "limit");
+  CHECK(c["completion_probabilities"].empty());
+  CHECK(c["tokens_evaluated"].get<int64_t>() > 0);
+  {
+    auto cl = test::http_client(port);
+    auto r = cl.Post("/completion", json{{"prompt", "Once"}, {"n_predict", 0}, {"stream", true}}.dump(), "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    INFO(r->body);
+    CHECK(r->body.find("\"stop\":false") == std::string::npos);  // no token event
+    CHECK(r->body.find("\"tokens_predicted\":0") != std::string::npos);
+  }
+  const json o = test::post_json(port, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 0}});
+  CHECK(o["usage"]["completion_tokens"] == 0);
+  CHECK(o["choices"][0]["text"] == "");
+  CHECK(o["choices"][0]["finish_reason"] == "length");
+  const json ch = test::post_json(port, "/v1/chat/completions", {{"messages", user_chat("Hi")}, {"max_tokens", 0}});
+  CHECK(ch["usage"]["completion_tokens"] == 0);
+  CHECK(ch["choices"][0]["message"]["content"] == "");
+  const json g = test::post_json(port, "/api/generate", {{"prompt", "Once"}, {"raw", true}, {"stream", false}, {"options", {{"num_predict", 0}}}});
+  CHECK(g["eval_count"] == 0);
+  CHECK(g["response"] == "");
+  CHECK(test::metric_of(port, "generated_tokens_total") == 0);
   CHECK(srv.stop() == 0);
 }
