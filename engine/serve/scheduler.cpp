@@ -128,6 +128,19 @@ std::string name_quote(const std::string& f) {
   return out;
 }
 
+// `msg` without the server's --slot-save-path folder (as given, absolute or canonical): a client
+// names its files, never where the server keeps them ("DIR/name: ..." reads "name: ...").
+std::string path_hidden(std::string msg, const std::string& dir) {
+  std::error_code ec;
+  for (std::string d : {dir, std::filesystem::absolute(dir, ec).string(), std::filesystem::weakly_canonical(dir, ec).string()}) {
+    while (!d.empty() && d.back() == '/') d.pop_back();
+    if (d.empty()) continue;
+    d += '/';
+    for (size_t at = msg.find(d); at != std::string::npos; at = msg.find(d, at)) msg.erase(at, d.size());
+  }
+  return msg;
+}
+
 }  // namespace
 
 struct scheduler::impl {
@@ -587,10 +600,10 @@ std::string scheduler::impl::slot_action(int id, int* status, bool needs_path, F
         body(s, st, err);
       } catch (const input_error& e) {
         st = 400;
-        err = e.what();
+        err = path_hidden(e.what(), p.slot_save_path);
       } catch (const std::exception& e) {
         st = 500;
-        err = e.what();
+        err = path_hidden(e.what(), p.slot_save_path);
       }
       publish();
     });
@@ -652,8 +665,16 @@ std::string scheduler::slot_save(int id, const std::string& filename, int* statu
     return "invalid file name " + name_quote(filename);
   }
   impl& d = *p_;
-  return d.slot_action(id, status, true, [&](slot& s, int&, std::string&) {
-    d.ctx->seq_save(s.seq, (std::filesystem::path(d.p.slot_save_path) / filename).string());
+  return d.slot_action(id, status, true, [&](slot& s, int& st, std::string& err) {
+    const std::filesystem::path path = std::filesystem::path(d.p.slot_save_path) / filename;
+    std::error_code ec;
+    const std::filesystem::file_status fs = std::filesystem::status(path, ec);
+    if (std::filesystem::exists(fs) && !std::filesystem::is_regular_file(fs)) {
+      st = 409;
+      err = "slot file " + name_quote(filename) + " exists and is not a regular file";
+      return;
+    }
+    d.ctx->seq_save(s.seq, path.string());
   });
 }
 

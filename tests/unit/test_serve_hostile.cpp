@@ -1,6 +1,7 @@
 // detaudit serve against crafted requests (issue 17): values nested 100,000 deep, error messages
 // that would quote megabytes of a client's value, sampling fields of the wrong type or not
-// implemented and n_predict 0.
+// implemented, n_predict 0 and slot file names at the length limit, onto a directory or naming a
+// damaged file.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -157,5 +158,44 @@ TEST_CASE("serve_hostile: n_predict, max_tokens and num_predict 0 generate nothi
   CHECK(g["eval_count"] == 0);
   CHECK(g["response"] == "");
   CHECK(test::metric_of(port, "generated_tokens_total") == 0);
+  CHECK(srv.stop() == 0);
+}
+
+TEST_CASE("serve_hostile: slot files at the name length limit, onto a directory, or damaged, with no server path in errors") {
+  const std::string dir = fs::absolute(test::scratch_dir("serve_hostile_slots")).string();
+  const std::string slots = dir + "/slot-folder-of-the-server";
+  fs::create_directories(slots + "/a-directory");
+  test::serve_child srv({"-np", "1", "-c", "128", "--slot-save-path", slots});
+  const int port = srv.port;
+  test::post_json(port, "/completion", {{"prompt", "Once upon a time"}, {"n_predict", 2}});
+  for (const size_t n : {size_t{250}, size_t{251}, size_t{252}, size_t{254}, size_t{255}}) {
+    CAPTURE(n);
+    const std::string name(n, 'n');
+    const json s = test::post_json(port, "/slots/0?action=save", {{"filename", name}});
+    CHECK(s["filename"] == name);
+    CHECK(fs::is_regular_file(slots + "/" + name));
+    CHECK(test::post_json(port, "/slots/0?action=restore", {{"filename", name}})["id_slot"] == 0);
+  }
+  auto error_of = [&](const std::string& action, const std::string& file) {
+    auto c = test::http_client(port);
+    auto r = c.Post(("/slots/0?action=" + action).c_str(), json{{"filename", file}}.dump(), "application/json");
+    REQUIRE(r);
+    INFO(action << " " << file << " -> " << r->status << " " << r->body);
+    CHECK(r->status >= 400);
+    CHECK(r->status < 500);
+    CHECK(r->body.find("slot-folder-of-the-server") == std::string::npos);
+    CHECK(r->body.find(dir) == std::string::npos);
+    return r->status;
+  };
+  error_of("save", "a-directory");
+  error_of("restore", "a-directory");
+  test::write_file(slots + "/damaged.bin", "not a saved sequence");
+  CHECK(error_of("restore", "damaged.bin") == 400);
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(slots))
+    if (e.path().filename().string().find(".tmp") != std::string::npos || e.path().filename().string()[0] == '.')
+      left.push_back(e.path().filename().string());
+  CHECK(left.empty());
+  CHECK(fs::is_directory(slots + "/a-directory"));
   CHECK(srv.stop() == 0);
 }
