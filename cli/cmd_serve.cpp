@@ -132,6 +132,16 @@ void setup_serve(CLI::App& app) {
   sub->add_option("--max-body", opt->http.max_body, "Largest request body in bytes (413 beyond)")
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30))->capture_default_str()->type_name("BYTES");
   sub->add_option("--timeout", opt->http.timeout_s, "Socket read / write timeout in seconds")->check(CLI::Range(1, 86400))->capture_default_str();
+  sub->add_option("--header-timeout", opt->http.header_timeout_s,
+                  "Seconds a request head may take in all, not reset by each byte (408 after), and a connection may "
+                  "wait idle for the next request (closed after)")
+      ->check(CLI::Range(1, 3600))->capture_default_str();
+  sub->add_option("--max-connections", opt->http.max_connections,
+                  "Connections open at once, all clients together; one more is answered 503 and closed")
+      ->check(CLI::Range(1, 768))->capture_default_str();
+  sub->add_option("--max-connections-per-client", opt->http.max_connections_per_client,
+                  "Connections open at once from one client address; one more is answered 503 and closed")
+      ->check(CLI::Range(1, 768))->capture_default_str();
   sub->footer(
       "Prints 'listening on http://HOST:PORT' when ready; SIGINT / SIGTERM stop it (exit 0).\n"
       "Examples:\n"

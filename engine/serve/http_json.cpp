@@ -82,7 +82,9 @@ json body_parse(const httplib::Request& req) {
   if (nesting_exceeds(req.body, k_max_body_depth))
     throw http_error(400, "request body: arrays and objects nested deeper than " + std::to_string(k_max_body_depth) + " levels");
   json b = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (b.is_discarded()) throw http_error(400, "request body: not valid JSON");
+  if (b.is_discarded())
+    throw http_error(400, "request body: not valid JSON (the body is one JSON object, whatever its Content-Type; form fields "
+                          "are not accepted)");
   if (!b.is_object()) throw http_error(400, std::string("request body: expected a JSON object, found ") + b.type_name());
   return b;
 }

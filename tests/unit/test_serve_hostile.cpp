@@ -1,7 +1,7 @@
 // detaudit serve against crafted requests (issue 17): values nested 100,000 deep, error messages
 // that would quote megabytes of a client's value, sampling fields of the wrong type or not
-// implemented, n_predict 0 and slot file names at the length limit, onto a directory or naming a
-// damaged file.
+// implemented, n_predict 0, slot file names at the length limit, onto a directory or naming a
+// damaged file, the Bearer scheme in any case and form-encoded bodies.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -158,6 +158,45 @@ TEST_CASE("serve_hostile: n_predict, max_tokens and num_predict 0 generate nothi
   CHECK(g["eval_count"] == 0);
   CHECK(g["response"] == "");
   CHECK(test::metric_of(port, "generated_tokens_total") == 0);
+  CHECK(srv.stop() == 0);
+}
+
+TEST_CASE("serve_hostile: the Bearer scheme is accepted in any case (RFC 7235)") {
+  const std::string key = "k3y-hostile-0123456789";
+  test::serve_child srv({"-np", "1", "-c", "128", "--api-key-env", "DETAUDIT_HOSTILE_KEY"}, "", {{"DETAUDIT_HOSTILE_KEY", key}});
+  const std::string body = R"({"prompt": "a", "n_predict": 1})";
+  for (const char* scheme : {"Bearer ", "bearer ", "BEARER ", "bEaReR "}) {
+    CAPTURE(scheme);
+    CHECK(post_raw(srv.port, "/completion", body, "application/json", {{"Authorization", scheme + key}}).first == 200);
+  }
+  for (const std::string& wrong : {"Basic " + key, "Bearer" + key, "Bearer " + key + "x", "bearer  " + key})
+    CHECK(post_raw(srv.port, "/completion", body, "application/json", {{"Authorization", wrong}}).first == 401);
+  CHECK(srv.stop() == 0);
+}
+
+TEST_CASE("serve_hostile: a form-encoded Content-Type is read as JSON at any size, and a real form is a clear 400") {
+  test::serve_child srv({"-np", "1", "-c", "128"});
+  const int port = srv.port;
+  const char* form = "application/x-www-form-urlencoded";
+  // `curl -d '{...}'` labels JSON as a form; past 8 KiB httplib answered 413 "too large".
+  for (const size_t size : {size_t{200}, size_t{9000}, size_t{100000}}) {
+    CAPTURE(size);
+    std::string b = R"({"prompt": "Once", "n_predict": 1})";
+    b += std::string(size - b.size(), ' ');
+    const auto [status, j] = post_raw(port, "/completion", b, form);
+    INFO(j.dump().substr(0, 300));
+    CHECK(status == 200);
+    CHECK(j["tokens_predicted"] == 1);
+  }
+  std::string real = "prompt=Once&n_predict=1&pad=" + std::string(9000, 'x');
+  const auto [status, j] = post_raw(port, "/completion", real, form);
+  INFO(j.dump());
+  CHECK(status == 400);
+  REQUIRE(test::is_error_object(j, 400));
+  CHECK(j["error"]["message"].get<std::string>().find("JSON") != std::string::npos);
+  const auto [mstatus, mj] = post_raw(port, "/completion", "--b\r\n\r\n--b--\r\n", "multipart/form-data; boundary=b");
+  CHECK(mstatus == 400);
+  CHECK(test::is_error_object(mj, 400));
   CHECK(srv.stop() == 0);
 }
 
