@@ -54,7 +54,10 @@ request_result completion_run(http_state& st, request r) {
   auto done = std::make_shared<std::promise<request_result>>();
   std::future<request_result> fut = done->get_future();
   request_callbacks cb;
-  cb.on_token = [](const token_event&) { return true; };
+  // Between steps: a client that closed its connection cancels the request, as a streaming one
+  // does. The socket stays open while this handler waits for on_done.
+  const int sock = conn_request_socket();
+  cb.on_token = [sock](const token_event&) { return sock < 0 || !conn_peer_closed(sock); };
   cb.on_done = [done](const request_result& res) { done->set_value(res); };
   if (!st.sched.submit(std::move(r), std::move(cb))) throw http_error(503, k_busy);
   request_result res = fut.get();

@@ -1,7 +1,7 @@
 // detaudit serve's connection layer against clients that misbehave on the wire (issue 17): bodies
 // without a Content-Length, oversized Content-Lengths, bodies sent without the API key, request
-// heads that never finish and too many connections from one client. Memory is the server child's
-// VmRSS.
+// heads that never finish, too many connections from one client and clients that go away while a
+// non-streamed answer is generated. Memory is the server child's VmRSS.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -178,4 +178,31 @@ TEST_CASE("serve_conn: connections per client and in total are bounded, and the 
     for (int fd : held) ::close(fd);
     CHECK(srv.stop() == 0);
   }
+}
+
+TEST_CASE("serve_conn: a non-streamed request whose client goes away is cancelled between steps") {
+  // A 65536-token slot: without the cancellation each request would generate for hours.
+  test::serve_child srv({"-np", "1", "-c", "65536", "--chat-template", "chatml"});
+  const int port = srv.port;
+  const std::vector<std::pair<std::string, json>> cases = {
+      {"/completion", {{"prompt", "Once upon a time"}, {"n_predict", -1}}},
+      {"/v1/chat/completions", {{"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})}}},
+      {"/api/generate", {{"prompt", "Once"}, {"raw", true}, {"stream", false}}},
+  };
+  int64_t n_cancelled = 0;
+  for (const auto& [path, body] : cases) {
+    CAPTURE(path);
+    const int64_t generated = test::metric_of(port, "generated_tokens_total");
+    const int fd = test::connect_loopback(port);
+    const std::string text = body.dump();
+    REQUIRE(test::raw_send(fd, "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
+                                   std::to_string(text.size()) + "\r\n\r\n" + text));
+    REQUIRE(test::wait_until(30, [&] { return test::metric_of(port, "generated_tokens_total") > generated + 8; }));
+    ::close(fd);
+    ++n_cancelled;
+    CHECK(test::wait_until(30, [&] { return test::metric_of(port, "requests_cancelled_total") == n_cancelled; }));
+    // Otherwise the next request would wait for this one's slot for hours: stop here.
+    REQUIRE(test::wait_until(30, [&] { return test::metric_of(port, "requests_active") == 0; }));
+  }
+  CHECK(srv.stop() == 0);
 }
