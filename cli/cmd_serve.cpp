@@ -133,8 +133,8 @@ void setup_serve(CLI::App& app) {
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30))->capture_default_str()->type_name("BYTES");
   sub->add_option("--timeout", opt->http.timeout_s, "Socket read / write timeout in seconds")->check(CLI::Range(1, 86400))->capture_default_str();
   sub->add_option("--header-timeout", opt->http.header_timeout_s,
-                  "Seconds a request head may take in all, not reset by each byte (408 after), and a connection may "
-                  "wait idle for the next request (closed after)")
+                  "Seconds a request head may take in all from its first byte (408 after, not reset by each byte), "
+                  "and a connection may wait idle for the next request (closed after)")
       ->check(CLI::Range(1, 3600))->capture_default_str();
   sub->add_option("--max-connections", opt->http.max_connections,
                   "Connections open at once, all clients together; one more is answered 503 and closed")

@@ -268,10 +268,15 @@ void conn_server::impl::admit(int fd, const std::string& client) {
   lingers_add(fd);
 }
 
-// Reads until the head's empty line, the deadline (header_timeout_s from now, in all), the size
-// limit or shutdown. Bytes after the head stay in `pending`.
+// Reads until the head's empty line, the deadline, the size limit or shutdown. The deadline is
+// header_timeout_s in all from the head's first byte (not per byte); before it, an idle connection
+// waits header_timeout_s for that byte, then closes without an answer. Counting the head from its
+// first byte keeps a kept-alive connection from answering 408 to a head that began just before
+// its idle time ran out. Bytes after the head stay in `pending`.
 head_status conn_server::impl::head_read(int fd, std::string& pending, std::string& head) const {
-  const auto deadline = clock_type::now() + std::chrono::seconds(p.header_timeout_s);
+  const auto limit = std::chrono::seconds(p.header_timeout_s);
+  auto deadline = clock_type::now() + limit;
+  bool started = !pending.empty();
   size_t scanned = 0;
   for (;;) {
     const size_t at = pending.find("\r\n\r\n", scanned >= 3 ? scanned - 3 : 0);
@@ -291,6 +296,10 @@ head_status conn_server::impl::head_read(int fd, std::string& pending, std::stri
     const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n <= 0) return HEAD_NONE;  // the client closed (or reset) before a whole head: nobody to answer
+    if (!started) {
+      started = true;
+      deadline = clock_type::now() + limit;
+    }
     pending.append(buf, static_cast<size_t>(n));
   }
 }

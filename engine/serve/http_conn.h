@@ -5,8 +5,9 @@
 //   - Every connection has its own thread, so a handler waiting for a generation slot never
 //     delays /health or /metrics on another connection (a fixed pool was starved by them).
 //   - Connections are bounded per client address and in total; the one beyond gets 503 at once.
-//   - A request head must arrive whole within header_timeout_s in all (not per byte; 408 after),
-//     and hold at most k_max_head bytes (431).
+//   - A request head must arrive whole within header_timeout_s of its first byte, in all (not per
+//     byte; 408 after), and hold at most k_max_head bytes (431). A connection with no request
+//     begun is closed after header_timeout_s idle.
 //   - The API key and the body's framing are decided on the head, before any body byte is read:
 //     401 without the key, 411 for a body with no Content-Length (or with Transfer-Encoding), 413
 //     for a Content-Length over max_body, 415 for a compressed body. Such a refusal closes the
@@ -36,7 +37,7 @@ struct conn_params {
   std::string api_key;                // "" = none; else required on every path but /health, /v1/health
   size_t max_body = 8u << 20;         // --max-body: a larger Content-Length is 413
   int io_timeout_s = 600;             // --timeout: each read or write of an admitted request
-  int header_timeout_s = 5;           // --header-timeout: a whole request head, and keep-alive idle
+  int header_timeout_s = 5;           // --header-timeout: a whole request head from its first byte; idle
   int max_connections = 256;             // --max-connections: open at once, all clients
   int max_connections_per_client = 128;  // --max-connections-per-client: open at once, one address
 };

@@ -29,7 +29,7 @@ struct http_server_params {
   std::string api_key;                          // "" = no key; else every route but /health needs it
   size_t max_body = 8u << 20;                   // --max-body: larger request bodies get 413
   int timeout_s = 600;                          // socket read / write timeout
-  int header_timeout_s = 5;                     // --header-timeout: a whole request head, and keep-alive idle
+  int header_timeout_s = 5;                     // --header-timeout: a whole request head from its first byte; idle
   int max_connections = 256;                    // --max-connections: open at once (503 beyond)
   int max_connections_per_client = 128;         // --max-connections-per-client: open at once from one address
   std::string chat_template;                    // "" = detect from the model; else chatml|qwen3|...

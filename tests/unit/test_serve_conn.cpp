@@ -1,7 +1,8 @@
 // detaudit serve's connection layer against clients that misbehave on the wire (issue 17): bodies
 // without a Content-Length, oversized Content-Lengths, bodies sent without the API key, request
-// heads that never finish, too many connections from one client and clients that go away while a
-// non-streamed answer is generated. Memory is the server child's VmRSS.
+// heads that never finish, too many connections from one client, clients that go away while a
+// non-streamed answer is generated and a head begun just before a kept-alive connection's idle time
+// ran out. Memory is the server child's VmRSS.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -157,6 +158,25 @@ TEST_CASE("serve_conn: unfinished request heads are cut off and never block /hea
   const bool idle = test::wait_until(30, [&] { return test::metric_of(port, "requests_active") == 0; });
   CHECK(idle);
   if (idle) CHECK(srv.stop() == 0);
+}
+
+TEST_CASE("serve_conn: the head deadline counts from the head's first byte, not from the end of the last answer") {
+  // A kept-alive connection idles 2 s, then sends a head in two parts 2 s apart: 4 s after the
+  // last answer but 2 s after the head began, within --header-timeout 3.
+  test::serve_child srv({"-np", "1", "-c", "128", "--header-timeout", "3"});
+  const int fd = test::connect_loopback(srv.port);
+  const std::string get = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  REQUIRE(test::raw_send(fd, get));
+  REQUIRE(test::raw_read_reply(fd, 10000).status == 200);
+  ::usleep(2000000);
+  REQUIRE(test::raw_send(fd, get.substr(0, 20)));
+  ::usleep(2000000);
+  REQUIRE(test::raw_send(fd, get.substr(20)));
+  const test::raw_reply r = test::raw_read_reply(fd, 10000);
+  ::close(fd);
+  INFO(r.head << "\n" << r.body);
+  CHECK(r.status == 200);
+  CHECK(srv.stop() == 0);
 }
 
 TEST_CASE("serve_conn: connections per client and in total are bounded, and the one beyond gets 503 at once") {
