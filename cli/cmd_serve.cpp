@@ -131,7 +131,10 @@ void setup_serve(CLI::App& app) {
       ->type_name("NAME");
   sub->add_option("--max-body", opt->http.max_body, "Largest request body in bytes (413 beyond)")
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30))->capture_default_str()->type_name("BYTES");
-  sub->add_option("--timeout", opt->http.timeout_s, "Socket read / write timeout in seconds")->check(CLI::Range(1, 86400))->capture_default_str();
+  sub->add_option("--timeout", opt->http.timeout_s,
+                  "Seconds each read of a request body, and each write of an answer, may wait (the connection closes "
+                  "after)")
+      ->check(CLI::Range(1, 86400))->capture_default_str();
   sub->add_option("--header-timeout", opt->http.header_timeout_s,
                   "Seconds a request head may take in all from its first byte (408 after, not reset by each byte), "
                   "and a connection may wait idle for the next request (closed after)")

@@ -17,6 +17,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -454,6 +455,12 @@ bool conn_server::serve() {
     // A response is written as headers, then body: with Nagle's algorithm the body waited for
     // the client's delayed ACK, about 40 ms on every keep-alive answer.
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);
+    // A write larger than the free send buffer blocks inside send() after poll() said writable: a
+    // client that stops reading would hold its connection and thread for good. The timeouts end
+    // such a send (and any read) after --timeout, as httplib's own accept loop set them.
+    const timeval tv{d.p.io_timeout_s, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     d.admit(fd, address_text(a, nullptr));
   }
   if (d.listen_fd >= 0) ::close(d.listen_fd);

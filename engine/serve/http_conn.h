@@ -8,6 +8,8 @@
 //   - A request head must arrive whole within header_timeout_s of its first byte, in all (not per
 //     byte; 408 after), and hold at most k_max_head bytes (431). A connection with no request
 //     begun is closed after header_timeout_s idle.
+//   - Each read and write of an admitted request waits at most io_timeout_s (SO_RCVTIMEO,
+//     SO_SNDTIMEO and poll), so a client that stops reading its answer loses the connection.
 //   - The API key and the body's framing are decided on the head, before any body byte is read:
 //     401 without the key, 411 for a body with no Content-Length (or with Transfer-Encoding), 413
 //     for a Content-Length over max_body, 415 for a compressed body. Such a refusal closes the

@@ -1,8 +1,8 @@
 // detaudit serve's connection layer against clients that misbehave on the wire (issue 17): bodies
 // without a Content-Length, oversized Content-Lengths, bodies sent without the API key, request
 // heads that never finish, too many connections from one client, clients that go away while a
-// non-streamed answer is generated and a head begun just before a kept-alive connection's idle time
-// ran out. Memory is the server child's VmRSS.
+// non-streamed answer is generated, a head begun just before a kept-alive connection's idle time
+// ran out and clients that stop reading their answer. Memory is the server child's VmRSS.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -198,6 +198,32 @@ TEST_CASE("serve_conn: connections per client and in total are bounded, and the 
     for (int fd : held) ::close(fd);
     CHECK(srv.stop() == 0);
   }
+}
+
+TEST_CASE("serve_conn: a client that stops reading its answer loses the connection after --timeout") {
+  // The one connection the server takes is a client's that asks for a 6 MB answer and reads none
+  // of it: more than the socket buffers hold, so the server's write stalls. After --timeout the
+  // write gives up and the connection closes, which frees its place for the next client.
+  test::serve_child srv({"-np", "1", "-c", "128", "--timeout", "2", "--max-connections", "1"});
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  const int small = 4096;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);  // before connect: a small window
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(srv.port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  std::string text;
+  while (text.size() < 800000) text += "Once upon a time there was a cat. ";
+  const std::string body = json{{"content", text}, {"with_pieces", true}}.dump();
+  REQUIRE(test::raw_send(fd, "POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
+                                 std::to_string(body.size()) + "\r\n\r\n" + body));
+  // While that connection is held, another is refused (503); once it is dropped, /health answers.
+  const bool freed = test::wait_until(60, [&] { return get_status(srv.port, "/health", 5) == 200; });
+  CHECK(freed);
+  ::close(fd);
+  CHECK(srv.stop() == 0);
 }
 
 TEST_CASE("serve_conn: a non-streamed request whose client goes away is cancelled between steps") {
