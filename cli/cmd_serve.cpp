@@ -112,7 +112,9 @@ void setup_serve(CLI::App& app) {
   add_backend_options(sub, opt->backend);
   sub->add_option("--host", opt->http.host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", opt->http.port, "Port to listen on; 0: any free port (printed)")->check(CLI::Range(0, 65535))->capture_default_str();
-  CLI::Option* key = sub->add_option("--api-key", opt->api_key, "Require 'Authorization: Bearer KEY' on every route but /health")
+  CLI::Option* key = sub->add_option("--api-key", opt->api_key,
+                                     "Require 'Authorization: Bearer KEY' (the scheme in any case) or 'X-Api-Key: KEY' "
+                                     "on every route but /health; checked before the body is read (401)")
                          ->type_name("KEY");
   sub->add_option("--api-key-env", opt->api_key_env, "Read the API key from this environment variable")->excludes(key)->type_name("NAME");
   sub->add_option("--slot-save-path", opt->slot_save_path, "Folder for POST /slots/{id}?action=save|restore")->type_name("DIR");
@@ -129,9 +131,24 @@ void setup_serve(CLI::App& app) {
                   "Chat template family for /v1/chat/completions and /api/chat instead of the detected one (or of chatml, "
                   "used when the file has none): chatml, qwen3, deepseek-r1, llama3, llama2, phi3")
       ->type_name("NAME");
-  sub->add_option("--max-body", opt->http.max_body, "Largest request body in bytes (413 beyond)")
+  sub->add_option("--max-body", opt->http.max_body,
+                  "Largest request body in bytes: a larger Content-Length is 413 before the body is read; a body "
+                  "needs a Content-Length (411 without, or chunked)")
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30))->capture_default_str()->type_name("BYTES");
-  sub->add_option("--timeout", opt->http.timeout_s, "Socket read / write timeout in seconds")->check(CLI::Range(1, 86400))->capture_default_str();
+  sub->add_option("--timeout", opt->http.timeout_s,
+                  "Seconds each read of a request body, and each write of an answer, may wait (the connection closes "
+                  "after)")
+      ->check(CLI::Range(1, 86400))->capture_default_str();
+  sub->add_option("--header-timeout", opt->http.header_timeout_s,
+                  "Seconds a request head may take in all from its first byte (408 after, not reset by each byte), "
+                  "and a connection may wait idle for the next request (closed after)")
+      ->check(CLI::Range(1, 3600))->capture_default_str();
+  sub->add_option("--max-connections", opt->http.max_connections,
+                  "Connections open at once, all clients together; one more is answered 503 and closed")
+      ->check(CLI::Range(1, 768))->capture_default_str();
+  sub->add_option("--max-connections-per-client", opt->http.max_connections_per_client,
+                  "Connections open at once from one client address; one more is answered 503 and closed")
+      ->check(CLI::Range(1, 768))->capture_default_str();
   sub->footer(
       "Prints 'listening on http://HOST:PORT' when ready; SIGINT / SIGTERM stop it (exit 0).\n"
       "Examples:\n"

@@ -1,7 +1,10 @@
 #include "runtime/seq_file.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 
@@ -59,21 +62,32 @@ void seq_file_write(const std::string& path, const seq_file_header& h, const std
   put<uint64_t>(head, 88, h.cell_bytes);
   put<uint64_t>(head, 96, tokens.size());
   put<uint64_t>(head, 104, payload_hash(tokens, cache));
-  const std::string tmp = path + ".tmp";
+  // PATH.tmp would not fit when PATH's name is within 4 bytes of the file system's limit.
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::string tmp = (dir.empty() ? std::filesystem::path(".") : dir).string() + "/.detaudit-seq-XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) throw input_error(path + ": cannot create a temporary file beside it: " + std::strerror(errno));
+  ::close(fd);
+  std::error_code ec;
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw input_error(tmp + ": cannot open for writing");
     f.write(reinterpret_cast<const char*>(head.data()), static_cast<std::streamsize>(head.size()));
     f.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(4 * tokens.size()));
     const uint64_t bytes = cache.cell_bytes() * tokens.size();
     for (int64_t l = 0; l < cache.n_layer(); ++l)
       f.write(reinterpret_cast<const char*>(cache.layer_bytes(l).data()), static_cast<std::streamsize>(bytes));
     f.flush();
-    if (!f) throw input_error(tmp + ": write failed");
+    if (!f) {
+      std::filesystem::remove(tmp, ec);
+      throw input_error(path + ": write failed");
+    }
   }
-  std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) throw input_error(path + ": cannot rename " + tmp + ": " + ec.message());
+  if (ec) {
+    const std::string why = ec.message();
+    std::filesystem::remove(tmp, ec);
+    throw input_error(path + ": cannot write it: " + why);
+  }
 }
 
 void seq_file_read(const std::string& path, const seq_file_header& want, int64_t n_ctx, int64_t n_vocab,

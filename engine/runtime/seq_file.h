@@ -39,7 +39,9 @@ struct seq_file_header {
 
 constexpr uint32_t SEQ_FILE_VERSION = 1;
 
-// Writes PATH.tmp, then renames it to path. Throws input_error when the file cannot be written.
+// Writes a temporary file of a short name of its own in path's folder (so any name that fits the
+// file system fits), then renames it to path; on failure the temporary file is removed. Throws
+// input_error when the file cannot be written.
 void seq_file_write(const std::string& path, const seq_file_header& h, const std::vector<int32_t>& tokens,
                     const kv_cache& cache);
 

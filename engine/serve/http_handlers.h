@@ -49,7 +49,18 @@ void json_send(httplib::Response& res, const json& j);
 // "data: {...}\n\n".
 std::string sse_event(const json& j);
 
-// The request body as a JSON object. Throws http_error 400 for malformed JSON or a non-object.
+// A client's value as an error message quotes it, never by recursion and never long: a number,
+// true, false or null as written; a string as text_quote() writes it; an array or object by its
+// type and size ("an array of 3 elements").
+std::string value_quote(const json& v);
+// A client's text in an error message: in JSON quotes, its first 40 bytes (cut at a character
+// boundary) and, when longer, "... (N bytes)".
+std::string text_quote(std::string_view s);
+
+// The deepest nesting of arrays and objects a request body may have.
+inline constexpr int k_max_body_depth = 64;
+// The request body as a JSON object, whatever its Content-Type. Throws http_error 400 for
+// malformed JSON, nesting deeper than k_max_body_depth, or a non-object.
 json body_parse(const httplib::Request& req);
 // Field readers: the default when the key is absent or null; http_error 400 naming the key when
 // the value has the wrong type or lies outside [lo, hi].
@@ -68,9 +79,11 @@ void field_require_n1(const json& b, const char* key);
 // [lo, the slot's context]. A count the slot could never hold is 400 naming the field.
 int64_t field_n_predict(const http_state& st, const json& b, const char* key, int64_t lo);
 
-// Throws http_error 400 naming the field when a request sets a feature detaudit serve does not
-// implement (grammar, json_schema, logit_bias, ignore_eos, mirostat, typical_p < 1, dry, xtc,
-// post_sampling_probs, tools, a non-text response_format). sampling_parse() calls it.
+// Throws http_error 400 naming the field when a field of llama.cpp's or OpenAI's that detaudit
+// serve does not implement has the wrong type, or a value other than its neutral one (grammar,
+// json_schema, logit_bias, ignore_eos, mirostat, typical_p < 1, dry, xtc, dynatemp, top_n_sigma,
+// min_keep > 1, n_indent, t_max_*_ms, post_sampling_probs, lora, tools, a non-text
+// response_format, a samplers order other than llama.cpp's default). sampling_parse() calls it.
 void fields_reject_unsupported(const json& b);
 // Sampling fields shared by all completion endpoints (temperature, top_k, top_p, min_p, seed,
 // repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty), checked.

@@ -21,11 +21,47 @@ const char* error_type(int status) {
 }
 
 [[noreturn]] void field_fail(const char* key, const char* expected, const json& v) {
-  throw http_error(400, std::string("field '") + key + "': expected " + expected + ", found " +
-                            (v.is_primitive() ? json_text(v) : std::string(v.type_name())));
+  throw http_error(400, std::string("field '") + key + "': expected " + expected + ", found " + value_quote(v));
+}
+
+// True when arrays and objects in `text` nest deeper than `max_depth` (brackets inside strings do
+// not count). Linear, no recursion: it runs before the parser.
+bool nesting_exceeds(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
 }
 
 }  // namespace
+
+std::string text_quote(std::string_view s) {
+  constexpr size_t k_shown = 40;
+  if (s.size() <= k_shown) return json_text(json(std::string(s)));
+  size_t n = k_shown;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;  // not inside a character
+  return json_text(json(std::string(s.substr(0, n)))) + "... (" + std::to_string(s.size()) + " bytes)";
+}
+
+std::string value_quote(const json& v) {
+  if (v.is_string()) return text_quote(v.get_ref<const std::string&>());
+  if (v.is_array()) return "an array of " + std::to_string(v.size()) + (v.size() == 1 ? " element" : " elements");
+  if (v.is_object()) return "an object of " + std::to_string(v.size()) + (v.size() == 1 ? " member" : " members");
+  if (v.is_binary()) return "binary data";
+  return json_text(v);  // a number, true, false or null: short
+}
 
 json error_json(int status, const std::string& message) {
   return {{"error", {{"message", message}, {"type", error_type(status)}, {"code", status}}}};
@@ -43,8 +79,12 @@ void error_send(httplib::Response& res, int status, const std::string& message) 
 std::string sse_event(const json& j) { return "data: " + json_text(j) + "\n\n"; }
 
 json body_parse(const httplib::Request& req) {
+  if (nesting_exceeds(req.body, k_max_body_depth))
+    throw http_error(400, "request body: arrays and objects nested deeper than " + std::to_string(k_max_body_depth) + " levels");
   json b = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (b.is_discarded()) throw http_error(400, "request body: not valid JSON");
+  if (b.is_discarded())
+    throw http_error(400, "request body: not valid JSON (the body is one JSON object, whatever its Content-Type; form fields "
+                          "are not accepted)");
   if (!b.is_object()) throw http_error(400, std::string("request body: expected a JSON object, found ") + b.type_name());
   return b;
 }
@@ -61,7 +101,7 @@ int64_t field_int(const json& b, const char* key, int64_t dflt, int64_t lo, int6
   else field_fail(key, "an integer", *it);
   if (v < lo || v > hi)
     throw http_error(400, std::string("field '") + key + "': expected an integer in [" + std::to_string(lo) + ", " +
-                              std::to_string(hi) + "], found " + json_text(*it));
+                              std::to_string(hi) + "], found " + value_quote(*it));
   return v;
 }
 
@@ -145,13 +185,44 @@ int64_t field_n_predict(const http_state& st, const json& b, const char* key, in
 
 namespace {
 
-// Fields that would change which tokens are drawn, or what a log-prob means, when set to anything
-// but their neutral value. detaudit serve does not implement them; ignoring them would silently
-// answer a different question, so a non-neutral value is a 400 naming the field.
+// Fields of llama.cpp's server or OpenAI's API that detaudit serve does not implement. Each is
+// type-checked as the fields it does implement are (a wrong type is a 400 naming the field, never
+// a silent default); one with an `active` test is also a 400 when set to anything but its neutral
+// value, since ignoring it would silently answer a different question. Fields without a test
+// only matter when another field turns their feature on (mirostat_tau without mirostat).
+enum field_kind { KIND_NUMBER, KIND_INTEGER, KIND_BOOL, KIND_STRING, KIND_OBJECT, KIND_ARRAY, KIND_OBJECT_OR_ARRAY };
+
 struct unsupported_field {
   const char* key;
-  bool (*active)(const json& v);
+  field_kind kind;
+  bool (*active)(const json& v);  // null: type-checked only
 };
+
+bool kind_ok(field_kind k, const json& v) {
+  switch (k) {
+    case KIND_NUMBER: return v.is_number();
+    case KIND_INTEGER: return v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
+    case KIND_BOOL: return v.is_boolean();
+    case KIND_STRING: return v.is_string();
+    case KIND_OBJECT: return v.is_object();
+    case KIND_ARRAY: return v.is_array();
+    case KIND_OBJECT_OR_ARRAY: return v.is_object() || v.is_array();
+  }
+  return false;
+}
+
+const char* kind_name(field_kind k) {
+  switch (k) {
+    case KIND_NUMBER: return "a number";
+    case KIND_INTEGER: return "an integer";
+    case KIND_BOOL: return "true or false";
+    case KIND_STRING: return "a string";
+    case KIND_OBJECT: return "an object";
+    case KIND_ARRAY: return "an array";
+    case KIND_OBJECT_OR_ARRAY: return "an object or an array";
+  }
+  return "";
+}
 
 bool nonempty(const json& v) {
   if (v.is_string()) return !v.get_ref<const std::string&>().empty();
@@ -159,28 +230,97 @@ bool nonempty(const json& v) {
 }
 bool is_true(const json& v) { return v.is_boolean() && v.get<bool>(); }
 bool positive(const json& v) { return v.is_number() && v.get<double>() > 0; }
+bool nonzero(const json& v) { return v.is_number() && v.get<double>() != 0; }
 bool below_one(const json& v) { return v.is_number() && v.get<double>() < 1; }
+bool above_one(const json& v) { return v.is_number() && v.get<double>() > 1; }
 bool not_text_format(const json& v) {
   return v.is_object() && v.contains("type") && !(v["type"].is_string() && v["type"].get<std::string>() == "text");
 }
 
 const unsupported_field k_unsupported[] = {
-    {"grammar", nonempty},          {"json_schema", nonempty},         {"response_format", not_text_format},
-    {"logit_bias", nonempty},       {"ignore_eos", is_true},           {"mirostat", positive},
-    {"typical_p", below_one},       {"dry_multiplier", positive},      {"xtc_probability", positive},
-    {"post_sampling_probs", is_true}, {"tools", nonempty},              {"functions", nonempty},
+    {"grammar", KIND_STRING, nonempty},
+    {"json_schema", KIND_OBJECT, nonempty},
+    {"response_format", KIND_OBJECT, not_text_format},
+    {"logit_bias", KIND_OBJECT_OR_ARRAY, nonempty},
+    {"ignore_eos", KIND_BOOL, is_true},
+    {"mirostat", KIND_INTEGER, nonzero},
+    {"mirostat_tau", KIND_NUMBER, nullptr},
+    {"mirostat_eta", KIND_NUMBER, nullptr},
+    {"typical_p", KIND_NUMBER, below_one},
+    {"dry_multiplier", KIND_NUMBER, positive},
+    {"dry_base", KIND_NUMBER, nullptr},
+    {"dry_allowed_length", KIND_INTEGER, nullptr},
+    {"dry_penalty_last_n", KIND_INTEGER, nullptr},
+    {"dry_sequence_breakers", KIND_ARRAY, nullptr},
+    {"xtc_probability", KIND_NUMBER, positive},
+    {"xtc_threshold", KIND_NUMBER, nullptr},
+    {"dynatemp_range", KIND_NUMBER, positive},
+    {"dynatemp_exponent", KIND_NUMBER, nullptr},
+    {"top_n_sigma", KIND_NUMBER, positive},
+    {"min_keep", KIND_INTEGER, above_one},  // 0 and 1 keep what the samplers keep anyway
+    {"n_keep", KIND_INTEGER, nullptr},      // a full slot ends generation: nothing is shifted out
+    {"n_discard", KIND_INTEGER, nullptr},
+    {"n_indent", KIND_INTEGER, positive},
+    {"t_max_predict_ms", KIND_INTEGER, positive},
+    {"t_max_prompt_ms", KIND_INTEGER, positive},
+    {"post_sampling_probs", KIND_BOOL, is_true},
+    {"timings_per_token", KIND_BOOL, nullptr},
+    {"lora", KIND_ARRAY, nonempty},
+    {"image_data", KIND_ARRAY, nonempty},
+    {"tools", KIND_ARRAY, nonempty},
+    {"functions", KIND_ARRAY, nonempty},
 };
+
+// llama.cpp's sampler names (common/sampling.cpp) as the letters of its one-letter form.
+char sampler_letter(const std::string& name) {
+  static const std::pair<const char*, char> k_names[] = {{"penalties", 'e'}, {"dry", 'd'},   {"top_k", 'k'},
+                                                         {"typ_p", 'y'},     {"top_p", 'p'}, {"min_p", 'm'},
+                                                         {"xtc", 'x'},       {"temperature", 't'}, {"infill", 'i'}};
+  for (const auto& [n, c] : k_names)
+    if (name == n) return c;
+  return '?';
+}
+
+// "samplers" (an array of names or a string of letters) is neutral when, without the samplers
+// that are off here (dry, typ_p, xtc), it is this server's order: penalties, top_k, top_p, min_p,
+// temperature (penalties may be left out while they are neutral).
+void samplers_check(const json& b) {
+  auto it = b.find("samplers");
+  if (it == b.end() || it->is_null()) return;
+  std::string letters;
+  if (it->is_string()) {
+    letters = it->get<std::string>();
+  } else if (it->is_array()) {
+    for (const json& n : *it) {
+      if (!n.is_string()) field_fail("samplers", "a string or an array of sampler names", *it);
+      letters += sampler_letter(n.get<std::string>());
+    }
+  } else {
+    field_fail("samplers", "a string or an array of sampler names", *it);
+  }
+  std::string kept;
+  for (const char c : letters)
+    if (c != 'd' && c != 'y' && c != 'x') kept += c;
+  const bool penalties_neutral = field_number(b, "repeat_penalty", 1.0) == 1.0 && field_number(b, "presence_penalty", 0.0) == 0.0 &&
+                                 field_number(b, "frequency_penalty", 0.0) == 0.0;
+  if (kept == "ekpmt" || (penalties_neutral && kept == "kpmt")) return;
+  throw http_error(400, "field 'samplers': detaudit serve samples in one order (penalties, top_k, top_p, min_p, temperature); "
+                        "another order or subset would change the tokens");
+}
 
 }  // namespace
 
 void fields_reject_unsupported(const json& b) {
   for (const unsupported_field& f : k_unsupported) {
     auto it = b.find(f.key);
-    if (it != b.end() && !it->is_null() && f.active(*it))
+    if (it == b.end() || it->is_null()) continue;
+    if (!kind_ok(f.kind, *it)) field_fail(f.key, kind_name(f.kind), *it);
+    if (f.active && f.active(*it))
       throw http_error(400, std::string("field '") + f.key +
                                 "' is not supported by detaudit serve (it would change the generated tokens or their "
                                 "log-probs); leave it out or at its neutral value");
   }
+  samplers_check(b);
 }
 
 void sampling_parse(const json& b, runtime::sampling_params& s) {

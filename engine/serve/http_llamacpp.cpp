@@ -139,7 +139,7 @@ void handle_detokenize(http_state& st, const httplib::Request& req, httplib::Res
     const int32_t n_vocab = st.sched.model().vocab().size();
     for (const json& t : *it) {
       if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
-        throw http_error(400, "field 'tokens': expected token ids in [0, " + std::to_string(n_vocab) + "), found " + json_text(t));
+        throw http_error(400, "field 'tokens': expected token ids in [0, " + std::to_string(n_vocab) + "), found " + value_quote(t));
       ids.push_back(t.get<int32_t>());
     }
   }
@@ -193,7 +193,7 @@ void handle_slot_action(http_state& st, const httplib::Request& req, httplib::Re
   } else if (action == "erase") {
     err = st.sched.slot_erase(slot, &status);
   } else {
-    throw http_error(400, "query 'action': expected save, restore or erase, found '" + action + "'");
+    throw http_error(400, "query 'action': expected save, restore or erase, found " + text_quote(action));
   }
   if (!err.empty()) throw http_error(status >= 400 ? status : 500, err);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -85,7 +85,7 @@ std::vector<chat::chat_message> messages_parse(const json& b) {
     reject_if_set(m, "tool_calls");
     const std::string role = field_string(m, "role", "");
     if (role != "system" && role != "user" && role != "assistant")
-      throw http_error(400, "field '" + where + ".role': expected system, user or assistant, found '" + role + "'");
+      throw http_error(400, "field '" + where + ".role': expected system, user or assistant, found " + text_quote(role));
     msgs.push_back({role, field_string(m, "content", "")});
   }
   return msgs;

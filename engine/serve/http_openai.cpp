@@ -186,7 +186,8 @@ std::vector<int32_t> chat_prompt(const http_state& st, const json& b) {
       throw http_error(400, "field 'messages[" + std::to_string(i) + "].role': expected a string");
     const std::string role = m["role"].get<std::string>();
     if (role != "system" && role != "user" && role != "assistant")
-      throw http_error(400, "field 'messages[" + std::to_string(i) + "].role': expected system, user or assistant, found '" + role + "'");
+      throw http_error(400, "field 'messages[" + std::to_string(i) + "].role': expected system, user or assistant, found " +
+                                text_quote(role));
     msgs.push_back({role, message_content(m, i)});
   }
   const model::model& m = st.sched.model();

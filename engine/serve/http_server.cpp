@@ -1,53 +1,23 @@
-// The HTTP server: httplib wiring, the API key check, the exception -> OpenAI error adapter, and
-// the bridge from the scheduler's callbacks (on its thread) to a blocked handler or an SSE stream.
+// The HTTP server: routes on the connection layer (serve/http_conn.h), the exception -> OpenAI
+// error adapter, and the bridge from the scheduler's callbacks (on its thread) to a blocked
+// handler or an SSE stream.
 #include "serve/http_server.h"
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
 #include <future>
 #include <mutex>
-#include <sys/socket.h>
 #include <utility>
 
 #include "runtime/context.h"
+#include "serve/http_conn.h"
 #include "serve/http_handlers.h"
 #include "util/error.h"
 
 namespace detaudit::serve {
 namespace {
-
-// Compares in time that depends only on the key's length.
-bool key_equal(const std::string& given, const std::string& key) {
-  unsigned diff = given.size() == key.size() ? 0u : 1u;
-  for (size_t i = 0; i < key.size(); ++i)
-    diff |= static_cast<unsigned char>(key[i]) ^ static_cast<unsigned char>(i < given.size() ? given[i] : 0);
-  return diff == 0;
-}
-
-std::string request_key(const httplib::Request& req) {
-  const std::string auth = req.get_header_value("Authorization");
-  const std::string bearer = "Bearer ";
-  if (auth.compare(0, bearer.size(), bearer) == 0) return auth.substr(bearer.size());
-  return req.get_header_value("X-Api-Key");
-}
-
-// Request bodies are read only with a Content-Length that --max-body bounds: httplib bounds
-// nothing else, so a chunked body, or a compressed one (inflated while it is read), could grow
-// without limit. Returns the status and message of a refusal, or 0 when the framing is accepted.
-std::pair<int, std::string> body_framing_check(const httplib::Request& req) {
-  std::string te = req.get_header_value("Transfer-Encoding");
-  std::transform(te.begin(), te.end(), te.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (!te.empty() && te != "identity")
-    return {411, "request body: Transfer-Encoding '" + te + "' is not accepted; send the body with a Content-Length"};
-  std::string ce = req.get_header_value("Content-Encoding");
-  std::transform(ce.begin(), ce.end(), ce.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (!ce.empty() && ce != "identity")
-    return {415, "request body: Content-Encoding '" + ce + "' is not accepted; send the body uncompressed"};
-  return {0, ""};
-}
 
 // The adapter every handler is wrapped in once (as llama.cpp's ex_wrapper).
 httplib::Server::Handler error_adapter(httplib::Server::Handler fn) {
@@ -84,7 +54,10 @@ request_result completion_run(http_state& st, request r) {
   auto done = std::make_shared<std::promise<request_result>>();
   std::future<request_result> fut = done->get_future();
   request_callbacks cb;
-  cb.on_token = [](const token_event&) { return true; };
+  // Between steps: a client that closed its connection cancels the request, as a streaming one
+  // does. The socket stays open while this handler waits for on_done.
+  const int sock = conn_request_socket();
+  cb.on_token = [sock](const token_event&) { return sock < 0 || !conn_peer_closed(sock); };
   cb.on_done = [done](const request_result& res) { done->set_value(res); };
   if (!st.sched.submit(std::move(r), std::move(cb))) throw http_error(503, k_busy);
   request_result res = fut.get();
@@ -158,9 +131,19 @@ void completion_stream(http_state& st, request r, stream_format fmt, httplib::Re
 
 struct http_server::impl {
   http_state st;
-  httplib::Server srv;
-  socket_t listen_fd = INVALID_SOCKET;  // the last socket httplib created to bind; see bind()
-  impl(scheduler& s, const http_server_params& p) : st{s, p, {}, {}, {1}} {}
+  conn_server srv;
+  impl(scheduler& s, const http_server_params& p) : st{s, p, {}, {}, {1}}, srv(conn_params_of(p)) {}
+
+  static conn_params conn_params_of(const http_server_params& p) {
+    conn_params c;
+    c.api_key = p.api_key;
+    c.max_body = p.max_body;
+    c.io_timeout_s = p.timeout_s;
+    c.header_timeout_s = p.header_timeout_s;
+    c.max_connections = p.max_connections;
+    c.max_connections_per_client = p.max_connections_per_client;
+    return c;
+  }
 };
 
 http_server::http_server(scheduler& sched, const http_server_params& p) : p_(std::make_unique<impl>(sched, p)) {
@@ -170,38 +153,12 @@ http_server::http_server(scheduler& sched, const http_server_params& p) : p_(std
   st.fingerprint = std::string("detaudit-") + DETAUDIT_VERSION + "-" + runtime::numerics_name(sched.params().ctx.numerics) +
                    "-" + m.sha256().substr(0, 16);
   httplib::Server& srv = p_->srv;
-  const size_t n_queue = static_cast<size_t>(std::max(sched.params().n_queue, sched.params().n_slots));
-  const size_t n_threads = static_cast<size_t>(sched.params().n_slots) + n_queue + 4;
-  srv.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
-  srv.set_socket_options([impl = p_.get()](socket_t sock) {
-    httplib::default_socket_options(sock);
-    impl->listen_fd = sock;
-  });
-  // A response is written as headers, then body: with Nagle's algorithm the body waited for the
-  // client's delayed ACK, ~40 ms on every keep-alive answer, holding a server thread meanwhile.
-  srv.set_tcp_nodelay(true);
-  srv.set_payload_max_length(p.max_body);
-  srv.set_read_timeout(p.timeout_s, 0);
-  srv.set_write_timeout(p.timeout_s, 0);
-  srv.set_pre_routing_handler([&st](const httplib::Request& req, httplib::Response& res) {
-    if (const auto [status, msg] = body_framing_check(req); status != 0) {
-      res.set_header("Connection", "close");
-      error_send(res, status, msg);
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (st.params.api_key.empty() || req.path == "/health" || req.path == "/v1/health")
-      return httplib::Server::HandlerResponse::Unhandled;
-    if (key_equal(request_key(req), st.params.api_key)) return httplib::Server::HandlerResponse::Unhandled;
-    res.set_header("Connection", "close");
-    error_send(res, 401, "invalid or missing API key (Authorization: Bearer KEY)");
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  // Statuses httplib sets itself (404 no route, 413 body too large, 400 bad request line) get an
+  // Statuses httplib sets itself (404 no route, 400 bad request line, 414 long URI) get an
   // OpenAI error body; bodies written by handlers are left alone.
   srv.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty() || res.status < 400) return httplib::Server::HandlerResponse::Unhandled;
     std::string msg;
-    if (res.status == 404) msg = "unknown route: " + req.method + " " + req.path;
+    if (res.status == 404) msg = "unknown route: " + text_quote(req.method) + " " + text_quote(req.path);
     else if (res.status == 413) msg = "request body too large";
     else msg = "HTTP error " + std::to_string(res.status);
     json_send(res, error_json(res.status, msg));
@@ -215,20 +172,10 @@ http_server::http_server(scheduler& sched, const http_server_params& p) : p_(std
 
 http_server::~http_server() { stop(); }
 
-int http_server::bind() {
-  const http_server_params& p = p_->st.params;
-  const int port = p.port == 0 ? p_->srv.bind_to_any_port(p.host) : (p_->srv.bind_to_port(p.host, p.port) ? p.port : -1);
-  if (port < 0) throw input_error("serve: cannot listen on " + p.host + ":" + std::to_string(p.port));
-  // httplib 0.11 listens with a backlog of 5: a burst of new connections (64 clients starting,
-  // or reconnecting after their 5th keep-alive request) overflowed it, and the kernel answered
-  // with dropped handshakes (1-3 s retransmits) and reset connections. Listening again on the
-  // bound socket raises the backlog (the kernel caps it at net.core.somaxconn).
-  if (p_->listen_fd != INVALID_SOCKET) ::listen(p_->listen_fd, SOMAXCONN);
-  return port;
-}
+int http_server::bind() { return p_->srv.bind_socket(p_->st.params.host, p_->st.params.port); }
 
-bool http_server::listen() { return p_->srv.listen_after_bind(); }
+bool http_server::listen() { return p_->srv.serve(); }
 
-void http_server::stop() { p_->srv.stop(); }
+void http_server::stop() { p_->srv.shutdown(); }
 
 }  // namespace detaudit::serve

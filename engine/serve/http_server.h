@@ -5,8 +5,10 @@
 // Goals: clients of llama-server and of the OpenAI API work unchanged; every answer names the
 // engine, numerics and model (system_fingerprint) and can carry the per-step logit hashes.
 // Every handler is wrapped once by an exception -> OpenAI error adapter: {"error": {"message",
-// "type", "code"}} with the HTTP status (400 bad field, 401 key, 404 route, 411 chunked body,
-// 413 body too large, 415 compressed body, 503 busy).
+// "type", "code"}} with the HTTP status (400 bad field, 404 route, 503 busy). The connection layer
+// (serve/http_conn.h) answers in the same shape before a request reaches a handler: 401 key, 408
+// slow head, 411 no Content-Length or chunked body, 413 body too large, 415 compressed body,
+// 431 head too large, 503 too many connections.
 // Non-goals: TLS, multimodal content, tools, grammars, n > 1. docs/serve-api.md lists the fields.
 //
 // Thread-safety: one http_server per scheduler; bind(), listen() and stop() may be called from
@@ -27,6 +29,9 @@ struct http_server_params {
   std::string api_key;                          // "" = no key; else every route but /health needs it
   size_t max_body = 8u << 20;                   // --max-body: larger request bodies get 413
   int timeout_s = 600;                          // socket read / write timeout
+  int header_timeout_s = 5;                     // --header-timeout: a whole request head from its first byte; idle
+  int max_connections = 256;                    // --max-connections: open at once (503 beyond)
+  int max_connections_per_client = 128;         // --max-connections-per-client: open at once from one address
   std::string chat_template;                    // "" = detect from the model; else chatml|qwen3|...
 };
 

@@ -109,6 +109,38 @@ bool filename_ok(const std::string& f) {
   return true;
 }
 
+// A client's file name in a message: at most its first 40 bytes, control bytes and quotes as \xHH.
+std::string name_quote(const std::string& f) {
+  static const char k_hex[] = "0123456789abcdef";
+  std::string out = "'";
+  for (size_t i = 0; i < f.size() && i < 40; ++i) {
+    const unsigned char c = static_cast<unsigned char>(f[i]);
+    if (c < 0x20 || c == 0x7f || c == '\'' || c == '\\') {
+      out += "\\x";
+      out += k_hex[c >> 4];
+      out += k_hex[c & 0x0F];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += "'";
+  if (f.size() > 40) out += "... (" + std::to_string(f.size()) + " bytes)";
+  return out;
+}
+
+// `msg` without the server's --slot-save-path folder (as given, absolute or canonical): a client
+// names its files, never where the server keeps them ("DIR/name: ..." reads "name: ...").
+std::string path_hidden(std::string msg, const std::string& dir) {
+  std::error_code ec;
+  for (std::string d : {dir, std::filesystem::absolute(dir, ec).string(), std::filesystem::weakly_canonical(dir, ec).string()}) {
+    while (!d.empty() && d.back() == '/') d.pop_back();
+    if (d.empty()) continue;
+    d += '/';
+    for (size_t at = msg.find(d); at != std::string::npos; at = msg.find(d, at)) msg.erase(at, d.size());
+  }
+  return msg;
+}
+
 }  // namespace
 
 struct scheduler::impl {
@@ -438,7 +470,12 @@ void scheduler::impl::step() {
     a.prefilled = true;
     a.res.gen.timings.prompt_ms = ms_between(t0, t1);
     a.t_gen = t1;
-    if (process_logits(s, out[part.first_logits], ctx->seq_len(s.seq))) finish(s, ctx->seq_len(s.seq));
+    if (a.req.n_predict == 0) {  // the prompt is evaluated (and cached); no token is drawn
+      a.stream->finish();
+      finish(s, ctx->seq_len(s.seq));
+    } else if (process_logits(s, out[part.first_logits], ctx->seq_len(s.seq))) {
+      finish(s, ctx->seq_len(s.seq));
+    }
   }
 }
 
@@ -563,10 +600,10 @@ std::string scheduler::impl::slot_action(int id, int* status, bool needs_path, F
         body(s, st, err);
       } catch (const input_error& e) {
         st = 400;
-        err = e.what();
+        err = path_hidden(e.what(), p.slot_save_path);
       } catch (const std::exception& e) {
         st = 500;
-        err = e.what();
+        err = path_hidden(e.what(), p.slot_save_path);
       }
       publish();
     });
@@ -625,25 +662,33 @@ bool scheduler::submit(request r, request_callbacks cb) {
 std::string scheduler::slot_save(int id, const std::string& filename, int* status) {
   if (!filename_ok(filename)) {
     if (status) *status = 400;
-    return "invalid file name '" + filename + "'";
+    return "invalid file name " + name_quote(filename);
   }
   impl& d = *p_;
-  return d.slot_action(id, status, true, [&](slot& s, int&, std::string&) {
-    d.ctx->seq_save(s.seq, (std::filesystem::path(d.p.slot_save_path) / filename).string());
+  return d.slot_action(id, status, true, [&](slot& s, int& st, std::string& err) {
+    const std::filesystem::path path = std::filesystem::path(d.p.slot_save_path) / filename;
+    std::error_code ec;
+    const std::filesystem::file_status fs = std::filesystem::status(path, ec);
+    if (std::filesystem::exists(fs) && !std::filesystem::is_regular_file(fs)) {
+      st = 409;
+      err = "slot file " + name_quote(filename) + " exists and is not a regular file";
+      return;
+    }
+    d.ctx->seq_save(s.seq, path.string());
   });
 }
 
 std::string scheduler::slot_restore(int id, const std::string& filename, int* status) {
   if (!filename_ok(filename)) {
     if (status) *status = 400;
-    return "invalid file name '" + filename + "'";
+    return "invalid file name " + name_quote(filename);
   }
   impl& d = *p_;
   return d.slot_action(id, status, true, [&](slot& s, int& st, std::string& err) {
     const std::string path = (std::filesystem::path(d.p.slot_save_path) / filename).string();
     if (!std::filesystem::is_regular_file(path)) {
       st = 404;
-      err = "slot file '" + filename + "' not found";
+      err = "slot file " + name_quote(filename) + " not found";
       return;
     }
     const int32_t seq = d.ctx->seq_restore(path);

@@ -163,14 +163,15 @@ inline std::string canonical_answer(answer_kind kind, const std::string& body) {
 // The pid a signal handler must kill before the load test dies (-1: none).
 inline volatile sig_atomic_t g_child_pid = -1;
 
-// `detaudit serve -m MODEL --host 127.0.0.1 --port 0 --parallel P -t 1 --chat-template chatml` as a
-// child with stderr in `err_path`; the port comes from its first stdout line, as in
-// tests/serve_util.h. Throws std::runtime_error when it does not start. Not thread-safe.
+// `detaudit serve -m MODEL --host 127.0.0.1 --port 0 EXTRA...` as a child with stderr in
+// `err_path`; the port comes from its first stdout line, as in tests/serve_util.h. Throws
+// std::runtime_error when it does not start. Not thread-safe.
 class serve_child {
  public:
-  serve_child(const std::string& bin, const std::string& model, int parallel, const std::string& err_path) {
-    std::vector<std::string> args = {bin, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0",
-                                     "--parallel", std::to_string(parallel), "-t", "1", "--chat-template", "chatml"};
+  serve_child(const std::string& bin, const std::string& model, const std::vector<std::string>& extra,
+              const std::string& err_path) {
+    std::vector<std::string> args = {bin, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
     int fds[2];
     if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
     const pid_t parent = ::getpid();

@@ -1,7 +1,9 @@
 // detaudit_load: `detaudit serve` held under N concurrent keep-alive connections for S seconds on
 // 127.0.0.1 (default 64 for 60 s; CTest runs 10 s, scripts/load.sh the full run). The server is
-// `detaudit serve -m MODEL --host 127.0.0.1 --port 0 --parallel P -t 1 --chat-template chatml`
-// (stories260K has no chat template of its own), in the default `--numerics exact`.
+// `detaudit serve -m MODEL --host 127.0.0.1 --port 0 --parallel P -t 1 --chat-template chatml
+// --header-timeout 5 --max-connections C --max-connections-per-client C` (stories260K has no chat
+// template of its own; C = 2 (N + M) + 16, room for every client of the test while the old
+// connection of a reconnecting one is still being closed), in the default `--numerics exact`.
 //
 //   1. alone: the fixed request set (load_support.h) sent one at a time; each answer's canonical
 //      form (text, token ids, log-probs, logit hashes, stop reason; no timings, ids or slot) kept.
@@ -10,6 +12,10 @@
 //      unknown route -> 404). A 200 answer must equal its alone answer exactly; 503 is the
 //      documented backpressure (the worker backs off 5-20 ms); every other status, a connection
 //      error, a timeout (60 s) or a malformed answer is a failure. VmRSS sampled every 0.5 s.
+//      Beside them, throughout: M slow-head connections (default 12, load_slow.h) each sent one
+//      byte of a request head that never ends every 2 s, reopened when the server cuts them off;
+//      none may stay open past the head deadline plus 3 s, and none may get an answer but 408.
+//      A probe sends GET /health on a new connection every 250 ms: each must answer 200 within 1 s.
 //   3. after: 2 s idle, VmRSS read; the set again (must equal phase 1); GET /health 200;
 //      requests_rejected_total from /metrics next to the 503s counted; SIGTERM must exit 0.
 //
@@ -32,6 +38,7 @@
 #include <mutex>
 #include <thread>
 
+#include "load/load_slow.h"
 #include "load/load_support.h"
 #include "test_util.h"
 
@@ -45,15 +52,26 @@ struct options {
   int connections = 64;
   double seconds = 60;
   int parallel = 4;
+  int slow = 12;
   uint64_t seed = 1;
 };
 
+// The server's --header-timeout, the pause between two bytes of a slow head, and the bounds the
+// slow heads and the /health probe are held to (see the header comment).
+constexpr int k_header_timeout_s = 5;
+constexpr int k_slow_interval_ms = 2000;
+constexpr double k_slow_held_max_s = k_header_timeout_s + 3;
+constexpr int k_probe_every_ms = 250;
+constexpr int k_probe_limit_ms = 1000;
+
 const char* k_usage =
     "usage: detaudit_load [--detaudit BIN] [--model FILE] [--connections N] [--seconds S] [--parallel N]\n"
-    "                     [--seed N] [--json FILE]\n"
+    "                     [--slow M] [--seed N] [--json FILE]\n"
     "  Starts `detaudit serve` on 127.0.0.1 and holds it under N concurrent keep-alive connections\n"
     "  for S seconds (default 64 for 60); every exact-mode answer must equal the same request sent\n"
     "  alone, no 5xx but the 503 backpressure, RSS flat afterwards. --parallel: serve's slots (4).\n"
+    "  Beside them M connections (default 12; 0: none) send a request head one byte every 2 s and\n"
+    "  never finish it; GET /health must answer within 1 s throughout.\n"
     "  Defaults: the detaudit built with this test, fixtures models/stories260K.gguf\n"
     "  (DETAUDIT_BIN / DETAUDIT_FIXTURES override). Exit 0 pass, 1 fail, 2 bad options.\n";
 
@@ -79,6 +97,7 @@ int options_parse(int argc, char** argv, options& o) {
       else if (a == "--connections") o.connections = std::stoi(v, &used);
       else if (a == "--seconds") o.seconds = std::stod(v, &used);
       else if (a == "--parallel") o.parallel = std::stoi(v, &used);
+      else if (a == "--slow") o.slow = std::stoi(v, &used);
       else if (a == "--seed") o.seed = std::stoull(v, &used);
       else throw std::invalid_argument("unknown option");
       if (used != v.size() || v.empty()) throw std::invalid_argument("trailing characters");
@@ -87,9 +106,9 @@ int options_parse(int argc, char** argv, options& o) {
       return 2;
     }
   }
-  if (o.connections < 1 || o.connections > 1024 || !(o.seconds > 0 && o.seconds <= 86400) || o.parallel < 1 ||
-      o.parallel > 256) {
-    std::fprintf(stderr, "detaudit_load: --connections 1..1024, --seconds > 0, --parallel 1..256\n");
+  if (o.connections < 1 || o.connections > 256 || !(o.seconds > 0 && o.seconds <= 86400) || o.parallel < 1 ||
+      o.parallel > 256 || o.slow < 0 || o.slow > 64) {
+    std::fprintf(stderr, "detaudit_load: --connections 1..256, --seconds > 0, --parallel 1..256, --slow 0..64\n");
     return 2;
   }
   return 0;
@@ -382,6 +401,24 @@ void rss_judge(const rss_record& rss, failures& f) {
           std::to_string(allowed) + " KiB");
 }
 
+// The slow heads and the /health probe beside the load (header comment); prints what they saw
+// and appends a failure for each bound broken.
+void slow_judge(const options& o, const slow_result& sr, const probe_result& pr, failures& f) {
+  std::printf("slow heads: %d clients, %" PRId64 " connections: %" PRId64 " answered 408, %" PRId64
+              " closed silently, %" PRId64 " other answers, %" PRId64 " failed to connect; longest held %.1f s (bound %.0f s)\n",
+              o.slow, sr.connections, sr.answered_408, sr.closed_silent, sr.answered_other, sr.connect_failed,
+              sr.longest_held_s, k_slow_held_max_s);
+  std::printf("GET /health probe: %" PRId64 " probes, slowest %.1f ms (bound %d ms), %" PRId64 " late or failed\n", pr.probes,
+              pr.max_ms, k_probe_limit_ms, pr.late_or_failed);
+  if (pr.late_or_failed > 0) f.add(pr.first_failure + " (" + std::to_string(pr.late_or_failed) + " such probes)");
+  if (pr.probes == 0) f.add("GET /health probe: no probe ran");
+  if (sr.longest_held_s > k_slow_held_max_s)
+    f.add("slow heads: a connection whose head never ended stayed open " + std::to_string(sr.longest_held_s) +
+          " s, more than --header-timeout " + std::to_string(k_header_timeout_s) + " s + 3 s");
+  if (sr.answered_other > 0) f.add("slow heads: " + std::to_string(sr.answered_other) + " answers other than 408 to a head that never ended");
+  if (sr.connect_failed > 0) f.add("slow heads: " + std::to_string(sr.connect_failed) + " connections could not be opened");
+}
+
 // Phases 2 and 3 against a started server; fills the summary.
 void load_and_after(const options& o, serve_child& srv, const std::vector<gen_request>& set,
                     const std::vector<std::string>& alone, failures& f, json& summary) {
@@ -394,8 +431,19 @@ void load_and_after(const options& o, serve_child& srv, const std::vector<gen_re
   plan.seed = o.seed;
   plan.set = &set;
   plan.alone = &alone;
+  // The slow heads are open before the first request of the load and stay open until its end.
+  slow_heads slow(srv.port(), o.slow, k_slow_interval_ms);
+  slow_result sr;
+  probe_result pr;
+  slow.open_all(sr);
+  std::atomic<bool> stop_slow{false};
+  std::thread slow_thread([&] { slow.run(stop_slow, sr); });
+  std::thread probe_thread([&] { health_probe(srv.port(), k_probe_every_ms, k_probe_limit_ms, stop_slow, pr); });
   plan.deadline = clock_type::now() + std::chrono::milliseconds(static_cast<int64_t>(o.seconds * 1000));
   const load_result lr = load_phase(o, plan, f);
+  stop_slow = true;
+  probe_thread.join();
+  slow_thread.join();
   stop = true;
   sampler.join();
   after_result ar;
@@ -407,10 +455,19 @@ void load_and_after(const options& o, serve_child& srv, const std::vector<gen_re
   }
   ar.exit_status = srv.stop(30);
   const int64_t n_total = report_print(o, lr, rss, ar);
+  slow_judge(o, sr, pr, f);
   rss_judge(rss, f);
   std::printf("server shutdown (SIGTERM): exit status %d\n", ar.exit_status);
   if (ar.exit_status != 0) f.add("detaudit serve did not shut down cleanly: exit status " + std::to_string(ar.exit_status));
   summary = summary_json(o, lr, rss, ar, n_total);
+  summary["slow_heads"] = {{"clients", o.slow},
+                           {"connections", sr.connections},
+                           {"answered_408", sr.answered_408},
+                           {"answered_other", sr.answered_other},
+                           {"closed_silent", sr.closed_silent},
+                           {"connect_failed", sr.connect_failed},
+                           {"longest_held_s", sr.longest_held_s}};
+  summary["health_probe"] = {{"probes", pr.probes}, {"late_or_failed", pr.late_or_failed}, {"max_ms", pr.max_ms}};
 }
 
 void on_signal(int sig) {
@@ -426,9 +483,14 @@ int run(const options& o) {
     const std::string bin = o.detaudit.empty() ? test::detaudit_bin() : o.detaudit;
     const std::string model = o.model.empty() ? test::fixture("models/stories260K.gguf") : o.model;
     const std::string err_path = test::scratch_dir("load_" + std::to_string(::getpid())) + "/serve.stderr";
-    std::printf("detaudit serve -m %s --host 127.0.0.1 --port 0 --parallel %d -t 1 --chat-template chatml\n",
-                model.c_str(), o.parallel);
-    serve_child srv(bin, model, o.parallel, err_path);
+    const std::string max_conn = std::to_string(2 * (o.connections + o.slow) + 16);
+    const std::vector<std::string> extra = {"--parallel", std::to_string(o.parallel), "-t", "1", "--chat-template", "chatml",
+                                            "--header-timeout", std::to_string(k_header_timeout_s), "--max-connections",
+                                            max_conn, "--max-connections-per-client", max_conn};
+    std::string line = "detaudit serve -m " + model + " --host 127.0.0.1 --port 0";
+    for (const std::string& a : extra) line += " " + a;
+    std::printf("%s\n", line.c_str());
+    serve_child srv(bin, model, extra, err_path);
     const std::vector<gen_request> set = request_set();
     const std::vector<std::string> alone = alone_run(srv.port(), set, f);
     std::printf("alone: %zu requests answered; server stderr: %s\n", set.size(), err_path.c_str());
