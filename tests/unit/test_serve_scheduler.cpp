@@ -397,8 +397,10 @@ TEST_CASE("serve scheduler: a full queue refuses, stop() answers waiting request
     CHECK(c.get(1).error == "");
     CHECK(c.done.count(2) == 0);
   }
+  // The queue is far larger than what the loop below can fill, so the only refusal it can meet is
+  // the one stop() causes: the blocker is released only once stop() is in effect.
   serve::scheduler_params p = sched_params(1, 256);
-  p.n_queue = 4;
+  p.n_queue = 1 << 20;
   serve::scheduler s(m, p);
   collector c;
   blocker b;
@@ -407,10 +409,17 @@ TEST_CASE("serve scheduler: a full queue refuses, stop() answers waiting request
   CHECK(s.submit(make_request(*m, k_texts[1], 4), c.callbacks(2)));
   std::thread stopper([&] { s.stop(); });
   int key = 10;
-  for (int i = 0; i < 2000 && s.submit(make_request(*m, k_texts[2], 4), c.callbacks(key)); ++i) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bool refused = false;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!s.submit(make_request(*m, k_texts[2], 4), c.callbacks(key))) {
+      refused = true;
+      break;
+    }
     ++key;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  CHECK(refused);
   b.release();
   stopper.join();
   CHECK(c.get(0).error == "");
