@@ -87,7 +87,7 @@ rope_kind arch_rope_kind(arch_id a) { return row_of(a).rope; }
 hparams hparams_from_gguf(const gguf::file& f) {
   std::string name = f.get_string("general.architecture");
   std::optional<arch_id> a = arch_from_name(name);
-  if (!a) throw input_error(f.path() + ": general.architecture '" + name + "' is not supported (llama, qwen2, qwen3)");
+  if (!a) throw input_error(f.path() + ": general.architecture '" + gguf::printable(name) + "' is not supported (llama, qwen2, qwen3)");
   hparams hp;
   hp.arch = *a;
   auto count = [&](const char* suffix) { return positive(f, key(hp, suffix), f.get_int(key(hp, suffix))); };
@@ -118,7 +118,7 @@ hparams hparams_from_gguf(const gguf::file& f) {
     hp.rope_scale_linear = 1.0 / float_key(f, k, f.get_float(k, 1.0), k_min_rope_factor, k_max_rope_factor,
                                            "a number from 1/65536 to 65536 (positions are divided by it)");
   } else if (scaling != "none") {
-    throw input_error(f.path() + ": rope.scaling.type '" + scaling + "' is not supported (none, linear)");
+    throw input_error(f.path() + ": rope.scaling.type '" + gguf::printable(scaling) + "' is not supported (none, linear)");
   }
   const std::string eps_key = key(hp, "attention.layer_norm_rms_epsilon");
   hp.rms_eps = float_key(f, eps_key, f.get_float(eps_key), 0, std::numeric_limits<double>::max(), positive_float);
@@ -206,7 +206,7 @@ void arch_check_tensors(const gguf::file& f, const hparams& hp) {
   }
   for (const gguf::tensor_info& t : f.tensors())
     if (!expected.count(t.name))
-      throw input_error(f.path() + ": unexpected tensor '" + t.name + "' for architecture " + arch_name(hp.arch));
+      throw input_error(f.path() + ": unexpected tensor '" + gguf::printable(t.name) + "' for architecture " + arch_name(hp.arch));
 }
 
 }  // namespace detaudit::model
