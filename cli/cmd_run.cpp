@@ -249,6 +249,7 @@ void run_run(const run_cmd_options& o) {
   if (o.out.empty() && !lint_only) std::cerr << "run folder: " << ro.out_dir << std::endl;
 
   const probes::target_options topt = target_options_make(o);
+  ro.secret = topt.api_key;
   std::vector<std::unique_ptr<probes::target>> owned;
   std::vector<probes::target*> targets;
   probes::run_result res;

@@ -16,6 +16,7 @@
 #include "probes/http_client.h"
 #include "probes/response_limits.h"
 #include "probes/target_http.h"
+#include "reports/redact.h"
 #include "reports/steps.h"
 #include "util/error.h"
 
@@ -243,13 +244,12 @@ capabilities caps_from(const probe_reads& p, http_api api, const target_options&
   c.chat_template = str_at(p.props, "chat_template");
   c.chat_template_fallback = name_at(p.props, "chat_template_fallback");
   // What the server said, as run.json keeps it: each route's answer cut to its share of
-  // k_stored_raw and k_stored_depth levels (run.json is indented).
+  // k_stored_raw and k_stored_depth levels (run.json is indented), the key redacted.
   const size_t share = k_stored_raw / 4;
   c.raw = {{"props", json_bounded(p.props, share)}, {"api_version", json_bounded(p.version, share)},
            {"v1_models", json_bounded(p.models, share)}, {"health_status", p.health_status}, {"metrics", p.metrics}};
   if (!p.tags.is_null()) c.raw["api_tags"] = json_bounded(p.tags, share);
-  c.raw = redact(c.raw, opt.api_key);
-  return c;
+  return capabilities_redact(c, opt.api_key);
 }
 
 // Which dialect answers; input_error when none does (the key is wrong, or no known API).
@@ -278,13 +278,6 @@ void extensions_parse(const json& j, reports::record& rec) {
     if (!w->is_number_integer()) throw response_error("field 'max_seqs_in_step': expected an integer");
     rec.evidence["batch_width"] = *w;
   }
-}
-
-// Replaces every occurrence of the secret in a message.
-std::string text_redact(std::string s, const std::string& secret) {
-  if (secret.empty()) return s;
-  for (size_t p = s.find(secret); p != std::string::npos; p = s.find(secret, p)) s.replace(p, secret.size(), "[REDACTED]");
-  return s;
 }
 
 // "HTTP 500: <the server's message>" from an OpenAI ({"error": {"message"}}), ollama
@@ -376,7 +369,7 @@ reports::record http_target::complete(const gen_request& r) {
   const response_limits lim = response_limits_for(call.body);
   reports::record rec;
   rec.target = target_json(c);
-  rec.request = redact(call.body, opt_.api_key);
+  rec.request = call.body;
   rec.endpoint = call.path;
   const http_response resp = client_.post_json(call.path, call.body.dump(-1, ' ', false, json::error_handler_t::replace), lim.max_body);
   rec.timings = {{"t_start", resp.t_start}, {"t_end", resp.t_end}, {"latency_ms", (resp.t_end - resp.t_start) * 1000.0},
@@ -384,12 +377,12 @@ reports::record http_target::complete(const gen_request& r) {
   rec.http_status = resp.status;
   response_read(call, resp, lim, rec);
   if (!rec.error.empty()) {
-    rec.error = text_redact(rec.error, opt_.api_key);
     rec.finish_reason = "error";
   } else if (!rec.top_logprobs.empty() || (!rec.tokens.empty() && rec.tokens[0].logprob)) {
     rec.logprobs_kind = c.logprobs_kind;
   }
   reports::record_normalise(rec);
+  reports::record_redact(rec, opt_.api_key);
   return rec;
 }
 
@@ -509,7 +502,7 @@ int http_target::busy_now(std::vector<int>* ids) {
 
 json http_target::metrics() {
   const http_response r = client_.get_once("/metrics", std::min(opt_.timeout_s, 10.0), response_limits_get().max_body);
-  return r.ok() ? json_bounded(metrics_parse(r.body), k_stored_raw) : json::object();
+  return r.ok() ? reports::redact_json(json_bounded(metrics_parse(r.body), k_stored_raw), opt_.api_key) : json::object();
 }
 
 // "http(s)://host[:port][/prefix]" without a trailing "/" or "/v1" (an OpenAI base URL works).

@@ -14,6 +14,7 @@
 
 #include "reports/bundle_internal.h"
 #include "reports/compare_internal.h"
+#include "reports/redact.h"
 #include "util/error.h"
 
 extern char** environ;
@@ -200,7 +201,7 @@ void engine_args_make(bundle_ctx& c) {
   if (!opt.contains("n_predict") && ra.request.contains("n_predict")) a.insert(a.end(), {"--n-predict", number_text(ra.request["n_predict"])});
   if (c.a.n_concurrent + c.b.n_concurrent > 0 && !opt.contains("concurrency"))
     a.insert(a.end(), {"--concurrency", std::to_string(std::max(c.a.n_concurrent, c.b.n_concurrent))});
-  if (opt.contains("request") && opt["request"].is_object()) a.insert(a.end(), {"--request", bundle_redact(opt["request"]).dump()});
+  if (opt.contains("request") && opt["request"].is_object()) a.insert(a.end(), {"--request", redact_json(opt["request"], "").dump()});
   std::vector<std::string> probes;
   for (const record* r : {&ra, &rb})
     if (r->probe != "base" && !r->probe.empty() && std::find(probes.begin(), probes.end(), r->probe) == probes.end())
@@ -278,15 +279,15 @@ std::string tarball_write(const fs::path& out) {
 void files_write(const bundle_ctx& c, const fs::path& out) {
   file_write(out / "README.md", bundle_readme(c));
   file_write(out / "bundle.json", json_text(bundle_manifest(c)));
-  file_write(out / "request-A.json", json_text(bundle_redact(c.a.rec->request)));
-  file_write(out / "request-B.json", json_text(bundle_redact(c.b.rec->request)));
-  file_write(out / "response-A.json", json_text(bundle_redact(record_to_json(*c.a.rec))));
-  file_write(out / "response-B.json", json_text(bundle_redact(record_to_json(*c.b.rec))));
-  file_write(out / "target.json", json_text(bundle_redact(c.target_entry)));
+  file_write(out / "request-A.json", json_text(redact_json(c.a.rec->request, "")));
+  file_write(out / "request-B.json", json_text(redact_json(c.b.rec->request, "")));
+  file_write(out / "response-A.json", json_text(redact_json(record_to_json(*c.a.rec), "")));
+  file_write(out / "response-B.json", json_text(redact_json(record_to_json(*c.b.rec), "")));
+  file_write(out / "target.json", json_text(redact_json(c.target_entry, "")));
   if (!c.fillers.empty()) {
     fs::create_directories(out / "fillers");
     for (size_t k = 0; k < c.fillers.size(); ++k)
-      file_write(out / "fillers" / ("filler-" + std::to_string(k + 1) + ".json"), json_text(bundle_redact(c.fillers[k])));
+      file_write(out / "fillers" / ("filler-" + std::to_string(k + 1) + ".json"), json_text(redact_json(c.fillers[k], "")));
   }
   if (c.engine) {
     std::string lines;
@@ -315,20 +316,6 @@ json manifest_shape(json m) {
 }
 
 }  // namespace
-
-json bundle_redact(json j) {
-  static const std::set<std::string> k_secret = {"authorization", "api_key", "api-key", "apikey", "x-api-key"};
-  if (j.is_object()) {
-    for (auto& [k, v] : j.items()) {
-      std::string low = k;
-      std::transform(low.begin(), low.end(), low.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-      v = k_secret.count(low) ? json("[redacted]") : bundle_redact(std::move(v));
-    }
-  } else if (j.is_array()) {
-    for (json& v : j) v = bundle_redact(std::move(v));
-  }
-  return j;
-}
 
 bundle_result bundle_write(const std::string& run_dir, const bundle_options& o) {
   if (o.item_id.empty()) throw input_error("bundle: --item: expected an item id, found nothing");
