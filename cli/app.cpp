@@ -180,6 +180,9 @@ int cli_main(int argc, char** argv) {
   } catch (const input_error& e) {
     std::fprintf(stderr, "detaudit: %s\n", message_line(e.what()).c_str());
     return EXIT_USAGE;
+  } catch (const disk_full_error& e) {
+    std::fprintf(stderr, "detaudit: disk full: %s\n", message_line(e.what()).c_str());
+    return EXIT_UNREACHABLE;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "detaudit: out of memory\n");
     return EXIT_INTERNAL;

@@ -23,6 +23,7 @@
 #include "probes/conditions.h"
 #include "reports/conditions.h"
 #include "reports/identity.h"
+#include "reports/file_write.h"
 #include "reports/redact.h"
 #include "runtime/generate.h"
 #include "util/error.h"
@@ -203,14 +204,17 @@ json lint_json(const std::vector<lint_finding>& findings) {
   return out;
 }
 
-// Every string of run.json is redacted (reports/redact.h) of the targets' key.
+// run.json, through a temporary file: a full disk leaves the previous one whole. Every string is
+// redacted (reports/redact.h) of the targets' key.
 void manifest_write(const std::string& dir, const json& m, const std::string& secret) {
   const fs::path tmp = fs::path(dir) / "run.json.tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw input_error("cannot write " + tmp.string());
-    out << reports::redact_json(m, secret).dump(2, ' ', false, json::error_handler_t::replace) << "\n";
-    if (!out) throw input_error("cannot write " + tmp.string());
+  try {
+    reports::text_file_write(tmp.string(), reports::redact_json(m, secret).dump(2, ' ', false, json::error_handler_t::replace) + "\n",
+                             "run.json");
+  } catch (const disk_full_error&) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
   }
   fs::rename(tmp, fs::path(dir) / "run.json");
 }

@@ -14,6 +14,7 @@
 
 #include "reports/bundle_internal.h"
 #include "reports/compare_internal.h"
+#include "reports/file_write.h"
 #include "reports/redact.h"
 #include "util/error.h"
 
@@ -235,11 +236,7 @@ void frequency_count(bundle_ctx& c, const std::vector<record>& all) {
 }
 
 void file_write(const fs::path& p, const std::string& text, bool executable = false) {
-  {
-    std::ofstream out(p, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out) throw input_error("bundle: cannot write " + p.string());
-  }
+  text_file_write(p.string(), text, "bundle");
   if (executable)
     fs::permissions(p, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, fs::perm_options::add);
 }
