@@ -22,12 +22,6 @@ const std::map<std::string, std::string> k_llamacpp_flags = {
     {"-sm", "--split-mode"},    {"-ts", "--tensor-split"},   {"-mg", "--main-gpu"},
 };
 
-std::string one_line(std::string s) {
-  std::replace(s.begin(), s.end(), '\n', ' ');
-  while (!s.empty() && s.back() == ' ') s.pop_back();
-  return s;
-}
-
 // Finds the subcommand named in args (the first token naming one), or nullptr.
 CLI::App* find_subcommand(CLI::App& app, const std::vector<std::string>& args, size_t* index) {
   for (size_t i = 0; i < args.size(); ++i) {
@@ -87,7 +81,7 @@ std::vector<std::string> expand_config(CLI::App& app, std::vector<std::string> a
   try {
     j = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
-    throw input_error("config " + file + ": not valid JSON: " + one_line(e.what()));
+    throw input_error("config " + file + ": not valid JSON: " + message_line(e.what()));
   }
   if (!j.is_object()) throw input_error("config " + file + ": expected a JSON object of option names, found " + std::string(j.type_name()));
   std::vector<std::string> extra;
@@ -143,7 +137,7 @@ void build_app(CLI::App& app) {
 int report_parse_error(CLI::App& app, const CLI::ParseError& e) {
   std::string sub;
   for (CLI::App* s : app.get_subcommands()) sub = " " + s->get_name();
-  std::fprintf(stderr, "detaudit%s: error: %s (see 'detaudit%s --help')\n", sub.c_str(), one_line(e.what()).c_str(),
+  std::fprintf(stderr, "detaudit%s: error: %s (see 'detaudit%s --help')\n", sub.c_str(), message_line(e.what()).c_str(),
                sub.c_str());
   return EXIT_USAGE;
 }
@@ -184,13 +178,16 @@ int cli_main(int argc, char** argv) {
   } catch (const exit_with& e) {
     return e.code();
   } catch (const input_error& e) {
-    std::fprintf(stderr, "detaudit: %s\n", one_line(e.what()).c_str());
+    std::fprintf(stderr, "detaudit: %s\n", message_line(e.what()).c_str());
     return EXIT_USAGE;
+  } catch (const disk_full_error& e) {
+    std::fprintf(stderr, "detaudit: disk full: %s\n", message_line(e.what()).c_str());
+    return EXIT_UNREACHABLE;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "detaudit: out of memory\n");
     return EXIT_INTERNAL;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "detaudit: internal error: %s\n", one_line(e.what()).c_str());
+    std::fprintf(stderr, "detaudit: internal error: %s\n", message_line(e.what()).c_str());
     return EXIT_INTERNAL;
   }
 }

@@ -1,8 +1,8 @@
 // The detaudit command line: argv rewriting, --config, dispatch and exit codes.
 //
-// Exit codes: 0 success · 1 divergence beyond --fail-on · 2 usage or input error · 3 target
-// unreachable · 4 internal error (a bug or exhausted resource). Every usage or input error is one
-// line on stderr.
+// Exit codes: 0 success · 1 divergence beyond --fail-on · 2 usage or input error · 3 incomplete:
+// target unreachable, requests failed, or the disk full (what was written is kept) · 4 internal
+// error (a bug or exhausted memory). Every usage or input error is one line on stderr.
 #pragma once
 
 #include <exception>
@@ -14,7 +14,7 @@ namespace detaudit::cli {
 constexpr int EXIT_OK = 0;
 constexpr int EXIT_DIVERGED = 1;
 constexpr int EXIT_USAGE = 2;
-constexpr int EXIT_UNREACHABLE = 3;  // the run is incomplete: a target unreachable, or requests failed
+constexpr int EXIT_UNREACHABLE = 3;  // incomplete: a target unreachable, requests failed, or the disk full
 constexpr int EXIT_INTERNAL = 4;  // a bug or resource failure in detaudit itself
 constexpr int EXIT_INTERRUPTED = 130;  // SIGINT/SIGTERM: stopped cleanly, records kept (128 + SIGINT)
 

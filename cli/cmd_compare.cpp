@@ -9,6 +9,7 @@
 #include "reports/compare.h"
 #include "reports/kld.h"
 #include "reports/lmeval.h"
+#include "reports/file_write.h"
 #include "reports/output.h"
 #include "util/error.h"
 
@@ -45,9 +46,7 @@ void write_text(const std::string& text, const std::string& path) {
     std::cout << text;
     return;
   }
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  if (!out) throw input_error("-o: cannot write '" + path + "'");
+  reports::text_file_write(path, text, "-o");
 }
 
 void run_kld(const compare_cmd_options& o) {

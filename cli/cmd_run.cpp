@@ -249,6 +249,7 @@ void run_run(const run_cmd_options& o) {
   if (o.out.empty() && !lint_only) std::cerr << "run folder: " << ro.out_dir << std::endl;
 
   const probes::target_options topt = target_options_make(o);
+  ro.secret = topt.api_key;
   std::vector<std::unique_ptr<probes::target>> owned;
   std::vector<probes::target*> targets;
   probes::run_result res;
@@ -260,6 +261,13 @@ void run_run(const run_cmd_options& o) {
         targets.push_back(owned.back().get());
       }
     res = probes::run_audit(targets, items, ro);
+  } catch (const disk_full_error& e) {  // the records written so far are whole lines: --resume goes on
+    const size_t n = records_in(ro.out_dir);
+    std::cerr << "detaudit run: disk full: " << message_line(e.what()) << "\n"
+              << "detaudit run: " << (n == 0 ? std::string("nothing was recorded")
+                                              : std::to_string(n) + " record(s) are kept in " + ro.out_dir)
+              << "; free disk space, then run the same command with --resume --out " << ro.out_dir << " to continue\n";
+    throw exit_with(EXIT_UNREACHABLE);
   } catch (const probes::unreachable_error& e) {
     res.unreachable = true;
     res.unreachable_message = e.what();

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <thread>
 
@@ -14,8 +15,6 @@
 
 namespace detaudit::probes {
 namespace {
-
-constexpr size_t k_max_body = 256u << 20;  // larger answers are refused
 
 void curl_init_once() {
   static const bool done = [] { return curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK; }();
@@ -27,6 +26,7 @@ double unix_now() {
 }
 
 struct attempt {
+  size_t max_body = 0;
   CURLcode code = CURLE_OK;
   long status = 0;
   std::string body;
@@ -40,7 +40,7 @@ struct attempt {
 size_t on_body(char* data, size_t size, size_t n, void* user) {
   attempt* a = static_cast<attempt*>(user);
   const size_t len = size * n;
-  if (a->body.size() + len > k_max_body) {
+  if (a->body.size() + len > a->max_body) {
     a->too_large = true;
     return 0;
   }
@@ -86,6 +86,7 @@ attempt attempt_once(const std::string& url, const std::string* post_body, const
   curl_slist_append(raw, "Expect:");
   if (!o.api_key.empty()) curl_slist_append(raw, ("Authorization: Bearer " + o.api_key).c_str());
   attempt a;
+  a.max_body = o.max_body;
   char errbuf[CURL_ERROR_SIZE] = {0};
   CURL* c = h.get();
   curl_easy_setopt(c, CURLOPT_URL, url.c_str());
@@ -138,7 +139,7 @@ bool status_retryable(long status) { return status == 429 || status >= 500; }
 
 // Why an attempt that got no HTTP answer failed, in words.
 std::string transport_message(const attempt& a) {
-  if (a.too_large) return "the answer is larger than " + std::to_string(k_max_body >> 20) + " MiB";
+  if (a.too_large) return "the answer is larger than " + http_size_text(a.max_body);
   if (a.code == CURLE_UNSUPPORTED_PROTOCOL || a.code == CURLE_WEIRD_SERVER_REPLY)
     return "the answer is not HTTP (" + a.curl_error + ")";
   return a.curl_error;
@@ -151,14 +152,40 @@ double http_retry_after_seconds(const std::string& value) {
   return static_cast<double>(std::stol(value));
 }
 
+std::string http_size_text(size_t bytes) {
+  char buf[64];
+  if (bytes >= (size_t(1) << 20)) {
+    if (bytes % (size_t(1) << 20) == 0) std::snprintf(buf, sizeof buf, "%zu MiB", bytes >> 20);
+    else std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  } else if (bytes >= 1024) {
+    std::snprintf(buf, sizeof buf, "%zu KiB", bytes >> 10);
+  } else {
+    std::snprintf(buf, sizeof buf, "%zu bytes", bytes);
+  }
+  return buf;
+}
+
 http_client::http_client(std::string base_url, http_client_options opt) : base_url_(std::move(base_url)), opt_(std::move(opt)) {}
 
-http_response http_client::get(const std::string& path) const { return request(path, nullptr, opt_); }
+namespace {
 
-http_response http_client::post_json(const std::string& path, const std::string& body) const { return request(path, &body, opt_); }
+http_client_options with_max_body(http_client_options o, size_t max_body) {
+  if (max_body > 0) o.max_body = std::min(o.max_body, max_body);
+  return o;
+}
 
-http_response http_client::get_once(const std::string& path, double timeout_s) const {
-  http_client_options o = opt_;
+}  // namespace
+
+http_response http_client::get(const std::string& path, size_t max_body) const {
+  return request(path, nullptr, with_max_body(opt_, max_body));
+}
+
+http_response http_client::post_json(const std::string& path, const std::string& body, size_t max_body) const {
+  return request(path, &body, with_max_body(opt_, max_body));
+}
+
+http_response http_client::get_once(const std::string& path, double timeout_s, size_t max_body) const {
+  http_client_options o = with_max_body(opt_, max_body);
   o.retries = 0;
   o.timeout_s = timeout_s;
   return request(path, nullptr, o);
@@ -169,7 +196,7 @@ http_response http_client::request(const std::string& path, const std::string* p
   const int n_attempts = std::max(0, o.retries) + 1;
   for (int k = 0;; ++k) {
     if (run_interrupted()) throw interrupted_error(url + ": interrupted");
-    const attempt a = attempt_once(url, post_body, o);
+    attempt a = attempt_once(url, post_body, o);
     if (a.code == CURLE_ABORTED_BY_CALLBACK || run_interrupted()) throw interrupted_error(url + ": interrupted");
     if (a.too_large && a.status > 0) {  // the server answered: too much, which is this request's failure
       http_response r;
@@ -189,7 +216,7 @@ http_response http_client::request(const std::string& path, const std::string* p
     if (answered && (last || !status_retryable(a.status))) {
       http_response r;
       r.status = static_cast<int>(a.status);
-      r.body = a.body;
+      r.body = std::move(a.body);
       r.content_type = a.content_type;
       r.t_start = a.t_start;
       r.t_end = a.t_end;

@@ -14,6 +14,7 @@
 // handle per request; curl_global_init runs once).
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace detaudit::probes {
@@ -25,6 +26,9 @@ struct http_client_options {
   double backoff_s = 0.5;          // wait before retry k (0-based): backoff_s * 2^k, at most retry_after_cap_s
   double retry_after_cap_s = 60;   // longest Retry-After honoured, and longest backoff
   std::string api_key;             // "" = no Authorization header
+  // The most bytes of an answer's body kept; the transfer stops there (the answer is then that
+  // request's error). Each call may lower it (what the request can need: probes/response_limits.h).
+  size_t max_body = size_t(256) << 20;
 };
 
 struct http_response {
@@ -49,11 +53,12 @@ class http_client {
   // timeouts, empty replies, 429 and 5xx. Throws unreachable_error (message names the URL and
   // libcurl's error, never a header) when no attempt got an HTTP answer. An answer too large to
   // keep comes back with its status and `error` set, not retried.
-  http_response get(const std::string& path) const;
-  http_response post_json(const std::string& path, const std::string& body) const;
+  // max_body: this call's bound on the answer (0: the options').
+  http_response get(const std::string& path, size_t max_body = 0) const;
+  http_response post_json(const std::string& path, const std::string& body, size_t max_body = 0) const;
 
   // The same as get() with no retries and this timeout (capability probes of optional routes).
-  http_response get_once(const std::string& path, double timeout_s) const;
+  http_response get_once(const std::string& path, double timeout_s, size_t max_body = 0) const;
 
   const std::string& base_url() const { return base_url_; }
   const http_client_options& options() const { return opt_; }
@@ -68,5 +73,8 @@ class http_client {
 // The seconds a Retry-After header value asks for (delta-seconds form); < 0 when it is absent or
 // not a number of seconds.
 double http_retry_after_seconds(const std::string& value);
+
+// "256 MiB", "1.4 MiB", "12 KiB", "300 bytes": a size for a message.
+std::string http_size_text(size_t bytes);
 
 }  // namespace detaudit::probes

@@ -15,6 +15,7 @@
 
 #include "probes/runner.h"
 #include "reports/identity.h"
+#include "reports/file_write.h"
 #include "util/error.h"
 
 namespace detaudit::probes {
@@ -100,9 +101,8 @@ void manifest_merged_write(const std::string& out_dir, const std::vector<shard_o
   m["merged_from"] = dirs;
   m["run_ids"] = run_ids;
   m["shards"] = {{"count", shards.front().count}, {"merged", merged}, {"missing", missing}};
-  std::ofstream out(fs::path(out_dir) / "run.json", std::ios::binary | std::ios::trunc);
-  out << m.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
-  if (!out) throw input_error("cannot write " + (fs::path(out_dir) / "run.json").string());
+  reports::text_file_write((fs::path(out_dir) / "run.json").string(), m.dump(2, ' ', false, json::error_handler_t::replace) + "\n",
+                           "merge");
 }
 
 }  // namespace

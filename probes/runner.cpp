@@ -23,6 +23,8 @@
 #include "probes/conditions.h"
 #include "reports/conditions.h"
 #include "reports/identity.h"
+#include "reports/file_write.h"
+#include "reports/redact.h"
 #include "runtime/generate.h"
 #include "util/error.h"
 #include "util/sha256.h"
@@ -202,13 +204,17 @@ json lint_json(const std::vector<lint_finding>& findings) {
   return out;
 }
 
-void manifest_write(const std::string& dir, const json& m) {
+// run.json, through a temporary file: a full disk leaves the previous one whole. Every string is
+// redacted (reports/redact.h) of the targets' key.
+void manifest_write(const std::string& dir, const json& m, const std::string& secret) {
   const fs::path tmp = fs::path(dir) / "run.json.tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw input_error("cannot write " + tmp.string());
-    out << m.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
-    if (!out) throw input_error("cannot write " + tmp.string());
+  try {
+    reports::text_file_write(tmp.string(), reports::redact_json(m, secret).dump(2, ' ', false, json::error_handler_t::replace) + "\n",
+                             "run.json");
+  } catch (const disk_full_error&) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
   }
   fs::rename(tmp, fs::path(dir) / "run.json");
 }
@@ -323,7 +329,7 @@ run_result run_lint_only(const std::vector<item>& items, const run_options& opt)
   json m = manifest_make(st, {}, items, shard_items(items, opt).size(), findings, json::object(),
                          run_identity({}, {}, items, opt));
   m.erase("records");
-  manifest_write(opt.out_dir, m);
+  manifest_write(opt.out_dir, m, opt.secret);
   return {};
 }
 
@@ -478,7 +484,7 @@ run_result run_audit(const std::vector<target*>& targets, const std::vector<item
     std::vector<lint_finding> findings = lint(items, opt.base);
     lint_targets(rts, opt, findings);
     lint_log(opt, findings);
-    manifest_write(opt.out_dir, manifest_make(st, rts, items, mine.size(), findings, previous, identity));
+    manifest_write(opt.out_dir, manifest_make(st, rts, items, mine.size(), findings, previous, identity), opt.secret);
   } catch (const unreachable_error& e) {
     result.unreachable = true;
     result.unreachable_message = e.what();

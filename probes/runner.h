@@ -50,6 +50,7 @@ struct run_options {
   bool resume = false;
   int shard_index = 0, shard_count = 1;  // --shard I/N (0-based index here; the CLI takes 1-based)
   bool progress_tty = false;         // a redrawn progress line instead of plain lines
+  std::string secret;                // the targets' API key: redacted from run.json (reports/redact.h)
   std::function<void(const std::string&)> log;  // progress output (stderr)
 };
 

@@ -4,11 +4,13 @@
 //
 // Goals: a stream that ends early is an error that says so (no final event, an event cut in the
 // middle), as is an error event; nothing of a partial stream reaches a record as if it were an
-// answer. Non-goals: incremental reading (the whole answer is buffered by the HTTP client),
+// answer. A stream costs what the request can justify (probes/response_limits.h): at most
+// max_events events, and its events' JSON values count against one budget together. Non-goals: incremental reading (the whole answer is buffered by the HTTP client),
 // event ids and reconnection, ollama's newline-delimited JSON stream.
 #include <string>
 #include <vector>
 
+#include "probes/response_limits.h"
 #include "probes/target_http.h"
 
 namespace detaudit::probes {
@@ -21,8 +23,9 @@ struct sse_parse_result {
 };
 
 // Splits a text/event-stream body into events (lines end with \n, \r\n or \r; a blank line ends
-// an event; ':' lines are comments; fields other than data are ignored).
-sse_parse_result sse_parse(const std::string& body) {
+// an event; ':' lines are comments; fields other than data are ignored). Throws response_error
+// past max_events events.
+sse_parse_result sse_parse(const std::string& body, size_t max_events) {
   sse_parse_result out;
   std::string data;
   bool has_data = false, open = false;
@@ -37,6 +40,9 @@ sse_parse_result sse_parse(const std::string& body) {
     pos = end + 1;
     if (body[end] == '\r' && pos < body.size() && body[pos] == '\n') ++pos;
     if (line.empty()) {
+      if (has_data && out.data.size() >= max_events)
+        throw response_error("the event stream holds more than " + std::to_string(max_events) +
+                             " events, more than the request can need");
       if (has_data) out.data.push_back(data);
       data.clear();
       has_data = open = false;
@@ -57,14 +63,17 @@ sse_parse_result sse_parse(const std::string& body) {
   return out;
 }
 
-json event_json(const std::string& data, size_t index) {
-  json j = json::parse(data, nullptr, /*allow_exceptions=*/false);
+// One event's JSON; its values count into *used, the stream's budget.
+json event_json(const std::string& data, size_t index, const response_limits& l, size_t* used) {
+  json j;
+  try {
+    j = json_parse_bounded(data, l, used);
+  } catch (const response_error& e) {
+    throw response_error("stream event " + std::to_string(index) + ": " + e.what());
+  }
   if (j.is_discarded() || !j.is_object())
     throw response_error("stream event " + std::to_string(index) + " is not a JSON object ('" + data.substr(0, 80) +
                          (data.size() > 80 ? "...'" : "'") + ")");
-  if (!reports::json_depth_within(j, reports::JSON_MAX_DEPTH))
-    throw response_error("stream event " + std::to_string(index) + " nests JSON more than " +
-                         std::to_string(reports::JSON_MAX_DEPTH) + " levels deep");
   if (const json* e = json_get(j, "error")) {
     std::string msg = e->is_string() ? e->get<std::string>() : "";
     if (const json* m = json_get(*e, "message"); m && m->is_string()) msg = m->get<std::string>();
@@ -93,8 +102,9 @@ void completion_logprobs_append(json& acc, const json& lp) {
 
 }  // namespace
 
-json stream_assemble_openai(const std::string& body, bool chat) {
-  const sse_parse_result p = sse_parse(body);
+json stream_assemble_openai(const std::string& body, bool chat, const response_limits& l) {
+  const sse_parse_result p = sse_parse(body, l.max_events);
+  size_t used = 0;
   json out = json::object(), text_logprobs = json::object(), chat_logprobs = json::array(), hashes = json::array();
   std::string text;
   json finish = nullptr;
@@ -104,7 +114,7 @@ json stream_assemble_openai(const std::string& body, bool chat) {
       done = true;
       break;
     }
-    const json j = event_json(p.data[i], i);
+    const json j = event_json(p.data[i], i, l, &used);
     for (const char* key : {"id", "model", "system_fingerprint", "created", "usage", "timings", "logit_hashes", "chained_hash",
                             "max_seqs_in_step"})
       if (const json* v = json_get(j, key)) out[key] = *v;
@@ -133,15 +143,16 @@ json stream_assemble_openai(const std::string& body, bool chat) {
   return out;
 }
 
-json stream_assemble_llamacpp(const std::string& body, bool chat) {
-  if (chat) return stream_assemble_openai(body, true);  // llama.cpp's chat route speaks OpenAI's stream
-  const sse_parse_result p = sse_parse(body);
+json stream_assemble_llamacpp(const std::string& body, bool chat, const response_limits& l) {
+  if (chat) return stream_assemble_openai(body, true, l);  // llama.cpp's chat route speaks OpenAI's stream
+  const sse_parse_result p = sse_parse(body, l.max_events);
+  size_t used = 0;
   json out = json::object(), probs = json::array(), tokens = json::array(), hashes = json::array();
   std::string text;
   bool done = false;
   for (size_t i = 0; i < p.data.size() && !done; ++i) {
     if (p.data[i] == "[DONE]") continue;
-    const json j = event_json(p.data[i], i);
+    const json j = event_json(p.data[i], i, l, &used);
     const json* stop = json_get(j, "stop");
     done = stop && stop->is_boolean() && stop->get<bool>();
     const json* piece = json_get(j, "content");

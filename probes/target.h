@@ -138,8 +138,8 @@ std::unique_ptr<target> target_make(const std::string& spec, const target_option
 // One line per HTTP dialect ("  NAME  summary"), for --help: the rows of the dialect table.
 std::string dialects_help();
 
-// Removes secrets from a request body or header map before it is recorded: any value equal to
-// `secret`, and Authorization / api-key fields.
-json redact(const json& j, const std::string& secret);
+// `c` with the secret redacted from every string (reports/redact.h: the one rule for all
+// artefacts), raw included.
+capabilities capabilities_redact(capabilities c, const std::string& secret);
 
 }  // namespace detaudit::probes

@@ -1,5 +1,5 @@
-// What every target shares: target_make()'s dispatch, the capabilities' JSON form, and secret
-// redaction of what gets recorded.
+// What every target shares: target_make()'s dispatch, the capabilities' JSON form and their
+// redaction (by reports/redact.h's rule).
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -7,6 +7,7 @@
 #include "probes/target.h"
 #include "probes/target_engine.h"
 #include "probes/target_http.h"
+#include "reports/redact.h"
 #include "util/error.h"
 
 namespace detaudit::probes {
@@ -14,14 +15,6 @@ namespace {
 
 std::atomic<bool> g_interrupted{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "run_interrupt() is called from a signal handler");
-
-const char* k_redacted = "[REDACTED]";
-
-bool secret_key(const std::string& key) {
-  std::string k = key;
-  std::transform(k.begin(), k.end(), k.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return k == "authorization" || k == "api_key" || k == "api-key" || k == "x-api-key";
-}
 
 }  // namespace
 
@@ -48,22 +41,12 @@ json capabilities_to_json(const capabilities& c) {
           {"raw", c.raw}};
 }
 
-json redact(const json& j, const std::string& secret) {
-  if (j.is_string()) {
-    const std::string& s = j.get_ref<const std::string&>();
-    return !secret.empty() && s.find(secret) != std::string::npos ? json(k_redacted) : j;
-  }
-  if (j.is_array()) {
-    json out = json::array();
-    for (const json& e : j) out.push_back(redact(e, secret));
-    return out;
-  }
-  if (j.is_object()) {
-    json out = json::object();
-    for (const auto& [k, v] : j.items()) out[k] = secret_key(k) ? json(k_redacted) : redact(v, secret);
-    return out;
-  }
-  return j;
+capabilities capabilities_redact(capabilities c, const std::string& secret) {
+  for (std::string* s : {&c.logprobs_kind, &c.build, &c.fingerprint, &c.model, &c.model_sha256, &c.busy_source, &c.chat_template,
+                         &c.chat_template_fallback})
+    *s = reports::redact_text(*s, secret);
+  c.raw = reports::redact_json(c.raw, secret);
+  return c;
 }
 
 std::unique_ptr<target> target_make(const std::string& spec, const target_options& opt) {

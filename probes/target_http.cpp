@@ -14,7 +14,9 @@
 #include <optional>
 
 #include "probes/http_client.h"
+#include "probes/response_limits.h"
 #include "probes/target_http.h"
+#include "reports/redact.h"
 #include "reports/steps.h"
 #include "util/error.h"
 
@@ -144,35 +146,46 @@ struct probe_reads {
   bool metrics_processing = false;  // /metrics has llama.cpp's requests_processing gauge
 };
 
-json json_or_null(const http_response& r) {
+// A capability route's answer as JSON, parsed within response_limits_get() (values, depth); null
+// when it is not JSON or exceeds them.
+json json_bounded_parse(const http_response& r) {
   if (!r.ok()) return nullptr;
-  json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
-  return j.is_discarded() || !j.is_object() || !reports::json_depth_within(j, reports::JSON_MAX_DEPTH) ? json(nullptr) : j;
+  try {
+    json j = json_parse_bounded(r.body, response_limits_get(), nullptr);
+    return j.is_discarded() ? json(nullptr) : j;
+  } catch (const response_error&) {
+    return nullptr;
+  }
+}
+
+json json_or_null(const http_response& r) {
+  json j = json_bounded_parse(r);
+  return j.is_object() ? j : json(nullptr);
 }
 
 // The first read retries as configured (it decides reachability); the others are single tries.
 probe_reads probe_read(const http_client& c) {
   probe_reads p;
   const double t = std::min(c.options().timeout_s, 10.0);
-  const http_response props = c.get("/props");
+  const size_t most = response_limits_get().max_body;
+  const http_response props = c.get("/props", most);
   p.props_status = props.status;
   p.props = json_or_null(props);
-  const http_response version = c.get_once("/api/version", t);
+  const http_response version = c.get_once("/api/version", t, most);
   p.version_status = version.status;
   p.version = json_or_null(version);
   if (p.version.is_object() && !p.version.contains("version")) p.version = nullptr;
-  const http_response models = c.get_once("/v1/models", t);
+  const http_response models = c.get_once("/v1/models", t, most);
   p.models_status = models.status;
   p.models = json_or_null(models);
   if (p.models.is_object() && !(p.models.contains("data") && p.models["data"].is_array())) p.models = nullptr;
-  if (p.version.is_object()) p.tags = json_or_null(c.get_once("/api/tags", t));
-  p.health_status = c.get_once("/health", t).status;
-  const http_response metrics = c.get_once("/metrics", t);
+  if (p.version.is_object()) p.tags = json_or_null(c.get_once("/api/tags", t, most));
+  p.health_status = c.get_once("/health", t, most).status;
+  const http_response metrics = c.get_once("/metrics", t, most);
   p.metrics = metrics.ok();
   p.metrics_processing = p.metrics && metrics.body.find("requests_processing") != std::string::npos;
-  const http_response slots = c.get_once("/slots", t);
-  const json sj = slots.ok() ? json::parse(slots.body, nullptr, /*allow_exceptions=*/false) : json();
-  p.slots = sj.is_array();
+  const http_response slots = c.get_once("/slots", t, most);
+  p.slots = json_bounded_parse(slots).is_array();
   return p;
 }
 
@@ -191,17 +204,20 @@ std::string str_at(const json& j, const char* key) {
   return v && v->is_string() ? v->get<std::string>() : "";
 }
 
+// A string naming the server (build, fingerprint, model) as stored in run.json and every record.
+std::string name_at(const json& j, const char* key) { return text_bounded(str_at(j, key), k_stored_name); }
+
 std::string first_model(const probe_reads& p) {
   if (p.models.is_object() && !p.models["data"].empty()) {
-    const std::string id = str_at(p.models["data"][0], "id");
+    const std::string id = name_at(p.models["data"][0], "id");
     if (!id.empty()) return id;
   }
   if (const json* ms = json_get(p.tags, "models"); ms && ms->is_array() && !ms->empty()) {
-    const std::string name = str_at((*ms)[0], "name");
+    const std::string name = name_at((*ms)[0], "name");
     if (!name.empty()) return name;
   }
   const std::string path = str_at(p.props, "model_path");
-  return path.substr(path.find_last_of('/') + 1);
+  return text_bounded(path.substr(path.find_last_of('/') + 1), k_stored_name);
 }
 
 capabilities caps_from(const probe_reads& p, http_api api, const target_options& opt) {
@@ -220,18 +236,20 @@ capabilities caps_from(const probe_reads& p, http_api api, const target_options&
   c.seed = true;
   c.logprob_cap = d.logprob_cap;
   c.logprobs_kind = llamacpp || detaudit ? "pre-sampling" : "post-sampling";
-  c.build = !str_at(p.props, "build_info").empty() ? str_at(p.props, "build_info") : str_at(p.version, "version");
-  c.fingerprint = str_at(p.props, "system_fingerprint");
+  c.build = !str_at(p.props, "build_info").empty() ? name_at(p.props, "build_info") : name_at(p.version, "version");
+  c.fingerprint = name_at(p.props, "system_fingerprint");
   c.model = !opt.model.empty() ? opt.model : first_model(p);
-  c.model_sha256 = str_at(p.props, "model_sha256");
+  c.model_sha256 = name_at(p.props, "model_sha256");
   if (const json* n = json_get(p.props, "total_slots"); n && n->is_number_integer()) c.n_slots = n->get<int>();
   c.chat_template = str_at(p.props, "chat_template");
-  c.chat_template_fallback = str_at(p.props, "chat_template_fallback");
-  c.raw = {{"props", p.props}, {"api_version", p.version}, {"v1_models", p.models}, {"health_status", p.health_status},
-           {"metrics", p.metrics}};
-  if (!p.tags.is_null()) c.raw["api_tags"] = p.tags;
-  c.raw = redact(c.raw, opt.api_key);
-  return c;
+  c.chat_template_fallback = name_at(p.props, "chat_template_fallback");
+  // What the server said, as run.json keeps it: each route's answer cut to its share of
+  // k_stored_raw and k_stored_depth levels (run.json is indented), the key redacted.
+  const size_t share = k_stored_raw / 4;
+  c.raw = {{"props", json_bounded(p.props, share)}, {"api_version", json_bounded(p.version, share)},
+           {"v1_models", json_bounded(p.models, share)}, {"health_status", p.health_status}, {"metrics", p.metrics}};
+  if (!p.tags.is_null()) c.raw["api_tags"] = json_bounded(p.tags, share);
+  return capabilities_redact(c, opt.api_key);
 }
 
 // Which dialect answers; input_error when none does (the key is wrong, or no known API).
@@ -262,24 +280,23 @@ void extensions_parse(const json& j, reports::record& rec) {
   }
 }
 
-// Replaces every occurrence of the secret in a message.
-std::string text_redact(std::string s, const std::string& secret) {
-  if (secret.empty()) return s;
-  for (size_t p = s.find(secret); p != std::string::npos; p = s.find(secret, p)) s.replace(p, secret.size(), "[REDACTED]");
-  return s;
-}
-
 // "HTTP 500: <the server's message>" from an OpenAI ({"error": {"message"}}), ollama
 // ({"error": "..."}) or plain-text error body.
-std::string http_error_message(const http_response& r) {
+// The server's message is cut to k_stored_message bytes.
+std::string http_error_message(const http_response& r, const response_limits& l) {
   std::string msg;
-  const json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+  json j;
+  try {
+    j = json_parse_bounded(r.body, l, nullptr);
+  } catch (const response_error&) {
+    j = json(json::value_t::discarded);
+  }
   if (const json* e = j.is_discarded() ? nullptr : json_get(j, "error")) {
     if (e->is_string()) msg = e->get<std::string>();
     else if (const json* m = json_get(*e, "message"); m && m->is_string()) msg = m->get<std::string>();
   }
   if (msg.empty()) msg = r.body.substr(0, 200);
-  return "HTTP " + std::to_string(r.status) + (msg.empty() ? "" : ": " + msg);
+  return "HTTP " + std::to_string(r.status) + (msg.empty() ? "" : ": " + text_bounded(msg, k_stored_message));
 }
 
 http_client_options client_options(const target_options& opt) {
@@ -326,7 +343,7 @@ class http_target final : public target {
     return t;
   }
 
-  void response_read(const http_call& call, const http_response& resp, reports::record& rec) const;
+  void response_read(const http_call& call, const http_response& resp, const response_limits& lim, reports::record& rec) const;
 
   std::string spec_, url_;
   http_api api_;
@@ -349,33 +366,45 @@ reports::record http_target::complete(const gen_request& r) {
     if (call.path != "/completion") call.body["stream_options"] = {{"include_usage", true}};
   }
   call.body.merge_patch(r.extra);
+  const response_limits lim = response_limits_for(call.body);
   reports::record rec;
   rec.target = target_json(c);
-  rec.request = redact(call.body, opt_.api_key);
+  rec.request = call.body;
   rec.endpoint = call.path;
-  const http_response resp = client_.post_json(call.path, call.body.dump(-1, ' ', false, json::error_handler_t::replace));
+  const http_response resp = client_.post_json(call.path, call.body.dump(-1, ' ', false, json::error_handler_t::replace), lim.max_body);
   rec.timings = {{"t_start", resp.t_start}, {"t_end", resp.t_end}, {"latency_ms", (resp.t_end - resp.t_start) * 1000.0},
                  {"attempts", resp.attempts}};
   rec.http_status = resp.status;
-  response_read(call, resp, rec);
+  response_read(call, resp, lim, rec);
   if (!rec.error.empty()) {
-    rec.error = text_redact(rec.error, opt_.api_key);
     rec.finish_reason = "error";
   } else if (!rec.top_logprobs.empty() || (!rec.tokens.empty() && rec.tokens[0].logprob)) {
     rec.logprobs_kind = c.logprobs_kind;
   }
   reports::record_normalise(rec);
+  reports::record_redact(rec, opt_.api_key);
   return rec;
 }
 
-void http_target::response_read(const http_call& call, const http_response& resp, reports::record& rec) const {
+// Clears what a refused answer had filled in: nothing of it reaches the record as an answer.
+void answer_clear(reports::record& rec) {
+  rec.text.clear();
+  rec.tokens.clear();
+  rec.top_logprobs.clear();
+  rec.logit_hashes.clear();
+  rec.chained_hash.clear();
+}
+
+void http_target::response_read(const http_call& call, const http_response& resp, const response_limits& lim,
+                                 reports::record& rec) const {
   const std::string where = "POST " + url_ + call.path;
   if (!resp.error.empty()) {
-    rec.error = where + ": HTTP " + std::to_string(resp.status) + ": " + resp.error;
+    rec.error = where + ": HTTP " + std::to_string(resp.status) + ": " + resp.error + ", more than the request (" + lim.asked +
+                ") can need";
     return;
   }
   if (!resp.ok()) {
-    rec.error = where + ": " + http_error_message(resp);
+    rec.error = where + ": " + http_error_message(resp, lim);
     return;
   }
   const dialect_def& d = dialect_of(api_);
@@ -385,35 +414,39 @@ void http_target::response_read(const http_call& call, const http_response& resp
   if (d.stream && stream && stream->is_boolean() && stream->get<bool>() &&
       resp.content_type.rfind("text/event-stream", 0) == 0) {
     try {
-      j = d.stream(resp.body, chat);
+      j = d.stream(resp.body, chat, lim);
     } catch (const response_error& e) {
       rec.error = where + ": " + e.what();
       return;
     }
   } else {
-    j = json::parse(resp.body, nullptr, /*allow_exceptions=*/false);
+    try {
+      j = json_parse_bounded(resp.body, lim, nullptr);
+    } catch (const response_error& e) {
+      rec.error = where + ": " + e.what();
+      return;
+    }
   }
   if (j.is_discarded() || !j.is_object()) {
     rec.error = where + ": the answer is not a JSON object (" + std::to_string(resp.body.size()) + " bytes: '" +
                 resp.body.substr(0, 80) + (resp.body.size() > 80 ? "...'" : "'") + ")";
     return;
   }
-  if (!reports::json_depth_within(j, reports::JSON_MAX_DEPTH)) {
-    rec.error = where + ": the answer nests JSON more than " + std::to_string(reports::JSON_MAX_DEPTH) + " levels deep";
-    return;
-  }
   try {
     d.parse(j, chat, rec);
     extensions_parse(j, rec);
+    record_limits_check(rec, lim);
   } catch (const response_error& e) {
     rec.error = where + ": unexpected answer: " + e.what();
-    rec.text.clear();
-    rec.tokens.clear();
-    rec.top_logprobs.clear();
-    rec.logit_hashes.clear();
-    rec.chained_hash.clear();
+    answer_clear(rec);
   }
-  if (const json* fp = json_get(j, "system_fingerprint"); fp && fp->is_string()) rec.target["fingerprint"] = *fp;
+  // Server metadata as the record keeps it: bounded in size and depth.
+  if (const auto t = rec.timings.find("server"); t != rec.timings.end()) *t = json_bounded(*t, k_stored_timings);
+  rec.usage = json_bounded(rec.usage, k_stored_usage);
+  rec.finish_reason = text_bounded(rec.finish_reason, k_stored_name);
+  rec.chained_hash = text_bounded(rec.chained_hash, k_stored_name);
+  if (const json* fp = json_get(j, "system_fingerprint"); fp && fp->is_string())
+    rec.target["fingerprint"] = text_bounded(fp->get<std::string>(), k_stored_name);
 }
 
 // Prometheus text format: "name{labels} value [timestamp]" lines; "#" lines are comments.
@@ -441,7 +474,7 @@ json metrics_parse(const std::string& text) {
 int http_target::busy_now(std::vector<int>* ids) {
   const std::string source = caps().busy_source;
   if (source.empty()) return -1;
-  const http_response r = client_.get_once(source, 2.0);
+  const http_response r = client_.get_once(source, 2.0, response_limits_get().max_body);
   if (!r.ok()) return -1;
   if (source == "/metrics") {
     const json m = metrics_parse(r.body);
@@ -454,7 +487,7 @@ int http_target::busy_now(std::vector<int>* ids) {
     }
     return -1;
   }
-  const json slots = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+  const json slots = json_bounded_parse(r);
   if (!slots.is_array()) return -1;
   int busy = 0;
   for (const json& s : slots) {
@@ -468,8 +501,8 @@ int http_target::busy_now(std::vector<int>* ids) {
 }
 
 json http_target::metrics() {
-  const http_response r = client_.get_once("/metrics", std::min(opt_.timeout_s, 10.0));
-  return r.ok() ? metrics_parse(r.body) : json::object();
+  const http_response r = client_.get_once("/metrics", std::min(opt_.timeout_s, 10.0), response_limits_get().max_body);
+  return r.ok() ? reports::redact_json(json_bounded(metrics_parse(r.body), k_stored_raw), opt_.api_key) : json::object();
 }
 
 // "http(s)://host[:port][/prefix]" without a trailing "/" or "/v1" (an OpenAI base URL works).

@@ -17,6 +17,8 @@
 
 namespace detaudit::probes {
 
+struct response_limits;
+
 enum http_api { API_OPENAI_CHAT, API_OPENAI_COMPLETIONS, API_LLAMACPP, API_OLLAMA };
 
 // What the capability probe found that shapes a request.
@@ -56,8 +58,8 @@ struct dialect_def {
   void (*parse)(const json& j, bool chat, reports::record& rec);
   // A text/event-stream body -> the JSON the same request answers unstreamed; nullptr: the dialect
   // cannot be streamed. Throws response_error for a stream that ends before its last event, an
-  // event that is not JSON, or an error event.
-  json (*stream)(const std::string& body, bool chat);
+  // event that is not JSON, an error event, or a stream beyond `l` (events, values, depth).
+  json (*stream)(const std::string& body, bool chat, const response_limits& l);
   bool token_ids;         // answers carry token ids
   int logprob_cap;        // most top log-probs per step it gives (raw route)
 };
@@ -78,8 +80,8 @@ http_call ollama_request(const gen_request& r, const http_server_info& s);
 void openai_parse(const json& j, bool chat, reports::record& rec);
 void llamacpp_parse(const json& j, bool chat, reports::record& rec);
 void ollama_parse(const json& j, bool chat, reports::record& rec);
-json stream_assemble_openai(const std::string& body, bool chat);
-json stream_assemble_llamacpp(const std::string& body, bool chat);
+json stream_assemble_openai(const std::string& body, bool chat, const response_limits& l);
+json stream_assemble_llamacpp(const std::string& body, bool chat, const response_limits& l);
 
 // ---- shared by the readers (target_http.cpp) ----
 

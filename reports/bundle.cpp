@@ -14,6 +14,8 @@
 
 #include "reports/bundle_internal.h"
 #include "reports/compare_internal.h"
+#include "reports/file_write.h"
+#include "reports/redact.h"
 #include "util/error.h"
 
 extern char** environ;
@@ -200,7 +202,7 @@ void engine_args_make(bundle_ctx& c) {
   if (!opt.contains("n_predict") && ra.request.contains("n_predict")) a.insert(a.end(), {"--n-predict", number_text(ra.request["n_predict"])});
   if (c.a.n_concurrent + c.b.n_concurrent > 0 && !opt.contains("concurrency"))
     a.insert(a.end(), {"--concurrency", std::to_string(std::max(c.a.n_concurrent, c.b.n_concurrent))});
-  if (opt.contains("request") && opt["request"].is_object()) a.insert(a.end(), {"--request", bundle_redact(opt["request"]).dump()});
+  if (opt.contains("request") && opt["request"].is_object()) a.insert(a.end(), {"--request", redact_json(opt["request"], "").dump()});
   if (opt.contains("system") && opt["system"].is_string()) a.insert(a.end(), {"--system", opt["system"].get<std::string>()});
   if (opt.contains("stop") && opt["stop"].is_array())
     for (const json& s : opt["stop"])
@@ -238,11 +240,7 @@ void frequency_count(bundle_ctx& c, const std::vector<record>& all) {
 }
 
 void file_write(const fs::path& p, const std::string& text, bool executable = false) {
-  {
-    std::ofstream out(p, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out) throw input_error("bundle: cannot write " + p.string());
-  }
+  text_file_write(p.string(), text, "bundle");
   if (executable)
     fs::permissions(p, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, fs::perm_options::add);
 }
@@ -282,15 +280,15 @@ std::string tarball_write(const fs::path& out) {
 void files_write(const bundle_ctx& c, const fs::path& out) {
   file_write(out / "README.md", bundle_readme(c));
   file_write(out / "bundle.json", json_text(bundle_manifest(c)));
-  file_write(out / "request-A.json", json_text(bundle_redact(c.a.rec->request)));
-  file_write(out / "request-B.json", json_text(bundle_redact(c.b.rec->request)));
-  file_write(out / "response-A.json", json_text(bundle_redact(record_to_json(*c.a.rec))));
-  file_write(out / "response-B.json", json_text(bundle_redact(record_to_json(*c.b.rec))));
-  file_write(out / "target.json", json_text(bundle_redact(c.target_entry)));
+  file_write(out / "request-A.json", json_text(redact_json(c.a.rec->request, "")));
+  file_write(out / "request-B.json", json_text(redact_json(c.b.rec->request, "")));
+  file_write(out / "response-A.json", json_text(redact_json(record_to_json(*c.a.rec), "")));
+  file_write(out / "response-B.json", json_text(redact_json(record_to_json(*c.b.rec), "")));
+  file_write(out / "target.json", json_text(redact_json(c.target_entry, "")));
   if (!c.fillers.empty()) {
     fs::create_directories(out / "fillers");
     for (size_t k = 0; k < c.fillers.size(); ++k)
-      file_write(out / "fillers" / ("filler-" + std::to_string(k + 1) + ".json"), json_text(bundle_redact(c.fillers[k])));
+      file_write(out / "fillers" / ("filler-" + std::to_string(k + 1) + ".json"), json_text(redact_json(c.fillers[k], "")));
   }
   if (c.engine) {
     std::string lines;
@@ -319,20 +317,6 @@ json manifest_shape(json m) {
 }
 
 }  // namespace
-
-json bundle_redact(json j) {
-  static const std::set<std::string> k_secret = {"authorization", "api_key", "api-key", "apikey", "x-api-key"};
-  if (j.is_object()) {
-    for (auto& [k, v] : j.items()) {
-      std::string low = k;
-      std::transform(low.begin(), low.end(), low.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-      v = k_secret.count(low) ? json("[redacted]") : bundle_redact(std::move(v));
-    }
-  } else if (j.is_array()) {
-    for (json& v : j) v = bundle_redact(std::move(v));
-  }
-  return j;
-}
 
 bundle_result bundle_write(const std::string& run_dir, const bundle_options& o) {
   if (o.item_id.empty()) throw input_error("bundle: --item: expected an item id, found nothing");

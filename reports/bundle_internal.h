@@ -37,10 +37,6 @@ struct bundle_ctx {
   json item_lines = json::array();       // engine: item.jsonl's lines (the item, then its fillers)
 };
 
-// Replaces the value of every key named Authorization, api_key, api-key, apikey or x-api-key (any
-// case, at any depth) with "[redacted]".
-json bundle_redact(json j);
-
 std::string bundle_readme(const bundle_ctx& c);
 json bundle_manifest(const bundle_ctx& c);
 std::string bundle_repro_py();

@@ -87,7 +87,8 @@ std::string section_target(const bundle_ctx& c) {
   }
   if (c.a.rec->target != c.b.rec->target && json_str(c.b.rec->target, "spec") != json_str(t, "spec"))
     row_add(out, "side B's target", value_code(json_str(c.b.rec->target, "spec")) + " " + json_str(c.b.rec->target, "fingerprint"));
-  out += "\nThe capability probe's whole answer (the server's /props or equivalent) is in `target.json`.\n\n";
+  out += "\nThe capability probe's answer (the server's /props or equivalent, as run.json keeps it: at most 16 KiB a route) is in "
+         "`target.json`.\n\n";
   const json& m = c.manifest;
   if (m.is_object() && !m.empty()) {
     out += "Run `" + json_str(m, "run_id") + "`, detaudit " + json_str(m, "tool_version") + ", started " + json_str(m, "started") +

@@ -39,7 +39,7 @@ std::string summary_table(const report& r) {
   std::vector<table_row> rows = {{"PROBE", "PAIR", "DIFFER", "ERRORS", "NOT-EXERCISED", "SCORE A -> B", "FLIPS -R/+W", "NET"}};
   for (const pair_summary& s : r.pairs) {
     const int64_t judged = pair_judged(s);
-    rows.push_back({s.probe, s.cond_a + " vs " + s.cond_b, std::to_string(s.differ) + "/" + std::to_string(judged),
+    rows.push_back({escape_line(s.probe), escape_line(s.cond_a + " vs " + s.cond_b), std::to_string(s.differ) + "/" + std::to_string(judged),
                     std::to_string(s.errors), std::to_string(s.not_exercised), score_text(s), flips_text(s), net_text(s)});
   }
   return table(rows);
@@ -58,7 +58,7 @@ std::string context_line(const std::string& before, const std::string& after) {
 std::string row_text(const pair_item& row) {
   std::ostringstream os;
   const divergence& d = row.d;
-  os << "  item " << escape_line(row.item_id) << " (" << row.cond_a << " vs " << row.cond_b << ")";
+  os << "  item " << escape_line(row.item_id) << " (" << escape_line(row.cond_a + " vs " + row.cond_b) << ")";
   const std::string argmax = not_argmax_text(row);
   if (row.error) {
     os << ": error: " << escape_line(d.note) << "\n";
@@ -79,18 +79,19 @@ std::string row_text(const pair_item& row) {
   if (d.token_index >= 0) os << "token " << d.token_index;
   if (d.char_offset >= 0) os << (d.token_index >= 0 ? ", " : "") << "byte " << d.char_offset;
   if (d.token_index >= 0) os << ": " << token_text(d.token_a, d.id_a) << " vs " << token_text(d.token_b, d.id_b);
-  if (!row.exercised) os << " [not exercised: " << row.reason << "]";
+  if (!row.exercised) os << " [not exercised: " << escape_line(row.reason) << "]";
   os << "\n    margins " << margin_text(d.margin_a) << " vs " << margin_text(d.margin_b);
   if (!hash_text(row).empty()) os << "; " << hash_text(row);
   if (row.correct_a && row.correct_b)
     os << "; graded " << (*row.correct_a ? "right" : "wrong") << " -> " << (*row.correct_b ? "right" : "wrong")
        << (row.flip != FLIP_NONE ? std::string(" (") + flip_name(row.flip) + ")" : "");
   if (!argmax.empty()) os << "; " << argmax;
-  if (!d.note.empty()) os << "; " << d.note;
+  if (!d.note.empty()) os << "; " << escape_line(d.note);
   os << "\n";
-  const size_t w = std::max(row.cond_a.size(), row.cond_b.size());
+  const std::string cond_a = escape_line(row.cond_a), cond_b = escape_line(row.cond_b);
+  const size_t w = std::max(cond_a.size(), cond_b.size());
   for (int side = 0; side < 2; ++side) {
-    const std::string& c = side ? row.cond_b : row.cond_a;
+    const std::string& c = side ? cond_b : cond_a;
     os << "    " << c << std::string(w - c.size(), ' ') << " : "
        << (side ? context_line(d.before_b, d.after_b) : context_line(d.before_a, d.after_a)) << "\n";
   }
@@ -133,7 +134,7 @@ std::string pair_counts_text(const pair_summary& s) {
 std::string render_text(const report& r) {
   std::ostringstream os;
   const std::string m = manifest_line(r.manifest);
-  os << "detaudit report" << (m.empty() ? "" : ": " + m) << "\n\n";
+  os << "detaudit report" << (m.empty() ? "" : ": " + escape_line(m)) << "\n\n";
   if (!r.differences.empty()) {
     os << "the two runs differ in:\n";
     for (const identity_difference& d : r.differences) os << "  " << escape_line(identity_difference_text(d)) << "\n";
@@ -143,7 +144,7 @@ std::string render_text(const report& r) {
   else os << summary_table(r);
   for (const pair_summary& s : r.pairs) {
     if (std::none_of(s.rows.begin(), s.rows.end(), row_listed)) continue;
-    os << "\n" << pair_title(s) << (s.control ? " (control: run-to-run noise)" : "") << ": " << pair_counts_text(s) << "\n";
+    os << "\n" << escape_line(pair_title(s)) << (s.control ? " (control: run-to-run noise)" : "") << ": " << pair_counts_text(s) << "\n";
     for (const pair_item& row : s.rows)
       if (row_listed(row) && !row.error) os << row_text(row);
     errors_text(os, s);

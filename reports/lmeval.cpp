@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "reports/compare_internal.h"
+#include "reports/file_write.h"
 #include "util/error.h"
 #include "util/sha256.h"
 
@@ -286,9 +287,9 @@ std::vector<std::string> lmeval_export(const std::vector<record>& records, const
   std::vector<std::string> written;
   for (const auto& [name, lines] : files) {
     const std::string path = (std::filesystem::path(dir) / name).string();
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    for (const auto& [key, j] : lines) out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
-    if (!out) throw input_error("--export lm-eval: cannot write '" + path + "'");
+    std::string text;
+    for (const auto& [key, j] : lines) text += j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+    text_file_write(path, text, "--export lm-eval");
     written.push_back(path);
   }
   return written;

@@ -1,10 +1,9 @@
 // report_output: a rendered report to a file or stdout.
 #include "reports/output.h"
 
-#include <fstream>
 #include <iostream>
 
-#include "util/error.h"
+#include "reports/file_write.h"
 
 namespace detaudit::reports {
 
@@ -14,11 +13,7 @@ void report_output(const report& r, const std::string& format, const std::string
     std::cout << text << std::flush;
     return;
   }
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw input_error("-o " + path + ": cannot open the file for writing");
-  out << text;
-  out.close();
-  if (!out) throw input_error("-o " + path + ": writing the report failed");
+  text_file_write(path, text, "-o");
 }
 
 }  // namespace detaudit::reports

@@ -243,8 +243,7 @@ void record_writer::write(const record& r) {
   while (done < line.size()) {
     const ssize_t n = ::write(p_->fd, line.data() + done, line.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      throw std::runtime_error("writing a record to '" + p_->path + "' failed: " + (n < 0 ? std::strerror(errno) : "no progress"));
+    if (n <= 0) throw_write_error("writing a record to '" + p_->path + "'", n < 0 ? errno : ENOSPC);
     done += static_cast<size_t>(n);
   }
 }

@@ -179,4 +179,11 @@ class writer {
   std::vector<pending_tensor> tensors_;
 };
 
+// A string from a file for a message or a terminal: printable ASCII kept, every other byte
+// (control bytes, backslash, non-ASCII) as \xHH, cut after max_chars characters ("..."). How the
+// reader quotes keys and tensor names; what model strings (general.name, the tokenizer model, a
+// RoPE scaling type) pass through before they are printed, so a file cannot send the terminal
+// escape sequences.
+std::string printable(std::string_view s, size_t max_chars = 96);
+
 }  // namespace detaudit::gguf

@@ -17,30 +17,11 @@ namespace {
 constexpr uint64_t k_min_tensor_info_bytes = 8 + 4 + 8 + 4 + 8;
 // key (8) + type (4) + smallest value (1)
 constexpr uint64_t k_min_kv_bytes = 8 + 4 + 1;
-constexpr size_t k_max_quoted_chars = 96;
 // All array elements of one file, nested ones included. An element costs about 100 bytes in memory
 // (a gguf::value) however few it takes in the file, so this caps what metadata can make the reader
 // allocate beyond the strings' own bytes at about 400 MiB. Real files hold under a million
 // (vocabulary, scores, token types, merges).
 constexpr uint64_t k_max_array_elems = uint64_t(1) << 22;
-
-// A key or tensor name for a message: control and non-ASCII bytes escaped, long names cut.
-std::string printable(std::string_view s) {
-  static const char hex[] = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (out.size() >= k_max_quoted_chars) return out + "...";
-    auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
 
 std::string str(uint64_t v) { return std::to_string(v); }
 
@@ -341,3 +322,24 @@ void parser::check_overlaps() const {
 void gguf_parse(image& img) { parser(img).run(); }
 
 }  // namespace detaudit::gguf::detail
+
+namespace detaudit::gguf {
+
+std::string printable(std::string_view s, size_t max_chars) {
+  static const char hex[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (out.size() >= max_chars) return out + "...";
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+}  // namespace detaudit::gguf

@@ -1,6 +1,7 @@
 #include "model/arch.h"
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -35,11 +36,29 @@ std::string key(const hparams& hp, const char* suffix) { return std::string(arch
 
 // Upper bounds far beyond any real model, so a corrupted count cannot drive a huge allocation.
 constexpr int64_t k_max_count = int64_t(1) << 27;
+// Linear RoPE scaling divides positions by the factor; real files use 2 to 32.
+constexpr double k_min_rope_factor = 1.0 / 65536, k_max_rope_factor = 65536;
 
 int64_t positive(const gguf::file& f, const std::string& k, int64_t v, int64_t max = k_max_count) {
   if (v <= 0 || v > max)
     throw input_error(f.path() + ": key '" + k + "': expected a count from 1 to " + std::to_string(max) + ", found " +
                       std::to_string(v));
+  return v;
+}
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+// A float hyperparameter the kernels compute with as a 32-bit float: finite, within [lo, hi], and
+// a normal float (an f64 5e-324 is 0 as a float; a subnormal is read as 0 by exact numerics).
+// Checked here so a hostile value is refused naming the key, not met later as inf or NaN.
+double float_key(const gguf::file& f, const std::string& k, double v, double lo, double hi, const char* expected) {
+  constexpr double flt_max = std::numeric_limits<float>::max();
+  if (!(v >= lo && v <= hi && v <= flt_max) || !std::isnormal(static_cast<float>(v)))
+    throw input_error(f.path() + ": key '" + k + "': expected " + expected + ", found " + num(v));
   return v;
 }
 
@@ -51,8 +70,6 @@ void check_consistency(const gguf::file& f, const hparams& hp) {
   if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0)
     bad("rope.dimension_count " + std::to_string(hp.n_rot) + " must be even and at most the head dimension " +
         std::to_string(hp.head_dim));
-  if (!(hp.rms_eps > 0) || !std::isfinite(hp.rms_eps)) bad("layer_norm_rms_epsilon must be positive and finite");
-  if (!(hp.rope_freq_base > 0) || !std::isfinite(hp.rope_freq_base)) bad("rope.freq_base must be positive and finite");
 }
 
 }  // namespace
@@ -70,7 +87,7 @@ rope_kind arch_rope_kind(arch_id a) { return row_of(a).rope; }
 hparams hparams_from_gguf(const gguf::file& f) {
   std::string name = f.get_string("general.architecture");
   std::optional<arch_id> a = arch_from_name(name);
-  if (!a) throw input_error(f.path() + ": general.architecture '" + name + "' is not supported (llama, qwen2, qwen3)");
+  if (!a) throw input_error(f.path() + ": general.architecture '" + gguf::printable(name) + "' is not supported (llama, qwen2, qwen3)");
   hparams hp;
   hp.arch = *a;
   auto count = [&](const char* suffix) { return positive(f, key(hp, suffix), f.get_int(key(hp, suffix))); };
@@ -92,12 +109,19 @@ hparams hparams_from_gguf(const gguf::file& f) {
     throw input_error(f.path() + ": attention.value_length " + std::to_string(v_len) + " differs from key_length " +
                       std::to_string(hp.head_dim) + " (not supported)");
   hp.n_rot = positive(f, key(hp, "rope.dimension_count"), f.get_int(key(hp, "rope.dimension_count"), hp.head_dim));
-  hp.rope_freq_base = f.get_float(key(hp, "rope.freq_base"), 10000.0);
+  const char* positive_float = "a positive finite number, normal as a 32-bit float (the kernels' type)";
+  hp.rope_freq_base = float_key(f, key(hp, "rope.freq_base"), f.get_float(key(hp, "rope.freq_base"), 10000.0), 0,
+                                std::numeric_limits<double>::max(), positive_float);
   std::string scaling = f.get_string(key(hp, "rope.scaling.type"), "none");
-  if (scaling == "linear") hp.rope_scale_linear = 1.0 / f.get_float(key(hp, "rope.scaling.factor"), 1.0);
-  else if (scaling != "none")
-    throw input_error(f.path() + ": rope.scaling.type '" + scaling + "' is not supported (none, linear)");
-  hp.rms_eps = f.get_float(key(hp, "attention.layer_norm_rms_epsilon"));
+  if (scaling == "linear") {
+    const std::string k = key(hp, "rope.scaling.factor");
+    hp.rope_scale_linear = 1.0 / float_key(f, k, f.get_float(k, 1.0), k_min_rope_factor, k_max_rope_factor,
+                                           "a number from 1/65536 to 65536 (positions are divided by it)");
+  } else if (scaling != "none") {
+    throw input_error(f.path() + ": rope.scaling.type '" + gguf::printable(scaling) + "' is not supported (none, linear)");
+  }
+  const std::string eps_key = key(hp, "attention.layer_norm_rms_epsilon");
+  hp.rms_eps = float_key(f, eps_key, f.get_float(eps_key), 0, std::numeric_limits<double>::max(), positive_float);
   const gguf::tensor_info* emb = f.find_tensor("token_embd.weight");
   if (!emb || emb->ne.size() != 2) throw input_error(f.path() + ": tensor 'token_embd.weight' is missing or not 2-D");
   hp.n_vocab = emb->ne[1];
@@ -182,7 +206,7 @@ void arch_check_tensors(const gguf::file& f, const hparams& hp) {
   }
   for (const gguf::tensor_info& t : f.tensors())
     if (!expected.count(t.name))
-      throw input_error(f.path() + ": unexpected tensor '" + t.name + "' for architecture " + arch_name(hp.arch));
+      throw input_error(f.path() + ": unexpected tensor '" + gguf::printable(t.name) + "' for architecture " + arch_name(hp.arch));
 }
 
 }  // namespace detaudit::model

@@ -198,18 +198,20 @@ std::string inspect_to_text(const json& info) {
   std::ostringstream o;
   auto line = [&](const std::string& k, const std::string& v) { o << k << std::string(k.size() < 18 ? 18 - k.size() : 1, ' ') << v << "\n"; };
   auto str = [](const json& j) { return j.is_string() ? j.get<std::string>() : safe_dump(j); };
+  // What the file says, escaped as the GGUF reader quotes names: a file cannot drive the terminal.
+  auto from_file = [](const json& j) { return j.is_string() ? gguf::printable(j.get<std::string>(), 4096) : safe_dump(j); };
   line("file", str(info["file"]));
   line("gguf", "v" + str(info["gguf_version"]) + ", " + str(info["size"]) + " bytes, " + str(info["n_kv"]) + " keys, " +
                    str(info["n_tensors"]) + " tensors, alignment " + str(info["alignment"]));
-  line("architecture", info["architecture"].is_null() ? "(none)" : str(info["architecture"]));
-  if (info.contains("name")) line("name", str(info["name"]));
+  line("architecture", info["architecture"].is_null() ? "(none)" : from_file(info["architecture"]));
+  if (info.contains("name")) line("name", from_file(info["name"]));
   if (info.contains("hparams"))
     for (auto& [k, v] : info["hparams"].items()) line("  " + k, str(v));
   if (info.contains("file_type")) line("file type", str(info["file_type"]["name"]));
   const json& v = info["vocab"];
   if (v.is_null()) line("vocab", "(none)");
   else {
-    line("vocab", str(v["type"]) + " (" + str(v["model"]) + "), " + str(v["size"]) + " tokens, pre " + str(v["pre"]) +
+    line("vocab", from_file(v["type"]) + " (" + from_file(v["model"]) + "), " + str(v["size"]) + " tokens, pre " + from_file(v["pre"]) +
                       (v.contains("n_merges") ? ", " + str(v["n_merges"]) + " merges" : ""));
     for (auto& [k, t] : v["special"].items())
       line("  " + k, str(t["id"]) + (t.contains("piece") ? " " + safe_dump(t["piece"]) : ""));
@@ -222,20 +224,20 @@ std::string inspect_to_text(const json& info) {
   line("tensors", types.empty() ? "(none)" : types);
   line("parameters", str(info["n_params"]));
   if (info.contains("engine"))
-    line("engine", info["engine"]["runnable"].get<bool>() ? "runnable" : "not runnable: " + str(info["engine"]["reason"]));
+    line("engine", info["engine"]["runnable"].get<bool>() ? "runnable" : "not runnable: " + message_line(str(info["engine"]["reason"])));
   if (info.contains("sha256")) line("sha256", str(info["sha256"]));
   if (info.contains("metadata")) {
     o << "\n";
     for (const json& e : info["metadata"]) {
       std::string text = safe_dump(e["value"]);
       if (text.size() > 160) text = text.substr(0, 157) + "...";
-      o << str(e["key"]) << " (" << str(e["type"]) << ") = " << text << "\n";
+      o << from_file(e["key"]) << " (" << str(e["type"]) << ") = " << text << "\n";
     }
   }
   if (info.contains("tensors")) {
     o << "\n";
     for (const json& t : info["tensors"]) {
-      std::string name = str(t["name"]);
+      std::string name = from_file(t["name"]);
       o << name << std::string(name.size() < 28 ? 28 - name.size() : 1, ' ') << str(t["type"])
         << std::string(str(t["type"]).size() < 8 ? 8 - str(t["type"]).size() : 1, ' ') << shape_str(t["shape"]) << "  "
         << str(t["bytes"]) << " bytes\n";

@@ -1,5 +1,7 @@
 #include "model/model.h"
 
+#include <cmath>
+
 #include "numerics/wblock.h"
 
 #include "gguf/quants.h"
@@ -56,6 +58,10 @@ std::vector<float> tensor_get_vector(const gguf::file& f, const std::string& nam
     throw input_error(f.path() + ": tensor '" + name + "': expected type f32, found " + gguf::dtype_get(t->type).name);
   std::vector<float> v(static_cast<size_t>(n));
   gguf::quants_dequantize_row(gguf::DTYPE_F32, f.tensor_data(*t), v.data(), n);
+  for (size_t i = 0; i < v.size(); ++i)  // a NaN norm weight would surface later, far from its cause
+    if (!std::isfinite(v[i]))
+      throw input_error(f.path() + ": tensor '" + name + "': element " + std::to_string(i) + " is " + std::to_string(v[i]) +
+                        "; expected finite values");
   return v;
 }
 
@@ -93,6 +99,9 @@ model::model(gguf::file f) : file_(std::move(f)) {
   hp_ = hparams_from_gguf(file_);
   arch_check_tensors(file_, hp_);
   vocab_ = tokenizer::vocab_load(file_);
+  if (vocab_.size() < hp_.n_vocab)  // the sampler may pick any row: each must be a token
+    throw input_error(path_ + ": key 'tokenizer.ggml.tokens' holds " + std::to_string(vocab_.size()) + " tokens, fewer than the " +
+                      std::to_string(hp_.n_vocab) + " rows of tensor 'token_embd.weight' (one row per token)");
   tok_embd = tensor_get_matrix(file_, "token_embd.weight", hp_.n_embd, hp_.n_vocab);
   output = hp_.tied_output ? tok_embd : tensor_get_matrix(file_, "output.weight", hp_.n_embd, hp_.n_vocab);
   output_norm = tensor_get_vector(file_, "output_norm.weight", hp_.n_embd);

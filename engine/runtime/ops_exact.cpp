@@ -18,11 +18,24 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/ref/ref.h"
 #include "runtime/ops_common.h"
+#include "util/error.h"
 
 namespace detaudit::runtime {
 namespace {
 
 using numerics::QBLOCK;
+
+// Runs fn, which reads weight w, naming w in an input_error it throws (a NaN or infinite weight,
+// a non-finite block scale): without the name, one bad value in a file of hundreds of tensors
+// cannot be found.
+template <class F>
+void weight_reading(const model::weight& w, F&& fn) {
+  try {
+    fn();
+  } catch (const input_error& e) {
+    throw input_error("tensor '" + w.name + "': " + e.what());
+  }
+}
 
 class ops_exact final : public ops_storage<float> {
  public:
@@ -46,7 +59,12 @@ class ops_exact final : public ops_storage<float> {
       for (int64_t t = t0; t < t1; ++t) {
         float* o = row(out, t);
         gguf::quants_dequantize_row(w.type, w.row(tok(t).token), o, w.n_in);
-        for (int64_t i = 0; i < w.n_in; ++i) o[i] = numerics::flush(o[i]);
+        for (int64_t i = 0; i < w.n_in; ++i) {
+          if (!std::isfinite(o[i]))
+            throw input_error("tensor '" + w.name + "': row " + std::to_string(tok(t).token) + " holds a non-finite value (" +
+                              std::to_string(o[i]) + ") at element " + std::to_string(i));
+          o[i] = numerics::flush(o[i]);
+        }
       }
     });
   }
@@ -71,10 +89,12 @@ class ops_exact final : public ops_storage<float> {
       q_cached_ = x.id;
     }
     const int64_t n_parts = std::min<int64_t>(n_threads(), w.n_out);
-    parallel(n_parts, [&](int64_t part) {
-      int64_t r0, r1;
-      split_range(w.n_out, n_parts, part, 1, &r0, &r1);
-      kernels::matmul_exact_ref(xq_.data(), x.rows, w.type, w.data, w.n_in, w.n_out, data(y), r0, r1);
+    weight_reading(w, [&] {
+      parallel(n_parts, [&](int64_t part) {
+        int64_t r0, r1;
+        split_range(w.n_out, n_parts, part, 1, &r0, &r1);
+        kernels::matmul_exact_ref(xq_.data(), x.rows, w.type, w.data, w.n_in, w.n_out, data(y), r0, r1);
+      });
     });
   }
 
@@ -90,12 +110,14 @@ class ops_exact final : public ops_storage<float> {
       });
       pack_cached_ = x.id;
     }
-    const int32_t* bounds = row_bounds(w);
     const int64_t n_parts = std::min<int64_t>(n_threads(), (w.n_out + 15) / 16);
-    parallel(n_parts, [&](int64_t part) {
-      int64_t r0, r1;
-      split_range(w.n_out, n_parts, part, 16, &r0, &r1);
-      kernels::cpu::matmul_exact_cpu(isa_, pack_, w.type, w.data, w.n_out, bounds, data(y), r0, r1);
+    weight_reading(w, [&] {
+      const int32_t* bounds = row_bounds(w);
+      parallel(n_parts, [&](int64_t part) {
+        int64_t r0, r1;
+        split_range(w.n_out, n_parts, part, 16, &r0, &r1);
+        kernels::cpu::matmul_exact_cpu(isa_, pack_, w.type, w.data, w.n_out, bounds, data(y), r0, r1);
+      });
     });
   }
 

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <stdexcept>
 
+#include "gguf/gguf.h"
 #include "tokenizer/utf8.h"
 #include "tokenizer/vocab_internal.h"
 #include "util/error.h"
@@ -58,11 +59,11 @@ void build_tokens(vocab_data& d, const std::string& origin) {
     if (t.empty()) t = "[EMPTY_" + std::to_string(i) + "]";  // as llama.cpp
     auto [it, fresh] = d.token_to_id.emplace(t, i);
     if (!fresh)
-      throw input_error(origin + ": tokenizer.ggml.tokens: token " + std::to_string(i) + " '" + t +
+      throw input_error(origin + ": tokenizer.ggml.tokens: token " + std::to_string(i) + " '" + gguf::printable(t) +
                         "' duplicates token " + std::to_string(it->second));
     d.attrs[i] = d.spec.types.empty() ? ATTR_NORMAL : attr_of_type(d.spec.types[i]);
     if (d.spec.kind == VOCAB_SPM && (d.attrs[i] & ATTR_BYTE) && !is_byte_name(t))
-      throw input_error(origin + ": tokenizer.ggml.tokens: token " + std::to_string(i) + " '" + t +
+      throw input_error(origin + ": tokenizer.ggml.tokens: token " + std::to_string(i) + " '" + gguf::printable(t) +
                         "' has type byte (6) but is not of the form <0xNN>");
   }
 }
@@ -97,7 +98,7 @@ void resolve_flags(vocab_data& d, const std::string& origin) {
     d.pre_name = s.pre.empty() ? "default" : s.pre;
     d.pre_row = pre_tokenizer_find(d.pre_name);
     if (!d.pre_row)
-      throw input_error(origin + ": tokenizer.ggml.pre: unknown pre-tokenizer '" + d.pre_name +
+      throw input_error(origin + ": tokenizer.ggml.pre: unknown pre-tokenizer '" + gguf::printable(d.pre_name) +
                         "' (known: " + pre_tokenizer_names() + ")");
     d.splitter = std::make_unique<pre_splitter>(*d.pre_row);
     d.ignore_merges = d.pre_row->ignore_merges;

@@ -63,7 +63,7 @@ vocab_kind kind_of(const gguf::file& f) {
   const std::string model = f.get_string(key);
   if (model == "llama") return VOCAB_SPM;
   if (model == "gpt2") return VOCAB_BPE;
-  throw input_error(f.path() + ": key '" + key + "': tokenizer model '" + model +
+  throw input_error(f.path() + ": key '" + key + "': tokenizer model '" + gguf::printable(model) +
                     "' is not supported (supported: \"llama\" SentencePiece, \"gpt2\" byte-level BPE)");
 }
 

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <string>
@@ -79,7 +80,7 @@ TEST_CASE("model_hostile: hyperparameters and shapes that disagree are refused, 
     const std::string path = rewritten("eps", [eps](gguf::kv& e) {
       if (e.key == "llama.attention.layer_norm_rms_epsilon") e.val = gguf::value::of_f32(eps);
     }, no_shape);
-    CHECK_THROWS_WITH_AS(model::model::load(path), doctest::Contains("layer_norm_rms_epsilon must be positive and finite"),
+    CHECK_THROWS_WITH_AS(model::model::load(path), doctest::Contains("key 'llama.attention.layer_norm_rms_epsilon': expected a positive finite number"),
                          input_error);
   }
   // Head counts that cannot split the embedding: refused too (the message is the loader's own).
@@ -184,4 +185,101 @@ TEST_CASE("model_hostile: every weight with its dimensions swapped is refused") 
     ++swapped;
   }
   CHECK(swapped >= 10);
+}
+
+namespace {
+
+gguf::value f64_value(double v) {
+  gguf::value out;
+  out.type = gguf::VALUE_FLOAT64;
+  out.f = v;
+  return out;
+}
+
+// stories260K with each of `keys` set: replaced where the file has it, else added.
+std::string with_keys(const std::string& name, const std::vector<gguf::kv>& keys) {
+  const gguf::file f = gguf::file::open(test::fixture("models/stories260K.gguf"));
+  gguf::writer w(f.alignment());
+  for (gguf::kv e : f.metadata()) {
+    if (e.key == "general.alignment") continue;
+    for (const gguf::kv& k : keys)
+      if (k.key == e.key) e.val = k.val;
+    w.set(e.key, e.val);
+  }
+  for (const gguf::kv& k : keys)
+    if (!f.find(k.key)) w.set(k.key, k.val);
+  for (const gguf::tensor_info& t : f.tensors()) w.add_tensor(t.name, t.type, t.ne, f.tensor_data(t), t.n_bytes);
+  static const std::string dir = test::process_scratch_dir("model_hostile_keys");
+  const std::string path = dir + "/" + name + ".gguf";
+  w.write(path);
+  return path;
+}
+
+}  // namespace
+
+// stories260K's vocabulary cut to 500 of its 512 entries: the sampler picked an id past the end of
+// the vocabulary on the first request and `std::out_of_range` aborted serve and the engine target
+// (exit 134, 0 records). Refused at load, naming both sizes.
+TEST_CASE("model_hostile: a vocabulary smaller than the embedding rows is refused at load, naming both sizes") {
+  const std::string path = rewritten("short_vocab", [](gguf::kv& e) {
+    if (e.val.type == gguf::VALUE_ARRAY && e.key.rfind("tokenizer.ggml.", 0) == 0 && e.val.arr.size() == 512) e.val.arr.resize(500);
+  }, no_shape);
+  CHECK_THROWS_WITH_AS(model::model::load(path), doctest::Contains("'tokenizer.ggml.tokens' holds 500 tokens"), input_error);
+  CHECK_THROWS_WITH_AS(model::model::load(path), doctest::Contains("512 rows of tensor 'token_embd.weight'"), input_error);
+}
+
+// Numbers that passed the loader and failed later (inf or 0 inside RoPE or RMSNorm, a server
+// answering 500 forever): each refused at load, naming the key.
+TEST_CASE("model_hostile: hostile RoPE and RMSNorm numbers are refused at load, naming the key") {
+  const gguf::kv linear = {"llama.rope.scaling.type", gguf::value::of_string("linear")};
+  CHECK_NOTHROW(model::model::load(with_keys("linear", {linear})));  // no factor: 1
+  CHECK_NOTHROW(model::model::load(with_keys("linear4", {linear, {"llama.rope.scaling.factor", gguf::value::of_f32(4)}})));
+  for (float factor : {0.0f, -2.0f, 1e38f, std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    CAPTURE(factor);
+    const std::string path = with_keys("scaling", {linear, {"llama.rope.scaling.factor", gguf::value::of_f32(factor)}});
+    CHECK_THROWS_WITH_AS(model::model::load(path), doctest::Contains("key 'llama.rope.scaling.factor'"), input_error);
+  }
+  CHECK_THROWS_WITH_AS(model::model::load(with_keys("freq_base", {{"llama.rope.freq_base", f64_value(5e-324)}})),
+                       doctest::Contains("key 'llama.rope.freq_base'"), input_error);
+  CHECK_THROWS_WITH_AS(model::model::load(with_keys("eps_f64", {{"llama.attention.layer_norm_rms_epsilon", f64_value(5e-324)}})),
+                       doctest::Contains("key 'llama.attention.layer_norm_rms_epsilon'"), input_error);
+  CHECK_THROWS_WITH_AS(model::model::load(with_keys("eps_sub", {{"llama.attention.layer_norm_rms_epsilon", gguf::value::of_f32(1e-40f)}})),
+                       doctest::Contains("key 'llama.attention.layer_norm_rms_epsilon'"), input_error);
+}
+
+// One NaN in a weight used to surface as "exact numerics: non-finite value nan (expected a
+// finite float)" at the first request, with nothing saying where it came from: each tensor of
+// stories260K with a NaN in its first element (every row's, for the embedding) is refused naming it,
+// at load or at the first evaluation.
+TEST_CASE("model_hostile: a NaN in any weight is refused naming the tensor") {
+  const gguf::file f = gguf::file::open(test::fixture("models/stories260K.gguf"));
+  int checked = 0;
+  for (const gguf::tensor_info& t : f.tensors()) {
+    REQUIRE(t.type == gguf::DTYPE_F32);
+    const std::string name = t.name;
+    CAPTURE(name);
+    std::vector<float> data(static_cast<size_t>(t.n_elements));
+    std::memcpy(data.data(), f.tensor_data(t), t.n_bytes);
+    const uint64_t row = static_cast<uint64_t>(t.ne[0]);
+    for (uint64_t r = 0; r < (name == "token_embd.weight" ? t.n_elements / row : 1); ++r) data[r * row] = std::nanf("");
+    gguf::writer w(f.alignment());
+    for (const gguf::kv& e : f.metadata())
+      if (e.key != "general.alignment") w.set(e.key, e.val);
+    for (const gguf::tensor_info& u : f.tensors())
+      w.add_tensor(u.name, u.type, u.ne, u.name == name ? reinterpret_cast<const uint8_t*>(data.data()) : f.tensor_data(u), u.n_bytes);
+    static const std::string dir = test::process_scratch_dir("model_hostile_nan");
+    const std::string path = dir + "/nan.gguf";
+    w.write(path);
+    try {
+      const auto m = model::model::load(path);
+      runtime::context c(m, runtime::context_params{});
+      const int32_t s = c.seq_new();
+      c.decode({{s, 1, true}, {s, 42, true}});
+      FAIL_CHECK("a NaN in " << name << " was not refused");
+    } catch (const input_error& e) {
+      CHECK_MESSAGE(std::string(e.what()).find("tensor '" + name + "'") != std::string::npos, std::string(e.what()));
+    }
+    ++checked;
+  }
+  CHECK(checked > 40);
 }

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "probes/target.h"
+#include "reports/redact.h"
 #include "test_probes_http_util.h"
 #include "util/error.h"
 
@@ -228,7 +229,7 @@ TEST_CASE("probes_http: an API key authenticates every request and never reaches
   req.extra = {{"user", "tenant " + key}};
   record rec = t->complete(req);
   CHECK(rec.error.empty());
-  CHECK(rec.request["user"] == "[REDACTED]");
+  CHECK(rec.request["user"] == "tenant [REDACTED]");
   CHECK(detaudit::reports::record_to_json(rec).dump().find("SECRET123") == std::string::npos);
 
   // a wrong key: detection says so; a forced dialect records the 401
@@ -248,7 +249,7 @@ TEST_CASE("probes_http: an API key authenticates every request and never reaches
   CHECK(srv.stop() == 0);
 }
 
-TEST_CASE("probes_http: redact removes the secret and credential fields at any depth") {
+TEST_CASE("probes_http: redaction removes the secret and credential fields at any depth") {
   const std::string s = "sk-test-SECRET123";
   const json in = {{"headers", {{"Authorization", "Bearer " + s}, {"Accept", "application/json"}}},
                    {"API_KEY", 5},
@@ -256,15 +257,15 @@ TEST_CASE("probes_http: redact removes the secret and credential fields at any d
                    {"list", {"plain", "x" + s + "y", s}},
                    {"nested", {{"deeper", {{"value", s}}}}},
                    {"n", 3}};
-  const json out = detaudit::probes::redact(in, s);
+  const json out = detaudit::reports::redact_json(in, s);
   const json want = {{"headers", {{"Authorization", "[REDACTED]"}, {"Accept", "application/json"}}},
                      {"API_KEY", "[REDACTED]"},
                      {"Api-Key", "[REDACTED]"},
-                     {"list", {"plain", "[REDACTED]", "[REDACTED]"}},
+                     {"list", {"plain", "x[REDACTED]y", "[REDACTED]"}},
                      {"nested", {{"deeper", {{"value", "[REDACTED]"}}}}},
                      {"n", 3}};
   CHECK(out == want);
   // no secret: only the credential fields go
-  const json plain = detaudit::probes::redact({{"prompt", "hello"}, {"authorization", "x"}}, "");
+  const json plain = detaudit::reports::redact_json({{"prompt", "hello"}, {"authorization", "x"}}, "");
   CHECK(plain == json({{"prompt", "hello"}, {"authorization", "[REDACTED]"}}));
 }

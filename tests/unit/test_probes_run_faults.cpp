@@ -6,6 +6,7 @@
 // answered once and nothing sent twice that had an answer.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <filesystem>
@@ -296,4 +297,49 @@ TEST_CASE("probes_run_faults: a run killed with SIGKILL at random moments leaves
   const std::map<std::string, int> usable = usable_per_key(run_dir);
   CHECK(usable.size() == n_keys);
   for (const auto& [key, n] : usable) CHECK(n == 1);
+}
+
+// A full disk ended `detaudit run` with "internal error", exit 4, as if detaudit had a bug. It is
+// the machine's state: exit 3 (the run is incomplete), what was kept, and how to go on. The full
+// disk is the file-size limit here (RLIMIT_FSIZE with SIGXFSZ ignored: write() fails with EFBIG,
+// as it fails with ENOSPC on a full disk). --resume, with room again, completes the run.
+TEST_CASE("probes_run_faults: a full disk stops the run with exit 3, the records kept and --resume advice") {
+  const std::string dir = test::scratch_dir("run_faults_disk_full");
+  constexpr int n_items = 40;
+  constexpr size_t n_keys = n_items * 3;
+  const std::string prompts = prompts_file(dir, n_items);
+  const std::string run_dir = dir + "/run";
+  const std::string cmd = run_cmd_line("engine:" + test::fixture("models/stories260K.gguf"), prompts, run_dir, "--fail-on none");
+  const test::cmd_result full = test::run_cmd("bash -c " + test::shell_quote("ulimit -f 48; trap '' XFSZ; exec " + cmd));
+  INFO(full.err);
+  CHECK(full.exit_code == 3);
+  CHECK(full.err.find("internal error") == std::string::npos);
+  CHECK(full.err.find("disk full") != std::string::npos);
+  CHECK(full.err.find("record(s) are kept in " + run_dir) != std::string::npos);
+  CHECK(full.err.find("--resume --out " + run_dir) != std::string::npos);
+  const std::string text = test::file_text(run_dir + "/records.jsonl");
+  const size_t whole_lines = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
+  CHECK(whole_lines > 0);
+  CHECK(whole_lines < n_keys);
+  CHECK(json::parse(test::file_text(run_dir + "/run.json")).is_object());  // run.json whole
+
+  const test::cmd_result resumed = test::run_cmd(cmd + " --resume");
+  INFO(resumed.err);
+  CHECK(resumed.exit_code == 0);
+  const std::map<std::string, int> usable = usable_per_key(run_dir);
+  CHECK(usable.size() == n_keys);
+  for (const auto& [key, n] : usable) CHECK(n == 1);
+
+  // Any command writing a file: a full disk is exit 3 and says so (/dev/full answers ENOSPC).
+  const test::cmd_result report = test::run_cmd(test::detaudit_bin() + " report " + run_dir + " --format json --fail-on none -o /dev/full");
+  CHECK(report.exit_code == 3);
+  CHECK(report.err.find("disk full") != std::string::npos);
+  CHECK(report.err.find("internal error") == std::string::npos);
+  // A folder that cannot be made is the user's input: exit 2, one line naming it.
+  const std::string impossible = dir + "/" + std::string(300, 'x') + "/run";
+  const test::cmd_result bad_out = test::run_cmd(cmd.substr(0, cmd.find(" --out ")) + " --out " + impossible);
+  CHECK(bad_out.exit_code == 2);
+  CHECK(bad_out.err.find("choose another --out") != std::string::npos);
+  const test::cmd_result bad_report = test::run_cmd(test::detaudit_bin() + " report " + run_dir + " --fail-on none -o " + dir + "/no/such/folder/r.txt");
+  CHECK(bad_report.exit_code == 2);
 }

@@ -3,15 +3,20 @@
 // target, two dialects, an lm-eval export), `detaudit report` in every format and `detaudit
 // bundle`; then every file written, the bundles' unpacked tarballs, the server's pages and the
 // stdout and stderr of every command and of the server are searched for the key, "Bearer KEY",
-// the wrong key and pieces of each.
+// the wrong key and pieces of each. A second server echoes the key it is sent, lower-cased and
+// cut short, into every field of every answer and of its capability routes: the same search,
+// case-insensitive and for any 12 characters of the key, finds nothing either.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <httplib.h>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <string>
@@ -25,14 +30,15 @@
 
 namespace fs = std::filesystem;
 using namespace detaudit;
+using json = nlohmann::json;
 
 namespace {
 
 // "sk-" + 40 random hex digits: a string no fixture or output contains by chance.
-std::string random_key(const char* tag) {
+std::string random_key(const char* tag, bool upper = false) {
   std::random_device rd;
   std::string k = std::string("sk-") + tag + "-";
-  const char* hex = "0123456789abcdef";
+  const char* hex = upper ? "0123456789ABCDEF" : "0123456789abcdef";
   for (int i = 0; i < 40; ++i) k += hex[rd() % 16];
   return k;
 }
@@ -107,13 +113,29 @@ std::vector<std::string> needles(const std::string& key) {
   return {key, "Bearer " + key, key.substr(0, 16), key.substr(key.size() - 16)};
 }
 
-// Names each text that contains a needle.
+std::string lowered(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Names each text that contains a needle, or, in any case, any 12 consecutive characters of a key
+// (the redaction rule: reports/redact.h).
 std::vector<std::string> leaks(const std::vector<std::pair<std::string, std::string>>& texts, const std::vector<std::string>& keys) {
   std::vector<std::string> found;
-  for (const auto& [name, text] : texts)
+  for (const auto& [name, text] : texts) {
     for (const std::string& k : keys)
       for (const std::string& n : needles(k))
         if (text.find(n) != std::string::npos) found.push_back(name + " contains '" + n + "'");
+    const std::string low = lowered(text);
+    for (const std::string& k : keys) {
+      const std::string lk = lowered(k);
+      for (size_t i = 0; i + 12 <= lk.size(); ++i)
+        if (low.find(lk.substr(i, 12)) != std::string::npos) {
+          found.push_back(name + " contains '" + lk.substr(i, 12) + "' (12 characters of a key, any case)");
+          break;
+        }
+    }
+  }
   return found;
 }
 
@@ -241,8 +263,143 @@ TEST_CASE("secrets: no run record, report, bundle, log or error message holds th
 TEST_CASE("secrets: the search finds a key wherever one is written") {
   const std::string key = random_key("probe");
   const std::vector<std::pair<std::string, std::string>> texts = {
-      {"clean", "nothing here"}, {"header", "Authorization: Bearer " + key}, {"truncated", key.substr(0, 20) + "..."}};
+      {"clean", "nothing here"}, {"header", "Authorization: Bearer " + key}, {"truncated", key.substr(0, 20) + "..."},
+      {"lower, cut", lowered(key).substr(0, key.size() - 4)}, {"middle", "<" + key.substr(9, 12) + ">"}};
   const std::vector<std::string> found = leaks(texts, {key});
-  CHECK(found.size() >= 2);
+  for (const char* name : {"header", "truncated", "lower, cut", "middle"}) {
+    CAPTURE(name);
+    CHECK(std::any_of(found.begin(), found.end(), [name](const std::string& f) { return f.rfind(name, 0) == 0; }));
+  }
   for (const std::string& f : found) CHECK(f.rfind("clean", 0) != 0);
+}
+
+namespace {
+
+// A server that echoes the key it is sent (lower-cased, without its last 3 characters) into every
+// field of every answer: /props, /v1/models, /slots, /metrics, llama.cpp's /completion and the
+// OpenAI chat route (text, tokens, alternatives, timings, usage, fingerprint, model), and its
+// error messages ("fail" is answered 500).
+struct echo_server {
+  httplib::Server srv;
+  std::thread th;
+  int port = 0;
+
+  static std::string echo_of(const httplib::Request& req) {
+    std::string auth = req.get_header_value("Authorization");
+    const std::string bearer = "Bearer ";
+    if (auth.rfind(bearer, 0) == 0) auth = auth.substr(bearer.size());
+    return lowered(auth.substr(0, auth.size() > 3 ? auth.size() - 3 : 0));
+  }
+  static void reply(httplib::Response& res, const json& j) { res.set_content(j.dump(), "application/json"); }
+  static bool failing(const httplib::Request& req) { return req.body.find("fail") != std::string::npos; }
+
+  echo_server() {
+    srv.Get("/props", [](const httplib::Request& req, httplib::Response& res) {
+      const std::string e = echo_of(req);
+      reply(res, {{"build_info", "b-" + e}, {"system_fingerprint", e}, {"model_path", "/models/" + e + ".gguf"}, {"model_sha256", e},
+                  {"total_slots", 2}, {"chat_template", "{{ '" + e + "' }}"}, {e, {{"nested", e}}}});
+    });
+    srv.Get("/v1/models", [](const httplib::Request& req, httplib::Response& res) {
+      const std::string e = echo_of(req);
+      reply(res, {{"object", "list"}, {"data", {{{"id", e}, {"object", "model"}, {"owned_by", e}}}}});
+    });
+    srv.Get("/slots", [](const httplib::Request& req, httplib::Response& res) {
+      reply(res, json::array({{{"id", 0}, {"is_processing", false}, {"note", echo_of(req)}}}));
+    });
+    srv.Get("/metrics", [](const httplib::Request& req, httplib::Response& res) {
+      res.set_content("llamacpp:requests_processing 0\nx_" + echo_of(req) + " 1\n", "text/plain");
+    });
+    srv.Post("/completion", [](const httplib::Request& req, httplib::Response& res) {
+      const std::string e = echo_of(req);
+      if (failing(req)) {
+        res.status = 500;
+        return reply(res, {{"error", {{"code", 500}, {"message", "no such key " + e}}}});
+      }
+      const json alt = {{"id", 7}, {"token", e}, {"logprob", -0.5}};
+      const json entry = {{"id", 7}, {"token", e}, {"logprob", -0.5}, {"top_logprobs", {alt, {{"id", 8}, {"token", "x" + e}, {"logprob", -1.5}}}}};
+      reply(res, {{"content", e + e}, {"tokens", {7, 7}}, {"completion_probabilities", {entry, entry}}, {"stop_type", e},
+                  {"tokens_evaluated", 3}, {"tokens_predicted", 2}, {"system_fingerprint", e}, {"model", e},
+                  {"timings", {{"prompt_n", 3}, {"note", e}, {e, e}}}, {"chained_hash", e}});
+    });
+    srv.Post("/v1/chat/completions", [](const httplib::Request& req, httplib::Response& res) {
+      const std::string e = echo_of(req);
+      if (failing(req)) {
+        res.status = 500;
+        return reply(res, {{"error", {{"code", 500}, {"message", "no such key " + e}}}});
+      }
+      const json step = {{"token", e}, {"logprob", -0.5}, {"bytes", json::array()}, {"top_logprobs", {{{"token", e}, {"logprob", -0.5}}}}};
+      json s2 = step;
+      s2.erase("bytes");
+      reply(res, {{"id", e}, {"object", "chat.completion"}, {"model", e}, {"system_fingerprint", e},
+                  {"choices", {{{"index", 0}, {"finish_reason", e}, {"message", {{"role", "assistant"}, {"content", e + e}}},
+                                {"logprobs", {{"content", {s2, s2}}}}}}},
+                  {"usage", {{"prompt_tokens", 3}, {"completion_tokens", 2}, {"note", e}}}, {"timings", {{e, e}}}});
+    });
+    port = srv.bind_to_any_port("127.0.0.1");
+    REQUIRE(port > 0);
+    th = std::thread([this] { srv.listen_after_bind(); });
+  }
+  ~echo_server() {
+    srv.stop();
+    if (th.joinable()) th.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port); }
+};
+
+}  // namespace
+
+// Before, the exact-match redaction let all of this through: the key lower-cased and cut short
+// was in run.json's capabilities (build, fingerprint, model, model hash, raw), every record
+// (target, text, tokens, alternatives, timings, usage, error), the reports and the bundles.
+TEST_CASE("secrets: a server echoing the key lower-cased and cut short leaves no piece of it in any artefact") {
+  const std::string dir = test::scratch_dir("secrets_echo");
+  const std::string key = random_key("Echoed", true);  // upper-case: lower-cased, it differs
+  const std::string bin = test::detaudit_bin();
+  echo_server srv;
+  {
+    std::ofstream p(dir + "/prompts.txt");
+    p << "Once upon a time\nplease fail\n";
+  }
+  transcript tr;
+  const std::string run = scene::with(key) + bin + " run --target " + srv.url() + " --prompts " + dir + "/prompts.txt" +
+                          " --n-predict 2 --fail-on none --retries 0 --timeout 30 --api-key-env DETAUDIT_SECRETS_KEY";
+  const test::cmd_result r1 = tr.run("run llamacpp", run + " --raw --probe repeat,concurrency --concurrency 2 --out " + dir + "/raw --report " +
+                                                         dir + "/raw.html --junit " + dir + "/raw.xml");
+  INFO(r1.err);
+  CHECK(r1.exit_code == 3);  // the "fail" item
+  const test::cmd_result r2 = tr.run("run chat", run + " --api openai-chat --probe repeat --out " + dir + "/chat");
+  INFO(r2.err);
+  CHECK(r2.exit_code == 3);
+  for (const char* run_dir : {"raw", "chat"}) {
+    for (const char* f : {"text", "json", "md", "junit", "html"}) {
+      const std::string name = std::string("report ") + run_dir + " " + f;
+      CHECK_MESSAGE(tr.run(name, bin + " report " + dir + "/" + run_dir + " --format " + f + " --fail-on none -o " + dir + "/" + run_dir +
+                                     "-report." + f).exit_code == 0, name);
+      tr.run(name + " (stdout)", bin + " report " + dir + "/" + run_dir + " --format " + f + " --fail-on none");
+    }
+    for (const char* item : {"1", "2"}) {
+      const std::string out = dir + "/" + run_dir + "-bundle" + item;
+      tr.run(std::string("bundle ") + run_dir + " " + item, bin + " bundle " + dir + "/" + run_dir + " --item " + item + " -o " + out);
+      if (fs::is_regular_file(out + ".tar.gz")) tr.run(std::string("unpack ") + out, "tar xzOf " + out + ".tar.gz");
+    }
+  }
+  CHECK(fs::is_regular_file(dir + "/raw-bundle1.tar.gz"));
+  // The server did echo: its answers hold the key's pieces (else the search proves nothing).
+  httplib::Client c("127.0.0.1", srv.port);
+  c.set_bearer_token_auth(key);
+  auto props = c.Get("/props");
+  REQUIRE(props);
+  CHECK(lowered(props->body).find(lowered(key).substr(0, 20)) != std::string::npos);
+  int files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file() || e.path().filename() == "prompts.txt") continue;
+    ++files;
+    tr.texts.push_back({e.path().string(), test::file_text(e.path().string())});
+  }
+  CHECK(files >= 20);
+  const std::string records = test::file_text(dir + "/raw/records.jsonl");
+  CHECK(records.find("[REDACTED]") != std::string::npos);
+  const std::vector<std::string> found = leaks(tr.texts, {key});
+  for (const std::string& f : found) FAIL_CHECK(f);
+  CHECK(found.empty());
 }

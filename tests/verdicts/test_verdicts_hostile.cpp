@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <sys/resource.h>
 #include <thread>
 
 #include "verdict_harness.h"
@@ -216,4 +217,121 @@ TEST_CASE("hostile: --out that cannot be a folder is an input error (exit 2), no
     CHECK(r.err.find("a-file") != std::string::npos);
   }
   CHECK(b.srv->requests().size() == sent);
+}
+
+namespace {
+
+// `detaudit ARGS` as a child of its own, with its peak resident memory (wait4: that process
+// alone, not the verdict server).
+struct measured_run {
+  int exit_code = -1;
+  std::string err;
+  long max_rss_kb = 0;
+};
+
+measured_run run_measured(const std::string& args, const std::string& dir) {
+  const std::string err_path = dir + "/measured.stderr";
+  const std::string cmd = "exec " + test::detaudit_bin() + " " + args + " >/dev/null 2>" + err_path;
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int st = 0;
+  rusage ru{};
+  REQUIRE(::wait4(pid, &st, 0, &ru) == pid);
+  measured_run m;
+  m.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  m.err = test::file_text(err_path);
+  m.max_rss_kb = ru.ru_maxrss;
+  return m;
+}
+
+uintmax_t file_bytes(const std::string& path) {
+  std::error_code ec;
+  const uintmax_t n = std::filesystem::file_size(path, ec);
+  return ec ? 0 : n;
+}
+
+}  // namespace
+
+// A hostile server's floods used to cost far beyond the 256 MiB the client read: 10^6 tokens when
+// 4 were asked took 1.7 GB and wrote 153 MB of records, 10^6 alternatives for one token 705 MB, a
+// 200 MB answer of tiny values 5 GB, 250 MB of tiny events 1.39 GB; the concurrency probe sends
+// several such requests at once. Each answer is now bounded by what its request can need (about
+// 1 MiB here): every request of the run is an item error, the records stay small, and the run's
+// peak memory stays far below any of those figures with 4 answers at once.
+TEST_CASE("hostile: floods of tokens, alternatives, values and events are item errors in bounded memory") {
+  struct flood_case {
+    const char* kind;
+    int64_t count;
+    const char* extra;
+    const char* error;
+  };
+  const flood_case cases[] = {
+      {"tokens", 1000000, "", "larger than"},      // 2 MB of ids: past the answer's byte bound
+      {"tokens", 40, "", "holds 40 tokens, more than the 4 asked"},
+      {"alts", 1000000, "", "larger than"},
+      {"alts", 300, "", "holds 300 alternatives"},
+      {"values", 100000000, "", "larger than"},    // 200 MB of "0,"
+      {"values", 400000, "", "JSON values"},       // 800 KB: within the bytes, past the values
+      {"events", 7000000, "--stream", "larger than"},  // 250 MB of events
+      {"events", 200, "--stream", "more than 84 events"},
+  };
+  for (const flood_case& c : cases) {
+    CAPTURE(c.kind);
+    CAPTURE(c.count);
+    hostile_bench b({"flood"}, {{"flood", c.kind}, {"flood_count", c.count}});
+    const std::string prompts = b.prompts({"flood"});
+    const std::string out = b.dir + "/run";
+    const measured_run r = run_measured("run --target " + b.srv->url() + " --api llamacpp --raw --prompts " + prompts +
+                                            " --n-predict 4 --probe concurrency --concurrency 4 --retries 0 --timeout 60 --fail-on none --out " +
+                                            out + " " + c.extra,
+                                        b.dir);
+    INFO(r.err);
+    MESSAGE(std::string(c.kind) << " x" << c.count << ": peak RSS " << r.max_rss_kb / 1024 << " MiB, records " << file_bytes(out + "/records.jsonl")
+                   << " bytes");
+    CHECK(r.exit_code == 3);
+    CHECK(r.max_rss_kb < 400 * 1024);
+    CHECK(file_bytes(out + "/records.jsonl") < 64 * 1024);
+    CHECK(file_bytes(out + "/run.json") < 64 * 1024);
+    std::istringstream records(test::file_text(out + "/records.jsonl"));
+    int n = 0;
+    for (std::string line; std::getline(records, line); ++n) {
+      const json rec = json::parse(line);
+      CHECK(rec.value("error", "").find(c.error) != std::string::npos);
+      CHECK(rec.value("tokens", json::array()).empty());
+    }
+    CHECK(n >= 2);  // every request the probe sent is recorded, as an error
+  }
+}
+
+// Answers nested 100 levels deep passed (the readers' bound is 128) and their parts were stored a
+// few levels further down in the record. An answer is bounded at 64 levels: deeper is that
+// request's error, saying so.
+TEST_CASE("hostile: an answer nested deeper than 64 levels is an item error naming the bound") {
+  hostile_bench b({"deep"}, {{"deep_json", 100}});
+  const std::string prompts = b.prompts({"deep"});
+  const test::cmd_result r = b.run("run", prompts);
+  INFO(r.err);
+  CHECK(r.exit_code == 3);
+  CHECK(test::file_text(b.dir + "/run/records.jsonl").find("nests JSON more than 64 levels deep") != std::string::npos);
+}
+
+// /props naming the build and fingerprint in 2 MB each, and 300,000 values 30 levels deep: both
+// were copied into run.json (indented, a line per value) and the names into every record's target.
+// run.json keeps the server's metadata cut to a fixed size, and each record a short name.
+TEST_CASE("hostile: a huge /props is stored in run.json and the records bounded in size") {
+  hostile_bench b({"one", "two"}, {{"props_name_bytes", 2 << 20}, {"props_depth", 30}, {"props_width", 300000}});
+  const std::string prompts = b.prompts({"one", "two"});
+  const test::cmd_result r = b.run("run", prompts);
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  MESSAGE("run.json " << file_bytes(b.dir + "/run/run.json") << " bytes, records " << file_bytes(b.dir + "/run/records.jsonl") << " bytes");
+  CHECK(file_bytes(b.dir + "/run/run.json") < 256 * 1024);
+  CHECK(file_bytes(b.dir + "/run/records.jsonl") < 64 * 1024);
+  const json manifest = json::parse(test::file_text(b.dir + "/run/run.json"));
+  const std::string build = manifest["targets"][0]["capabilities"]["build"];
+  CHECK(build.find("bytes, cut") != std::string::npos);
 }

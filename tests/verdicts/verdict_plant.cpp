@@ -158,7 +158,8 @@ plant_server plant_load(const json& j) {
   s.default_case = default_case();
   const json server = j.value("server", json::object());
   keys_check(server, "server",
-             {"model", "props", "api_version", "slots", "metrics", "concurrency", "delay_ms", "n_slots", "get_delay_ms", "deep_json"});
+             {"model", "props", "api_version", "slots", "metrics", "concurrency", "delay_ms", "n_slots", "get_delay_ms", "deep_json",
+              "flood", "flood_count", "props_name_bytes", "props_depth", "props_width"});
   get_if(server, "model", s.model, "server");
   get_if(server, "props", s.props, "server");
   get_if(server, "api_version", s.api_version, "server");
@@ -169,6 +170,12 @@ plant_server plant_load(const json& j) {
   get_if(server, "n_slots", s.n_slots, "server");
   get_if(server, "get_delay_ms", s.get_delay_ms, "server");
   get_if(server, "deep_json", s.deep_json, "server");
+  s.flood = one_of(server, "flood", "", {"", "tokens", "alts", "values", "events"}, "server");
+  get_if(server, "flood_count", s.flood_count, "server");
+  get_if(server, "props_name_bytes", s.props_name_bytes, "server");
+  get_if(server, "props_depth", s.props_depth, "server");
+  get_if(server, "props_width", s.props_width, "server");
+  if (s.props_name_bytes > 0 || s.props_width > 0) s.props = true;
   const json cases = j.value("cases", json::object());
   if (!cases.is_object()) fail("cases", "expected an object keyed by prompt text");
   for (const auto& [prompt, c] : cases.items()) s.cases[prompt] = case_load(c, "cases[\"" + prompt + "\"]");

@@ -16,7 +16,9 @@
 //               "metrics": "off"|"real"|"one",  GET /metrics (llamacpp:requests_processing) likewise
 //               "concurrency": "parallel"|"serial", "delay_ms": 0, "n_slots": 8,
 //               "get_delay_ms": 0,              every GET (the capability probe's routes) answers this late
-//               "deep_json": 0},                N > 0: /props and every 200 answer carry "deep", N arrays nested
+//               "deep_json": 0,                 N > 0: /props and every 200 answer carry "deep", N arrays nested
+//               "flood": "", "flood_count": 0,  hostile answers to every generation request (below)
+//               "props_name_bytes": 0, "props_depth": 0, "props_width": 0},  a hostile /props (below)
 //    "cases": {"<prompt text>": CASE, ...}}
 //
 //   CASE:   {"answers": [ANSWER, ...],          temperature-0 requests, in arrival order; past the end: answers[0]
@@ -33,6 +35,17 @@
 //            "logit_hashes": ["hex", ...], "omit": ["logprobs", "bytes", "ids", "top", "token_logprob"]}
 //   TOKEN:  {"text": "..."} or {"bytes": [226, 130]}, "form": "text"|"replacement"|"openai"|"escape"|"sentencepiece",
 //            "id", "logprob", "prob" (older shape only; default exp(logprob)), "top": [TOKEN, ...]
+//
+// Floods (a hostile server; each answer is written as it is sent, never held whole): every
+// generation request, on any route and streamed or not, is answered in llama.cpp's /completion
+// shape with flood_count of
+//   tokens   token ids in "tokens"                      {"content": "x", "tokens": [1, 1, ...]}
+//   alts     alternatives of the one token's step        "top_logprobs": [{"id": 2, "token": "b", ...}, ...]
+//   values   zeros in "timings"                          {"content": "x", "timings": {"v": [0, 0, ...]}}
+//   events   server-sent events, none of them the last   data: {"content": "x", "stop": false}
+// A hostile /props (props_name_bytes > 0 or props_width > 0; implies "props"): "build_info" and
+// "system_fingerprint" of props_name_bytes bytes each, and "wide": props_depth nested arrays
+// around props_width zeros.
 //
 // Token forms (how the token's string is spelled; its "bytes" array is always the real bytes):
 //   text           the bytes themselves (valid UTF-8)        "Price"
@@ -96,6 +109,10 @@ struct plant_server {
   int n_slots = 8;
   int get_delay_ms = 0;
   int deep_json = 0;
+  std::string flood;               // "" | tokens | alts | values | events
+  int64_t flood_count = 0;
+  int64_t props_name_bytes = 0, props_width = 0;
+  int props_depth = 0;
   std::map<std::string, plant_case> cases;     // by prompt text
   plant_case default_case;                     // any other prompt (the concurrency probe's fillers)
 };

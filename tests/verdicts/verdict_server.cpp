@@ -23,12 +23,14 @@
 // temperature, seed, cache_prompt, n_predict, index} (seed and cache_prompt only when sent).
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -192,7 +194,53 @@ void reply_json(httplib::Response& res, int status, const json& body) {
   res.set_content(text, "application/json");
 }
 
+// A flood (verdict_plant.h): head, `count` units, tail, written in blocks as the client reads,
+// so a body of hundreds of megabytes costs this server one block.
+void flood_reply(httplib::Response& res, const std::string& kind, int64_t count) {
+  struct flood_body {
+    std::string head, unit, last, tail;
+    int64_t left = 0;
+    bool head_sent = false;
+  };
+  auto f = std::make_shared<flood_body>();
+  f->left = std::max<int64_t>(count, 1);
+  std::string type = "application/json";
+  if (kind == "tokens") {
+    *f = {R"({"content": "x", "stop_type": "limit", "tokens": [)", "1,", "1", "]}", f->left, false};
+  } else if (kind == "alts") {
+    const std::string alt = R"({"id": 2, "token": "b", "logprob": -1})";
+    *f = {R"({"content": "a", "tokens": [1], "completion_probabilities": [{"id": 1, "token": "a", "logprob": -1, "top_logprobs": [)",
+          alt + ",", alt, "]}]}", f->left, false};
+  } else if (kind == "values") {
+    *f = {R"({"content": "x", "timings": {"v": [)", "0,", "0", "]}}", f->left, false};
+  } else {  // events: none of them the final one
+    const std::string ev = "data: {\"content\": \"x\", \"stop\": false}\n\n";
+    *f = {"", ev, ev, "", f->left, false};
+    type = "text/event-stream";
+  }
+  res.status = 200;
+  res.set_chunked_content_provider(type, [f](size_t, httplib::DataSink& sink) {
+    std::string block;
+    if (!f->head_sent) {
+      block = f->head;
+      f->head_sent = true;
+    }
+    while (f->left > 1 && block.size() < (64u << 10)) {
+      block += f->unit;
+      --f->left;
+    }
+    if (f->left == 1) {
+      block += f->last + f->tail;
+      f->left = 0;
+    }
+    if (!block.empty() && !sink.write(block.data(), block.size())) return false;
+    if (f->left == 0) sink.done();
+    return true;
+  });
+}
+
 void generate(server_state& st, const std::string& path, const httplib::Request& req, httplib::Response& res) {
+  if (!st.plant.flood.empty()) return flood_reply(res, st.plant.flood, st.plant.flood_count);
   route_ask route{path, false, st.plant.model};
   ask_info ask;
   try {
@@ -247,8 +295,20 @@ void routes_add(httplib::Server& srv, server_state& st) {
   });
   if (ps.props)
     srv.Get("/props", [&ps](const httplib::Request&, httplib::Response& res) {
-      reply_json(res, 200, {{"build_info", "verdict-server"}, {"model_path", "/planted/" + ps.model + ".gguf"},
-                            {"total_slots", ps.n_slots}, {"default_generation_settings", {{"n_ctx", 4096}}}});
+      json props = {{"build_info", "verdict-server"}, {"model_path", "/planted/" + ps.model + ".gguf"},
+                    {"total_slots", ps.n_slots}, {"default_generation_settings", {{"n_ctx", 4096}}}};
+      if (ps.props_name_bytes > 0) {
+        props["build_info"] = "verdict-server " + std::string(static_cast<size_t>(ps.props_name_bytes), 'b');
+        props["system_fingerprint"] = "fp " + std::string(static_cast<size_t>(ps.props_name_bytes), 'f');
+      }
+      if (ps.props_width <= 0) return reply_json(res, 200, props);
+      // "wide" spliced in as text: props_depth arrays around props_width zeros
+      std::string wide(static_cast<size_t>(ps.props_depth), '[');
+      for (int64_t i = 0; i < ps.props_width; ++i) wide += i ? ",0" : "0";
+      wide += std::string(static_cast<size_t>(ps.props_depth), ']');
+      std::string text = props.dump();
+      text.insert(1, "\"wide\": [" + wide + "], ");
+      res.set_content(text, "application/json");
     });
   if (ps.api_version) {
     srv.Get("/api/version", [](const httplib::Request&, httplib::Response& res) { reply_json(res, 200, {{"version", "0.0.0-verdict"}}); });

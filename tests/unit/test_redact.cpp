@@ -1,0 +1,77 @@
+// The one redaction rule (reports/redact.h): a key echoed by a server lower-cased, cut short or
+// inside other text is found in every field of a record, as a credential field is by its name.
+// Before, an exact-match search let "SK-...key" lower-cased or without its last characters through.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "reports/redact.h"
+
+using namespace detaudit::reports;
+
+namespace {
+
+const std::string k_key = "sk-Live-0123456789AbCdEfGhIjKlMnOp";
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("redact: the key, lower-cased, cut short or as any 12 characters of it, is replaced") {
+  CHECK(redact_text("Bearer " + k_key, k_key) == "Bearer [REDACTED]");
+  CHECK(redact_text("x" + lower(k_key) + "y", k_key) == "x[REDACTED]y");
+  CHECK(redact_text(k_key.substr(0, k_key.size() - 5) + "!", k_key) == "[REDACTED]!");
+  CHECK(redact_text("[" + k_key.substr(7, 12) + "]", k_key) == "[[REDACTED]]");          // 12 from the middle
+  CHECK(redact_text("[" + k_key.substr(7, 11) + "]", k_key) == "[" + k_key.substr(7, 11) + "]");  // 11: kept
+  CHECK(redact_text(k_key + " and " + k_key, k_key) == "[REDACTED] and [REDACTED]");
+  CHECK(redact_text("nothing here", k_key) == "nothing here");
+  CHECK(redact_text("anything", "") == "anything");
+  // A key shorter than 12 characters is matched whole, in any case.
+  CHECK(redact_text("a SHORTkey1 b shortkey c", "shortKey1") == "a [REDACTED] b shortkey c");
+}
+
+TEST_CASE("redact: JSON values and keys at any depth, and credential fields by name") {
+  const json in = {{"a", {{"deep", {lower(k_key), 1, "plain"}}}},
+                   {k_key.substr(3, 20), "a key named after the secret"},
+                   {"X-Api-Key", "whatever"},
+                   {"apikey", 7}};
+  const json out = redact_json(in, k_key);
+  const std::string text = out.dump();
+  CHECK(text.find(lower(k_key).substr(0, 12)) == std::string::npos);
+  CHECK(out["a"]["deep"][0] == "[REDACTED]");
+  CHECK(out["a"]["deep"][2] == "plain");
+  CHECK(out["X-Api-Key"] == "[REDACTED]");
+  CHECK(out["apikey"] == "[REDACTED]");
+  CHECK(out.contains("[REDACTED]"));
+}
+
+TEST_CASE("redact: every field of a record, token bytes and alternatives included") {
+  const std::string echoed = lower(k_key).substr(0, k_key.size() - 3);
+  record r;
+  r.target = {{"build", echoed}, {"model", "m " + echoed}};
+  r.request = {{"prompt", "p"}, {"authorization", "Bearer x"}};
+  r.endpoint = "/completion/" + echoed;
+  r.text = "The key is " + echoed + ".";
+  token_rec t;
+  t.text = echoed;
+  t.bytes.assign(echoed.begin(), echoed.end());
+  r.tokens = {t};
+  r.top_logprobs = {{{-1, echoed, -0.5}}};
+  r.finish_reason = echoed;
+  r.chained_hash = echoed;
+  r.usage = {{"note", echoed}};
+  r.timings = {{"server", {{echoed, {{"x", echoed}}}}}};
+  r.evidence = {{"reason", echoed}};
+  r.error = "HTTP 500: " + echoed;
+  record_redact(r, k_key);
+  const std::string all = record_to_json(r).dump();
+  CHECK(all.find(echoed.substr(0, 12)) == std::string::npos);
+  CHECK(all.find(echoed.substr(echoed.size() - 12)) == std::string::npos);
+  CHECK(r.text == "The key is [REDACTED].");
+  CHECK(r.request["authorization"] == "[REDACTED]");
+  CHECK(std::string(r.tokens[0].bytes.begin(), r.tokens[0].bytes.end()) == "[REDACTED]");
+  CHECK(r.top_logprobs[0][0].token == "[REDACTED]");
+}
