@@ -409,27 +409,35 @@ void http_target::response_read(const http_call& call, const http_response& resp
   }
   const dialect_def& d = dialect_of(api_);
   const bool chat = d.chat_path && call.path == d.chat_path;
-  json j;
   const json* stream = json_get(call.body, "stream");
-  if (d.stream && stream && stream->is_boolean() && stream->get<bool>() &&
-      resp.content_type.rfind("text/event-stream", 0) == 0) {
+  const bool events = d.stream && stream && stream->is_boolean() && stream->get<bool>() &&
+                      resp.content_type.rfind("text/event-stream", 0) == 0;
+  answer_read(d, chat, events, resp.body, lim, where, rec);
+}
+
+}  // namespace
+
+void answer_read(const dialect_def& d, bool chat, bool events, const std::string& body, const response_limits& lim,
+                 const std::string& where, reports::record& rec) {
+  json j;
+  if (events && d.stream) {
     try {
-      j = d.stream(resp.body, chat, lim);
+      j = d.stream(body, chat, lim);
     } catch (const response_error& e) {
       rec.error = where + ": " + e.what();
       return;
     }
   } else {
     try {
-      j = json_parse_bounded(resp.body, lim, nullptr);
+      j = json_parse_bounded(body, lim, nullptr);
     } catch (const response_error& e) {
       rec.error = where + ": " + e.what();
       return;
     }
   }
   if (j.is_discarded() || !j.is_object()) {
-    rec.error = where + ": the answer is not a JSON object (" + std::to_string(resp.body.size()) + " bytes: '" +
-                resp.body.substr(0, 80) + (resp.body.size() > 80 ? "...'" : "'") + ")";
+    rec.error = where + ": the answer is not a JSON object (" + std::to_string(body.size()) + " bytes: '" +
+                body.substr(0, 80) + (body.size() > 80 ? "...'" : "'") + ")";
     return;
   }
   try {
@@ -448,6 +456,8 @@ void http_target::response_read(const http_call& call, const http_response& resp
   if (const json* fp = json_get(j, "system_fingerprint"); fp && fp->is_string())
     rec.target["fingerprint"] = text_bounded(fp->get<std::string>(), k_stored_name);
 }
+
+namespace {
 
 // Prometheus text format: "name{labels} value [timestamp]" lines; "#" lines are comments.
 json metrics_parse(const std::string& text) {

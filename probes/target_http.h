@@ -82,6 +82,13 @@ void llamacpp_parse(const json& j, bool chat, reports::record& rec);
 void ollama_parse(const json& j, bool chat, reports::record& rec);
 json stream_assemble_openai(const std::string& body, bool chat, const response_limits& l);
 json stream_assemble_llamacpp(const std::string& body, bool chat, const response_limits& l);
+// A 2xx answer's body -> rec, as the HTTP target reads it: `events` when it came as
+// text/event-stream to a streamed request (d.stream assembles it), else one JSON document; parsed
+// within `lim`, then read by d.parse. Never throws for what a server sends: an answer that cannot
+// be read sets rec.error ("WHERE: ...") and leaves no answer in rec. Server metadata kept in rec
+// (timings.server, usage, finish_reason, fingerprint) is cut to the stored bounds.
+void answer_read(const dialect_def& d, bool chat, bool events, const std::string& body, const response_limits& lim,
+                 const std::string& where, reports::record& rec);
 
 // ---- shared by the readers (target_http.cpp) ----
 

@@ -12,7 +12,7 @@
 # Memory is part of the contract: a run over 1024 MB of RSS, or one malloc over 512 MB, is a finding.
 set -euo pipefail
 
-targets=(gguf tokenizer serve_request records lmeval)
+targets=(gguf tokenizer serve_request records lmeval answers)
 
 if [[ $# -lt 1 || $# -gt 2 ]]; then
   echo "usage: scripts/fuzz.sh TARGET|--all [SECONDS]   (targets: ${targets[*]})" >&2
