@@ -194,3 +194,35 @@ TEST_CASE("report cli: --help names the formats, --fail-on and examples") {
       CHECK_MESSAGE(contains(r.out, word), word);
   }
 }
+
+// A hostile server can plant a value nested 100,000 deep inside a record's timings, request,
+// usage or evidence; `bundle`, `report` (every format) and `merge` copied and printed it by
+// recursion and died with SIGSEGV. Every command that reads records refuses it, naming the file
+// and line, with exit 2.
+TEST_CASE("reader cli: a record nested 100,000 deep stops report, bundle and merge with file and line, exit 2") {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  for (const char* field : {"timings", "request", "usage", "evidence"}) {
+    CAPTURE(field);
+    const std::string dir = make_run(std::string("reader_cli_deep_") + field);
+    std::ofstream(dir + "/records.jsonl", std::ios::app)
+        << R"({"schema":1,"item_id":"q3","run_id":"cli-run","probe":"base","condition":"alone",")" << field << "\":"
+        << "{\"x\":" << deep << "}}\n";
+    std::vector<std::string> cmds;
+    for (const char* f : {"text", "json", "md", "junit", "html"}) cmds.push_back("report " + shell_quote(dir) + " --format " + f);
+    cmds.push_back("bundle " + shell_quote(dir) + " --item q1 --no-tar -o " + shell_quote(dir + "/bundle"));
+    for (const std::string& c : cmds) {
+      CAPTURE(c);
+      const auto r = run_cmd(bin() + " " + c);
+      CHECK(r.exit_code == 2);
+      CHECK(count_lines(r.err) == 1);
+      CHECK(contains(r.err, "records.jsonl:5"));
+    }
+    // merge reads the records of shards only: the folder becomes shard 1 of 2
+    std::ofstream(dir + "/run.json") << json{{"schema", 1}, {"run_id", "cli-run"}, {"shard", {{"index", 1}, {"count", 2}}},
+                                     {"identity", {{"shard", {{"count", 2}}}, {"items", {{"count", 3}}}}}}.dump();
+    const auto m = run_cmd(bin() + " merge --partial " + shell_quote(dir) + " --out " + shell_quote(dir + "-merged"));
+    CHECK(m.exit_code == 2);
+    CHECK(count_lines(m.err) == 1);
+    CHECK(contains(m.err, "records.jsonl:5"));
+  }
+}
