@@ -1,5 +1,6 @@
 #include <iostream>
 #include <memory>
+#include <vector>
 
 #include "commands.h"
 #include "gguf/dtype.h"
@@ -14,6 +15,7 @@ struct synth_cmd_options {
   std::string arch = "llama";
   std::string type = "f16";
   std::string preset;
+  std::vector<std::string> tensor_types;  // NAME=TYPE
 };
 
 namespace {
@@ -28,6 +30,14 @@ void resolve(CLI::App* sub, synth_cmd_options& o) {
   const gguf::dtype_traits* t = gguf::dtype_from_name(o.type);
   if (!t) throw input_error("synth: --type '" + o.type + "' is not one of " + k_types);
   o.synth.type = t->type;
+  for (const std::string& nt : o.tensor_types) {
+    const size_t eq = nt.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == nt.size())
+      throw input_error("synth: --tensor-type '" + nt + "' is not NAME=TYPE (e.g. attn_v=q6_k)");
+    const gguf::dtype_traits* tt = gguf::dtype_from_name(nt.substr(eq + 1));
+    if (!tt) throw input_error("synth: --tensor-type '" + nt + "': '" + nt.substr(eq + 1) + "' is not one of " + k_types);
+    o.synth.tensor_types.emplace_back(nt.substr(0, eq), tt->type);
+  }
   if (o.preset.empty()) return;
   const model::synth_preset* p = model::synth_find_preset(o.preset);
   if (!p) throw input_error("synth: --preset '" + o.preset + "' is not one of " + model::synth_preset_names());
@@ -51,6 +61,9 @@ void setup_synth(CLI::App& app) {
   sub->add_option("-o,--output", opt->out, "Output GGUF file")->required();
   sub->add_option("--arch", opt->arch, "Architecture: llama, qwen2 (q/k/v biases), qwen3 (q/k norms)")->capture_default_str();
   sub->add_option("--type", opt->type, std::string("Weight matrix type: ") + k_types)->capture_default_str();
+  sub->add_option("--tensor-type", opt->tensor_types,
+                  "NAME=TYPE: write the matrices NAME names in TYPE instead (repeatable; a later one wins). NAME is a "
+                  "whole tensor name (output.weight, blk.1.attn_v.weight) or a name inside every block (attn_v)");
   sub->add_option("--preset", opt->preset, "Shape preset: " + model::synth_preset_names() + " (shape flags override it)");
   sub->add_option("--n-embd", s.n_embd, "Embedding width")->capture_default_str();
   sub->add_option("--n-layer", s.n_layer, "Number of transformer blocks")->capture_default_str();
@@ -70,7 +83,9 @@ void setup_synth(CLI::App& app) {
       "Examples:\n"
       "  detaudit synth -o tiny.gguf --preset tiny --type q8_0\n"
       "  detaudit synth -o q.gguf --arch qwen2 --type q4_k --n-embd 512 --n-ff 1536\n"
-      "  detaudit synth -o 1b.gguf --preset 1b --type q4_k --vocab-from ggml-vocab-llama-spm.gguf");
+      "  detaudit synth -o 1b.gguf --preset 1b --type q4_k --vocab-from ggml-vocab-llama-spm.gguf\n"
+      "  detaudit synth -o m.gguf --type q4_k --tensor-type output.weight=q6_k --tensor-type blk.1.attn_v=q6_k\n"
+      "    (llama.cpp's Q4_K_M mixture for a 2-block model)");
   sub->callback([sub, opt] {
     resolve(sub, *opt);
     uint64_t n = model::synth_write(opt->synth, opt->out);

@@ -185,6 +185,24 @@ int64_t synth_file_type(gguf::dtype t) {
   }
 }
 
+namespace {
+
+bool pattern_matches(const std::string& pattern, const std::string& name) {
+  const std::string full = pattern.ends_with(".weight") ? pattern : pattern + ".weight";
+  if (name == full) return true;
+  // "attn_v.weight" names blk.N.attn_v.weight: the name ends with "." + the pattern.
+  return name.size() > full.size() && name.ends_with(full) && name[name.size() - full.size() - 1] == '.';
+}
+
+}  // namespace
+
+gguf::dtype synth_tensor_type(const synth_options& o, const std::string& name) {
+  gguf::dtype t = o.type;
+  for (const auto& [pattern, type] : o.tensor_types)
+    if (pattern_matches(pattern, name)) t = type;
+  return t;
+}
+
 void synth_validate(const synth_options& o) {
   auto need = [](bool ok, const std::string& msg) {
     if (!ok) throw input_error("synth: " + msg);
@@ -205,6 +223,23 @@ void synth_validate(const synth_options& o) {
   for (auto [flag, n] : rows)
     need(n % t.block_size == 0, std::string("--type ") + t.name + " packs rows in blocks of " + std::to_string(t.block_size) +
                                     "; " + flag + " = " + std::to_string(n) + " is not a multiple of it");
+  if (o.tensor_types.empty()) return;
+  hparams hp = hparams_of(o, 1);
+  std::vector<tensor_desc> tensors = arch_tensors(hp);
+  for (const auto& [pattern, type] : o.tensor_types) {
+    synth_file_type(type);
+    bool matched = false;
+    for (const tensor_desc& d : tensors) {
+      if (d.kind != TENSOR_MATRIX || !pattern_matches(pattern, d.name)) continue;
+      if (d.optional && (d.name != "output.weight" || o.tied_output)) continue;
+      matched = true;
+      const gguf::dtype_traits& tt = gguf::dtype_get(type);
+      need(d.ne[0] % tt.block_size == 0, "--tensor-type " + pattern + "=" + tt.name + ": " + d.name + " has rows of " +
+                                             std::to_string(d.ne[0]) + ", not a multiple of the type's block of " +
+                                             std::to_string(tt.block_size));
+    }
+    need(matched, "--tensor-type '" + pattern + "' names no weight matrix of this model (examples: output.weight, attn_v, blk.1.ffn_down)");
+  }
 }
 
 uint64_t synth_write(const synth_options& o, const std::string& path) {
@@ -215,13 +250,15 @@ uint64_t synth_write(const synth_options& o, const std::string& path) {
   hparams_write(w, hp);
   w.set("general.name", gguf::value::of_string(o.name));
   w.set("general.file_type", gguf::value::of_u32(static_cast<uint32_t>(synth_file_type(o.type))));
-  if (gguf::dtype_get(o.type).block_size > 1) w.set("general.quantization_version", gguf::value::of_u32(2));
+  bool quantized = gguf::dtype_get(o.type).block_size > 1;
+  for (const auto& tt : o.tensor_types) quantized = quantized || gguf::dtype_get(tt.second).block_size > 1;
+  if (quantized) w.set("general.quantization_version", gguf::value::of_u32(2));
   w.set("detaudit.synth.seed", gguf::value::of_u64(o.seed));
   write_vocab(w, vocab);
   uint64_t n_params = 0;
   for (const tensor_desc& d : arch_tensors(hp)) {
     if (d.optional && (d.name != "output.weight" || hp.tied_output)) continue;
-    add_random_tensor(w, d, hp, d.kind == TENSOR_MATRIX ? o.type : gguf::DTYPE_F32, o.seed);
+    add_random_tensor(w, d, hp, d.kind == TENSOR_MATRIX ? synth_tensor_type(o, d.name) : gguf::DTYPE_F32, o.seed);
     uint64_t n = 1;
     for (int64_t e : d.ne) n *= static_cast<uint64_t>(e);
     n_params += n;

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gguf/dtype.h"
 #include "model/arch.h"
@@ -18,6 +20,10 @@ namespace detaudit::model {
 struct synth_options {
   arch_id arch = ARCH_LLAMA;
   gguf::dtype type = gguf::DTYPE_F16;  // weight matrices; norms and biases are always F32
+  // Per-tensor overrides of `type`, in order (a later match wins): a pattern names a weight matrix
+  // whole ("output.weight", "blk.1.attn_v.weight") or by its name inside every block ("attn_v" or
+  // "attn_v.weight" matches blk.N.attn_v.weight). Mixtures such as llama.cpp's Q4_K_M are written so.
+  std::vector<std::pair<std::string, gguf::dtype>> tensor_types;
   int64_t n_embd = 256;
   int64_t n_layer = 2;
   int64_t n_head = 4;
@@ -50,6 +56,9 @@ void synth_validate(const synth_options& o);
 // Generates the model and writes it to path. Returns the number of parameters written.
 // Throws input_error for bad options or an unreadable --vocab-from file.
 uint64_t synth_write(const synth_options& o, const std::string& path);
+
+// The type synth writes the weight matrix `name` in: the last matching tensor_types entry, else type.
+gguf::dtype synth_tensor_type(const synth_options& o, const std::string& name);
 
 // llama.cpp's general.file_type for a file whose matrices are all of type t.
 int64_t synth_file_type(gguf::dtype t);

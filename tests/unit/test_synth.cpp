@@ -151,3 +151,57 @@ TEST_CASE("synth: --vocab-from copies another file's vocabulary") {
   CHECK(f.get_string("tokenizer.ggml.model") == "llama");
   CHECK(model::hparams_from_gguf(f).n_vocab == 512);
 }
+
+TEST_CASE("synth: --tensor-type writes the named matrices in another type and leaves the rest byte-identical") {
+  std::string dir = test::scratch_dir("synth_tensor_type");
+  model::synth_options plain = tiny(model::ARCH_LLAMA, gguf::DTYPE_Q4_K);
+  model::synth_options mixed = plain;
+  mixed.tensor_types = {{"output.weight", gguf::DTYPE_Q6_K},
+                        {"attn_v", gguf::DTYPE_Q8_0},
+                        {"blk.1.attn_v.weight", gguf::DTYPE_F16}};  // later wins for block 1
+  model::synth_write(plain, dir + "/plain.gguf");
+  model::synth_write(mixed, dir + "/mixed.gguf");
+  gguf::file p = gguf::file::open(dir + "/plain.gguf");
+  gguf::file m = gguf::file::open(dir + "/mixed.gguf");
+  auto type_of = [&](const char* name) {
+    const gguf::tensor_info* t = m.find_tensor(name);
+    REQUIRE(t != nullptr);
+    return t->type;
+  };
+  CHECK(type_of("output.weight") == gguf::DTYPE_Q6_K);
+  CHECK(type_of("blk.0.attn_v.weight") == gguf::DTYPE_Q8_0);
+  CHECK(type_of("blk.1.attn_v.weight") == gguf::DTYPE_F16);
+  CHECK(type_of("blk.0.attn_q.weight") == gguf::DTYPE_Q4_K);
+  CHECK(type_of("blk.1.ffn_down.weight") == gguf::DTYPE_Q4_K);
+  CHECK(type_of("blk.0.attn_norm.weight") == gguf::DTYPE_F32);
+  for (const gguf::tensor_info& t : m.tensors()) {
+    CAPTURE(t.name);
+    const gguf::tensor_info* q = p.find_tensor(t.name);
+    REQUIRE(q != nullptr);
+    if (t.type == q->type) {  // not overridden: the same bytes as the plain file
+      REQUIRE(t.n_bytes == q->n_bytes);
+      CHECK(std::memcmp(m.tensor_data(t), p.tensor_data(*q), t.n_bytes) == 0);
+    } else {  // overridden: the same values, quantized in its own type
+      CHECK(rel_rms(decode(m, t), decode(p, *q)) <= bound(q->type) + bound(t.type));
+    }
+  }
+}
+
+TEST_CASE("synth: --tensor-type is refused when it names nothing or its type cannot pack the rows") {
+  std::string dir = test::scratch_dir("synth_tensor_type_bad");
+  model::synth_options o = tiny(model::ARCH_LLAMA, gguf::DTYPE_F16);
+  o.tensor_types = {{"attn_vv", gguf::DTYPE_Q8_0}};
+  CHECK_THROWS_WITH_AS(model::synth_write(o, dir + "/x.gguf"), doctest::Contains("'attn_vv' names no weight matrix"),
+                       input_error);
+  o.tensor_types = {{"blk.7.attn_v", gguf::DTYPE_Q8_0}};  // only blocks 0 and 1 exist
+  CHECK_THROWS_AS(model::synth_write(o, dir + "/x.gguf"), input_error);
+  o.tensor_types = {{"ffn_down", gguf::DTYPE_Q4_K}};
+  o.n_ff = 160;  // ffn_down's rows are n_ff long: a multiple of 32, not of Q4_K's 256
+  CHECK_THROWS_WITH_AS(model::synth_write(o, dir + "/x.gguf"), doctest::Contains("ffn_down.weight has rows of 160"),
+                       input_error);
+  o.n_ff = 512;
+  model::synth_write(o, dir + "/ok.gguf");  // an F16 file with quantized matrices says its quantization version
+  gguf::file f = gguf::file::open(dir + "/ok.gguf");
+  CHECK(f.find_tensor("blk.0.ffn_down.weight")->type == gguf::DTYPE_Q4_K);
+  CHECK(f.get_int("general.quantization_version", -1) == 2);
+}
