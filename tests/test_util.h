@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +23,12 @@ inline std::string setting(const char* env, const char* dflt) {
 #ifndef DETAUDIT_FIXTURES_DEFAULT
 #define DETAUDIT_FIXTURES_DEFAULT ""
 #endif
+#ifndef DETAUDIT_GENERATED_DEFAULT
+#define DETAUDIT_GENERATED_DEFAULT ""
+#endif
+#ifndef DETAUDIT_TEST_DATA_DEFAULT
+#define DETAUDIT_TEST_DATA_DEFAULT ""
+#endif
 #ifndef DETAUDIT_BIN_DEFAULT
 #define DETAUDIT_BIN_DEFAULT ""
 #endif
@@ -29,13 +36,43 @@ inline std::string setting(const char* env, const char* dflt) {
 #define DETAUDIT_TEST_TMP_DEFAULT ""
 #endif
 
-// A fixture path such as "models/stories260K.gguf". Throws (failing the test, never skipping it)
-// when no fixtures folder is known or the file is missing.
+// The exit status CTest counts as "skipped" for every test of this project (SKIP_RETURN_CODE).
+inline constexpr int k_skip_exit = 77;
+
+// A public fixture (docs/fixtures.md), such as "models/stories260K.gguf": a file with a public
+// source that scripts/fixtures.sh finds or downloads. When it is not there (no copy, no network)
+// the test cannot run: it says which file is missing and exits with k_skip_exit, which CTest
+// reports as "Not Run (Skipped)" and counts. It never passes without having run.
 inline std::string fixture(const std::string& rel) {
-  std::string dir = setting("DETAUDIT_FIXTURES", DETAUDIT_FIXTURES_DEFAULT);
-  if (dir.empty()) throw std::runtime_error("DETAUDIT_FIXTURES is not set and no default was configured");
-  std::filesystem::path p = std::filesystem::path(dir) / rel;
-  if (!std::filesystem::exists(p)) throw std::runtime_error("fixture missing: " + p.string());
+  const std::string dir = setting("DETAUDIT_FIXTURES", DETAUDIT_FIXTURES_DEFAULT);
+  const std::filesystem::path p = std::filesystem::path(dir.empty() ? "." : dir) / rel;
+  if (dir.empty() || !std::filesystem::exists(p)) {
+    std::fprintf(stderr, "SKIPPED: public fixture %s is not available (%s); scripts/fixtures.sh downloads it\n",
+                 rel.c_str(), dir.empty() ? "no fixtures folder is known" : ("not in " + dir).c_str());
+    std::fflush(stderr);
+    std::_Exit(k_skip_exit);
+  }
+  return p.string();
+}
+
+// A fixture the build generates (tests/data/synthetic.list, written by `detaudit synth` in the
+// setup test "fixtures: ..."), such as "models/synthetic/tiny-llama-f16.gguf". Missing means the
+// setup test failed: the test fails too.
+inline std::string generated(const std::string& rel) {
+  const std::string dir = setting("DETAUDIT_GENERATED", DETAUDIT_GENERATED_DEFAULT);
+  if (dir.empty()) throw std::runtime_error("DETAUDIT_GENERATED is not set and no default was configured");
+  const std::filesystem::path p = std::filesystem::path(dir) / rel;
+  if (!std::filesystem::exists(p))
+    throw std::runtime_error("generated fixture missing: " + p.string() + " (the setup test 'fixtures: ...' writes it)");
+  return p.string();
+}
+
+// Test data committed under tests/data, such as "llamacpp-b4748/stories260K.json".
+inline std::string test_data(const std::string& rel) {
+  const std::string dir = setting("DETAUDIT_TEST_DATA", DETAUDIT_TEST_DATA_DEFAULT);
+  if (dir.empty()) throw std::runtime_error("DETAUDIT_TEST_DATA is not set and no default was configured");
+  const std::filesystem::path p = std::filesystem::path(dir) / rel;
+  if (!std::filesystem::exists(p)) throw std::runtime_error("test data missing: " + p.string());
   return p.string();
 }
 

@@ -1,6 +1,7 @@
 // Fidelity of the numerics, teacher-forced so both sides see the same contexts:
 //  - exact vs reference (float64) on stories260K and every synthetic fixture model;
-//  - exact and float vs llama.cpp's own outputs (../shared/fixtures/reference, llama-server b4748);
+//  - exact and float vs llama.cpp's own outputs (tests/data/llamacpp-*: llama-server b4748 and a
+//    2026-08 build, on stories260K and on the synthetic models the build generates);
 //  - exact vs reference at 4k tokens of context on a synthetic model.
 // Each test prints its measured figures; docs/precision-contract.md records them.
 #include <doctest/doctest.h>
@@ -150,14 +151,14 @@ llamacpp_stats vs_llamacpp(const std::string& model_path, const std::string& ref
 
 TEST_CASE("fidelity: exact vs float64 reference on stories260K and every synthetic model") {
   lp_stats st = exact_vs_reference(test::fixture("models/stories260K.gguf"),
-                                   test::fixture("reference/stories260K-llamacpp-greedy.json"), 16);
+                                   test::test_data("llamacpp-b4748/stories260K.json"), 16);
   MESSAGE("stories260K: exact vs reference mean " << st.mean() << " max " << st.max << " nats over " << st.n);
   CHECK(st.mean() <= 0.005);
   CHECK(st.max <= 0.05);
   for (const char* k : k_synthetic) {
     CAPTURE(std::string(k));
-    lp_stats s = exact_vs_reference(test::fixture(std::string("models/synthetic/tiny-") + k + ".gguf"),
-                                    test::fixture(std::string("reference/tiny-") + k + "-llamacpp-greedy.json"), 4);
+    lp_stats s = exact_vs_reference(test::generated(std::string("models/synthetic/tiny-") + k + ".gguf"),
+                                    test::test_data(std::string("llamacpp-b4748/tiny-") + k + ".json"), 4);
     MESSAGE(std::string(k) << ": exact vs reference mean " << s.mean() << " max " << s.max << " nats over " << s.n);
     CHECK(s.mean() <= 0.005);
     CHECK(s.max <= 0.05);
@@ -165,11 +166,12 @@ TEST_CASE("fidelity: exact vs float64 reference on stories260K and every synthet
 }
 
 TEST_CASE("fidelity: exact and float vs llama.cpp on stories260K, short and ~650-token prompts") {
-  for (const char* ref : {"reference/stories260K-llamacpp-greedy.json", "reference/stories260K-long-llamacpp-greedy.json"}) {
+  for (const char* ref : {"llamacpp-b4748/stories260K.json", "llamacpp-b4748/stories260K-long.json",
+                          "llamacpp-2026-08/stories260K.json", "llamacpp-2026-08/stories260K-long.json"}) {
     for (auto mode : {runtime::NUMERICS_EXACT, runtime::NUMERICS_FLOAT}) {
       CAPTURE(std::string(ref));
       CAPTURE(std::string(runtime::numerics_name(mode)));
-      llamacpp_stats st = vs_llamacpp(test::fixture("models/stories260K.gguf"), test::fixture(ref), mode, 0.05);
+      llamacpp_stats st = vs_llamacpp(test::fixture("models/stories260K.gguf"), test::test_data(ref), mode, 0.05);
       MESSAGE(std::string(ref) << " " << std::string(runtime::numerics_name(mode)) << ": " << st.n_agree << "/" << st.n_checked
                   << " greedy tokens identical before llama.cpp's first margin < 0.05; mean |d logprob| "
                   << st.lp.mean() << " max " << st.lp.max);
@@ -182,18 +184,22 @@ TEST_CASE("fidelity: exact and float vs llama.cpp on stories260K, short and ~650
 }
 
 TEST_CASE("fidelity: exact and float vs llama.cpp on every synthetic model") {
-  for (const char* k : k_synthetic) {
-    for (auto mode : {runtime::NUMERICS_EXACT, runtime::NUMERICS_FLOAT}) {
-      CAPTURE(std::string(k));
-      CAPTURE(std::string(runtime::numerics_name(mode)));
-      llamacpp_stats st = vs_llamacpp(test::fixture(std::string("models/synthetic/tiny-") + k + ".gguf"),
-                                      test::fixture(std::string("reference/tiny-") + k + "-llamacpp-greedy.json"), mode, 0.1);
-      MESSAGE(std::string(k) << " " << std::string(runtime::numerics_name(mode)) << ": " << st.n_agree << "/" << st.n_checked
-                << " greedy tokens identical before llama.cpp's first margin < 0.1; mean |d logprob| " << st.lp.mean()
-                << " max " << st.lp.max);
-      CHECK(st.n_checked > 0);
-      CHECK(st.n_agree == st.n_checked);
-      CHECK(st.lp.mean() <= 0.03);
+  for (const char* build : {"llamacpp-b4748", "llamacpp-2026-08"}) {
+    for (const char* k : k_synthetic) {
+      for (auto mode : {runtime::NUMERICS_EXACT, runtime::NUMERICS_FLOAT}) {
+        CAPTURE(std::string(build));
+        CAPTURE(std::string(k));
+        CAPTURE(std::string(runtime::numerics_name(mode)));
+        llamacpp_stats st = vs_llamacpp(test::generated(std::string("models/synthetic/tiny-") + k + ".gguf"),
+                                        test::test_data(std::string(build) + "/tiny-" + k + ".json"), mode, 0.1);
+        MESSAGE(std::string(build) << " " << std::string(k) << " " << std::string(runtime::numerics_name(mode)) << ": "
+                                   << st.n_agree << "/" << st.n_checked
+                                   << " greedy tokens identical before llama.cpp's first margin < 0.1; mean |d logprob| "
+                                   << st.lp.mean() << " max " << st.lp.max);
+        CHECK(st.n_checked > 0);
+        CHECK(st.n_agree == st.n_checked);
+        CHECK(st.lp.mean() <= 0.03);
+      }
     }
   }
 }

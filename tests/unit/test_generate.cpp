@@ -249,7 +249,7 @@ TEST_CASE("score: teacher-forced logits hash like generation's in exact mode") {
 }
 
 TEST_CASE("score: --reference scores every llama.cpp reference item and agrees with its greedy tokens") {
-  const std::string ref_path = detaudit::test::fixture("reference/stories260K-llamacpp-greedy.json");
+  const std::string ref_path = detaudit::test::test_data("llamacpp-b4748/stories260K.json");
   auto r = run_cmd(bin() + " score -m " + stories() + " --reference " + shell_quote(ref_path) + " --json -t 2");
   CAPTURE(r.err);
   REQUIRE(r.exit_code == 0);
@@ -286,7 +286,7 @@ TEST_CASE("golden: stories260K exact greedy token ids and chained hash") {
   const json g = json::parse(in);
   // The token ids are not only the engine's own: llama.cpp produced the same greedy continuation
   // of this prompt (the reference fixture's first item), so the golden cannot pin a wrong answer.
-  std::ifstream ref_in(detaudit::test::fixture("reference/stories260K-llamacpp-greedy.json"));
+  std::ifstream ref_in(detaudit::test::test_data("llamacpp-b4748/stories260K.json"));
   const json ref = json::parse(ref_in)["items"][0];
   REQUIRE(ref["prompt"] == g["prompt"]);
   CHECK(ref["prompt_tokens"] == g["prompt_tokens"]);

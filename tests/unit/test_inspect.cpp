@@ -1,5 +1,5 @@
-// inspect on every GGUF in the fixtures: architecture, block count and vocabulary size as
-// ../shared/fixtures/SOURCES.md records them, through the CLI with --json.
+// inspect on every GGUF in the fixtures: architecture, block count and vocabulary size as their
+// sources give them (docs/fixtures.md), through the CLI with --json.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -55,13 +55,13 @@ TEST_CASE("inspect: synthetic fixture files in every weight type") {
                          "llama-q5_1", "llama-q2_k", "llama-q3_k_m", "llama-q4_k_m", "llama-q5_k_m", "llama-q6_k",
                          "qwen2-f16", "qwen2-q8_0", "qwen2-q4_0", "qwen2-q4_k_m", "qwen2-q5_k_m", "qwen2-q6_k"};
   for (const char* k : kinds) {
-    std::string path = fixture(std::string("models/synthetic/tiny-") + k + ".gguf");
+    std::string path = detaudit::test::generated(std::string("models/synthetic/tiny-") + k + ".gguf");
     CAPTURE(path);
     nlohmann::json info = inspect_json(path, "--tensors");
     CHECK(info["architecture"] == (std::string(k).rfind("qwen2", 0) == 0 ? "qwen2" : "llama"));
     CHECK(info["hparams"]["n_layer"] == 2);
     CHECK(info["hparams"]["n_embd"] == 256);
-    CHECK(info["vocab"]["size"] == 512);
+    CHECK(info["vocab"]["size"] == 543);  // detaudit synth's built-in vocabulary
     CHECK(info["engine"]["runnable"] == true);
     CHECK(info["tensors"].size() == info["n_tensors"]);
   }
@@ -73,13 +73,13 @@ TEST_CASE("inspect: text output, tensor table and sha256") {
   REQUIRE(r.exit_code == 0);
   CHECK(r.out.find("\narchitecture      llama\n") != std::string::npos);
   CHECK(r.out.find("blk.4.ffn_down.weight") != std::string::npos);
-  // The digest SOURCES.md records for this file.
+  // The digest scripts/fixtures.sh pins for this file.
   CHECK(r.out.find("270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d") != std::string::npos);
 }
 
 TEST_CASE("inspect: --metadata lists every key in file order with its type") {
   nlohmann::json info = inspect_json(fixture("models/stories260K.gguf"), "--metadata");
-  REQUIRE(info["metadata"].size() == 19);  // SOURCES.md: 19 keys
+  REQUIRE(info["metadata"].size() == 19);  // as ggml-org's conversion wrote it: 19 keys
   CHECK(info["metadata"][0]["key"] == "tokenizer.ggml.tokens");
   CHECK(info["metadata"][0]["type"] == "array[string]");
   CHECK(info["metadata"][0]["value"]["count"] == 512);

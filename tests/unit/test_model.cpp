@@ -83,7 +83,7 @@ const std::vector<int32_t> k_tokens = {1, 17, 300, 42, 99};
 TEST_CASE("model: every fixture model loads and evaluates tokens in every numerics mode") {
   std::vector<std::string> paths = {test::fixture("models/stories260K.gguf"),
                                     test::fixture("models/llama-2-tiny-random.gguf")};
-  for (const auto& e : std::filesystem::directory_iterator(test::fixture("models/synthetic")))
+  for (const auto& e : std::filesystem::directory_iterator(test::generated("models/synthetic")))
     if (e.path().extension() == ".gguf") paths.push_back(e.path().string());
   std::sort(paths.begin(), paths.end());
   CHECK(paths.size() >= 20);

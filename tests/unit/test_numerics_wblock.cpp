@@ -202,7 +202,7 @@ TEST_CASE("wblock: every tensor of the synthetic fixture models decodes like the
                          "tiny-qwen2-f16",    "tiny-qwen2-q4_0",  "tiny-qwen2-q4_k_m", "tiny-qwen2-q5_k_m",
                          "tiny-qwen2-q6_k",   "tiny-qwen2-q8_0"};
   for (const char* f : files) {
-    const std::string path = test::fixture(std::string("models/synthetic/") + f + ".gguf");
+    const std::string path = test::generated(std::string("models/synthetic/") + f + ".gguf");
     const gguf::file file = gguf::file::open(path);
     int64_t n_tensors = 0, n_elems = 0;
     for (const gguf::tensor_info& ti : file.tensors()) {

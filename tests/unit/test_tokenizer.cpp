@@ -328,17 +328,22 @@ TEST_CASE("tokenizer cli: tokenize --ids, errors, and vocab import") {
   CHECK(r.exit_code == 2);
 }
 
-// llama.cpp's server (build b4748) tokenized these prompts (add_special and parse_special on) and
+// llama.cpp's server (builds b4748 and 2026-08, tests/data/README.md) tokenized these prompts
+// (add_special and parse_special on) and
 // generated these tokens; its "content" is the concatenation of their pieces.
 TEST_CASE("tokenizer reference: prompt tokens and content of llama.cpp server runs") {
   const std::pair<const char*, const char*> runs[] = {
-      {"reference/stories260K-llamacpp-greedy.json", "models/stories260K.gguf"},
-      {"reference/stories260K-long-llamacpp-greedy.json", "models/stories260K.gguf"},
-      {"reference/tiny-qwen2-f16-llamacpp-greedy.json", "models/synthetic/tiny-qwen2-f16.gguf"},
+      {"llamacpp-b4748/stories260K.json", "models/stories260K.gguf"},
+      {"llamacpp-b4748/stories260K-long.json", "models/stories260K.gguf"},
+      {"llamacpp-b4748/tiny-qwen2-f16.json", "models/synthetic/tiny-qwen2-f16.gguf"},
+      {"llamacpp-2026-08/stories260K.json", "models/stories260K.gguf"},
+      {"llamacpp-2026-08/tiny-llama-f16.json", "models/synthetic/tiny-llama-f16.gguf"},
   };
   for (auto [ref, model] : runs) {
-    const tk::vocab v = load_fixture(model);
-    std::ifstream in(fixture(ref));
+    const std::string m = model;
+    const tk::vocab v = tk::vocab_load(
+        gguf::file::open(m.starts_with("models/synthetic/") ? detaudit::test::generated(m) : fixture(m)));
+    std::ifstream in(detaudit::test::test_data(ref));
     const nlohmann::json j = nlohmann::json::parse(in);
     size_t n = 0;
     for (const auto& item : j.at("items")) {
