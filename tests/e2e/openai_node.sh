@@ -4,6 +4,8 @@
 # Usage: openai_node.sh DETAUDIT_BIN MODEL.gguf
 set -euo pipefail
 bin=$1 model=$2
+# A missing public fixture is a skipped test (CTest's SKIP_RETURN_CODE 77), never a pass.
+[ -f "$model" ] || { echo "SKIPPED: public fixture $model is not available (scripts/fixtures.sh downloads it)" >&2; exit 77; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 [ -d "$here/openai-node/node_modules/openai" ] ||
   { echo "openai-node: node_modules missing; scripts/setup.sh installs them (npm ci)" >&2; exit 1; }
