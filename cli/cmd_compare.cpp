@@ -20,7 +20,7 @@ struct compare_cmd_options {
   std::string a, b;
   std::string format = "text";
   std::string output;
-  std::string fail_on = "none";
+  gate_options gates{"none"};
   bool kld = false;
   std::vector<std::string> pairs;
   bool ignore_settings = false;
@@ -52,9 +52,9 @@ void write_text(const std::string& text, const std::string& path) {
 void run_kld(const compare_cmd_options& o) {
   if (o.format != "text" && o.format != "json")
     throw input_error("--kld: --format: expected text or json, found '" + o.format + "'");
-  if (o.fail_on != "none")
-    throw input_error("--kld: --fail-on applies to compares of runs and sample files, not to --kld (found '" +
-                      o.fail_on + "')");
+  if (o.gates.fail_on != "none" || o.gates.min_judged != 0)
+    throw input_error("--kld: --fail-on and --min-judged apply to compares of runs and sample files, not to --kld (found '" +
+                      o.gates.fail_on + "')");
   write_text(reports::kld_render(reports::kld_compare_files(o.a, o.b), o.format), o.output);
 }
 
@@ -82,10 +82,10 @@ reports::report compare_sides(const compare_cmd_options& o) {
 
 void run_compare(const compare_cmd_options& o) {
   if (o.kld) return run_kld(o);
-  reports::fail_policy_parse(o.fail_on);  // a bad spec is reported before anything is read
+  const reports::fail_policy policy = o.gates.parse();  // a bad spec is reported before anything is read
   reports::report rep = compare_sides(o);
   rep.manifest = {{"a", side_manifest(o.a)}, {"b", side_manifest(o.b)}};
-  report_finish(rep, o.format, o.output, o.fail_on, "compare");
+  report_finish(rep, o.format, o.output, policy, "compare");
 }
 
 }  // namespace
@@ -114,10 +114,7 @@ void setup_compare(CLI::App& app) {
                   "page with plots, a sortable item table and each divergence highlighted (docs/reports.md)")
       ->check(CLI::IsMember({"text", "json", "md", "junit", "html"}))->capture_default_str()->type_name("FORMAT");
   sub->add_option("-o,--output", opt->output, "Write the report to FILE instead of stdout")->type_name("FILE");
-  sub->add_option("--fail-on", opt->fail_on,
-                  "Exit 1 when: any (some item differs), flips (an answer went right->wrong from A to B), "
-                  "score-drop:X (B scores more than X percentage points below A), none (never)")
-      ->capture_default_str()->type_name("SPEC");
+  gate_options_add(sub, opt->gates);
   sub->add_option("--pair", opt->pairs,
                   "Which targets to set side by side when a run has several: LABEL_A=LABEL_B (repeatable; default: the "
                   "only target of each run, else the labels both runs have)")
@@ -131,7 +128,8 @@ void setup_compare(CLI::App& app) {
                 "same, and the mean and RMS of dp (p_B - p_A of the scored token), as llama-perplexity's KL mode "
                 "does, from the top-k log-probs (the approximation is in docs/lm-eval.md); --format text or json");
   sub->footer(
-      "Exit codes: 0 within --fail-on, 1 beyond it (the reasons go to stderr), 2 bad input or nothing comparable.\n"
+      "Exit codes: 0 within --fail-on, 1 beyond it or nothing judged (each reason on stderr), 2 bad input or nothing\n"
+      "comparable. The last line on stderr is the verdict: 'PASS: ...; exit 0' or 'FAIL: ...; exit 1'.\n"
       "Examples:\n"
       "  detaudit compare runs/q8 runs/q4\n"
       "  detaudit compare runs/q8 runs/q4 --fail-on score-drop:1\n"

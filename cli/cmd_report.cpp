@@ -14,18 +14,18 @@ struct report_cmd_options {
   std::string dir;
   std::string format = "text";
   std::string output;
-  std::string fail_on = "none";
+  gate_options gates{"none"};
 };
 
 void run_report(const report_cmd_options& o) {
-  reports::fail_policy_parse(o.fail_on);  // a bad spec is reported before anything is read
+  const reports::fail_policy policy = o.gates.parse();  // a bad spec is reported before anything is read
   reports::read_stats stats;
   std::vector<reports::record> records = reports::records_read(o.dir, &stats);
   if (stats.truncated)
     std::cerr << "detaudit report: " << o.dir << ": skipped " << stats.truncated
               << " last line(s) cut short (the run was interrupted while writing)\n";
   const reports::report rep = reports::compare_run(std::move(records), reports::run_manifest_read(o.dir));
-  report_finish(rep, o.format, o.output, o.fail_on, "report");
+  report_finish(rep, o.format, o.output, policy, "report");
 }
 
 }  // namespace
@@ -47,12 +47,9 @@ void setup_report(CLI::App& app) {
                   "page with plots, a sortable item table and each divergence highlighted (docs/reports.md)")
       ->check(CLI::IsMember({"text", "json", "md", "junit", "html"}))->capture_default_str()->type_name("FORMAT");
   sub->add_option("-o,--output", opt->output, "Write the report to FILE instead of stdout")->type_name("FILE");
-  sub->add_option("--fail-on", opt->fail_on,
-                  "Exit 1 when: any (a pair differs on some item, the control pair included), flips (an answer went "
-                  "right->wrong), score-drop:X (a pair's score fell by more than X percentage points), none (never)")
-      ->capture_default_str()->type_name("SPEC");
+  gate_options_add(sub, opt->gates);
   sub->footer(
-      "Exit codes: 0 within --fail-on, 1 beyond it (the reasons go to stderr), 2 bad input.\n"
+      std::string(gate_exit_codes) +
       "Examples:\n"
       "  detaudit report runs/audit-1\n"
       "  detaudit report runs/audit-1 --format md -o report.md\n"

@@ -36,6 +36,10 @@ struct run_cmd_options {
   int64_t n_predict = 64;
   uint64_t seed = 42;
   int seed_k = 5;
+  int repeat = 2;
+  int num_fewshot = 0;
+  std::string fewshot;
+  std::string grader;
   double seed_temperature = 0.7;
   double temperature = 0;
   int n_probs = 2;
@@ -47,7 +51,7 @@ struct run_cmd_options {
   std::string system;
   std::vector<std::string> stop;
   std::string out;
-  std::string fail_on = "any";
+  gate_options gates{"any"};
   bool resume = false;
   std::string shard;
   std::string api;
@@ -163,14 +167,10 @@ void report_and_exit(const run_cmd_options& o, const std::string& out_dir) {
   if (!o.junit.empty()) reports::report_output(rep, "junit", o.junit);
   if (!o.report.empty()) reports::report_output(rep, format_for_file(o.report, o.format), o.report);
   const size_t failed = keys_failed(recs);
-  if (failed == 0) return report_finish(rep, o.format, "", o.fail_on, "run");
-  try {
-    report_finish(rep, o.format, "", o.fail_on, "run");
-  } catch (const exit_with&) {  // the reasons are printed; an incomplete run says so below
-  }
-  std::cerr << "detaudit run: incomplete: " << failed << " request(s) failed after their retries (their records carry "
-            << "the error); run the same command with --resume --out " << out_dir << " to send them again\n";
-  throw exit_with(EXIT_UNREACHABLE);
+  const std::string incomplete =
+      failed == 0 ? "" : "incomplete: " + std::to_string(failed) + " request(s) failed after their retries (their records carry "
+                         "the error); run the same command with --resume --out " + out_dir + " to send them again";
+  report_finish(rep, o.format, "", o.gates.parse(), "run", incomplete);
 }
 
 // --export lm-eval: the run's records as lm-evaluation-harness sample files in DIR/lm-eval/.
@@ -224,24 +224,37 @@ std::string kept_text(const probes::run_result& res, const std::string& dir) {
 }
 
 void run_run(const run_cmd_options& o) {
-  if (o.prompts.empty() == o.dataset.empty()) throw input_error("give exactly one of --prompts FILE and --dataset gsm8k:FILE[:N]");
+  if (!o.prompts.empty() && !o.dataset.empty()) throw input_error("give one of --prompts FILE and --dataset gsm8k:FILE[:N], not both");
   if (o.chat && o.raw) throw input_error("--chat and --raw exclude each other");
-  reports::fail_policy_parse(o.fail_on);
+  if (o.dataset.empty() && (o.num_fewshot != 0 || !o.fewshot.empty() || !o.grader.empty()))
+    throw input_error("--num-fewshot, --fewshot and --grader apply to --dataset gsm8k:FILE");
+  o.gates.parse();  // a bad spec is reported before any request
   probes::run_options ro;
   ro.probes.clear();
   for (const std::string& p : o.probes) ro.probes.push_back(p);
   if (ro.probes.empty()) ro.probes = {"concurrency"};
   const bool lint_only = ro.probes.size() == 1 && ro.probes[0] == "lint";
   if (!o.shard.empty()) shard_parse(o.shard, ro.shard_index, ro.shard_count);
-  const std::vector<probes::item> items = o.prompts.empty() ? probes::items_load_dataset(o.dataset) : probes::items_load_prompts(o.prompts);
+  probes::dataset_options dopt;
+  dopt.num_fewshot = o.num_fewshot;
+  dopt.fewshot_file = o.fewshot;
+  dopt.strict = o.grader == "strict";
+  const std::vector<probes::item> items = !o.dataset.empty()   ? probes::items_load_dataset(o.dataset, dopt)
+                                          : !o.prompts.empty() ? probes::items_load_prompts(o.prompts)
+                                                               : probes::items_builtin();
+  if (o.prompts.empty() && o.dataset.empty())
+    std::cerr << "prompts: the built-in set of " << items.size() << " (give --prompts FILE or --dataset gsm8k:FILE for your own)\n";
   ro.concurrency = o.concurrency;
   ro.seed = o.seed;
   ro.seed_k = o.seed_k;
+  ro.repeat = o.repeat;
   ro.seed_temperature = o.seed_temperature;
-  ro.chat = !o.raw;
+  // A dataset is rendered as lm-eval renders it, for raw completions unless --chat; prompts go as chat.
+  ro.chat = o.dataset.empty() ? !o.raw : o.chat;
   ro.system = o.system;
   ro.stream = o.stream;
   ro.base = base_request(o);
+  if (!o.dataset.empty() && o.stop.empty()) ro.base.stop = probes::gsm8k_stop_strings();
   ro.resume = o.resume;
   ro.out_dir = o.out.empty() && !lint_only ? default_out_dir() : o.out;
   ro.progress_tty = isatty(2) == 1;
@@ -298,10 +311,14 @@ void options_request(CLI::App* sub, run_cmd_options& o) {
   sub->add_option("--n-probs", o.n_probs, "Top log-probs asked per step (they give the margin at a flip)")->capture_default_str();
   sub->add_option("--seed", o.seed, "Seed of the seed probe's fixed-seed requests")->capture_default_str();
   sub->add_option("--seed-k", o.seed_k, "Requests per seed condition")->capture_default_str();
+  sub->add_option("--repeat", o.repeat,
+                  "Alone answers per item, the noise model: alone, then K-1 control repetitions; an item whose alone "
+                  "answers disagree is noisy, and each condition is tested against the controls' divergence rate")
+      ->capture_default_str()->type_name("K");
   sub->add_option("--seed-temperature", o.seed_temperature, "Temperature of the seed probe's requests")->capture_default_str();
   sub->add_option("--request", o.request_json, "Extra fields merged into every request body, as a JSON object (e.g. '{\"min_p\": 0}')")
       ->type_name("JSON");
-  sub->add_flag("--chat", o.chat, "Send each prompt as a chat user message (the default)");
+  sub->add_flag("--chat", o.chat, "Send each prompt as a chat user message (the default for --prompts; --dataset sends raw completions)");
   sub->add_flag("--raw", o.raw, "Send each prompt as a raw completion prompt");
   sub->add_option("--system", o.system, "Chat requests: a system message sent before each prompt")->type_name("TEXT");
   sub->add_option("--stop", o.stop, "A stop string sent with every request (repeatable)")->type_name("TEXT");
@@ -337,8 +354,21 @@ void setup_run(CLI::App& app) {
       ->type_name("SPEC");
   sub->add_option("--prompts", opt->prompts, "Prompts: FILE.txt (one per line) or FILE.jsonl ({\"id\", \"prompt\", \"answer\", \"grader\"})")
       ->type_name("FILE");
-  sub->add_option("--dataset", opt->dataset, "A dataset: gsm8k:FILE[:N] (GSM8K's test.jsonl, its first N items; graded)")
+  sub->add_option("--dataset", opt->dataset,
+                  "A dataset: gsm8k:FILE[:N] (GSM8K's test.jsonl, its first N items), rendered and graded as "
+                  "lm-evaluation-harness's gsm8k task: 'Question: ...\\nAnswer:', its stop strings, raw completions "
+                  "unless --chat (docs/lm-eval.md). Without --prompts or --dataset: a built-in set of 32 short prompts")
       ->type_name("SPEC");
+  sub->add_option("--num-fewshot", opt->num_fewshot,
+                  "--dataset gsm8k: exemplars before each question, from --fewshot (lm-eval's gsm8k uses 5)")
+      ->capture_default_str()->type_name("K");
+  sub->add_option("--fewshot", opt->fewshot,
+                  "--dataset gsm8k: jsonl of question/answer exemplars (e.g. GSM8K's train.jsonl); the first K in file order")
+      ->type_name("FILE");
+  sub->add_option("--grader", opt->grader,
+                  "--dataset gsm8k: which of lm-eval's filters decides right and wrong (flips, scores): flexible "
+                  "(flexible-extract, the last number; the default) or strict (strict-match, the '#### N' line); both are reported")
+      ->check(CLI::IsMember({"strict", "flexible"}))->type_name("NAME");
   sub->add_option("--probe", opt->probes, "Probe(s) to run, repeatable or comma-separated (default: concurrency)")
       ->delimiter(',')->type_name("PROBE");
   options_request(sub, *opt);
@@ -346,10 +376,7 @@ void setup_run(CLI::App& app) {
   sub->add_flag("--resume", opt->resume, "Continue the run in --out: send only the responses not yet recorded");
   sub->add_option("--shard", opt->shard, "Run the I-th of N slices of the items (1-based); join the folders with 'detaudit merge'")
       ->type_name("I/N");
-  sub->add_option("--fail-on", opt->fail_on,
-                  "Exit 1 when: any (some pair differs on some item), flips (an answer went right->wrong), "
-                  "score-drop:X (a score fell by more than X points), none")
-      ->capture_default_str()->type_name("SPEC");
+  gate_options_add(sub, opt->gates);
   sub->add_option("--format", opt->format, "Report on stdout as text, json, md, junit or html")
       ->check(CLI::IsMember({"text", "json", "md", "junit", "html"}))->capture_default_str()->type_name("FORMAT");
   sub->add_option("--junit", opt->junit, "Also write the report as JUnit XML to FILE")->type_name("FILE");
@@ -370,12 +397,13 @@ void setup_run(CLI::App& app) {
                 "HTTP targets: ask for streamed answers (server-sent events) and assemble them; records are the same "
                 "shape, and a stream that ends early is that item's error (not for ollama)");
   sub->footer(
-      "Exit codes: 0 within --fail-on, 1 beyond it (reasons on stderr), 2 bad input (also: a target refuses the\n"
-      "first request outright, --resume into a folder whose run had other settings, a folder another run is\n"
-      "writing), 3 the run is incomplete: a target became unreachable, or requests still failed after their\n"
-      "retries (the records so far are kept; the same command with --resume sends only what is missing or\n"
+      "Exit codes: 0 within --fail-on, 1 beyond it or nothing judged (each reason on stderr), 2 bad input (also: a\n"
+      "target refuses the first request outright, --resume into a folder whose run had other settings, a folder\n"
+      "another run is writing), 3 the run is incomplete: a target became unreachable, or requests still failed after\n"
+      "their retries (the records so far are kept; the same command with --resume sends only what is missing or\n"
       "failed), 130 interrupted (Ctrl-C or SIGTERM: requests in flight are dropped, every record is kept;\n"
-      "--resume continues; a second Ctrl-C stops at once).\n"
+      "--resume continues; a second Ctrl-C stops at once). The last line on stderr is the verdict: 'PASS: ...;\n"
+      "exit 0', 'FAIL: ...; exit 1' or 'INCOMPLETE: ...; exit 3'.\n"
       "Examples:\n"
       "  # alone vs 8 concurrent on the first 100 GSM8K questions\n"
       "  detaudit run --target http://127.0.0.1:8080 --dataset gsm8k:test.jsonl:100 --probe concurrency --concurrency 8\n"

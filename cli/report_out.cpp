@@ -8,12 +8,34 @@
 namespace detaudit::cli {
 
 void report_finish(const reports::report& rep, const std::string& format, const std::string& output,
-                   const std::string& fail_on, const std::string& cmd) {
-  const reports::fail_policy policy = reports::fail_policy_parse(fail_on);
+                   const reports::fail_policy& policy, const std::string& cmd, const std::string& incomplete) {
   reports::report_output(rep, format, output);
+  std::cout.flush();
   const std::vector<std::string> reasons = reports::fail_reasons(rep, policy);
-  for (const std::string& r : reasons) std::cerr << "detaudit " << cmd << ": --fail-on " << fail_on << ": " << r << "\n";
-  if (!reasons.empty()) throw exit_with(EXIT_DIVERGED);
+  for (const std::string& r : reasons) std::cerr << "detaudit " << cmd << ": --fail-on " << policy.spec << ": " << r << "\n";
+  if (!incomplete.empty()) std::cerr << "detaudit " << cmd << ": " << incomplete << "\n";
+  const int code = !incomplete.empty() ? EXIT_UNREACHABLE : reasons.empty() ? 0 : EXIT_DIVERGED;
+  std::cerr << reports::verdict_line(rep, policy, reasons, code) << std::endl;
+  if (code != 0) throw exit_with(code);
 }
+
+void gate_options_add(CLI::App* sub, gate_options& g) {
+  sub->add_option("--fail-on", g.fail_on,
+                  "Exit 1 on any of a comma-separated list: any (a pair differs on some item, the control pair "
+                  "included), drift (same tokens, moved log-probs or logits), flips (an answer went right->wrong), "
+                  "significant (a divergence rate above the control's, Fisher p < 0.05, or lopsided flips, McNemar "
+                  "p < 0.05), errors (a response failed), not-exercised (a condition did not take effect), "
+                  "score-drop:X (a score fell by more than X percentage points), none (never, not even when nothing "
+                  "was judged)")
+      ->capture_default_str()->type_name("LIST");
+  sub->add_option("--min-judged", g.min_judged,
+                  "Exit 1 when a pair has fewer than N judged items (neither failed, not exercised nor not comparable); "
+                  "nothing judged at all always exits 1 unless --fail-on none")
+      ->capture_default_str()->type_name("N");
+}
+
+const char* const gate_exit_codes =
+    "Exit codes: 0 within --fail-on, 1 beyond it or nothing judged (each reason on stderr), 2 bad input. The last\n"
+    "line on stderr is the verdict: 'PASS: ...; exit 0' or 'FAIL: ...; exit 1'.\n";
 
 }  // namespace detaudit::cli

@@ -1,16 +1,31 @@
 // What run, report and compare do with a finished report: write it where asked, then apply
-// --fail-on (one stderr line per reason, exit 1 beyond it).
+// --fail-on (one stderr line per reason) and end with the verdict line.
 #pragma once
 
 #include <string>
+
+#include <CLI/CLI.hpp>
 
 #include "reports/compare.h"
 
 namespace detaudit::cli {
 
-// Renders `rep` in `format` to `output` ("" or "-": stdout), then throws exit_with(EXIT_DIVERGED)
-// when `fail_on` is exceeded, after printing "detaudit CMD: --fail-on SPEC: REASON" lines.
+// Renders `rep` in `format` to `output` ("" or "-": stdout), prints "detaudit CMD: --fail-on SPEC:
+// REASON" lines for each gate beyond its threshold, then the verdict line ("PASS: ...; exit 0") on
+// stderr as the last line, and throws exit_with(EXIT_DIVERGED) when a gate failed. `incomplete`
+// (run: requests that failed after their retries) is printed before the verdict, which then reads
+// "INCOMPLETE: ...; exit 3", and exit_with(EXIT_UNREACHABLE) is thrown.
 void report_finish(const reports::report& rep, const std::string& format, const std::string& output,
-                   const std::string& fail_on, const std::string& cmd);
+                   const reports::fail_policy& policy, const std::string& cmd, const std::string& incomplete = "");
+
+// --fail-on and --min-judged, the same on run, report and compare.
+struct gate_options {
+  std::string fail_on;
+  int64_t min_judged = 0;
+  reports::fail_policy parse() const { return reports::fail_policy_parse(fail_on, min_judged); }
+};
+void gate_options_add(CLI::App* sub, gate_options& g);
+// The exit-code paragraph every report-writing subcommand's --help ends with.
+extern const char* const gate_exit_codes;
 
 }  // namespace detaudit::cli

@@ -400,7 +400,7 @@ void item_run_target(run_state& st, run_target& rt, size_t index) {
   const item_ctx c = ctx_make(st, rt, index);
   const gen_request req = item_request(c);
   send(c, *rt.t, "base", "alone", 0, req);
-  send(c, *rt.t, "base", "control", 0, req);
+  for (int rep = 0; rep + 1 < st.opt->repeat; ++rep) send(c, *rt.t, "base", "control", rep, req);
   for (const probe_sender& p : probe_senders())
     if (wanted(*st.opt, p.probe)) p.send(c, req);
 }

@@ -126,7 +126,47 @@ std::vector<item> items_load_prompts(const std::string& path) {
   return out;
 }
 
-std::vector<item> items_load_dataset(const std::string& spec) {
+const std::vector<std::string>& gsm8k_stop_strings() {
+  static const std::vector<std::string> stops = {"Question:", "</s>", "<|im_end|>"};
+  return stops;
+}
+
+namespace {
+
+// lm-eval's gsm8k doc_to_text; the target follows after a space (its target_delimiter).
+std::string gsm8k_question(const std::string& q) { return "Question: " + q + "\nAnswer:"; }
+
+// The first `k` exemplars of a few-shot file, rendered and joined as lm-eval's fewshot_delimiter
+// joins them, with the delimiter that separates them from the question.
+std::string gsm8k_fewshot_context(const dataset_options& d) {
+  if (d.num_fewshot < 0) throw input_error("--num-fewshot must be >= 0, found " + std::to_string(d.num_fewshot));
+  if (d.num_fewshot == 0) {
+    if (!d.fewshot_file.empty()) throw input_error("--fewshot FILE needs --num-fewshot K (K > 0): how many exemplars to take");
+    return "";
+  }
+  if (d.fewshot_file.empty())
+    throw input_error("--num-fewshot " + std::to_string(d.num_fewshot) +
+                      " needs --fewshot FILE (jsonl with question/answer, e.g. GSM8K's train.jsonl; the first K lines are used)");
+  const std::string data = file_read(d.fewshot_file);
+  std::string out;
+  int taken = 0;
+  for (const auto& [line_no, line] : file_lines(data)) {
+    if (taken == d.num_fewshot) break;
+    if (blank(line)) continue;
+    const std::string where = d.fewshot_file + ":" + std::to_string(line_no);
+    const json j = line_parse(line, where);
+    out += gsm8k_question(field_text(j, "question", where, true)) + " " + field_text(j, "answer", where, true) + "\n\n";
+    ++taken;
+  }
+  if (taken < d.num_fewshot)
+    throw input_error(d.fewshot_file + ": --num-fewshot " + std::to_string(d.num_fewshot) + " asks for more exemplars than the file holds (" +
+                      std::to_string(taken) + ")");
+  return out;
+}
+
+}  // namespace
+
+std::vector<item> items_load_dataset(const std::string& spec, const dataset_options& d) {
   const std::string prefix = "gsm8k:";
   if (spec.rfind(prefix, 0) != 0)
     throw input_error("--dataset '" + spec + "': expected gsm8k:FILE[:N] (GSM8K's test.jsonl, optionally its first N items)");
@@ -143,6 +183,7 @@ std::vector<item> items_load_dataset(const std::string& spec) {
     }
   }
   if (path.empty()) throw input_error("--dataset '" + spec + "': expected gsm8k:FILE[:N]");
+  const std::string context = gsm8k_fewshot_context(d);
   const std::string data = file_read(path);
   std::vector<item> out;
   for (const auto& [line_no, line] : file_lines(data)) {
@@ -152,12 +193,64 @@ std::vector<item> items_load_dataset(const std::string& spec) {
     const json j = line_parse(line, where);
     item it;
     it.id = "gsm8k-" + std::to_string(line_no - 1);
-    it.prompt = field_text(j, "question", where, true);
+    it.prompt = context + gsm8k_question(field_text(j, "question", where, true));
     it.reference = field_text(j, "answer", where, true);
-    it.grader = "gsm8k";
+    it.grader = d.strict ? "gsm8k" : "gsm8k-flex";
     out.push_back(std::move(it));
   }
   if (out.empty()) throw input_error(path + ": no GSM8K items (every line is blank)");
+  return out;
+}
+
+std::vector<item> items_builtin() {
+  // Short prompts with short, settled answers: differences between conditions show in a few tokens.
+  // The arithmetic ones are graded by their last number.
+  static const std::pair<const char*, const char*> prompts[] = {
+      {"What is 17 + 25? Answer with the number only.", "42"},
+      {"What is 9 times 8? Answer with the number only.", "72"},
+      {"What is 144 divided by 12? Answer with the number only.", "12"},
+      {"What is 1000 minus 357? Answer with the number only.", "643"},
+      {"A box holds 6 eggs. How many eggs are in 7 boxes? Answer with the number only.", "42"},
+      {"What is 15% of 200? Answer with the number only.", "30"},
+      {"How many minutes are in 3 hours? Answer with the number only.", "180"},
+      {"What is the square root of 169? Answer with the number only.", "13"},
+      {"Name the largest planet in the solar system.", nullptr},
+      {"What is the chemical symbol for gold?", nullptr},
+      {"In which year did the first person walk on the Moon?", nullptr},
+      {"What is the capital of Australia?", nullptr},
+      {"Which gas do plants take in for photosynthesis?", nullptr},
+      {"Who wrote the play Romeo and Juliet?", nullptr},
+      {"What is the boiling point of water at sea level in degrees Celsius?", nullptr},
+      {"How many sides does a hexagon have?", nullptr},
+      {"Write a Python function that returns the square of a number.", nullptr},
+      {"Write a C function that swaps two integers through pointers.", nullptr},
+      {"Write a shell command that counts the lines in a file named data.txt.", nullptr},
+      {"Write a SQL query that selects every row of a table named users.", nullptr},
+      {"List three primary colors, separated by commas.", nullptr},
+      {"List the first five prime numbers.", nullptr},
+      {"Name the days of the week that start with the letter T.", nullptr},
+      {"List four animals that live in the ocean.", nullptr},
+      {"Translate 'good morning' into French.", nullptr},
+      {"Translate 'thank you very much' into Spanish.", nullptr},
+      {"Translate 'where is the station?' into German.", nullptr},
+      {"Give one word that means the opposite of 'ancient'.", nullptr},
+      {"Complete the sentence: The quick brown fox jumps over the", nullptr},
+      {"Summarise in one sentence why the sky looks blue.", nullptr},
+      {"Explain in one sentence what a compiler does.", nullptr},
+      {"Write a haiku about a lighthouse.", nullptr},
+  };
+  std::vector<item> out;
+  int n = 0;
+  for (const auto& [prompt, answer] : prompts) {
+    item it;
+    it.id = "builtin-" + std::to_string(++n);
+    it.prompt = prompt;
+    if (answer) {
+      it.reference = answer;
+      it.grader = "numeric";
+    }
+    out.push_back(std::move(it));
+  }
   return out;
 }
 

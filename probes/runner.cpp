@@ -69,6 +69,9 @@ void options_check(const std::vector<target*>& targets, const std::vector<item>&
     throw input_error("--concurrency must be in [2, 1024], found " + std::to_string(opt.concurrency));
   if (wanted("seed") && (opt.seed_k < 1 || opt.seed_k > 1000))
     throw input_error("--seed-k must be in [1, 1000], found " + std::to_string(opt.seed_k));
+  if (opt.repeat < 2 || opt.repeat > 100)
+    throw input_error("--repeat must be in [2, 100] (alone answers per item: alone and repeat-1 controls), found " +
+                      std::to_string(opt.repeat));
   if (opt.shard_count < 1 || opt.shard_index < 0 || opt.shard_index >= opt.shard_count)
     throw input_error("--shard: expected I/N with 1 <= I <= N, found " + std::to_string(opt.shard_index + 1) + "/" +
                       std::to_string(opt.shard_count));
@@ -188,7 +191,8 @@ json options_json(const run_options& opt) {
   const gen_request& b = opt.base;
   json o = {{"n_predict", b.n_predict},   {"temperature", b.temperature}, {"n_probs", b.n_probs},
             {"chat", opt.chat},           {"concurrency", opt.concurrency}, {"seed", opt.seed},
-            {"seed_k", opt.seed_k},       {"seed_temperature", opt.seed_temperature}};
+            {"seed_k", opt.seed_k},       {"seed_temperature", opt.seed_temperature},
+            {"repeat", opt.repeat}};
   if (b.top_p) o["top_p"] = *b.top_p;
   if (b.top_k) o["top_k"] = *b.top_k;
   if (!opt.system.empty()) o["system"] = opt.system;
@@ -384,6 +388,7 @@ json run_identity(const std::vector<target*>& targets, const std::vector<capabil
   json settings = json::object();
   if (wanted("concurrency")) settings["concurrency"] = opt.concurrency;
   if (wanted("seed")) settings["seed"] = opt.seed, settings["seed_k"] = opt.seed_k, settings["seed_temperature"] = opt.seed_temperature;
+  if (opt.repeat != 2) settings["repeat"] = opt.repeat;  // absent at the default, as in runs made before --repeat
   std::vector<std::string> probes = opt.probes;
   std::sort(probes.begin(), probes.end());
   probes.erase(std::unique(probes.begin(), probes.end()), probes.end());

@@ -20,11 +20,26 @@ struct item {
   std::string grader;     // gsm8k, exact, numeric, regex:..., "" = not graded
 };
 
+// --dataset gsm8k as lm-evaluation-harness's gsm8k task renders it: K exemplars from a few-shot file
+// (jsonl question/answer, the first K in file order), each "Question: Q\nAnswer: A", joined and
+// followed by the item's "Question: Q\nAnswer:" with a blank line between. strict: grade by
+// strict-match (the "#### N" line); otherwise flexible-extract (the last number).
+struct dataset_options {
+  int num_fewshot = 0;
+  std::string fewshot_file;
+  bool strict = false;
+};
+// lm-eval's gsm8k stop strings ("until"): "Question:", "</s>", "<|im_end|>".
+const std::vector<std::string>& gsm8k_stop_strings();
+
 // --prompts FILE.txt (one prompt per line; blank lines skipped) or FILE.jsonl ({"id"?, "prompt",
-// "answer"?, "grader"?} per line); --dataset gsm8k:FILE[:N] (GSM8K test.jsonl: question/answer; the
-// prompt is the question, graded by gsm8k strict-match). Throws input_error naming file and line.
+// "answer"?, "grader"?} per line); --dataset gsm8k:FILE[:N] (GSM8K test.jsonl: question/answer,
+// rendered as above). Throws input_error naming file and line.
 std::vector<item> items_load_prompts(const std::string& path);
-std::vector<item> items_load_dataset(const std::string& spec);
+std::vector<item> items_load_dataset(const std::string& spec, const dataset_options& d = {});
+// The built-in set: 32 short prompts (arithmetic, facts, code, lists, translation) with short
+// greedy answers, for a first run with nothing but --target; ids "builtin-1".."builtin-32".
+std::vector<item> items_builtin();
 
 // A lint finding: a request or prompt pitfall found before anything is sent.
 struct lint_finding {
@@ -39,6 +54,7 @@ struct run_options {
   std::vector<std::string> probes;   // names from reports::probe_table()
   int concurrency = 8;               // the concurrency probe's N
   int seed_k = 5;                    // the seed probe's K
+  int repeat = 2;                    // alone answers per item: alone, then repeat-1 control repetitions
   double seed_temperature = 0.7;
   uint64_t seed = 42;
   bool chat = true;                  // chat request (--chat) or raw completion (--raw)

@@ -196,7 +196,7 @@ void engine_args_make(bundle_ctx& c) {
   const std::pair<const char*, const char*> flags[] = {
       {"n_predict", "--n-predict"}, {"temperature", "--temperature"}, {"n_probs", "--n-probs"},
       {"concurrency", "--concurrency"}, {"seed", "--seed"}, {"seed_k", "--seed-k"},
-      {"seed_temperature", "--seed-temperature"}, {"top_p", "--top-p"}, {"top_k", "--top-k"}};
+      {"seed_temperature", "--seed-temperature"}, {"top_p", "--top-p"}, {"top_k", "--top-k"}, {"repeat", "--repeat"}};
   for (const auto& [key, flag] : flags)
     if (opt.contains(key) && opt[key].is_number()) a.insert(a.end(), {flag, number_text(opt[key])});
   if (!opt.contains("n_predict") && ra.request.contains("n_predict")) a.insert(a.end(), {"--n-predict", number_text(ra.request["n_predict"])});

@@ -36,15 +36,10 @@ struct run_index {
   std::set<std::string> multi_rep;                                  // conditions run more than once
 };
 
-std::string label_of(const record& r) {
-  auto it = r.target.find("label");
-  return (it != r.target.end() && it->is_string()) ? it->get<std::string>() : "";
-}
-
 run_index index_build(const std::vector<record>& recs) {
   run_index ix;
   for (const record& r : recs) {
-    const std::string label = label_of(r);
+    const std::string label = record_label(r);
     ix.by_label[label][r.condition][{r.item_id, r.repetition}] = &r;
     if (r.repetition > 0) ix.multi_rep.insert(r.condition);
     std::string& p = ix.probe_of[r.condition];
@@ -102,6 +97,7 @@ void pairs_against_alone(report& rep, const run_index& ix, const std::string& la
   for (const std::string& c : order) {
     pair_summary s;
     s.control = c == "control";
+    s.vs_alone = !s.control;
     s.probe = s.control ? "control" : ix.probe_of.at(c);
     s.cond_a = prefix + "alone";
     s.cond_b = prefix + c;
@@ -217,7 +213,7 @@ void notes_cold(report& rep, const run_index& ix) {
     auto cold = r.evidence.find("cold");
     if (cold == r.evidence.end() || !cold->is_boolean() || !cold->get<bool>() || !r.error.empty()) continue;
     if (std::find(same_request.begin(), same_request.end(), r.condition) == same_request.end()) continue;
-    const std::string label = label_of(r);
+    const std::string label = record_label(r);
     for (const std::string& later : same_request) {
       const record* other = later == r.condition ? nullptr : find_record(ix.by_label.at(label), later, r.item_id);
       if (!other || !other->error.empty()) continue;
@@ -250,7 +246,7 @@ void notes_fingerprints(report& rep) {
   for (const record& r : rep.records) {
     const std::string fp = json_str(r.target, "fingerprint");
     if (fp.empty()) continue;
-    auto& v = seen[label_of(r)];
+    auto& v = seen[record_label(r)];
     if (std::none_of(v.begin(), v.end(), [&fp](const auto& e) { return e.first == fp; })) v.emplace_back(fp, r.item_id);
   }
   for (const auto& [label, fps] : seen) {
@@ -295,6 +291,7 @@ report compare_run(std::vector<record> records, json manifest) {
     notes_unpaired(rep, ix, label, prefix);
   }
   if (multi) pairs_cross(rep, ix);
+  noise_apply(rep);
   notes_cold(rep, ix);
   notes_not_exercised(rep);
   return rep;

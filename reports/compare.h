@@ -30,6 +30,13 @@ struct divergence {
   std::optional<double> margin_a, margin_b;  // best minus second-best log-prob at that step, by value
   int64_t hash_step = -1;          // first step whose logit hash differs (-1: none or not available)
   bool hashes_available = false;
+  // Log-prob drift over the steps both sides share before their tokens part (all steps when the
+  // tokens agree): the first step where an alternative both sides list (same id, else same string)
+  // has a different log-prob, bit for bit as the servers wrote it (-1: none), and the largest
+  // |difference| of such an alternative over those steps. max_drift is nullopt when no such step
+  // has alternatives on both sides (nothing to compare), 0 when they were compared and all equal.
+  int64_t drift_step = -1;
+  std::optional<double> max_drift;
   std::string note;                // e.g. "one side failed: ..."
 };
 
@@ -48,7 +55,7 @@ std::string gsm8k_normalize(const std::string& s);
 // exercised, then what the responses show.
 enum row_status {
   STATUS_IDENTICAL,       // same tokens and text, and no logit hash differs
-  STATUS_DRIFTED,         // same tokens and text, a logit hash differs (logits moved, no token flipped)
+  STATUS_DRIFTED,         // same tokens and text, but a logit hash or a shared alternative's log-prob differs
   STATUS_DIFFERS,         // the responses part
   STATUS_RETOKENIZED,     // the same text cut into different tokens
   STATUS_ERROR,           // a side has no response
@@ -76,6 +83,11 @@ struct pair_item {
   // First step where a greedy side sampled a token that was not its top alternative (-1: none); a
   // sign of a sampler or engine bug worth reporting.
   int64_t not_argmax_a = -1, not_argmax_b = -1;
+  // The noise model: of the item's alone answers (alone and each control repetition, side A's
+  // target), how many agree with the most common one, out of how many answered. noisy: they do
+  // not all agree (on either side's target), so a difference here may be plain run-to-run noise.
+  int alone_agree = 0, alone_n = 0;
+  bool noisy = false;
 };
 
 // One pair of conditions over all items.
@@ -83,10 +95,20 @@ struct pair_summary {
   std::string probe;
   std::string cond_a, cond_b;
   bool control = false;            // the alone-vs-alone control pair
+  bool vs_alone = false;           // alone vs a probe's condition (not control, seed or cross)
   int64_t items = 0, differ = 0, errors = 0, not_exercised = 0;
   int64_t retokenized = 0, drifted = 0, not_comparable = 0, not_argmax = 0;
   int64_t graded = 0, correct_a = 0, correct_b = 0;
+  // GSM8K rows graded by flexible-extract also scored by strict-match (lm-eval reports both).
+  int64_t strict_graded = 0, strict_a = 0, strict_b = 0;
   int64_t right_to_wrong = 0, wrong_to_right = 0, wrong_to_other_wrong = 0;
+  // Against the noise model (pairs with alone, and cross pairs): rows that differ on items whose
+  // alone answers all agree (-1: not computed for this pair), and the one-sided Fisher exact p of
+  // this pair's divergence rate against the control pairs' (nullopt: no control to compare with).
+  int64_t differ_beyond_noise = -1, noisy = 0;
+  std::optional<double> p_vs_noise;
+  // Graded pairs: McNemar's exact two-sided p on right->wrong vs wrong->right (nullopt: ungraded).
+  std::optional<double> mcnemar_p;
   std::vector<pair_item> rows;
 };
 
@@ -101,6 +123,11 @@ struct report {
   std::vector<std::string> notes;  // run-level remarks (not supported by this target, lint, ...)
   // compare: where the two runs' identities differ (request settings, targets, prompt set, probes).
   std::vector<identity_difference> differences;
+  // The noise model over all targets: alone answers per item (alone plus its control repetitions,
+  // the most any item has; 0 when the run has no control), items with at least two alone answers,
+  // and those whose alone answers do not all agree.
+  int repeat = 0;
+  int64_t noise_items = 0, noisy_items = 0;
 };
 
 // Builds the pairs a run's records call for: per probe, (alone, control) and (alone, X) for each
@@ -123,15 +150,33 @@ struct compare_options {
 report compare_runs(std::vector<record> a, std::vector<record> b, const json& manifest_a = json::object(),
                     const json& manifest_b = json::object(), const compare_options& opt = {});
 
-// --fail-on: "any" (a non-control pair differs), "flips" (any right->wrong), "score-drop:X"
-// (correct_a - correct_b > X percentage points on some pair), "none". Throws input_error on a bad spec.
+// --fail-on: a comma-separated list of gates, each a reason to exit 1:
+//   any            a pair (the control pair included) differs on some item
+//   drift          a pair has drifted rows (same tokens, moved logits or log-probs)
+//   flips          an answer went right->wrong
+//   significant    a pair's divergence rate is above the control's (Fisher p < 0.05) or its flips are
+//                  lopsided (McNemar p < 0.05, either way)
+//   errors         a response failed
+//   not-exercised  a condition did not take effect on some item
+//   score-drop:X   a score fell by more than X percentage points (the reason says if significant)
+//   none           never exit 1 (not even when nothing was judged)
+// Beyond the list: nothing judged at all, or a pair with fewer than min_judged judged rows, is a
+// reason too (unless "none"). Throws input_error on a bad spec, naming the bad entry.
 struct fail_policy {
-  std::string kind = "any";
-  double score_drop = 0;
+  bool none = false;
+  bool any = false, drift = false, flips = false, significant = false, errors = false, not_exercised = false;
+  std::optional<double> score_drop;
+  int64_t min_judged = 0;
+  std::string spec;  // as given
 };
-fail_policy fail_policy_parse(const std::string& spec);
+fail_policy fail_policy_parse(const std::string& spec, int64_t min_judged = 0);
 // Empty when within thresholds; otherwise one line per reason.
 std::vector<std::string> fail_reasons(const report& r, const fail_policy& p);
+// A p-value as the reports print it: two significant digits, scientific below 0.001.
+std::string p_text(double p);
+// The last line of run, report and compare, pytest-like: "PASS: ...; exit 0", "FAIL: ...; exit 1",
+// or with another exit code (a run that is incomplete) "INCOMPLETE: ...; exit 3".
+std::string verdict_line(const report& r, const fail_policy& p, const std::vector<std::string>& reasons, int exit_code);
 
 // Formats: "text" (terminal table), "json", "md", "junit", "html" (one self-contained page).
 // Throws input_error on an unknown format.

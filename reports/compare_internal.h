@@ -33,6 +33,16 @@ pair_item row_not_comparable(const record& a, const record& b, const std::string
 // Appends a row and counts it (errors, then not exercised, then differ / graded / flips).
 void summary_add(pair_summary& s, pair_item row);
 
+// The noise model (reports/noise.cpp): per label and item, how many alone answers (alone and every
+// control repetition) agree; marks rows of items whose alone answers disagree as noisy, and per
+// pair counts differ_beyond_noise, p_vs_noise (against the same labels' control pairs) and, where
+// graded, McNemar's p. Needs rep.records and rep.pairs built.
+void noise_apply(report& rep);
+// McNemar's p on every graded pair (compare_runs, which has no noise model of its own).
+void significance_apply(report& rep);
+// "label" of a record's target ("" when none).
+std::string record_label(const record& r);
+
 // One note per pair and distinct reason for rows that were not exercised.
 void notes_not_exercised(report& r);
 

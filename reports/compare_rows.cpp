@@ -91,7 +91,7 @@ std::string flagged_not_exercised(const record& a, const record& b) {
 row_status status_of(const pair_item& row) {
   if (row.error) return STATUS_ERROR;
   if (!row.exercised) return STATUS_NOT_EXERCISED;
-  if (row.d.identical) return row.d.hash_step >= 0 ? STATUS_DRIFTED : STATUS_IDENTICAL;
+  if (row.d.identical) return row.d.hash_step >= 0 || row.d.drift_step >= 0 ? STATUS_DRIFTED : STATUS_IDENTICAL;
   return row.d.retokenized ? STATUS_RETOKENIZED : STATUS_DIFFERS;
 }
 
@@ -155,6 +155,10 @@ void summary_add(pair_summary& s, pair_item row) {
       ++s.graded;
       s.correct_a += *row.correct_a;
       s.correct_b += *row.correct_b;
+      if (row.a->grader == "gsm8k-flex" && row.b->grader == "gsm8k-flex") {
+        const auto sa = grade("gsm8k", row.a->text, row.a->reference), sb = grade("gsm8k", row.b->text, row.b->reference);
+        if (sa && sb) ++s.strict_graded, s.strict_a += *sa, s.strict_b += *sb;
+      }
     }
     s.right_to_wrong += row.flip == FLIP_RIGHT_TO_WRONG;
     s.wrong_to_right += row.flip == FLIP_WRONG_TO_RIGHT;

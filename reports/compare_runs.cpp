@@ -1,7 +1,5 @@
 // compare_runs (two runs item by item) and the --fail-on policy.
 #include <algorithm>
-#include <cmath>
-#include <cstdio>
 #include <map>
 #include <set>
 
@@ -13,10 +11,8 @@ namespace {
 
 using side_index = std::map<std::string, std::vector<const record*>>;  // label -> records
 
-std::string label_of(const record& r) { return json_str(r.target, "label"); }
-
 std::string run_key(const record& r) {
-  return label_of(r) + "\x1f" + r.item_id + "\x1f" + r.condition + "\x1f" + std::to_string(r.repetition);
+  return record_label(r) + "\x1f" + r.item_id + "\x1f" + r.condition + "\x1f" + std::to_string(r.repetition);
 }
 
 // The match key within one label pair: item and repetition, plus the condition unless each side
@@ -29,12 +25,6 @@ std::set<std::string> conditions_of(const std::vector<const record*>& recs) {
   std::set<std::string> out;
   for (const record* r : recs) out.insert(r->condition);
   return out;
-}
-
-std::string percent(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", x);
-  return buf;
 }
 
 std::string names(const side_index& ix) {
@@ -156,7 +146,7 @@ report compare_runs(std::vector<record> a, std::vector<record> b, const json& ma
   rep.records = std::move(a);
   rep.records.insert(rep.records.end(), std::make_move_iterator(b.begin()), std::make_move_iterator(b.end()));
   side_index ix_a, ix_b;
-  for (size_t i = 0; i < rep.records.size(); ++i) (i < n_a ? ix_a : ix_b)[label_of(rep.records[i])].push_back(&rep.records[i]);
+  for (size_t i = 0; i < rep.records.size(); ++i) (i < n_a ? ix_a : ix_b)[record_label(rep.records[i])].push_back(&rep.records[i]);
   if (ix_a.empty() || ix_b.empty()) throw input_error("compare: nothing comparable: run " + std::string(ix_a.empty() ? "A" : "B") + " holds no records");
   const std::vector<std::pair<std::string, std::string>> lp = label_pairs(ix_a, ix_b, opt);
   pair_counts n;
@@ -185,56 +175,9 @@ report compare_runs(std::vector<record> a, std::vector<record> b, const json& ma
   if (dropped_a || dropped_b)
     rep.notes.push_back(std::to_string(dropped_a + dropped_b) +
                         " record(s) were superseded by a later record of the same request: the last of each was used");
+  significance_apply(rep);
   notes_not_exercised(rep);
   return rep;
-}
-
-fail_policy fail_policy_parse(const std::string& spec) {
-  fail_policy p;
-  if (spec == "any" || spec == "flips" || spec == "none") {
-    p.kind = spec;
-    return p;
-  }
-  const std::string prefix = "score-drop:";
-  if (spec.rfind(prefix, 0) == 0) {
-    const std::string num = spec.substr(prefix.size());
-    size_t used = 0;
-    double x = 0;
-    try {
-      x = std::stod(num, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == num.size() && !num.empty() && std::isfinite(x) && x >= 0) {
-      p.kind = "score-drop";
-      p.score_drop = x;
-      return p;
-    }
-    throw input_error("--fail-on: score-drop needs a number of percentage points >= 0 (e.g. score-drop:2), found '" +
-                      num + "'");
-  }
-  throw input_error("--fail-on: expected any, flips, score-drop:X or none, found '" + spec + "'");
-}
-
-std::vector<std::string> fail_reasons(const report& r, const fail_policy& p) {
-  std::vector<std::string> out;
-  for (const pair_summary& s : r.pairs) {
-    const std::string title = s.probe + " " + s.cond_a + " vs " + s.cond_b;
-    const std::string of = std::to_string(pair_judged(s));
-    if (p.kind == "any" && s.differ > 0)
-      out.push_back((s.control ? "run-to-run noise: " : "") + title + ": " + std::to_string(s.differ) + " of " + of +
-                    " items differ");
-    if (p.kind == "flips" && s.right_to_wrong > 0)
-      out.push_back(title + ": " + std::to_string(s.right_to_wrong) + " right-to-wrong flip(s)");
-    if (p.kind == "score-drop" && s.graded > 0) {
-      const double drop = double(s.correct_a - s.correct_b) / double(s.graded) * 100.0;
-      if (drop > p.score_drop)
-        out.push_back(title + ": score dropped " + percent(drop) + " points (" + std::to_string(s.correct_a) + " -> " +
-                      std::to_string(s.correct_b) + " of " + std::to_string(s.graded) + "), more than " +
-                      percent(p.score_drop));
-    }
-  }
-  return out;
 }
 
 }  // namespace detaudit::reports

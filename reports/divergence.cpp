@@ -1,6 +1,8 @@
 // diverge(): where two responses part, token by token (as bytes) and byte by byte, with the
-// context, the margins between the best two alternatives and the first differing logit hash there.
+// context, the margins between the best two alternatives, the first differing logit hash, and how
+// far the shared alternatives' log-probs drifted before the tokens parted.
 #include <algorithm>
+#include <cmath>
 
 #include "reports/compare.h"
 #include "reports/steps.h"
@@ -71,6 +73,27 @@ void hash_step_find(const record& a, const record& b, divergence& d) {
   if (a.logit_hashes.size() != b.logit_hashes.size()) d.hash_step = static_cast<int64_t>(n);
 }
 
+bool same_alternative(const alt_rec& x, const alt_rec& y) {
+  if (x.id >= 0 && y.id >= 0) return x.id == y.id;
+  return x.token == y.token;
+}
+
+// Log-prob drift over steps [0, n): alternatives listed on both sides, compared bit for bit.
+void drift_find(const record& a, const record& b, size_t n, divergence& d) {
+  n = std::min({n, a.top_logprobs.size(), b.top_logprobs.size()});
+  for (size_t i = 0; i < n; ++i) {
+    const std::vector<alt_rec>&sa = a.top_logprobs[i], &sb = b.top_logprobs[i];
+    if (sa.empty() || sb.empty()) continue;
+    if (!d.max_drift) d.max_drift = 0.0;
+    for (const alt_rec& x : sa) {
+      auto y = std::find_if(sb.begin(), sb.end(), [&x](const alt_rec& z) { return same_alternative(x, z); });
+      if (y == sb.end() || y->logprob == x.logprob) continue;
+      if (d.drift_step < 0) d.drift_step = static_cast<int64_t>(i);
+      d.max_drift = std::max(*d.max_drift, std::fabs(y->logprob - x.logprob));
+    }
+  }
+}
+
 // The first byte where the texts part; both contexts there.
 void text_diverge(const record& a, const record& b, divergence& d) {
   const size_t m = std::min(a.text.size(), b.text.size());
@@ -105,6 +128,7 @@ divergence diverge(const record& a, const record& b) {
   while (k < n && same_token(a.tokens[k], b.tokens[k])) ++k;
   const bool tokens_same = k == n && a.tokens.size() == b.tokens.size();
   d.identical = tokens_same && text_same;
+  drift_find(a, b, k, d);
   if (d.identical) return d;
   if (!tokens_same) {
     d.token_index = static_cast<int64_t>(k);

@@ -3,6 +3,7 @@
 
 #include "reports/compare_internal.h"
 #include "reports/format_internal.h"
+#include "reports/stats.h"
 #include "reports/utf8.h"
 #include "util/error.h"
 
@@ -48,6 +49,49 @@ std::string net_text(const pair_summary& s) {
   return (net > 0 ? "+" : "") + std::to_string(net);
 }
 
+std::string beyond_noise_text(const pair_summary& s) {
+  return s.differ_beyond_noise >= 0 ? std::to_string(s.differ_beyond_noise) : "-";
+}
+
+std::string p_noise_text(const pair_summary& s) { return s.p_vs_noise ? p_text(*s.p_vs_noise) : "-"; }
+std::string p_mcnemar_text(const pair_summary& s) { return s.mcnemar_p ? p_text(*s.mcnemar_p) : "-"; }
+
+std::string accuracy_text(int64_t k, int64_t n) {
+  if (n <= 0) return "-";
+  const interval w = wilson_95(k, n);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, " = %.1f%% [%.1f, %.1f] +- %.1f", 100.0 * double(k) / double(n), 100.0 * w.lo, 100.0 * w.hi,
+                100.0 * lmeval_stderr(k, n));
+  return std::to_string(k) + "/" + std::to_string(n) + buf;
+}
+
+std::vector<std::pair<std::string, std::string>> accuracy_lines(const report& r) {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto add = [&out](const std::string& name, int64_t k, int64_t n, int64_t sk, int64_t sn) {
+    for (const auto& e : out)
+      if (e.first == name) return;
+    out.emplace_back(name, accuracy_text(k, n) + (sn > 0 ? "; strict-match " + accuracy_text(sk, sn) : ""));
+  };
+  for (const pair_summary& s : r.pairs) {
+    if (s.graded == 0) continue;
+    add(s.cond_a, s.correct_a, s.graded, s.strict_a, s.strict_graded);
+    add(s.cond_b, s.correct_b, s.graded, s.strict_b, s.strict_graded);
+  }
+  return out;
+}
+
+std::string noise_text(const report& r) {
+  if (r.repeat == 0) return "";
+  return "noise: " + std::to_string(r.repeat) + " alone answers per item (alone and " + std::to_string(r.repeat - 1) +
+         " control" + (r.repeat > 2 ? "s" : "") + "); " + std::to_string(r.noisy_items) + " of " + std::to_string(r.noise_items) +
+         " item(s) noisy (their alone answers disagree)";
+}
+
+std::string noisy_text(const pair_item& row) {
+  if (!row.noisy) return "";
+  return "noisy: alone answers agree " + std::to_string(row.alone_agree) + " of " + std::to_string(row.alone_n);
+}
+
 std::string margin_text(const std::optional<double>& m) {
   if (!m) return "n/a";
   char buf[32];
@@ -56,13 +100,23 @@ std::string margin_text(const std::optional<double>& m) {
 }
 
 bool row_listed(const pair_item& row) {
-  return row.error || !row.d.identical || row.d.hash_step >= 0 || row.not_argmax_a >= 0 || row.not_argmax_b >= 0;
+  return row.error || !row.d.identical || row.d.hash_step >= 0 || row.d.drift_step >= 0 || row.not_argmax_a >= 0 ||
+         row.not_argmax_b >= 0;
 }
 
 std::string hash_text(const pair_item& row) {
-  if (row.d.hash_step < 0) return "";
-  const std::string k = std::to_string(row.d.hash_step);
-  return row.d.identical ? "logits drifted at step " + k : "logit hash differs from step " + k;
+  std::string out;
+  if (row.d.hash_step >= 0) {
+    const std::string k = std::to_string(row.d.hash_step);
+    out = row.d.identical ? "logits drifted at step " + k : "logit hash differs from step " + k;
+  }
+  if (row.d.drift_step >= 0 && row.d.max_drift) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3g", *row.d.max_drift);
+    out += (out.empty() ? "" : "; ") + std::string("log-probs drifted from step ") + std::to_string(row.d.drift_step) +
+           " (max |d| " + buf + (row.d.identical ? "" : " before the tokens part") + ")";
+  }
+  return out;
 }
 
 std::string manifest_line(const json& m) {

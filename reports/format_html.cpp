@@ -170,19 +170,30 @@ void summary_section(std::ostringstream& os, const report& r) {
     os << "<p>No pairs of responses to compare.</p>\n";
     return;
   }
-  os << "<table id=\"summary\"><thead><tr><th>probe</th><th>A vs B</th><th>differ</th><th>errors</th>"
-     << "<th>not exercised</th><th>score A \xe2\x86\x92 B</th><th>flips \xe2\x88\x92r/+w</th><th>net</th></tr></thead><tbody>\n";
+  os << "<table id=\"summary\"><thead><tr><th>probe</th><th>A vs B</th><th>differ</th><th>beyond noise</th><th>p vs noise</th>"
+     << "<th>drifted</th><th>errors</th><th>not exercised</th><th>score A \xe2\x86\x92 B</th><th>flips \xe2\x88\x92r/+w</th>"
+     << "<th>net</th><th>McNemar p</th></tr></thead><tbody>\n";
   for (const pair_summary& s : r.pairs) {
     const int64_t judged = pair_judged(s);
     const std::string cls = std::string(s.control ? "control" : "") + (s.control && s.differ > 0 ? " " : "") +
                             (s.differ > 0 ? "bad" : "");
     os << "<tr" << (cls.empty() ? "" : " class=\"" + cls + "\"") << ">"
        << td(html_escape(s.probe)) << td(html_escape(s.cond_a + " vs " + s.cond_b))
-       << td(std::to_string(s.differ) + "/" + std::to_string(judged), "n differ") << td_num(s.errors)
-       << td_num(s.not_exercised) << td(html_escape(score_text(s))) << td(html_escape(flips_text(s)))
-       << td(html_escape(net_text(s)), "n") << "</tr>\n";
+       << td(std::to_string(s.differ) + "/" + std::to_string(judged), "n differ") << td(beyond_noise_text(s), "n")
+       << td(p_noise_text(s), "n") << td(std::to_string(s.drifted) + "/" + std::to_string(judged), "n drifted")
+       << td_num(s.errors) << td_num(s.not_exercised) << td(html_escape(score_text(s))) << td(html_escape(flips_text(s)))
+       << td(html_escape(net_text(s)), "n") << td(p_mcnemar_text(s), "n") << "</tr>\n";
   }
   os << "</tbody></table>\n";
+  const std::string noise = noise_text(r);
+  if (!noise.empty()) os << "<p id=\"noise\">" << html_escape(noise) << "</p>\n";
+  const auto acc = accuracy_lines(r);
+  if (!acc.empty()) {
+    os << "<table id=\"accuracy\"><thead><tr><th>condition</th><th>accuracy (Wilson 95% interval, \xc2\xb1 lm-eval "
+          "stderr)</th></tr></thead><tbody>\n";
+    for (const auto& [name, text] : acc) os << "<tr>" << td(html_escape(name)) << td(html_escape(text)) << "</tr>\n";
+    os << "</tbody></table>\n";
+  }
 }
 
 std::string status_label(const pair_item& row) {

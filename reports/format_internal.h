@@ -3,6 +3,8 @@
 
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "reports/compare.h"
 
@@ -21,6 +23,20 @@ std::string score_text(const pair_summary& s);
 // "-2/+1" and "-1" (wrong-to-right minus right-to-wrong, signed), or "-" when nothing was graded.
 std::string flips_text(const pair_summary& s);
 std::string net_text(const pair_summary& s);
+// Against the noise model: rows differing on items whose alone answers agree ("-" when the pair
+// has no noise model), p_vs_noise and McNemar's p ("-" when not computed).
+std::string beyond_noise_text(const pair_summary& s);
+std::string p_noise_text(const pair_summary& s);
+std::string p_mcnemar_text(const pair_summary& s);
+// "13/20 = 65.0% [43.3, 81.9] +- 10.9": accuracy, Wilson 95% interval, lm-eval's stderr (points).
+std::string accuracy_text(int64_t k, int64_t n);
+// Per distinct graded condition (first pair it appears in): its name and accuracy_text.
+std::vector<std::pair<std::string, std::string>> accuracy_lines(const report& r);
+// "noise: 3 alone answers per item; 2 of 20 items noisy (their alone answers disagree)", "" when
+// the run has no control.
+std::string noise_text(const report& r);
+// "noisy: alone answers agree 2 of 3" for a noisy row, "" otherwise.
+std::string noisy_text(const pair_item& row);
 // Three significant digits ("0.0123", "0.0002", "1.25"), or "n/a" when the step has fewer than two
 // recorded alternatives.
 std::string margin_text(const std::optional<double>& m);

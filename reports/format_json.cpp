@@ -3,9 +3,11 @@
 //
 //   {"schema": 1, "pairs": [{probe, cond_a, cond_b, control, items, differ, errors, not_exercised,
 //     retokenized, drifted, not_comparable, not_argmax, graded, correct_a, correct_b,
-//     right_to_wrong, wrong_to_right, wrong_to_other_wrong, rows: [{item_id, status, ...}]}],
-//    "differences": [{field, a, b}], "notes": [...], "manifest": {...}}
+//     right_to_wrong, wrong_to_right, wrong_to_other_wrong, differ_beyond_noise, noisy, p_vs_noise,
+//     mcnemar_p, accuracy_a, accuracy_b, rows: [{item_id, status, ...}]}],
+//    "noise": {repeat, items, noisy}, "differences": [{field, a, b}], "notes": [...], "manifest": {...}}
 #include "reports/format_internal.h"
+#include "reports/stats.h"
 
 namespace detaudit::reports {
 namespace {
@@ -40,6 +42,8 @@ ojson row_json(const pair_item& row) {
   o["margin_b"] = opt_num(d.margin_b);
   o["hashes_available"] = d.hashes_available;
   o["hash_step"] = d.hash_step;
+  o["drift_step"] = d.drift_step;
+  o["max_drift"] = opt_num(d.max_drift);
   o["not_argmax_a"] = row.not_argmax_a >= 0;
   o["not_argmax_b"] = row.not_argmax_b >= 0;
   o["not_argmax_step_a"] = row.not_argmax_a;
@@ -52,6 +56,22 @@ ojson row_json(const pair_item& row) {
   o["reason"] = row.reason;
   o["error"] = row.error;
   o["note"] = d.note;
+  o["noisy"] = row.noisy;
+  o["alone_agree"] = row.alone_agree;
+  o["alone_n"] = row.alone_n;
+  return o;
+}
+
+// k of n right: the accuracy, its Wilson 95% interval and lm-evaluation-harness's stderr.
+ojson accuracy_json(int64_t k, int64_t n) {
+  const interval w = wilson_95(k, n);
+  ojson o;
+  o["correct"] = k;
+  o["n"] = n;
+  o["acc"] = double(k) / double(n);
+  o["wilson_lo"] = w.lo;
+  o["wilson_hi"] = w.hi;
+  o["stderr"] = lmeval_stderr(k, n);
   return o;
 }
 
@@ -75,6 +95,14 @@ ojson pair_json(const pair_summary& s) {
   o["right_to_wrong"] = s.right_to_wrong;
   o["wrong_to_right"] = s.wrong_to_right;
   o["wrong_to_other_wrong"] = s.wrong_to_other_wrong;
+  o["differ_beyond_noise"] = s.differ_beyond_noise >= 0 ? ojson(s.differ_beyond_noise) : ojson(nullptr);
+  o["noisy"] = s.noisy;
+  o["p_vs_noise"] = opt_num(s.p_vs_noise);
+  o["mcnemar_p"] = opt_num(s.mcnemar_p);
+  o["accuracy_a"] = s.graded > 0 ? accuracy_json(s.correct_a, s.graded) : ojson(nullptr);
+  o["accuracy_b"] = s.graded > 0 ? accuracy_json(s.correct_b, s.graded) : ojson(nullptr);
+  o["strict_match_a"] = s.strict_graded > 0 ? accuracy_json(s.strict_a, s.strict_graded) : ojson(nullptr);
+  o["strict_match_b"] = s.strict_graded > 0 ? accuracy_json(s.strict_b, s.strict_graded) : ojson(nullptr);
   ojson rows = ojson::array();
   for (const pair_item& row : s.rows) rows.push_back(row_json(row));
   o["rows"] = std::move(rows);
@@ -89,6 +117,11 @@ std::string render_json(const report& r) {
   ojson pairs = ojson::array();
   for (const pair_summary& s : r.pairs) pairs.push_back(pair_json(s));
   o["pairs"] = std::move(pairs);
+  ojson noise;
+  noise["repeat"] = r.repeat;
+  noise["items"] = r.noise_items;
+  noise["noisy"] = r.noisy_items;
+  o["noise"] = std::move(noise);
   ojson diffs = ojson::array();
   for (const identity_difference& d : r.differences) {
     ojson e;

@@ -8,7 +8,9 @@
 //
 // Text is escaped for XML 1.0: markup characters as entities, characters XML cannot hold (control
 // bytes, U+FFFE/U+FFFF, invalid UTF-8) replaced by a visible \xHH or U+FFFD.
+#include <cmath>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
 #include "reports/compare_internal.h"
@@ -75,9 +77,32 @@ std::string attr(const char* name, const std::string& value) {
 
 std::string attr(const char* name, int64_t value) { return attr(name, std::to_string(value)); }
 
+// Seconds a response took, from its record's timings (latency_ms, else t_end - t_start); 0 when unknown.
+double seconds_of(const record* r) {
+  if (!r || !r->timings.is_object()) return 0;
+  auto num = [r](const char* k) -> std::optional<double> {
+    auto it = r->timings.find(k);
+    if (it == r->timings.end() || !it->is_number()) return std::nullopt;
+    const double v = it->get<double>();
+    return std::isfinite(v) && v >= 0 ? std::optional<double>(v) : std::nullopt;
+  };
+  if (auto ms = num("latency_ms")) return *ms / 1000.0;
+  auto t0 = num("t_start"), t1 = num("t_end");
+  return t0 && t1 && *t1 >= *t0 ? *t1 - *t0 : 0;
+}
+
+// A testcase's time: both responses it compares, as their records timed them.
+double row_seconds(const pair_item& row) { return seconds_of(row.a) + seconds_of(row.b); }
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", s);
+  return buf;
+}
+
 void testcase(std::ostringstream& os, const pair_summary& s, const pair_item& row) {
   os << "    <testcase" << attr("classname", "detaudit." + s.probe)
-     << attr("name", row.item_id + " [" + row.cond_a + " vs " + row.cond_b + "]") << attr("time", "0");
+     << attr("name", row.item_id + " [" + row.cond_a + " vs " + row.cond_b + "]") << attr("time", seconds_text(row_seconds(row)));
   if (row.error) {
     os << ">\n      <error" << attr("type", "error") << attr("message", row.d.note) << ">"
        << xml_escape(row_text(row), false) << "</error>\n    </testcase>\n";
@@ -93,10 +118,25 @@ void testcase(std::ostringstream& os, const pair_summary& s, const pair_item& ro
   }
 }
 
+double suite_seconds(const pair_summary& s) {
+  double t = 0;
+  for (const pair_item& row : s.rows) t += row_seconds(row);
+  return t;
+}
+
+std::string property(const char* name, const std::string& value) {
+  return "<property" + attr("name", name) + attr("value", value) + "/>";
+}
+
 void testsuite(std::ostringstream& os, const pair_summary& s) {
   os << "  <testsuite" << attr("name", pair_title(s)) << attr("tests", s.items)
-     << attr("failures", s.differ) << attr("errors", s.errors) << attr("skipped", s.not_exercised + s.not_comparable) << attr("time", "0")
-     << ">\n";
+     << attr("failures", s.differ) << attr("errors", s.errors) << attr("skipped", s.not_exercised + s.not_comparable)
+     << attr("time", seconds_text(suite_seconds(s))) << ">\n";
+  // Drifted rows (same tokens, moved logits or log-probs) are not failures; they, the noise model and
+  // the p-values are properties ("-" where not computed).
+  os << "    <properties>" << property("drifted", std::to_string(s.drifted))
+     << property("differ_beyond_noise", beyond_noise_text(s)) << property("p_vs_noise", p_noise_text(s))
+     << property("mcnemar_p", p_mcnemar_text(s)) << "</properties>\n";
   for (const pair_item& row : s.rows) testcase(os, s, row);
   os << "  </testsuite>\n";
 }
@@ -105,11 +145,12 @@ void testsuite(std::ostringstream& os, const pair_summary& s) {
 
 std::string render_junit(const report& r) {
   int64_t tests = 0, failures = 0, errors = 0;
-  for (const pair_summary& s : r.pairs) tests += s.items, failures += s.differ, errors += s.errors;
+  double seconds = 0;
+  for (const pair_summary& s : r.pairs) tests += s.items, failures += s.differ, errors += s.errors, seconds += suite_seconds(s);
   std::ostringstream os;
   os << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
      << "<testsuites" << attr("name", "detaudit") << attr("tests", tests) << attr("failures", failures)
-     << attr("errors", errors) << attr("time", "0") << ">\n";
+     << attr("errors", errors) << attr("time", seconds_text(seconds)) << ">\n";
   for (const pair_summary& s : r.pairs) testsuite(os, s);
   if (!r.notes.empty()) {
     std::string notes;

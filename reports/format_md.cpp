@@ -34,12 +34,20 @@ std::string md_code(const std::string& raw) {
 }
 
 void summary(std::ostringstream& os, const report& r) {
-  os << "| probe | pair | differ | errors | not exercised | score A -> B | flips -r/+w | net |\n"
-     << "|---|---|---:|---:|---:|---|---|---:|\n";
+  os << "| probe | pair | differ | beyond noise | p vs noise | drifted | errors | not exercised | score A -> B | flips -r/+w | net | McNemar p |\n"
+     << "|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|\n";
   for (const pair_summary& s : r.pairs)
-    os << "| " << md_escape(s.probe) << " | " << md_escape(s.cond_a + " vs " + s.cond_b)
-       << " | " << s.differ << "/" << pair_judged(s) << " | " << s.errors << " | "
-       << s.not_exercised << " | " << score_text(s) << " | " << flips_text(s) << " | " << net_text(s) << " |\n";
+    os << "| " << md_escape(s.probe) << " | " << md_escape(s.cond_a + " vs " + s.cond_b) << " | " << s.differ << "/"
+       << pair_judged(s) << " | " << beyond_noise_text(s) << " | " << p_noise_text(s) << " | " << s.drifted << "/"
+       << pair_judged(s) << " | " << s.errors << " | " << s.not_exercised << " | " << score_text(s) << " | " << flips_text(s)
+       << " | " << net_text(s) << " | " << p_mcnemar_text(s) << " |\n";
+  const std::string noise = noise_text(r);
+  if (!noise.empty()) os << "\n" << md_escape(noise) << "\n";
+  const auto acc = accuracy_lines(r);
+  if (!acc.empty()) {
+    os << "\n| condition | accuracy (Wilson 95% interval, +- lm-eval stderr) |\n|---|---|\n";
+    for (const auto& [name, text] : acc) os << "| " << md_escape(name) << " | " << md_escape(text) << " |\n";
+  }
 }
 
 void row_item(std::ostringstream& os, const pair_item& row) {
@@ -57,6 +65,7 @@ void row_item(std::ostringstream& os, const pair_item& row) {
   if (d.identical) {
     os << "identical tokens";
     if (!hash_text(row).empty()) os << "; " << hash_text(row);
+    if (row.noisy) os << "; " << noisy_text(row);
     if (!argmax.empty()) os << "; " << md_escape(argmax);
     os << "\n";
     return;
@@ -69,6 +78,7 @@ void row_item(std::ostringstream& os, const pair_item& row) {
   if (!hash_text(row).empty()) os << "; " << hash_text(row);
   if (row.flip != FLIP_NONE) os << "; **" << flip_name(row.flip) << "**";
   if (!row.exercised) os << "; not exercised: " << md_escape(row.reason);
+  if (row.noisy) os << "; " << noisy_text(row);
   if (!argmax.empty()) os << "; " << md_escape(argmax);
   os << "\n  - " << md_escape(row.cond_a) << ": " << md_code(d.before_a) << " | " << md_code(d.after_a) << "\n"
      << "  - " << md_escape(row.cond_b) << ": " << md_code(d.before_b) << " | " << md_code(d.after_b) << "\n";

@@ -1,9 +1,12 @@
 // The terminal report: one table row per pair, then each differing, failed or drifted item with
 // where it parted, then the notes. Plain text, readable without color.
 //
-//   PROBE        PAIR                      DIFFER  ERRORS  NOT-EXERCISED  SCORE A -> B    FLIPS -R/+W  NET
-//   control      alone vs control          0/20    0       0              -               -            -
-//   concurrency  alone vs concurrent-8     2/20    0       0              14/20 -> 13/20  -2/+1        -1
+//   PROBE        PAIR                   DIFFER  BEYOND-NOISE  P-VS-NOISE  DRIFTED  ERRORS  ...  FLIPS -R/+W  NET  MCNEMAR-P
+//   control      alone vs control       0/20    -             -           3/20     0       ...  -            -    -
+//   concurrency  alone vs concurrent-8  2/20    2             0.24        5/20     0       ...  -2/+1        -1   0.62
+// DIFFER: the tokens or text part; BEYOND-NOISE: of those, items whose alone answers all agree;
+// P-VS-NOISE: Fisher's one-sided p of DIFFER against the control pair's rate; DRIFTED: the same
+// tokens, but logits (hash) or log-probs moved; MCNEMAR-P: two-sided, on the flips.
 #include <algorithm>
 #include <sstream>
 
@@ -36,13 +39,32 @@ std::string table(const std::vector<table_row>& rows) {
 }
 
 std::string summary_table(const report& r) {
-  std::vector<table_row> rows = {{"PROBE", "PAIR", "DIFFER", "ERRORS", "NOT-EXERCISED", "SCORE A -> B", "FLIPS -R/+W", "NET"}};
+  std::vector<table_row> rows = {{"PROBE", "PAIR", "DIFFER", "BEYOND-NOISE", "P-VS-NOISE", "DRIFTED", "ERRORS", "NOT-EXERCISED",
+                                  "SCORE A -> B", "FLIPS -R/+W", "NET", "MCNEMAR-P"}};
   for (const pair_summary& s : r.pairs) {
-    const int64_t judged = pair_judged(s);
-    rows.push_back({escape_line(s.probe), escape_line(s.cond_a + " vs " + s.cond_b), std::to_string(s.differ) + "/" + std::to_string(judged),
-                    std::to_string(s.errors), std::to_string(s.not_exercised), score_text(s), flips_text(s), net_text(s)});
+    const std::string judged = std::to_string(pair_judged(s));
+    rows.push_back({escape_line(s.probe), escape_line(s.cond_a + " vs " + s.cond_b), std::to_string(s.differ) + "/" + judged,
+                    beyond_noise_text(s), p_noise_text(s), std::to_string(s.drifted) + "/" + judged, std::to_string(s.errors),
+                    std::to_string(s.not_exercised), score_text(s), flips_text(s), net_text(s), p_mcnemar_text(s)});
   }
   return table(rows);
+}
+
+// Accuracy per graded condition, and the noise model, under the summary table.
+std::string summary_extras(const report& r) {
+  std::string out;
+  const std::string noise = noise_text(r);
+  if (!noise.empty()) out += noise + "\n";
+  const auto acc = accuracy_lines(r);
+  if (acc.empty()) return out;
+  out += "accuracy (Wilson 95% interval, +- lm-eval's stderr, in points):\n";
+  size_t w = 0;
+  for (const auto& e : acc) w = std::max(w, escape_line(e.first).size());
+  for (const auto& [name, text] : acc) {
+    const std::string n = escape_line(name);
+    out += "  " + n + std::string(w - n.size(), ' ') + "  " + text + "\n";
+  }
+  return out;
 }
 
 std::string token_text(const std::string& tok, int32_t id) {
@@ -71,6 +93,7 @@ std::string row_text(const pair_item& row) {
   if (d.identical) {
     os << ": identical tokens";
     if (!hash_text(row).empty()) os << "; " << hash_text(row);
+    if (row.noisy) os << "; " << noisy_text(row);
     if (!argmax.empty()) os << "; " << argmax;
     os << "\n";
     return os.str();
@@ -80,6 +103,7 @@ std::string row_text(const pair_item& row) {
   if (d.char_offset >= 0) os << (d.token_index >= 0 ? ", " : "") << "byte " << d.char_offset;
   if (d.token_index >= 0) os << ": " << token_text(d.token_a, d.id_a) << " vs " << token_text(d.token_b, d.id_b);
   if (!row.exercised) os << " [not exercised: " << escape_line(row.reason) << "]";
+  if (row.noisy) os << " [" << noisy_text(row) << "]";
   os << "\n    margins " << margin_text(d.margin_a) << " vs " << margin_text(d.margin_b);
   if (!hash_text(row).empty()) os << "; " << hash_text(row);
   if (row.correct_a && row.correct_b)
@@ -141,7 +165,7 @@ std::string render_text(const report& r) {
     os << "\n";
   }
   if (r.pairs.empty()) os << "no pairs of responses to compare\n";
-  else os << summary_table(r);
+  else os << summary_table(r) << summary_extras(r);
   for (const pair_summary& s : r.pairs) {
     if (std::none_of(s.rows.begin(), s.rows.end(), row_listed)) continue;
     os << "\n" << escape_line(pair_title(s)) << (s.control ? " (control: run-to-run noise)" : "") << ": " << pair_counts_text(s) << "\n";

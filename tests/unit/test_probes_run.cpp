@@ -3,8 +3,11 @@
 #include <doctest/doctest.h>
 
 #include <fstream>
+#include <optional>
+#include <set>
 
 #include "probes/runner.h"
+#include "reports/compare.h"
 #include "test_util.h"
 #include "util/error.h"
 
@@ -85,9 +88,11 @@ TEST_CASE("probes_run: the GSM8K fixture loads as graded items") {
   REQUIRE(five.size() == 5);
   CHECK(five[0].id == "gsm8k-0");
   CHECK(five[4].id == "gsm8k-4");
-  CHECK(five[0].prompt.rfind("Janet", 0) == 0);
+  CHECK(five[0].prompt.rfind("Question: Janet", 0) == 0);  // lm-eval's gsm8k doc_to_text
+  CHECK(five[0].prompt.size() > 10);
+  CHECK(five[0].prompt.substr(five[0].prompt.size() - 8) == "\nAnswer:");
   CHECK(five[0].reference.find("#### 18") != std::string::npos);
-  CHECK(five[0].grader == "gsm8k");
+  CHECK(five[0].grader == "gsm8k-flex");  // flips use flexible-extract unless --grader strict
   const std::vector<item> all = probes::items_load_dataset("gsm8k:" + path);
   CHECK(all.size() == 1319);
   CHECK(all.back().id == "gsm8k-1318");
@@ -97,6 +102,57 @@ TEST_CASE("probes_run: the GSM8K fixture loads as graded items") {
   const std::string dir = test::scratch_dir("probes_run_gsm8k");
   const std::string bad = write_file(dir, "g.jsonl", "{\"question\": \"q\", \"answer\": \"#### 1\"}\n{\"question\": \"q2\"}\n");
   CHECK_THROWS_WITH_AS(probes::items_load_dataset("gsm8k:" + bad), doctest::Contains("g.jsonl:2: field 'answer' is missing"), input_error);
+}
+
+TEST_CASE("probes_run: GSM8K few-shot prompts are rendered as lm-eval's gsm8k task renders them") {
+  const std::string dir = test::scratch_dir("probes_run_fewshot");
+  const std::string test_file = write_file(dir, "test.jsonl", "{\"question\": \"What is 2+2?\", \"answer\": \"2+2=4\\n#### 4\"}\n");
+  const std::string shots = write_file(dir, "train.jsonl",
+                                       "{\"question\": \"A?\", \"answer\": \"a\\n#### 1\"}\n\n"
+                                       "{\"question\": \"B?\", \"answer\": \"b\\n#### 2\"}\n"
+                                       "{\"question\": \"C?\", \"answer\": \"c\\n#### 3\"}\n");
+  probes::dataset_options d;
+  d.num_fewshot = 2;
+  d.fewshot_file = shots;
+  d.strict = true;
+  const std::vector<item> items = probes::items_load_dataset("gsm8k:" + test_file, d);
+  REQUIRE(items.size() == 1);
+  // The first two exemplars in file order (the blank line skipped), target after a space, joined by
+  // a blank line, then a blank line and the question.
+  CHECK(items[0].prompt ==
+        "Question: A?\nAnswer: a\n#### 1\n\nQuestion: B?\nAnswer: b\n#### 2\n\nQuestion: What is 2+2?\nAnswer:");
+  CHECK(items[0].grader == "gsm8k");
+  CHECK(probes::gsm8k_stop_strings() == std::vector<std::string>{"Question:", "</s>", "<|im_end|>"});
+  d.num_fewshot = 4;
+  CHECK_THROWS_WITH_AS(probes::items_load_dataset("gsm8k:" + test_file, d), doctest::Contains("more exemplars than the file holds (3)"),
+                       input_error);
+  d.fewshot_file.clear();
+  CHECK_THROWS_WITH_AS(probes::items_load_dataset("gsm8k:" + test_file, d), doctest::Contains("needs --fewshot FILE"), input_error);
+  d.num_fewshot = 0;
+  d.fewshot_file = shots;
+  CHECK_THROWS_WITH_AS(probes::items_load_dataset("gsm8k:" + test_file, d), doctest::Contains("needs --num-fewshot K"), input_error);
+}
+
+TEST_CASE("probes_run: the built-in set holds 32 distinct prompts, the arithmetic ones graded") {
+  const std::vector<item> items = probes::items_builtin();
+  REQUIRE(items.size() == 32);
+  std::set<std::string> prompts, ids;
+  int graded = 0;
+  for (const item& it : items) {
+    prompts.insert(it.prompt);
+    ids.insert(it.id);
+    if (!it.grader.empty()) {
+      ++graded;
+      CHECK(it.grader == "numeric");
+      // The reference is the number the prompt asks for: the grader agrees with a bare answer.
+      CHECK(detaudit::reports::grade(it.grader, it.reference, it.reference) == std::optional<bool>(true));
+    }
+  }
+  CHECK(prompts.size() == 32);
+  CHECK(ids.size() == 32);
+  CHECK(items.front().id == "builtin-1");
+  CHECK(graded == 8);
+  CHECK(detaudit::reports::grade("numeric", "17 + 25 = 42.", items[0].reference) == std::optional<bool>(true));
 }
 
 TEST_CASE("probes_run: lint finds each prompt pitfall and nothing in a clean prompt") {

@@ -59,14 +59,27 @@ TEST_CASE("report cli: a run folder prints a text report and exits 0 by default"
   CHECK(contains(r.out, "detaudit report: run cli-run"));
   CHECK(contains(r.out, "concurrency  alone vs concurrent-8  1/2"));
   CHECK(contains(r.out, "item q2 (alone vs concurrent-8): token 2, byte 8: ' 4'"));
-  CHECK(r.err.empty());
+  // stderr holds only the verdict line: within the default gate (none), one of two items differs.
+  CHECK(r.err == "PASS: 1 of 2 items differ under concurrent-8 (p = 0.5), flips -1/+0; exit 0\n");
 }
 
 TEST_CASE("report cli: --fail-on decides the exit code and names the reasons on stderr") {
   const std::string dir = make_run("report_cli_fail");
   const auto any = run_cmd(bin() + " report " + shell_quote(dir) + " --fail-on any");
   CHECK(any.exit_code == 1);
-  CHECK(any.err == "detaudit report: --fail-on any: concurrency alone vs concurrent-8: 1 of 2 items differ\n");
+  CHECK(any.err ==
+        "detaudit report: --fail-on any: concurrency alone vs concurrent-8: 1 of 2 items differ\n"
+        "FAIL: 1 of 2 items differ under concurrent-8 (p = 0.5), flips -1/+0 [1 reason(s) above, --fail-on any]; exit 1\n");
+  const auto list = run_cmd(bin() + " report " + shell_quote(dir) + " --fail-on drift,errors,not-exercised");
+  CHECK(list.exit_code == 0);
+  const auto bad = run_cmd(bin() + " report " + shell_quote(dir) + " --fail-on any,bogus");
+  CHECK(bad.exit_code == 2);
+  CHECK(contains(bad.err, "unknown gate 'bogus'"));
+  const auto few = run_cmd(bin() + " report " + shell_quote(dir) + " --fail-on none --min-judged 3");
+  CHECK(few.exit_code == 0);  // none: never exit 1
+  const auto few2 = run_cmd(bin() + " report " + shell_quote(dir) + " --fail-on drift --min-judged 3");
+  CHECK(few2.exit_code == 1);
+  CHECK(contains(few2.err, "only 2 item(s) judged, fewer than --min-judged 3"));
   const auto flips = run_cmd(bin() + " report " + shell_quote(dir) + " --fail-on flips --format json");
   CHECK(flips.exit_code == 1);
   CHECK(json::parse(flips.out)["pairs"][1]["right_to_wrong"] == 1);

@@ -1,6 +1,8 @@
 // diverge(): hand-built token lists with known divergence points, margins, hash steps, prefix and
-// text-only cases, UTF-8 context cutting, failed responses.
+// text-only cases, UTF-8 context cutting, failed responses, log-prob drift.
 #include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
 
 #include "reports/compare.h"
 #include "test_reports_util.h"
@@ -156,4 +158,76 @@ TEST_CASE("report diverge: a failed response is never identical and says why") {
   CHECK(d.token_index == -1);
   CHECK(d.char_offset == -1);
   CHECK(d.note.find("HTTP 500") != std::string::npos);
+}
+
+TEST_CASE("report diverge: same tokens with a moved log-prob drift at that step, by the largest |difference|") {
+  record a = rec("q", "alone", {{1, "a"}, {2, " b"}, {3, " c"}});
+  record b = rec("q", "control", {{1, "a"}, {2, " b"}, {3, " c"}});
+  a.top_logprobs = {{{1, "a", -0.5}, {5, "z", -1.0}}, {{2, " b", -0.25}, {6, " y", -2.0}}, {{3, " c", -0.125}}};
+  // Step 0 lists the same values in another order; step 1 moves " b" by 1/128 and " y" by 1/64.
+  b.top_logprobs = {{{5, "z", -1.0}, {1, "a", -0.5}}, {{2, " b", -0.2578125}, {6, " y", -2.015625}}, {{3, " c", -0.125}}};
+  const divergence d = diverge(a, b);
+  CHECK(d.identical);
+  CHECK(d.drift_step == 1);
+  REQUIRE(d.max_drift.has_value());
+  CHECK(*d.max_drift == 0.015625);
+}
+
+TEST_CASE("report diverge: drift counts only the steps before the tokens part, and only shared alternatives") {
+  record a = rec("q", "alone", {{1, "a"}, {2, " b"}, {3, " c"}});
+  record b = rec("q", "concurrent-8", {{1, "a"}, {2, " b"}, {9, " X"}});
+  a.top_logprobs = {{{1, "a", -0.5}, {7, "w", -3.0}}, {{2, " b", -0.25}}, {{3, " c", -0.5}, {9, " X", -0.75}}};
+  // Step 0: "w" is listed by A only, "v" by B only: nothing shared moved. Step 2, where the tokens
+  // part, moves both alternatives: that is the divergence, not drift.
+  b.top_logprobs = {{{1, "a", -0.5}, {8, "v", -2.0}}, {{2, " b", -0.25}}, {{9, " X", -0.5}, {3, " c", -0.625}}};
+  const divergence d = diverge(a, b);
+  CHECK_FALSE(d.identical);
+  CHECK(d.token_index == 2);
+  CHECK(d.drift_step == -1);
+  REQUIRE(d.max_drift.has_value());
+  CHECK(*d.max_drift == 0.0);
+}
+
+TEST_CASE("report diverge: alternatives without ids are matched by string; none at all is no evidence") {
+  record a = rec("q", "alone", {{-1, "a"}, {-1, "b"}});
+  record b = rec("q", "control", {{-1, "a"}, {-1, "b"}});
+  const divergence none = diverge(a, b);
+  CHECK(none.drift_step == -1);
+  CHECK_FALSE(none.max_drift.has_value());  // nothing compared: not "0 drift"
+  a.top_logprobs = {{{-1, "a", -0.5}, {-1, "c", -1.0}}, {{-1, "b", -0.25}}};
+  b.top_logprobs = {{{-1, "a", -0.5}, {-1, "c", -1.0}}, {{-1, "b", -0.5}}};
+  const divergence d = diverge(a, b);
+  CHECK(d.drift_step == 1);
+  REQUIRE(d.max_drift.has_value());
+  CHECK(*d.max_drift == 0.25);
+}
+
+TEST_CASE("report drift: a drifted row's status, JSON fields, summary count and text line") {
+  record a = rec("q1", "alone", {{1, "a"}, {2, " b"}});
+  record c = rec("q1", "control", {{1, "a"}, {2, " b"}});
+  record a2 = rec("q2", "alone", {{1, "a"}, {2, " b"}});
+  record c2 = rec("q2", "control", {{1, "a"}, {2, " b"}});
+  a.top_logprobs = {{{1, "a", -0.5}, {5, "z", -1.0}}, {{2, " b", -0.25}}};
+  c.top_logprobs = {{{1, "a", -0.5078125}, {5, "z", -1.0}}, {{2, " b", -0.25}}};
+  a2.top_logprobs = a.top_logprobs;
+  c2.top_logprobs = a.top_logprobs;
+  const report r = compare_run({a, c, a2, c2});
+  REQUIRE(r.pairs.size() == 1);
+  CHECK(r.pairs[0].differ == 0);
+  CHECK(r.pairs[0].drifted == 1);
+  const nlohmann::json j = nlohmann::json::parse(report_render(r, "json"));
+  const nlohmann::json& rows = j["pairs"][0]["rows"];
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0]["status"] == "drifted");
+  CHECK(rows[0]["drift_step"] == 0);
+  CHECK(rows[0]["max_drift"] == 0.0078125);
+  CHECK(rows[1]["status"] == "identical");
+  CHECK(rows[1]["drift_step"] == -1);
+  CHECK(rows[1]["max_drift"] == 0.0);
+  const std::string text = report_render(r, "text");
+  CHECK(text.find("DRIFTED") != std::string::npos);
+  CHECK(text.find("1/2") != std::string::npos);
+  CHECK(text.find("log-probs drifted from step 0 (max |d| 0.00781)") != std::string::npos);
+  CHECK(report_render(r, "md").find("| drifted |") != std::string::npos);
+  CHECK(report_render(r, "junit").find("<property name=\"drifted\" value=\"1\"/>") != std::string::npos);
 }

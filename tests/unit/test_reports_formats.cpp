@@ -31,7 +31,11 @@ TEST_CASE("report formats: text shows the table, each differing item and the not
   CHECK(contains(t, "detaudit report: run run-42, detaudit 0.1.0"));
   CHECK(contains(t, "PROBE"));
   CHECK(contains(t, "NOT-EXERCISED"));
-  CHECK(contains(t, "concurrency  alone vs concurrent-8  4/5     1       1              1/1 -> 0/1    -1/+0        -1"));
+  // 4 of 5 against the control's 0 of 7: Fisher's one-sided p = C(5,4) / C(12,4) = 5/495 = 0.0101.
+  CHECK(contains(t, "concurrency  alone vs concurrent-8  4/5     4             0.01        1/5      1       1              "
+                    "1/1 -> 0/1    -1/+0        -1   1"));
+  CHECK(contains(t, "noise: 2 alone answers per item (alone and 1 control); 0 of 7 item(s) noisy"));
+  CHECK(contains(t, "  concurrent-8  0/1 = 0.0% [0.0, 79.3] +- 0.0"));
   CHECK(contains(t, "control      alone vs control       0/7"));
   CHECK(contains(t, "item q1 (alone vs concurrent-8): token 2, byte 4: ' c' (id 3) vs ' X' (id 9)"));
   CHECK(contains(t, "margins 0.5 vs 0.125; logit hash differs from step 2"));
@@ -100,8 +104,9 @@ TEST_CASE("report formats: json carries every row field with nulls for what is u
 TEST_CASE("report formats: md has the summary table and a section per pair with code-span context") {
   const std::string m = report_render(sample_report(), "md");
   CAPTURE(m);
-  CHECK(contains(m, "| probe | pair | differ | errors | not exercised | score A -> B | flips -r/+w | net |"));
-  CHECK(contains(m, "| concurrency | alone vs concurrent-8 | 4/5 | 1 | 1 | 1/1 -> 0/1 | -1/+0 | -1 |"));
+  CHECK(contains(m, "| probe | pair | differ | beyond noise | p vs noise | drifted | errors | not exercised | score A -> B | "
+                    "flips -r/+w | net | McNemar p |"));
+  CHECK(contains(m, "| concurrency | alone vs concurrent-8 | 4/5 | 4 | 0.01 | 1/5 | 1 | 1 | 1/1 -> 0/1 | -1/+0 | -1 | 1 |"));
   CHECK(contains(m, "## concurrency: alone vs concurrent-8"));
   CHECK(contains(m, "token 2: `  c ` vs `  X `; byte 4; margins 0.5 / 0.125; logit hash differs from step 2"));
   CHECK(contains(m, "  - alone: ` a b  ` | `c d`"));
