@@ -5,7 +5,9 @@
 // --resume against a new server finishes every key once. An API key reaches no file of the run.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <fcntl.h>
 #include <filesystem>
@@ -65,18 +67,29 @@ TEST_CASE("audit_e2e: exact serve shows no divergence under concurrency, cache a
   const std::string dir = test::scratch_dir("audit_e2e_exact");
   const std::string cmd = test::detaudit_bin() + " run --target " + srv.url() + " --prompts " +
                           prompts_file(dir, 6, "Once upon a time there was a dog named") +
-                          " --raw --probe concurrency,cache --probe repeat --n-predict 12 --format json --out " + dir + "/run";
+                          " --raw --probe concurrency,cache --probe repeat --repeat 3 --n-predict 12 --format json --out " + dir +
+                          "/run";
   const test::cmd_result r = test::run_cmd(cmd);
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
+  CHECK(r.err.rfind("PASS: no item differs in 6 pair(s) over 6 item(s); exit 0\n") != std::string::npos);
   const json rep = json::parse(r.out);
   REQUIRE(rep["pairs"].size() == 6);  // control, repeat, concurrent-8, cache-off, cache-on, cache-warm
+  CHECK(rep["noise"]["repeat"] == 3);
+  CHECK(rep["noise"]["noisy"] == 0);
   for (const json& p : rep["pairs"]) {
     INFO(p["cond_b"]);
-    CHECK(p["items"] == 6);
+    CHECK(p["items"] == (p["control"] == true ? 12 : 6));  // the control pair holds both repetitions
     CHECK(p["differ"] == 0);
+    CHECK(p["drifted"] == 0);
     CHECK(p["errors"] == 0);
     CHECK(p["not_exercised"] == 0);
+    for (const json& row : p["rows"]) {
+      // Log-probs were compared (two alternatives per step) and none moved by a single bit.
+      CHECK(row["drift_step"] == -1);
+      CHECK(row["max_drift"] == 0.0);
+      CHECK(row["hash_step"] == -1);
+    }
   }
   int widest = 0;
   for (const reports::record& rec : reports::records_read(dir + "/run")) {
@@ -94,11 +107,16 @@ TEST_CASE("audit_e2e: float serve diverges under concurrency, exit 1, and the re
   const std::string dir = test::scratch_dir("audit_e2e_float");
   const std::string cmd = test::detaudit_bin() + " run --target " + srv.url() + " --prompts " +
                           prompts_file(dir, 16, "Tell me story number") + " --raw --probe concurrency --n-predict 48 --fail-on any" +
+                          " --n-probs 4" +
                           " --format json --junit " + dir + "/junit.xml --out " + dir + "/run";
   const test::cmd_result r = test::run_cmd(cmd);
   INFO(r.err);
   REQUIRE(r.exit_code == 1);
   CHECK(r.err.find("--fail-on any") != std::string::npos);
+  const std::string last = r.err.substr(r.err.rfind('\n', r.err.size() - 2) + 1);
+  CHECK(last.rfind("FAIL: ", 0) == 0);
+  CHECK(last.find(" under concurrent-8 (p = ") != std::string::npos);
+  CHECK(last.substr(last.size() - 9) == "; exit 1\n");
   CHECK(test::file_text(dir + "/junit.xml").find("<testsuite") != std::string::npos);
   const json rep = json::parse(r.out);
   CHECK(pair_of(rep, "control")["differ"] == 0);  // alone twice: no run-to-run noise
@@ -120,6 +138,39 @@ TEST_CASE("audit_e2e: float serve diverges under concurrency, exit 1, and the re
     ++checked;
   }
   CHECK(checked == conc["differ"].get<int>());
+  // Drift, worked out from the records: the first step before the tokens part where an alternative
+  // listed on both sides (same id) has another log-prob, and the largest such difference.
+  int drifted_rows = 0;
+  for (const json& row : conc["rows"]) {
+    const reports::record& a = recs.at({row["item_id"].get<std::string>(), "alone"});
+    const reports::record& b = recs.at({row["item_id"].get<std::string>(), "concurrent-8"});
+    const size_t stop = row["token_index"].get<int64_t>() < 0 ? std::min(a.top_logprobs.size(), b.top_logprobs.size())
+                                                               : static_cast<size_t>(row["token_index"].get<int64_t>());
+    int64_t first = -1;
+    double most = 0;
+    bool compared = false;  // a step with alternatives on both sides: else max_drift is null
+    for (size_t i = 0; i < stop; ++i) {
+      compared = compared || (!a.top_logprobs[i].empty() && !b.top_logprobs[i].empty());
+      for (const auto& x : a.top_logprobs[i])
+        for (const auto& y : b.top_logprobs[i])
+          if (x.id == y.id && x.logprob != y.logprob) {
+            if (first < 0) first = static_cast<int64_t>(i);
+            most = std::max(most, std::abs(x.logprob - y.logprob));
+          }
+    }
+    INFO("item " << row["item_id"]);
+    CHECK(row["drift_step"] == first);
+    if (compared) CHECK(row["max_drift"].get<double>() == most);
+    else CHECK(row["max_drift"].is_null());
+    if (row["status"] == "drifted") ++drifted_rows;
+  }
+  CHECK(conc["drifted"] == drifted_rows);
+  // Float numerics under batching move log-probs before (or without) moving a token.
+  CHECK(std::any_of(conc["rows"].begin(), conc["rows"].end(), [](const json& row) { return row["drift_step"] >= 0; }));
+  // The control pair is silent, so every difference is beyond noise and is tested against 0 of 16.
+  CHECK(rep["noise"]["noisy"] == 0);
+  CHECK(conc["differ_beyond_noise"] == conc["differ"]);
+  CHECK(conc["p_vs_noise"].is_number());
 }
 
 TEST_CASE("audit_e2e: a server killed mid-run gives exit 3 and complete lines, --resume finishes every key once") {
