@@ -195,7 +195,9 @@ TEST_CASE("compare_runs cli: two .jsonl files compare item by item") {
   CHECK(contains(text.out, "A = " + dir + "/a.jsonl, B = " + dir + "/b.jsonl"));
   const auto flips = run_cmd(bin() + " compare " + args + " --fail-on flips");
   CHECK(flips.exit_code == 1);
-  CHECK(flips.err == "detaudit compare: --fail-on flips: compare A:alone vs B:alone: 1 right-to-wrong flip(s)\n");
+  CHECK(flips.err ==
+        "detaudit compare: --fail-on flips: compare A:alone vs B:alone: 1 right-to-wrong flip(s)\n"
+        "FAIL: 1 of 2 items differ under A:alone vs B:alone, flips -1/+0 [1 reason(s) above, --fail-on flips]; exit 1\n");
 }
 
 TEST_CASE("report cli: --help names the formats, --fail-on and examples") {
