@@ -1,6 +1,7 @@
 #include "app.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -117,7 +118,8 @@ void build_app(CLI::App& app) {
   app.footer(
       "llama.cpp-style flags (-np, -ub, -ngl, ...) are accepted. Any subcommand takes --config FILE.json\n"
       "(an object of option names to values; flags on the command line override it).\n"
-      "Exit codes: 0 ok, 1 divergence beyond --fail-on, 2 usage or input error, 3 target unreachable, 4 internal error.");
+      "Exit codes: 0 ok, 1 beyond --fail-on or nothing judged, 2 usage or input error, 3 incomplete (a target\n"
+      "unreachable, requests that failed after their retries, or a full disk), 4 internal error, 130 interrupted.");
   setup_inspect(app);
   setup_tokenize(app);
   setup_vocab(app);
@@ -134,11 +136,75 @@ void build_app(CLI::App& app) {
   setup_devices(app);
 }
 
-int report_parse_error(CLI::App& app, const CLI::ParseError& e) {
+// Levenshtein distance, for did-you-mean.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The closest long option of `sub` to `typed` (its "=VALUE" part dropped), "" when none is close.
+std::string did_you_mean(const CLI::App* sub, const std::string& typed) {
+  const std::string name = typed.substr(0, typed.find('='));
+  std::string best;
+  size_t best_d = std::max<size_t>(2, name.size() / 3) + 1;
+  for (const CLI::Option* o : sub->get_options()) {
+    for (const std::string& l : o->get_lnames()) {
+      const size_t d = edit_distance(name, "--" + l);
+      if (d < best_d) best_d = d, best = "--" + l;
+    }
+  }
+  return best;
+}
+
+// CLI11 names an option by its long name, and sees llama.cpp's short flags already rewritten to
+// their long names: put back what the user typed.
+std::string as_typed(std::string msg, const std::vector<std::string>& typed, const CLI::App* sub) {
+  std::vector<std::pair<std::string, std::string>> names(k_llamacpp_flags.begin(), k_llamacpp_flags.end());
+  for (const CLI::Option* o : sub->get_options())  // "-m" typed, "--model" in CLI11's message
+    if (!o->get_snames().empty() && !o->get_lnames().empty())
+      names.emplace_back("-" + o->get_snames().front(), "--" + o->get_lnames().front());
+  for (const auto& [short_flag, long_flag] : names) {
+    if (std::find(typed.begin(), typed.end(), short_flag) == typed.end()) continue;
+    if (std::find(typed.begin(), typed.end(), long_flag) != typed.end()) continue;
+    for (size_t at = msg.find(long_flag); at != std::string::npos; at = msg.find(long_flag, at + short_flag.size())) {
+      const size_t end = at + long_flag.size();
+      const bool whole = end == msg.size() || !(std::isalnum(static_cast<unsigned char>(msg[end])) || msg[end] == '-');
+      if (whole) msg.replace(at, long_flag.size(), short_flag);
+    }
+  }
+  return msg;
+}
+
+int report_parse_error(CLI::App& app, const CLI::ParseError& e, const std::vector<std::string>& typed) {
   std::string sub;
-  for (CLI::App* s : app.get_subcommands()) sub = " " + s->get_name();
-  std::fprintf(stderr, "detaudit%s: error: %s (see 'detaudit%s --help')\n", sub.c_str(), message_line(e.what()).c_str(),
-               sub.c_str());
+  const CLI::App* where = &app;
+  for (CLI::App* s : app.get_subcommands()) sub = " " + s->get_name(), where = s;
+  std::string msg = as_typed(message_line(e.what()), typed, where);
+  if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
+    // Name each unknown option as typed, with the closest real one; CLI11 lists them reversed and
+    // mixed with their values.
+    std::string unknown;
+    for (const std::string& a : typed) {
+      if (a == "--") break;
+      if (a.size() < 2 || a[0] != '-' || std::isdigit(static_cast<unsigned char>(a[1])) || a[1] == '.') continue;
+      const std::string name = a.substr(0, a.find('='));
+      if (where->get_option_no_throw(name) || k_llamacpp_flags.count(name) || name == "--help" || name == "-h") continue;
+      const std::string m = did_you_mean(where, name);
+      unknown += (unknown.empty() ? "" : "; ") + ("unknown option " + name) + (m.empty() ? "" : " (did you mean " + m + "?)");
+    }
+    if (!unknown.empty()) msg = unknown;
+  }
+  std::fprintf(stderr, "detaudit%s: error: %s (see 'detaudit%s --help')\n", sub.c_str(), msg.c_str(), sub.c_str());
   return EXIT_USAGE;
 }
 
@@ -158,10 +224,10 @@ std::vector<std::string> cli_rewrite_args(const std::vector<std::string>& args) 
 
 int cli_main(int argc, char** argv) {
   CLI::App app{"detaudit", "detaudit"};
+  const std::vector<std::string> typed(argv + 1, argv + argc);
   try {
     build_app(app);
-    std::vector<std::string> args(argv + 1, argv + argc);
-    args = cli_rewrite_args(args);
+    std::vector<std::string> args = cli_rewrite_args(typed);
     args = expand_config(app, std::move(args));
     if (args.empty()) throw CLI::RequiredError("a subcommand is required (run, compare, report, merge, serve, generate, score, synth, inspect, tokenize, vocab)");
     std::reverse(args.begin(), args.end());  // CLI11 parses a reversed vector
@@ -174,7 +240,7 @@ int cli_main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    return report_parse_error(app, e);
+    return report_parse_error(app, e, typed);
   } catch (const exit_with& e) {
     return e.code();
   } catch (const input_error& e) {

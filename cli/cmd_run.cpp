@@ -136,10 +136,16 @@ probes::target_options target_options_make(const run_cmd_options& o) {
   return t;
 }
 
-// Progress and notes on stderr; a line starting with '\r' is redrawn in place.
+// Progress and notes on stderr; a line starting with '\r' is redrawn in place; an empty line ends
+// a line drawn in place (so that what follows starts on a line of its own) and prints nothing else.
 std::function<void(const std::string&)> stderr_log() {
   auto drawn = std::make_shared<bool>(false);
   return [drawn](const std::string& s) {
+    if (s.empty()) {
+      if (*drawn) std::cerr << "\n" << std::flush;
+      *drawn = false;
+      return;
+    }
     if (!s.empty() && s[0] == '\r') {
       std::cerr << s << "\x1b[K" << std::flush;
       *drawn = true;
@@ -274,7 +280,9 @@ void run_run(const run_cmd_options& o) {
         targets.push_back(owned.back().get());
       }
     res = probes::run_audit(targets, items, ro);
-  } catch (const disk_full_error& e) {  // the records written so far are whole lines: --resume goes on
+    ro.log("");  // the progress line ends before the report
+  } catch (const disk_full_error& e) {
+    ro.log("");  // the records written so far are whole lines: --resume goes on
     const size_t n = records_in(ro.out_dir);
     std::cerr << "detaudit run: disk full: " << message_line(e.what()) << "\n"
               << "detaudit run: " << (n == 0 ? std::string("nothing was recorded")
@@ -282,9 +290,11 @@ void run_run(const run_cmd_options& o) {
               << "; free disk space, then run the same command with --resume --out " << ro.out_dir << " to continue\n";
     throw exit_with(EXIT_UNREACHABLE);
   } catch (const probes::unreachable_error& e) {
+    ro.log("");
     res.unreachable = true;
     res.unreachable_message = e.what();
   } catch (const probes::interrupted_error&) {  // Ctrl-C while a target's API was being detected
+    ro.log("");
     res.interrupted = true;
   }
   if (res.interrupted) {
@@ -304,7 +314,7 @@ void run_run(const run_cmd_options& o) {
 // What every request carries and what the probes vary.
 void options_request(CLI::App* sub, run_cmd_options& o) {
   sub->add_option("--concurrency", o.concurrency, "N for the concurrency probe: the item and N-1 fillers at once")->capture_default_str();
-  sub->add_option("--n-predict", o.n_predict, "Most tokens generated per request")->capture_default_str();
+  sub->add_option("-n,--n-predict", o.n_predict, "Most tokens generated per request")->capture_default_str();
   sub->add_option("--temperature", o.temperature, "Temperature of every request but the seed probe's")->capture_default_str();
   sub->add_option("--top-p", o.top_p, "top_p sent with every request (default: not sent)")->type_name("P");
   sub->add_option("--top-k", o.top_k, "top_k sent with every request (default: not sent)")->type_name("K");

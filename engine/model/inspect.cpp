@@ -68,6 +68,9 @@ json special_token(const gguf::file& f, const std::vector<std::string>& tokens, 
   int64_t id = v->as_int(key);
   json t = {{"id", id}};
   if (id >= 0 && id < static_cast<int64_t>(tokens.size())) t["piece"] = tokens[static_cast<size_t>(id)];
+  // -1 (also as an unsigned 32-bit 4294967295, as llama.cpp's converter writes it) means "not set";
+  // any other id outside the vocabulary names no token either.
+  else t["unset"] = true;
   return t;
 }
 
@@ -214,7 +217,8 @@ std::string inspect_to_text(const json& info) {
     line("vocab", from_file(v["type"]) + " (" + from_file(v["model"]) + "), " + str(v["size"]) + " tokens, pre " + from_file(v["pre"]) +
                       (v.contains("n_merges") ? ", " + str(v["n_merges"]) + " merges" : ""));
     for (auto& [k, t] : v["special"].items())
-      line("  " + k, str(t["id"]) + (t.contains("piece") ? " " + safe_dump(t["piece"]) : ""));
+      line("  " + k, t.contains("unset") ? "none (id " + str(t["id"]) + " is outside the vocabulary)"
+                                          : str(t["id"]) + (t.contains("piece") ? " " + safe_dump(t["piece"]) : ""));
   }
   const json& c = info["chat_template"];
   line("chat template", !c["present"].get<bool>() ? "(none)" : c["family"].is_null() ? "present, family not recognised"

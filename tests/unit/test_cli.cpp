@@ -61,6 +61,28 @@ TEST_CASE("cli: usage errors exit 2 with exactly one line on stderr") {
   }
 }
 
+TEST_CASE("cli: an unknown option is named as typed, with the closest real one") {
+  auto r = run_cmd(bin() + " run --n-predic 5 --fail-onn any");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "detaudit run: error: unknown option --n-predic (did you mean --n-predict?); unknown option --fail-onn "
+                 "(did you mean --fail-on?) (see 'detaudit run --help')\n");
+  auto far = run_cmd(bin() + " report --zzzzzzzz x");
+  CHECK(far.err == "detaudit report: error: unknown option --zzzzzzzz (see 'detaudit report --help')\n");
+  auto eq = run_cmd(bin() + " report --formt=json x");
+  CHECK(eq.err.find("unknown option --formt (did you mean --format?)") != std::string::npos);
+  // A llama.cpp flag rewritten before parsing is named as the user typed it.
+  auto np = run_cmd(bin() + " serve -np lots");
+  CHECK(np.exit_code == 2);
+  CHECK(np.err.find("-np") != std::string::npos);
+  CHECK(np.err.find("--parallel") == std::string::npos);
+  auto m = run_cmd(bin() + " serve -m /nonexistent/x.gguf");
+  CHECK(m.err.find("-m: File does not exist") != std::string::npos);
+  CHECK(m.err.find("--model") == std::string::npos);
+  // -n is the number of tokens to predict on run, as on generate.
+  auto help = run_cmd(bin() + " run --help");
+  CHECK(help.out.find("-n,--n-predict") != std::string::npos);
+}
+
 TEST_CASE("cli: --help and --version exit 0 and teach") {
   auto r = run_cmd(bin() + " --help");
   CHECK(r.exit_code == 0);

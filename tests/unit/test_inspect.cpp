@@ -73,6 +73,12 @@ TEST_CASE("inspect: text output, tensor table and sha256") {
   REQUIRE(r.exit_code == 0);
   CHECK(r.out.find("\narchitecture      llama\n") != std::string::npos);
   CHECK(r.out.find("blk.4.ffn_down.weight") != std::string::npos);
+  // stories260K's padding id is -1 written as an unsigned 32-bit number: no token, said so.
+  CHECK(r.out.find("\n  padding         none (id 4294967295 is outside the vocabulary)\n") != std::string::npos);
+  CHECK(r.out.find("\n  bos             1 \"<s>\"\n") != std::string::npos);
+  const nlohmann::json info = inspect_json(path);
+  CHECK(info["vocab"]["special"]["padding"]["unset"] == true);
+  CHECK_FALSE(info["vocab"]["special"]["bos"].contains("unset"));
   // The digest scripts/fixtures.sh pins for this file.
   CHECK(r.out.find("270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d") != std::string::npos);
 }
