@@ -129,13 +129,15 @@ TEST_CASE("verdicts openai-completions: a differing control pair fails --fail-on
 // with a strictly higher log-prob) marks its side; not_argmax_step is the first such step. Both
 // sides generate "The a end". Alone samples each step's best. Control's step 1 samples " a" at
 // -1.0 under " b" -0.25 (rank 1), and step 2 " end" at -2.0 under " fin" -1.0 (rank 1): first
-// step 1. Tokens and texts agree: identical, not_argmax_b true at step 1, side a false (-1).
+// step 1. Tokens and texts agree, but the shared alternatives' log-probs moved from step 1 (largest
+// |d|: " end" -0.5 vs -2.0, 1.5): drifted, not_argmax_b true at step 1, side a false (-1).
 void not_argmax(const dialect& d) {
   planted p(d);
   p.item("not argmax", {answer({"The", " a", " end"}).top(1, {{" a", -0.25}, {" b", -1.0}}).top(2, {{" end", -0.5}, {" fin", -1.5}}),
                         answer({"The", " a", " end"}).top(1, {{" b", -0.25}, {" a", -1.0}}).top(2, {{" fin", -1.0}, {" end", -2.0}})});
   const outcome r = run_planted(p, "--probe repeat");
-  check_verdict(r.row("alone", "control"), {.status = "identical", .not_argmax_b = true, .not_argmax_step_b = 1});
+  check_verdict(r.row("alone", "control"),
+                {.status = "drifted", .not_argmax_b = true, .not_argmax_step_b = 1, .drift_step = 1, .max_drift = 1.5});
   check_verdict(r.row("alone", "repeat"), {.status = "identical"});
   CHECK(r.exit_code == 0);
 }
@@ -143,24 +145,51 @@ VERDICTS_EACH_DIALECT("a greedy answer whose sampled token is not the top altern
 
 // Rule (rank when the sampled token is not among the alternatives: their number, here 2 > 0):
 // control's step 1 samples " x" (log-prob -3.0) while the alternatives are " a" -0.5 and " b"
-// -1.0 -> not_argmax_b at step 1. Alone's step 1 lists " x" first. Same tokens: identical.
+// -1.0 -> not_argmax_b at step 1. Alone's step 1 lists " x" first. Same tokens; the one shared
+// alternative " a" moved from -1.0 to -0.5: drifted at step 1 by 0.5.
 TEST_CASE("verdicts openai-chat: a sampled token missing from its alternatives is not_argmax") {
   planted p(OPENAI_CHAT);
   p.item("not among", {answer({"Go", " x"}).top(1, {{" x", -0.25}, {" a", -1.0}}),
                        answer({"Go", " x"}).logprob(1, -3.0).top(1, {{" a", -0.5}, {" b", -1.0}})});
   const outcome r = run_planted(p, "--probe repeat");
-  check_verdict(r.row("alone", "control"), {.status = "identical", .not_argmax_b = true, .not_argmax_step_b = 1});
+  check_verdict(r.row("alone", "control"),
+                {.status = "drifted", .not_argmax_b = true, .not_argmax_step_b = 1, .drift_step = 1, .max_drift = 0.5});
 }
 
 // Rule (rank counts strictly higher alternatives only): control's step 1 samples " b" at -0.5
-// while " a" also has -0.5: nothing is strictly higher, rank 0 -> not not_argmax.
+// while " a" also has -0.5: nothing is strictly higher, rank 0 -> not not_argmax. The alternatives
+// moved (" b" -0.25 -> -0.5, " a" -1.0 -> -0.5): drifted at step 1 by 0.5.
 TEST_CASE("verdicts openai-chat: a sampled token tied with the top alternative is not not_argmax") {
   planted p(OPENAI_CHAT);
   p.item("tied top", {answer({"Go", " b"}).top(1, {{" b", -0.25}, {" a", -1.0}}),
                       answer({"Go", " b"}).top(1, {{" a", -0.5}, {" b", -0.5}})});
   const outcome r = run_planted(p, "--probe repeat");
-  check_verdict(r.row("alone", "control"), {.status = "identical"});
+  check_verdict(r.row("alone", "control"), {.status = "drifted", .drift_step = 1, .max_drift = 0.5});
 }
+
+// Rule (drift: same tokens, a shared alternative's log-prob differs, bit for bit): control's step 0
+// lists " cat" at -0.5 + 2^-20 where alone has -0.5; nothing else moves. Tokens agree: drifted at
+// step 0 by 2^-20. --fail-on drift fails on it (exit 1).
+void drift_rule(const dialect& d) {
+  planted p(d);
+  const double moved = -0.5 + 1.0 / 1048576.0;
+  p.item("drift", {answer({" cat", " sat"}).top(0, {{" cat", -0.5}, {" dog", -1.0}}).top(1, {{" sat", -0.25}, {" ran", -2.0}}),
+                   answer({" cat", " sat"}).top(0, {{" cat", moved}, {" dog", -1.0}}).top(1, {{" sat", -0.25}, {" ran", -2.0}})});
+  verdict_server srv(p.cases());
+  const std::string dir = fresh_dir();
+  const std::string prompts = prompts_write(dir, p.prompts());
+  const outcome r = outcome_of(detaudit_cli("run --target " + srv.url() + " " + p.api_flags() + " --prompts " + prompts + " " +
+                                            run_flags(dir + "/run", 16, "drift") + " --probe repeat"),
+                               dir + "/run");
+  // A dialect that sends probabilities loses the exact value in log(p); the step is still found.
+  check_verdict(r.row("alone", "control"),
+                {.status = "drifted", .drift_step = 0, .max_drift = d.probs ? std::nullopt : std::optional<double>(1.0 / 1048576.0)});
+  check_verdict(r.row("alone", "repeat"), {.status = "identical"});
+  CHECK(r.pair("alone", "control").value("drifted", -1) == 1);
+  CHECK(r.err.find("--fail-on drift: control alone vs control: 1 of 1 items drifted") != std::string::npos);
+  CHECK(r.exit_code == 1);
+}
+VERDICTS_EACH_DIALECT("a log-prob moved by 2^-20 with the same tokens is drifted, and --fail-on drift fails", drift_rule)
 
 }  // namespace
 

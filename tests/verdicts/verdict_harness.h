@@ -356,6 +356,8 @@ struct verdict {
   bool not_argmax_a = false, not_argmax_b = false;
   int64_t not_argmax_step_a = -1, not_argmax_step_b = -1;
   std::optional<int64_t> hash_step = std::nullopt;  // checked when given
+  int64_t drift_step = -1;                           // log-prob drift before the tokens part
+  std::optional<double> max_drift = std::nullopt;    // checked when given
 };
 
 // A row not exercised; `reason` a stable part of its reason. The answers agree unless the
@@ -397,6 +399,8 @@ inline void check_verdict(const json& row, const verdict& v) {
   CHECK(row.value("not_argmax_step_a", json(nullptr)) == json(v.not_argmax_step_a));
   CHECK(row.value("not_argmax_step_b", json(nullptr)) == json(v.not_argmax_step_b));
   if (v.hash_step) CHECK(row.value("hash_step", json(nullptr)) == json(*v.hash_step));
+  CHECK(row.value("drift_step", json(nullptr)) == json(v.drift_step));
+  if (v.max_drift) check_margin(row, "max_drift", v.max_drift);
 }
 
 // A pair's counts: rows, rows counted as differing, errors, rows not exercised.
