@@ -85,7 +85,7 @@ void run_compare(const compare_cmd_options& o) {
   const reports::fail_policy policy = o.gates.parse();  // a bad spec is reported before anything is read
   reports::report rep = compare_sides(o);
   rep.manifest = {{"a", side_manifest(o.a)}, {"b", side_manifest(o.b)}};
-  report_finish(rep, o.format, o.output, policy, "compare");
+  report_finish(rep, o.format, o.output, policy, "compare", "", o.gates.trim());
 }
 
 }  // namespace

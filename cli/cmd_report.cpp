@@ -25,7 +25,7 @@ void run_report(const report_cmd_options& o) {
     std::cerr << "detaudit report: " << o.dir << ": skipped " << stats.truncated
               << " last line(s) cut short (the run was interrupted while writing)\n";
   const reports::report rep = reports::compare_run(std::move(records), reports::run_manifest_read(o.dir));
-  report_finish(rep, o.format, o.output, policy, "report");
+  report_finish(rep, o.format, o.output, policy, "report", "", o.gates.trim());
 }
 
 }  // namespace

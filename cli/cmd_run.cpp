@@ -171,12 +171,15 @@ void report_and_exit(const run_cmd_options& o, const std::string& out_dir) {
   const std::vector<reports::record> recs = reports::records_read(out_dir);
   const reports::report rep = reports::compare_run(recs, reports::run_manifest_read(out_dir));
   if (!o.junit.empty()) reports::report_output(rep, "junit", o.junit);
-  if (!o.report.empty()) reports::report_output(rep, format_for_file(o.report, o.format), o.report);
+  if (!o.report.empty()) {
+    const std::string f = format_for_file(o.report, o.format);
+    reports::report_output(f == "junit" ? rep : reports::report_trim(rep, o.gates.trim()), f, o.report);
+  }
   const size_t failed = keys_failed(recs);
   const std::string incomplete =
       failed == 0 ? "" : "incomplete: " + std::to_string(failed) + " request(s) failed after their retries (their records carry "
                          "the error); run the same command with --resume --out " + out_dir + " to send them again";
-  report_finish(rep, o.format, "", o.gates.parse(), "run", incomplete);
+  report_finish(rep, o.format, "", o.gates.parse(), "run", incomplete, o.gates.trim());
 }
 
 // --export lm-eval: the run's records as lm-evaluation-harness sample files in DIR/lm-eval/.

@@ -8,8 +8,12 @@
 namespace detaudit::cli {
 
 void report_finish(const reports::report& rep, const std::string& format, const std::string& output,
-                   const reports::fail_policy& policy, const std::string& cmd, const std::string& incomplete) {
-  reports::report_output(rep, format, output);
+                   const reports::fail_policy& policy, const std::string& cmd, const std::string& incomplete,
+                   const reports::trim_options& trim) {
+  // JUnit lists every item: a CI's test view counts them.
+  if ((trim.only_differences || trim.max_items >= 0) && format != "junit")
+    reports::report_output(reports::report_trim(rep, trim), format, output);
+  else reports::report_output(rep, format, output);
   std::cout.flush();
   const std::vector<std::string> reasons = reports::fail_reasons(rep, policy);
   for (const std::string& r : reasons) std::cerr << "detaudit " << cmd << ": --fail-on " << policy.spec << ": " << r << "\n";
@@ -32,6 +36,11 @@ void gate_options_add(CLI::App* sub, gate_options& g) {
                   "Exit 1 when a pair has fewer than N judged items (neither failed, not exercised nor not comparable); "
                   "nothing judged at all always exits 1 unless --fail-on none")
       ->capture_default_str()->type_name("N");
+  sub->add_flag("--only-differences", g.only_differences,
+                "List only the rows that differ, drifted or failed (json, html and md list every row otherwise); the "
+                "counts still cover every row; JUnit output always lists every item");
+  sub->add_option("--max-items", g.max_items, "List at most N differing, drifted or failed rows per pair (default: all)")
+      ->check(CLI::NonNegativeNumber)->type_name("N");
 }
 
 const char* const gate_exit_codes =

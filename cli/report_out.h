@@ -15,13 +15,18 @@ namespace detaudit::cli {
 // stderr as the last line, and throws exit_with(EXIT_DIVERGED) when a gate failed. `incomplete`
 // (run: requests that failed after their retries) is printed before the verdict, which then reads
 // "INCOMPLETE: ...; exit 3", and exit_with(EXIT_UNREACHABLE) is thrown.
+// `trim` (--only-differences, --max-items) applies to what is rendered, never to the gates.
 void report_finish(const reports::report& rep, const std::string& format, const std::string& output,
-                   const reports::fail_policy& policy, const std::string& cmd, const std::string& incomplete = "");
+                   const reports::fail_policy& policy, const std::string& cmd, const std::string& incomplete = "",
+                   const reports::trim_options& trim = {});
 
-// --fail-on and --min-judged, the same on run, report and compare.
+// --fail-on, --min-judged, --only-differences and --max-items, the same on run, report and compare.
 struct gate_options {
   std::string fail_on;
   int64_t min_judged = 0;
+  bool only_differences = false;
+  int64_t max_items = -1;
+  reports::trim_options trim() const { return {only_differences, max_items}; }
   reports::fail_policy parse() const { return reports::fail_policy_parse(fail_on, min_judged); }
 };
 void gate_options_add(CLI::App* sub, gate_options& g);

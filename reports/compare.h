@@ -178,6 +178,16 @@ std::string p_text(double p);
 // or with another exit code (a run that is incomplete) "INCOMPLETE: ...; exit 3".
 std::string verdict_line(const report& r, const fail_policy& p, const std::vector<std::string>& reasons, int exit_code);
 
+// --only-differences and --max-items N: which rows a rendered report lists. Counts, gates and the
+// verdict are unchanged (they are computed on the whole report); a note says what was left out.
+struct trim_options {
+  bool only_differences = false;  // leave out rows a text report does not list (identical, not argmax)
+  int64_t max_items = -1;         // at most N listed rows (differ, drifted, failed, ...) per pair (-1: all)
+};
+// A copy of `r` whose pairs hold only the rows `t` keeps. Its rows point into `r`'s records, so `r`
+// must outlive it.
+report report_trim(const report& r, const trim_options& t);
+
 // Formats: "text" (terminal table), "json", "md", "junit", "html" (one self-contained page).
 // Throws input_error on an unknown format.
 std::string report_render(const report& r, const std::string& format);

@@ -104,6 +104,47 @@ bool row_listed(const pair_item& row) {
          row.not_argmax_b >= 0;
 }
 
+report report_trim(const report& r, const trim_options& t) {
+  report out;
+  out.manifest = r.manifest;
+  out.notes = r.notes;
+  out.differences = r.differences;
+  out.repeat = r.repeat;
+  out.noise_items = r.noise_items;
+  out.noisy_items = r.noisy_items;
+  int64_t dropped_same = 0, dropped_max = 0;
+  for (const pair_summary& s : r.pairs) {
+    pair_summary c = s;
+    c.rows.clear();
+    // Under --max-items the rows that part or failed go before those that only drifted.
+    std::vector<char> keep(s.rows.size(), 0);
+    int64_t listed = 0;
+    for (int pass = 0; pass < 2; ++pass)
+      for (size_t i = 0; i < s.rows.size(); ++i) {
+        const pair_item& row = s.rows[i];
+        if (!row_listed(row) || (pass == 0) == row.d.identical) continue;
+        if (t.max_items < 0 || listed < t.max_items) keep[i] = 1, ++listed;
+        else ++dropped_max;
+      }
+    for (size_t i = 0; i < s.rows.size(); ++i) {
+      const pair_item& row = s.rows[i];
+      if (!row_listed(row)) {
+        if (t.only_differences) ++dropped_same;
+        else c.rows.push_back(row);
+      } else if (keep[i]) {
+        c.rows.push_back(row);
+      }
+    }
+    out.pairs.push_back(std::move(c));
+  }
+  if (dropped_same)
+    out.notes.push_back(std::to_string(dropped_same) + " identical row(s) not listed (--only-differences); the counts include them");
+  if (dropped_max)
+    out.notes.push_back(std::to_string(dropped_max) + " differing, drifted or failed row(s) beyond " + std::to_string(t.max_items) +
+                        " per pair not listed (--max-items); the counts include them");
+  return out;
+}
+
 std::string hash_text(const pair_item& row) {
   std::string out;
   if (row.d.hash_step >= 0) {

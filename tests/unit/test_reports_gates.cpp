@@ -179,3 +179,33 @@ TEST_CASE("report verdict: one line naming the worst condition, beyond noise, p,
   const report same = compare_run(noise_run(3, 1, 0));
   CHECK(verdict_line(same, any, fail_reasons(same, any), 0) == "PASS: no item differs in 2 pair(s) over 3 item(s); exit 0");
 }
+
+TEST_CASE("report trim: --only-differences and --max-items change what is listed, never the counts") {
+  // repeat: q0..q2 differ; q3 drifted (same tokens, a moved log-prob); q4..q5 identical.
+  std::vector<record> v = noise_run(6, 1, 3);
+  for (record& x : v)
+    if (x.item_id == "q3" && (x.condition == "alone" || x.condition == "repeat"))
+      x.top_logprobs = {{{word_id("x3"), "x3", x.condition == "alone" ? -0.5 : -0.75}}};
+  const report r = compare_run(std::move(v));
+  const report only = report_trim(r, {true, -1});
+  const pair_summary& rep = pair_named(only, "repeat");
+  CHECK(rep.differ == 3);  // counts as before
+  CHECK(rep.drifted == 1);
+  std::vector<std::string> ids;
+  for (const pair_item& row : rep.rows) ids.push_back(row.item_id);
+  CHECK(ids == std::vector<std::string>{"q0", "q1", "q2", "q3"});
+  CHECK(pair_named(only, "control").rows.empty());
+  // At most 2 listed rows: the differing ones go first, the drifted one is left out; the identical
+  // rows stay unless --only-differences.
+  const report two = report_trim(r, {false, 2});
+  ids.clear();
+  for (const pair_item& row : pair_named(two, "repeat").rows) ids.push_back(row.item_id);
+  CHECK(ids == std::vector<std::string>{"q0", "q1", "q4", "q5"});
+  bool noted = false;
+  for (const std::string& n : two.notes) noted = noted || n == "2 differing, drifted or failed row(s) beyond 2 per pair not listed "
+                                                              "(--max-items); the counts include them";
+  CHECK(noted);
+  const nlohmann::json j = nlohmann::json::parse(report_render(report_trim(r, {true, 1}), "json"));
+  CHECK(j["pairs"][1]["rows"].size() == 1);
+  CHECK(j["pairs"][1]["differ"] == 3);
+}
