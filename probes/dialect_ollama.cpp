@@ -43,8 +43,10 @@ void ollama_parse(const json& j, bool chat, reports::record& rec) {
     const json* m = json_get(j, "message");
     if (!m || !m->is_object()) throw response_error("field 'message': expected an object");
     rec.text = json_string_at(*m, "content", "message", "");
+    rec.reasoning = json_string_at(*m, "thinking", "message", "");
   } else {
     rec.text = json_string_at(j, "response", "", "");
+    rec.reasoning = json_string_at(j, "thinking", "", "");
   }
   rec.finish_reason = json_string_at(j, "done_reason", "", "");
   if (json_get(j, "logprobs")) {

@@ -48,6 +48,8 @@ void usage_parse(const json& j, reports::record& rec) {
   const json* u = json_get(j, "usage");
   if (!u || !u->is_object()) return;
   rec.usage = *u;
+  if (const json* d = json_get(*u, "completion_tokens_details"); d && d->is_object())
+    if (const json* n = json_get(*d, "reasoning_tokens"); n && n->is_number_integer()) rec.usage["reasoning_tokens"] = *n;
   if (const json* d = json_get(*u, "prompt_tokens_details"); d && d->is_object())
     if (const json* c = json_get(*d, "cached_tokens"); c && c->is_number_integer()) {
       rec.usage["cached_tokens"] = *c;
@@ -133,6 +135,10 @@ void openai_parse(const json& j, bool chat, reports::record& rec) {
     const json* m = json_get(c, "message");
     if (!m || !m->is_object()) throw response_error("field 'choices[0].message': expected an object");
     rec.text = json_string_at(*m, "content", "choices[0].message", "");
+    // A reasoning model's thinking, apart from the answer: llama-server, SGLang and vLLM say
+    // reasoning_content, newer vLLM reasoning.
+    for (const char* k : {"reasoning_content", "reasoning"})
+      if (rec.reasoning.empty()) rec.reasoning = json_string_at(*m, k, "choices[0].message", "");
   } else {
     rec.text = json_string_at(c, "text", "choices[0]", "");
   }

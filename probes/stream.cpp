@@ -106,7 +106,7 @@ json stream_assemble_openai(const std::string& body, bool chat, const response_l
   const sse_parse_result p = sse_parse(body, l.max_events);
   size_t used = 0;
   json out = json::object(), text_logprobs = json::object(), chat_logprobs = json::array(), hashes = json::array();
-  std::string text;
+  std::string text, reasoning;
   json finish = nullptr;
   bool done = false, any_logprobs = false;
   for (size_t i = 0; i < p.data.size(); ++i) {
@@ -126,6 +126,10 @@ json stream_assemble_openai(const std::string& body, bool chat, const response_l
     const json* piece = !chat ? json_get(c, "text") : delta ? json_get(*delta, "content") : nullptr;
     if (piece && !piece->is_string()) throw response_error("stream event " + std::to_string(i) + ": the text is not a string");
     if (piece) text += piece->get<std::string>();
+    for (const char* k : {"reasoning_content", "reasoning"}) {
+      const json* r = chat && delta ? json_get(*delta, k) : nullptr;
+      if (r && r->is_string()) reasoning += r->get<std::string>();
+    }
     if (const json* lp = json_get(c, "logprobs"); lp && lp->is_object()) {
       any_logprobs = true;
       if (chat) append_all(chat_logprobs, json_get(*lp, "content"));
@@ -137,6 +141,7 @@ json stream_assemble_openai(const std::string& body, bool chat, const response_l
   if (!out.contains("logit_hashes") && !hashes.empty()) out["logit_hashes"] = hashes;
   json choice = {{"index", 0}, {"finish_reason", finish}};
   if (chat) choice["message"] = {{"role", "assistant"}, {"content", text}};
+  if (chat && !reasoning.empty()) choice["message"]["reasoning_content"] = reasoning;
   else choice["text"] = text;
   choice["logprobs"] = !any_logprobs ? json(nullptr) : chat ? json{{"content", chat_logprobs}} : text_logprobs;
   out["choices"] = json::array({choice});

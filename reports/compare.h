@@ -37,6 +37,10 @@ struct divergence {
   // has alternatives on both sides (nothing to compare), 0 when they were compared and all equal.
   int64_t drift_step = -1;
   std::optional<double> max_drift;
+  // A reasoning model's thinking (record.reasoning), compared apart from the answer: whether either
+  // side had any, and the first byte where it parts (-1: the same, or none).
+  bool reasoning_compared = false;
+  int64_t reasoning_offset = -1;
   std::string note;                // e.g. "one side failed: ..."
 };
 
@@ -46,6 +50,9 @@ divergence diverge(const record& a, const record& b);
 // "gsm8k" (strict-match), "gsm8k-flex" (flexible-extract), "exact", "numeric", "regex:PATTERN".
 std::optional<bool> grade(const std::string& grader, const std::string& response, const std::string& reference);
 std::optional<bool> grade(const record& r);
+// What a record's grader reads: its text minus a leading <think>...</think> block ("" when the
+// block never closes). A reasoning model's thinking returned apart (record.reasoning) is never read.
+std::string final_answer(const std::string& text);
 // lm-evaluation-harness's GSM8K answer extraction and normalisation, exposed for tests.
 std::optional<std::string> gsm8k_extract_strict(const std::string& response);
 std::optional<std::string> gsm8k_extract_flexible(const std::string& response);

@@ -156,7 +156,8 @@ void summary_add(pair_summary& s, pair_item row) {
       s.correct_a += *row.correct_a;
       s.correct_b += *row.correct_b;
       if (row.a->grader == "gsm8k-flex" && row.b->grader == "gsm8k-flex") {
-        const auto sa = grade("gsm8k", row.a->text, row.a->reference), sb = grade("gsm8k", row.b->text, row.b->reference);
+        const auto sa = grade("gsm8k", final_answer(row.a->text), row.a->reference);
+        const auto sb = grade("gsm8k", final_answer(row.b->text), row.b->reference);
         if (sa && sb) ++s.strict_graded, s.strict_a += *sa, s.strict_b += *sb;
       }
     }

@@ -104,15 +104,9 @@ void text_diverge(const record& a, const record& b, divergence& d) {
   context_at(b.text, c, &d.before_b, &d.after_b);
 }
 
-}  // namespace
-
-divergence diverge(const record& a, const record& b) {
+// The answers (texts and tokens) of two responses that both succeeded.
+divergence diverge_answer(const record& a, const record& b) {
   divergence d;
-  if (!a.error.empty() || !b.error.empty()) {
-    d.identical = false;
-    d.note = failure_note(a, b);
-    return d;
-  }
   hash_step_find(a, b, d);
   const bool text_same = a.text == b.text;
   if (a.tokens.empty() || b.tokens.empty()) {
@@ -145,6 +139,38 @@ divergence diverge(const record& a, const record& b) {
     context_at(b.text, token_offset(b, k), &d.before_b, &d.after_b);
     d.note = "the texts are identical; the tokens are cut differently";
   }
+  return d;
+}
+
+// A reasoning model's thinking, compared as its own stream: where it parts, and whether the final
+// answer then differs. Thinking that parts makes the responses part even when the answers agree.
+void reasoning_diverge(const record& a, const record& b, divergence& d) {
+  if (a.reasoning.empty() && b.reasoning.empty()) return;
+  d.reasoning_compared = true;
+  if (a.reasoning == b.reasoning) return;
+  const size_t m = std::min(a.reasoning.size(), b.reasoning.size());
+  size_t c = 0;
+  while (c < m && a.reasoning[c] == b.reasoning[c]) ++c;
+  d.reasoning_offset = static_cast<int64_t>(c);
+  std::string before_a, after_a, before_b, after_b;
+  context_at(a.reasoning, c, &before_a, &after_a);
+  context_at(b.reasoning, c, &before_b, &after_b);
+  const std::string where = "the reasoning parts at byte " + std::to_string(c) + " ('" + after_a + "' vs '" + after_b + "'); the final answers " + (d.identical ? "agree" : "differ too");
+  d.note = d.note.empty() ? where : d.note + "; " + where;
+  d.identical = false;
+}
+
+}  // namespace
+
+divergence diverge(const record& a, const record& b) {
+  if (!a.error.empty() || !b.error.empty()) {
+    divergence d;
+    d.identical = false;
+    d.note = failure_note(a, b);
+    return d;
+  }
+  divergence d = diverge_answer(a, b);
+  reasoning_diverge(a, b, d);
   return d;
 }
 

@@ -42,6 +42,8 @@ ojson row_json(const pair_item& row) {
   o["margin_b"] = opt_num(d.margin_b);
   o["hashes_available"] = d.hashes_available;
   o["hash_step"] = d.hash_step;
+  o["reasoning_compared"] = d.reasoning_compared;
+  o["reasoning_offset"] = d.reasoning_offset;
   o["drift_step"] = d.drift_step;
   o["max_drift"] = opt_num(d.max_drift);
   o["not_argmax_a"] = row.not_argmax_a >= 0;

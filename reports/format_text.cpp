@@ -99,6 +99,7 @@ std::string row_text(const pair_item& row) {
     return os.str();
   }
   os << ": " << (d.retokenized ? "retokenized (same text), " : "");
+  if (d.token_index < 0 && d.char_offset < 0 && d.reasoning_offset >= 0) os << "reasoning, byte " << d.reasoning_offset;
   if (d.token_index >= 0) os << "token " << d.token_index;
   if (d.char_offset >= 0) os << (d.token_index >= 0 ? ", " : "") << "byte " << d.char_offset;
   if (d.token_index >= 0) os << ": " << token_text(d.token_a, d.id_a) << " vs " << token_text(d.token_b, d.id_b);

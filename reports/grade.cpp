@@ -128,9 +128,18 @@ std::optional<bool> grade(const std::string& grader, const std::string& response
   return got == gsm8k_normalize(reference);
 }
 
+// The final answer of a response: a reasoning model's thinking is graded never, whether the server
+// returned it apart (record.reasoning) or inline as a leading <think>...</think> block.
+std::string final_answer(const std::string& text) {
+  const size_t start = text.find_first_not_of(" \t\r\n");
+  if (start == std::string::npos || text.compare(start, 7, "<think>") != 0) return text;
+  const size_t end = text.find("</think>", start);
+  return end == std::string::npos ? "" : text.substr(end + 8);  // thinking cut short: no answer yet
+}
+
 std::optional<bool> grade(const record& r) {
   try {
-    return grade(r.grader, r.text, r.reference);
+    return grade(r.grader, final_answer(r.text), r.reference);
   } catch (const input_error& e) {
     throw input_error("item '" + r.item_id + "' (" + r.condition + "): " + e.what());
   }

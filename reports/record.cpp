@@ -113,6 +113,7 @@ json record_to_json(const record& r) {
   if (r.temperature) j["temperature"] = *r.temperature;
   j["prompt_sha256"] = r.prompt_sha256;
   j["text"] = r.text;
+  if (!r.reasoning.empty()) j["reasoning"] = r.reasoning;  // absent when none, as in records before it
   json toks = json::array();
   for (const token_rec& t : r.tokens) {
     json o = {{"id", t.id}, {"text", t.text}};
@@ -168,6 +169,7 @@ record record_from_json(const json& j, const std::string& where) {
   }
   r.prompt_sha256 = get_or<std::string>(j, "prompt_sha256", "", where);
   r.text = get_or<std::string>(j, "text", "", where);
+  r.reasoning = get_or<std::string>(j, "reasoning", "", where);
   if (auto it = j.find("tokens"); it != j.end() && !it->is_null()) {
     if (!it->is_array()) throw input_error(where + ": field 'tokens' must be an array");
     for (const json& t : *it) {

@@ -58,7 +58,11 @@ struct record {
   // The temperature the runner asked for; a greedy request (0) must sample the top alternative.
   std::optional<double> temperature;
   std::string prompt_sha256;      // of the prompt text (or the rendered messages JSON)
-  std::string text;               // the generated text
+  std::string text;               // the generated text (a reasoning model: the final answer only)
+  // A reasoning model's thinking, where the server returns it apart from the answer
+  // (reasoning_content on llama-server, vLLM and SGLang, reasoning on newer vLLM, thinking on
+  // ollama); "" when none. Compared as its own stream; never graded.
+  std::string reasoning;
   std::vector<token_rec> tokens;
   // Top log-probs per generated token, best first; `logprobs_kind` says which distribution.
   std::vector<std::vector<alt_rec>> top_logprobs;

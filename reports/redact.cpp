@@ -84,7 +84,7 @@ void record_redact(record& r, const std::string& secret) {
     r.request = redact_json(r.request, secret);  // credential fields only
     return;
   }
-  for (std::string* s : {&r.run_id, &r.item_id, &r.probe, &r.condition, &r.endpoint, &r.prompt_sha256, &r.text, &r.logprobs_kind,
+  for (std::string* s : {&r.run_id, &r.item_id, &r.probe, &r.condition, &r.endpoint, &r.prompt_sha256, &r.text, &r.reasoning, &r.logprobs_kind,
                          &r.chained_hash, &r.finish_reason, &r.reference, &r.grader, &r.error})
     *s = redact_text(*s, secret);
   for (json* j : {&r.target, &r.request, &r.usage, &r.timings, &r.evidence}) *j = redact_json(*j, secret);
