@@ -292,6 +292,7 @@ report compare_run(std::vector<record> records, json manifest) {
   }
   if (multi) pairs_cross(rep, ix);
   noise_apply(rep);
+  notes_tokenization(rep);
   notes_cold(rep, ix);
   notes_not_exercised(rep);
   return rep;

@@ -37,6 +37,13 @@ struct divergence {
   // has alternatives on both sides (nothing to compare), 0 when they were compared and all equal.
   int64_t drift_step = -1;
   std::optional<double> max_drift;
+  // Where the texts part (char_offset >= 0) and both sides have tokens: each side's own index of
+  // the token holding that byte (its token count when the byte is past its tokens), and whether the
+  // two cut the text before it at different places: then their token indices do not correspond
+  // (other vocabularies, or another tokenization), and the byte offset is what locates the
+  // difference.
+  int64_t token_index_a = -1, token_index_b = -1;
+  bool tokenized_differently = false;
   // A reasoning model's thinking (record.reasoning), compared apart from the answer: whether either
   // side had any, and the first byte where it parts (-1: the same, or none).
   bool reasoning_compared = false;

@@ -43,6 +43,10 @@ void significance_apply(report& rep);
 // "label" of a record's target ("" when none).
 std::string record_label(const record& r);
 
+// One note per pair whose rows show the two sides tokenizing differently (divergence::
+// tokenized_differently): their token indices do not correspond; bytes locate the differences.
+void notes_tokenization(report& r);
+
 // One note per pair and distinct reason for rows that were not exercised.
 void notes_not_exercised(report& r);
 

@@ -1,4 +1,5 @@
 // Rows and counts: how one pair of responses is judged, and the helpers the pair builders share.
+#include <algorithm>
 #include <cctype>
 #include <map>
 
@@ -166,6 +167,16 @@ void summary_add(pair_summary& s, pair_item row) {
     s.wrong_to_other_wrong += row.flip == FLIP_WRONG_TO_OTHER_WRONG;
   }
   s.rows.push_back(std::move(row));
+}
+
+void notes_tokenization(report& r) {
+  for (const pair_summary& s : r.pairs) {
+    const auto n = std::count_if(s.rows.begin(), s.rows.end(), [](const pair_item& row) { return row.d.tokenized_differently; });
+    if (n == 0) continue;
+    r.notes.push_back(s.probe + " " + s.cond_a + " vs " + s.cond_b + ": the two sides tokenize differently (" + std::to_string(n) +
+                      " row(s)): their token indices do not correspond, so each difference is located by byte offset, "
+                      "with each side's own token index there");
+  }
 }
 
 void notes_not_exercised(report& r) {

@@ -176,6 +176,7 @@ report compare_runs(std::vector<record> a, std::vector<record> b, const json& ma
     rep.notes.push_back(std::to_string(dropped_a + dropped_b) +
                         " record(s) were superseded by a later record of the same request: the last of each was used");
   significance_apply(rep);
+  notes_tokenization(rep);
   notes_not_exercised(rep);
   return rep;
 }

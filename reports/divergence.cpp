@@ -104,6 +104,36 @@ void text_diverge(const record& a, const record& b, divergence& d) {
   context_at(b.text, c, &d.before_b, &d.after_b);
 }
 
+// Each side's token holding byte c, and the byte offsets where its tokens start before c.
+int64_t token_at_byte(const record& r, size_t c, std::vector<size_t>* starts) {
+  size_t off = 0;
+  for (size_t i = 0; i < r.tokens.size(); ++i) {
+    const size_t len = token_length(r.tokens[i]);
+    if (c < off + len) return static_cast<int64_t>(i);
+    off += len;
+    if (off < c) starts->push_back(off);
+  }
+  return static_cast<int64_t>(r.tokens.size());
+}
+
+void tokens_at_divergence(const record& a, const record& b, divergence& d) {
+  if (d.char_offset < 0 || a.tokens.empty() || b.tokens.empty()) return;
+  const size_t c = static_cast<size_t>(d.char_offset);
+  std::vector<size_t> starts_a, starts_b;
+  d.token_index_a = token_at_byte(a, c, &starts_a);
+  d.token_index_b = token_at_byte(b, c, &starts_b);
+  d.tokenized_differently = starts_a != starts_b;
+  if (!d.tokenized_differently) return;
+  auto tok = [](const record& r, int64_t i) {
+    return i < static_cast<int64_t>(r.tokens.size()) ? "'" + r.tokens[static_cast<size_t>(i)].text + "'" : std::string("(end)");
+  };
+  const std::string where = "the targets tokenize differently: byte " + std::to_string(c) + " is in A's token " +
+                            std::to_string(d.token_index_a) + " " + tok(a, d.token_index_a) + " and B's token " +
+                            std::to_string(d.token_index_b) + " " + tok(b, d.token_index_b) +
+                            "; token indices of the two sides do not correspond";
+  d.note = d.note.empty() ? where : d.note + "; " + where;
+}
+
 // The answers (texts and tokens) of two responses that both succeeded.
 divergence diverge_answer(const record& a, const record& b) {
   divergence d;
@@ -133,6 +163,7 @@ divergence diverge_answer(const record& a, const record& b) {
   }
   if (!text_same) {
     text_diverge(a, b, d);
+    tokens_at_divergence(a, b, d);
   } else {
     d.retokenized = true;
     context_at(a.text, token_offset(a, k), &d.before_a, &d.after_a);

@@ -42,6 +42,9 @@ ojson row_json(const pair_item& row) {
   o["margin_b"] = opt_num(d.margin_b);
   o["hashes_available"] = d.hashes_available;
   o["hash_step"] = d.hash_step;
+  o["token_index_a"] = d.token_index_a;
+  o["token_index_b"] = d.token_index_b;
+  o["tokenized_differently"] = d.tokenized_differently;
   o["reasoning_compared"] = d.reasoning_compared;
   o["reasoning_offset"] = d.reasoning_offset;
   o["drift_step"] = d.drift_step;

@@ -231,3 +231,34 @@ TEST_CASE("report drift: a drifted row's status, JSON fields, summary count and 
   CHECK(report_render(r, "md").find("| drifted |") != std::string::npos);
   CHECK(report_render(r, "junit").find("<property name=\"drifted\" value=\"1\"/>") != std::string::npos);
 }
+
+TEST_CASE("report diverge: targets that tokenize differently are located by byte, with each side's own token") {
+  // A cuts "The answer" as "The"," answer", B as "The an","swer": the texts part at byte 11
+  // ("is" vs "was"), which is A's token 2 and B's token 2 too, but B's tokens start elsewhere
+  // before it (byte 6 instead of 3): their indices do not correspond.
+  record a = rec("q", "alone", {{10, "The"}, {11, " answer"}, {12, " is"}, {13, " 4"}}, "", "A");
+  record b = rec("q", "alone", {{20, "The an"}, {21, "swer"}, {22, " was"}, {23, " 4"}}, "", "B");
+  const divergence d = diverge(a, b);
+  CHECK_FALSE(d.identical);
+  CHECK(d.char_offset == 11);
+  CHECK(d.token_index == 0);  // the shared index parts at once: meaningless across vocabularies
+  CHECK(d.token_index_a == 2);
+  CHECK(d.token_index_b == 2);
+  CHECK(d.tokenized_differently);
+  CHECK(d.note ==
+        "the targets tokenize differently: byte 11 is in A's token 2 ' is' and B's token 2 ' was'; token indices of the two sides "
+        "do not correspond");
+  // The same cut before the byte: the indices correspond, nothing is said.
+  record c = rec("q", "alone", {{10, "The"}, {11, " answer"}, {14, " was"}}, "", "B");
+  const divergence same_cut = diverge(a, c);
+  CHECK(same_cut.token_index == 2);
+  CHECK(same_cut.token_index_a == 2);
+  CHECK(same_cut.token_index_b == 2);
+  CHECK_FALSE(same_cut.tokenized_differently);
+  CHECK(same_cut.note.empty());
+  // A cross report says so once per pair.
+  const report r = compare_run({a, b});
+  bool noted = false;
+  for (const std::string& n : r.notes) noted = noted || n.find("cross A:alone vs B:alone: the two sides tokenize differently (1 row(s))") == 0;
+  CHECK(noted);
+}
