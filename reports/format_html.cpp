@@ -7,8 +7,11 @@
 // The item table sorts by a click on a header when scripts run (numbers before text, empty cells
 // last in either direction) and stays in report order otherwise; `#sort=KEY` or `#sort=KEY-desc` in
 // the address sorts it on load (KEY: a header's data-key). The script marks <body data-ready="yes">
-// when it has run, and shows any error in #js-error.
+// when it has run, and shows any error in #js-error. A filter (differing / drifted / all; `#filter=
+// differing` in the address picks one on load) hides the item rows and divergence entries of other
+// statuses. Each divergence entry plots |Δ log-prob| per step, the tokens' parting step marked.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <sstream>
@@ -46,6 +49,8 @@ svg .cell{fill:#eef3fa;stroke:#333}svg .cell.bad{fill:#fde2e2}svg .cell-count{fo
 mark.end{background:#eee;outline:1px dashed #888;font-style:italic}
 .alts-pair{display:flex;gap:2em;flex-wrap:wrap}.alts tr.chosen td{font-weight:bold;background:#fff6cc}
 .js-error{color:#b00;font-weight:bold;border:2px solid #b00;padding:.5em}
+#filter{position:sticky;top:0;background:#fff;padding:.3em 0;border-bottom:1px solid #eee}#filter label{margin-right:1em}
+svg.drift .bar{fill:#c77d2e}svg.drift .bar.zero{fill:#ccc}svg.drift .cut{stroke:#b00;stroke-dasharray:3 2}
 )css";
 
 const char* const k_script = R"js(
@@ -87,6 +92,26 @@ const char* const k_script = R"js(
         th.addEventListener('keydown', function (ev) { if (ev.key === 'Enter') go(); });
       });
     });
+    // The filter: which rows and divergence entries show (data-status on each).
+    var shows = {
+      differing: function (s) { return s === 'differs' || s === 'retokenized'; },
+      drifted: function (s) { return s === 'drifted'; },
+      all: function () { return true; }
+    };
+    var filter = function (v) {
+      var keep = shows[v] || shows.all;
+      Array.prototype.forEach.call(document.querySelectorAll('[data-status]'), function (el) {
+        el.hidden = !keep(el.getAttribute('data-status'));
+      });
+      var radio = document.querySelector('#filter input[value="' + v + '"]');
+      if (radio) radio.checked = true;
+      document.body.setAttribute('data-filter', shows[v] ? v : 'all');
+    };
+    Array.prototype.forEach.call(document.querySelectorAll('#filter input'), function (input) {
+      input.addEventListener('change', function () { filter(input.value); });
+    });
+    var f = /^#filter=([a-z]+)$/.exec(location.hash);
+    filter(f ? f[1] : 'all');
     var m = /^#sort=([a-z0-9-]+?)(-desc)?$/.exec(location.hash);
     var items = document.getElementById('items');
     if (m && items) {
@@ -211,7 +236,8 @@ void items_row(std::ostringstream& os, const pair_summary& s, const pair_item& r
   const divergence& d = row.d;
   const std::string item = anchor.empty() ? html_escape(row.item_id)
                                           : "<a href=\"#" + anchor + "\">" + html_escape(row.item_id) + "</a>";
-  os << "<tr data-item=\"" << html_escape(row.item_id) << "\">" << td(html_escape(s.probe))
+  os << "<tr data-item=\"" << html_escape(row.item_id) << "\" data-status=\"" << status_name(row.status) << "\">"
+     << td(html_escape(s.probe))
      << td(html_escape(row.cond_a + " vs " + row.cond_b)) << td(item) << td(status_label(row))
      << td_num(d.token_index) << td_num(d.char_offset) << td(d.token_index >= 0 ? code(d.token_a) : "")
      << td(d.token_index >= 0 ? code(d.token_b) : "") << td_margin(d.margin_a) << td_margin(d.margin_b)
@@ -222,6 +248,9 @@ std::string anchor_of(size_t pair, size_t row) { return "d-" + std::to_string(pa
 
 void items_section(std::ostringstream& os, const report& r) {
   os << "<h2>Items</h2>\n<p>Every item of every pair. Click a header to sort.</p>\n"
+     << "<p id=\"filter\">Show: <label><input type=\"radio\" name=\"filter\" value=\"differing\"> differing</label>"
+     << "<label><input type=\"radio\" name=\"filter\" value=\"drifted\"> drifted</label>"
+     << "<label><input type=\"radio\" name=\"filter\" value=\"all\" checked> all</label></p>\n"
      << "<table id=\"items\" class=\"sortable\"><thead><tr>" << th("probe", "probe") << th("pair", "A vs B")
      << th("item", "item") << th("status", "status") << th("token", "token") << th("byte", "byte")
      << th("token-a", "token A") << th("token-b", "token B") << th("margin-a", "margin A") << th("margin-b", "margin B")
@@ -326,16 +355,65 @@ std::string where_html(const divergence& d) {
   return out;
 }
 
+// "A alone", but "A:alone" as is: a condition that already names its target keeps one prefix.
+std::string side_label(const std::string& side, const std::string& cond) {
+  const size_t colon = cond.find(':');
+  return colon != std::string::npos && colon > 0 ? cond : side + " " + cond;
+}
+
+// Per step, the largest |difference| of an alternative both sides list (by id, else string), over
+// the steps both have alternatives for; the step where the tokens part is marked. "" when no step
+// has alternatives on both sides.
+std::string drift_plot(const pair_item& row) {
+  if (!row.a || !row.b || row.error) return "";
+  const auto& ta = row.a->top_logprobs;
+  const auto& tb = row.b->top_logprobs;
+  const size_t n = std::min({ta.size(), tb.size(), size_t{512}});
+  std::vector<double> delta(n, 0.0);
+  bool any = false;
+  for (size_t i = 0; i < n; ++i) {
+    if (ta[i].empty() || tb[i].empty()) continue;
+    any = true;
+    for (const alt_rec& x : ta[i])
+      for (const alt_rec& y : tb[i]) {
+        const bool same = x.id >= 0 && y.id >= 0 ? x.id == y.id : x.token == y.token;
+        if (same) delta[i] = std::max(delta[i], std::abs(x.logprob - y.logprob));
+      }
+  }
+  if (!any) return "";
+  const double top = *std::max_element(delta.begin(), delta.end());
+  const int w = 6, h = 60, left = 4;
+  std::ostringstream os;
+  os << "<figure class=\"drift-fig\"><figcaption class=\"caption\">|\xce\x94 log-prob| per step (largest over the "
+     << "alternatives both sides list; max " << num_text(top, "%.3g") << ")</figcaption>\n<svg class=\"drift\" data-steps=\"" << n
+     << "\" width=\"" << left + w * static_cast<int>(n) + 4 << "\" height=\"" << h + 4 << "\" role=\"img\">";
+  for (size_t i = 0; i < n; ++i) {
+    const double bar = top > 0 ? delta[i] / top * h : 0;
+    const int bh = delta[i] > 0 ? std::max(1, static_cast<int>(bar + 0.5)) : 1;
+    os << "<rect class=\"bar" << (delta[i] > 0 ? "" : " zero") << "\" x=\"" << left + w * static_cast<int>(i) << "\" y=\""
+       << h - bh << "\" width=\"" << w - 1 << "\" height=\"" << bh << "\"><title>step " << i << ": " << num_text(delta[i], "%.3g")
+       << "</title></rect>";
+  }
+  if (row.d.token_index >= 0 && static_cast<size_t>(row.d.token_index) < n) {
+    const int x = left + w * static_cast<int>(row.d.token_index);
+    os << "<line class=\"cut\" x1=\"" << x << "\" y1=\"0\" x2=\"" << x << "\" y2=\"" << h << "\"><title>the tokens part at step "
+       << row.d.token_index << "</title></line>";
+  }
+  os << "</svg></figure>\n";
+  return os.str();
+}
+
 void divergence_entry(std::ostringstream& os, const pair_summary& s, const pair_item& row, const std::string& anchor) {
   const divergence& d = row.d;
-  os << "<section class=\"div\" id=\"" << anchor << "\"><h3>" << html_escape(row.item_id) << " \xe2\x80\x94 "
+  os << "<section class=\"div\" id=\"" << anchor << "\" data-status=\"" << status_name(row.status) << "\"><h3>"
+     << html_escape(row.item_id) << " \xe2\x80\x94 "
      << html_escape(pair_title(s)) << " (" << status_label(row) << ")</h3>\n<p>";
   if (row.error) {
     os << "error: " << html_escape(d.note) << "</p></section>\n";
     return;
   }
   if (d.identical) {
-    os << "identical tokens; " << html_escape(hash_text(row)) << "</p></section>\n";
+    os << "identical tokens; " << html_escape(hash_text(row)) << "</p>\n" << drift_plot(row) << "</section>\n";
     return;
   }
   os << where_html(d) << "; margins " << margin_text(d.margin_a) << " vs " << margin_text(d.margin_b);
@@ -344,18 +422,18 @@ void divergence_entry(std::ostringstream& os, const pair_summary& s, const pair_
   if (row.flip != FLIP_NONE) os << " (<b>" << flip_name(row.flip) << "</b>)";
   if (!row.exercised) os << "; not exercised: " << html_escape(row.reason);
   os << "</p>\n<div class=\"align\">\n";
-  align_line(os, "A " + row.cond_a, cut_at(row.a, d, true));
-  align_line(os, "B " + row.cond_b, cut_at(row.b, d, false));
-  os << "</div>\n";
+  align_line(os, side_label("A", row.cond_a), cut_at(row.a, d, true));
+  align_line(os, side_label("B", row.cond_b), cut_at(row.b, d, false));
+  os << "</div>\n" << drift_plot(row);
   if (!has_alts(row.a, d) && !has_alts(row.b, d)) {
     os << "<p>No alternatives recorded at token " << d.token_index << " on either side.</p></section>\n";
     return;
   }
   os << "<div class=\"alts-pair\">\n";
-  alts_table(os, "A " + row.cond_a + ": top alternatives at token " + std::to_string(d.token_index), row.a, d, d.id_a,
-             d.token_a);
-  alts_table(os, "B " + row.cond_b + ": top alternatives at token " + std::to_string(d.token_index), row.b, d, d.id_b,
-             d.token_b);
+  alts_table(os, side_label("A", row.cond_a) + ": top alternatives at token " + std::to_string(d.token_index), row.a, d,
+             d.id_a, d.token_a);
+  alts_table(os, side_label("B", row.cond_b) + ": top alternatives at token " + std::to_string(d.token_index), row.b, d,
+             d.id_b, d.token_b);
   os << "</div></section>\n";
 }
 

@@ -126,7 +126,7 @@ TEST_CASE("reports_html: the page is self-contained and holds the summary, the p
   CHECK(contains(h, "<table id=\"items\" class=\"sortable\">"));
   CHECK(contains(h, "<th data-key=\"token\">token</th>"));
   CHECK(contains(h, "<a href=\"#d-1-0\">q1</a>"));
-  CHECK(contains(h, "<section class=\"div\" id=\"d-1-0\">"));
+  CHECK(contains(h, "<section class=\"div\" id=\"d-1-0\" data-status=\"differs\">"));
   CHECK(item_order(h).size() == 14);
 }
 
@@ -228,4 +228,55 @@ TEST_CASE("reports_html: the page loads in headless Chromium and shows the summa
   const std::vector<std::string> order = item_order(dom);
   REQUIRE(order.size() == 14);
   CHECK(std::vector<std::string>(order.begin(), order.begin() + 5) == std::vector<std::string>{"q1", "q2", "q5", "q7", "q3"});
+}
+
+TEST_CASE("reports_html: the filter shows differing, drifted or all rows in headless Chromium; entries plot drift") {
+  const auto which = detaudit::test::run_cmd("command -v chromium");
+  INFO("chromium is not installed: run scripts/setup.sh (Debian package chromium) to get it");
+  REQUIRE(which.exit_code == 0);
+  const std::string dir = detaudit::test::scratch_dir("reports_html_filter");
+  const std::string page = dir + "/report.html";
+  const std::string html = report_render(sample_report(), "html");
+  {
+    std::ofstream f(page, std::ios::binary);
+    f << html;
+  }
+  // Every divergence entry with alternatives on both sides has its drift plot; q1 parts at token 2.
+  CHECK(contains(html, "<svg class=\"drift\" data-steps=\""));
+  CHECK(contains(html, "<title>the tokens part at step 2</title>"));
+  // A label keeps one target prefix: no "A A:" anywhere.
+  CHECK_FALSE(contains(html, "A A:"));
+  auto dump = [&](const std::string& hash) {
+    const std::string cmd = "timeout 120 chromium --headless --no-sandbox --disable-gpu --no-first-run "
+                            "--user-data-dir=" + detaudit::test::shell_quote(dir + "/profile-" + hash) +
+                            " --dump-dom " + detaudit::test::shell_quote("file://" + page + "#filter=" + hash);
+    const auto r = detaudit::test::run_cmd(cmd);
+    CAPTURE(r.err);
+    REQUIRE(r.exit_code == 0);
+    return r.out;
+  };
+  // Counts the item rows of a status, and of those the hidden ones.
+  auto rows = [](const std::string& dom, const std::string& status, bool hidden) {
+    size_t n = 0;
+    const std::string key = "data-status=\"" + status + "\"";
+    for (size_t at = dom.find("<tr data-item="); at != std::string::npos; at = dom.find("<tr data-item=", at + 1)) {
+      const std::string tag = dom.substr(at, dom.find('>', at) - at);
+      if (tag.find(key) != std::string::npos && (tag.find(" hidden=") != std::string::npos) == hidden) ++n;
+    }
+    return n;
+  };
+  const std::string differing = dump("differing");
+  CHECK(contains(differing, "data-filter=\"differing\""));
+  CHECK(contains(differing, "data-ready=\"yes\""));
+  CHECK(rows(differing, "differs", false) == 4);  // q1, q2, q3, q7
+  CHECK(rows(differing, "differs", true) == 0);
+  CHECK(rows(differing, "identical", false) == 0);
+  CHECK(rows(differing, "drifted", true) == 1);
+  CHECK(rows(differing, "error", true) == 1);
+  const std::string drifted = dump("drifted");
+  CHECK(rows(drifted, "drifted", false) == 1);
+  CHECK(rows(drifted, "differs", true) == 4);
+  const std::string all = dump("all");
+  CHECK(rows(all, "identical", true) == 0);
+  CHECK(rows(all, "differs", false) == 4);
 }
