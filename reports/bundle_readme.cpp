@@ -25,6 +25,16 @@ std::string value_code(const std::string& s) {
 
 std::string scalar_text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 
+// An engine spec with its model file named, not located: the README goes into an issue, and a
+// local path says nothing to its readers (engine:/home/me/m/q8.gguf?x -> engine:q8.gguf?x).
+std::string spec_public(const std::string& spec) {
+  if (spec.rfind("engine:", 0) != 0) return spec;
+  const size_t q = spec.find('?');
+  const std::string path = spec.substr(7, q == std::string::npos ? std::string::npos : q - 7);
+  const size_t slash = path.find_last_of('/');
+  return "engine:" + (slash == std::string::npos ? path : path.substr(slash + 1)) + (q == std::string::npos ? "" : spec.substr(q));
+}
+
 // What was different about a condition's request, in words.
 std::string condition_words(const bundle_side& s, const json& options) {
   const std::string c = s.rec->condition;
@@ -58,7 +68,10 @@ void settings_rows(std::string& out, const json& o, const std::string& prefix, i
     if (v.is_object() && depth < 2) {
       settings_rows(out, v, prefix + k + ".", depth + 1, shown);
     } else if (v.is_primitive() && !v.is_null()) {
-      const std::string text = scalar_text(v);
+      std::string text = scalar_text(v);
+      // An absolute path (a model file on the server or this machine) is named, not located.
+      if (v.is_string() && text.size() > 1 && text[0] == '/' && text.find('/', 1) != std::string::npos)
+        text = ".../" + text.substr(text.find_last_of('/') + 1);
       row_add(out, "server settings: " + prefix + k, value_code(text.size() > 120 ? text.substr(0, 120) + "..." : text));
       ++shown;
     }
@@ -69,7 +82,7 @@ std::string section_target(const bundle_ctx& c) {
   const json& t = c.a.rec->target;
   const json caps = c.target_entry.value("capabilities", json::object());
   std::string out = "## Target\n\n| | |\n|---|---|\n";
-  row_add(out, "spec", value_code(json_str(t, "spec")));
+  row_add(out, "spec", value_code(spec_public(json_str(t, "spec"))));
   row_add(out, "dialect", json_str(t, "dialect"));
   row_add(out, "URL", json_str(t, "url"));
   row_add(out, "model", json_str(t, "model", json_str(caps, "model")));
@@ -80,13 +93,21 @@ std::string section_target(const bundle_ctx& c) {
   for (const char* k : {"token_ids", "cache_control", "logit_hashes", "logprobs_kind", "seed"})
     if (caps.contains(k)) row_add(out, k, scalar_text(caps[k]));
   if (c.a.rec->request.contains("engine")) row_add(out, "engine settings", value_code(c.a.rec->request["engine"].dump()));
+  if (c.a.rec->target != c.b.rec->target && json_str(c.b.rec->target, "spec") != json_str(t, "spec"))
+    row_add(out, "side B's target",
+            value_code(spec_public(json_str(c.b.rec->target, "spec"))) + " " + json_str(c.b.rec->target, "fingerprint"));
+  if (!c.engine)
+    out += "\nHow the server was started (fill in before filing; the flags decide batching, caching and slots):\n\n"
+           "```\n<the command that started the server, e.g. llama-server -m MODEL.gguf -np 8 -c 4096 --port 8080>\n```\n";
   const json raw = caps.value("raw", json::object());
   if (raw.is_object()) {
+    std::string rows;
     int shown = 0;
-    settings_rows(out, raw.contains("props") && raw["props"].is_object() ? raw["props"] : raw, "", 0, shown);
+    settings_rows(rows, raw.contains("props") && raw["props"].is_object() ? raw["props"] : raw, "", 0, shown);
+    if (!rows.empty())
+      out += "\n<details><summary>Server settings (its /props or equivalent, " + std::to_string(shown) +
+             " scalar values)</summary>\n\n| | |\n|---|---|\n" + rows + "\n</details>\n";
   }
-  if (c.a.rec->target != c.b.rec->target && json_str(c.b.rec->target, "spec") != json_str(t, "spec"))
-    row_add(out, "side B's target", value_code(json_str(c.b.rec->target, "spec")) + " " + json_str(c.b.rec->target, "fingerprint"));
   out += "\nThe capability probe's answer (the server's /props or equivalent, as run.json keeps it: at most 16 KiB a route) is in "
          "`target.json`.\n\n";
   const json& m = c.manifest;
@@ -121,7 +142,7 @@ std::string grade_words(const std::optional<bool>& g) { return !g ? "not graded"
 
 std::string section_result(const bundle_ctx& c) {
   const divergence& d = c.row.d;
-  std::string out = "## Result\n\n";
+  std::string out = "## Result\n\nSide A is `" + c.a.name + "`, side B `" + c.b.name + "` (what each sent: \"The pair\", below).\n\n";
   for (const auto& [side, r] : {std::pair{"A", c.a.rec}, std::pair{"B", c.b.rec}})
     if (!r->error.empty()) out += "Side " + std::string(side) + " has no usable response: " + code(r->error) + "\n\n";
   if (!c.row.exercised) out += "Condition not exercised: " + c.row.reason + ". Its responses are shown for information only.\n\n";
@@ -159,14 +180,18 @@ std::string section_repro(const bundle_ctx& c) {
   if (c.engine) {
     out += "The target is detaudit's built-in engine, so the reproducers run `detaudit run` on `item.jsonl` and read its JSON "
            "report (`detaudit` on PATH, or give its path):\n\n```\npython3 repro.py --detaudit /path/to/detaudit\n"
-           "sh repro.sh /path/to/detaudit\n```\n\nwhich run\n\n```\ndetaudit run --target '" + c.engine_spec +
+           "sh repro.sh /path/to/detaudit\n```\n\nwhich run\n\n```\ndetaudit run --target '" + spec_public(c.engine_spec) +
            "' --prompts item.jsonl";
-    for (const std::string& a : c.engine_args) out += " " + (a.find_first_of(" {}\"'*?&;|") == std::string::npos ? a : "'" + a + "'");
+    for (const std::string& arg : c.engine_args) {
+      const std::string a = spec_public(arg);
+      out += " " + (a.find_first_of(" {}\"'*?&;|") == std::string::npos ? a : "'" + a + "'");
+    }
     out += "\n```\n\n";
     if (c.item_lines.size() > 1)
       out += "`item.jsonl` holds the item, then the prompts that were sent beside it; `--shard 1/" + std::to_string(c.item_lines.size()) +
              "` runs the first line only, and the others are its fillers, as in the original run.\n";
-    out += "The model path in the spec is the one the run used; pass `--target SPEC` to repro.py if it moved.\n\n";
+    out += "The reproducers use the model path the run used (in `bundle.json`); this text names the file only. Pass "
+           "`--target SPEC` to repro.py where the model lives elsewhere.\n\n";
   } else {
     out += "Against the server the run used (`" + c.a.url + "`) or another URL:\n\n```\npython3 repro.py [--url http://HOST:PORT] [--tries N]\n"
            "sh repro.sh [http://HOST:PORT]\n```\n\n";
@@ -176,10 +201,11 @@ std::string section_repro(const bundle_ctx& c) {
     if (c.a.warm || c.b.warm) out += "; the cache-warm side is sent once before, to fill the prompt cache";
     out += ". A server that needs a key: put it in the environment variable `DETAUDIT_REPRO_KEY` (repro.py: or name another "
            "with `--api-key-env NAME`).\n\n";
-    out += "Divergence that comes from batch composition and timing is not certain to recur on one replay; `--tries N` repeats "
-           "the pair until the responses differ.\n\n";
+    out += "Divergence that comes from batch composition and timing is not certain to recur on one replay; `--tries N` replays "
+           "the pair N times and says how often it differed (\"differed 7 of 10\").\n\n";
   }
-  out += "Both print `identical` (exit 0) or `different` with the first differing token (exit 1); exit 2 when a request fails.\n\n";
+  out += "Both print `identical` (exit 0) or `different` with the first differing token and both texts around it (exit 1); "
+         "exit 2 when a request fails.\n\n";
   return out;
 }
 
@@ -191,7 +217,8 @@ std::string bundle_readme(const bundle_ctx& c) {
   std::string out = "# detaudit: item `" + c.item_id + "` " + verb + " `" + c.a.name + "` and `" + c.b.name + "`\n\n";
   out += "A determinism report written by `detaudit bundle`: the same prompt at the same settings, sent under two "
          "conditions, " + std::string(gave) + "\n\n";
-  out += section_target(c) + section_pair(c) + section_result(c) + section_repro(c);
+  // The result first: what differs, where, how often; then what was audited and how to replay it.
+  out += section_result(c) + section_pair(c) + section_target(c) + section_repro(c);
   out += "## Files\n\n| file | what |\n|---|---|\n"
          "| `request-A.json`, `request-B.json` | the request bodies as sent (secrets redacted) |\n"
          "| `response-A.json`, `response-B.json` | the two responses as detaudit recorded them |\n"

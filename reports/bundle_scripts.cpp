@@ -30,8 +30,9 @@ std::string sq(const std::string& s) {
 const char* const k_repro_py = R"PY(#!/usr/bin/env python3
 """Replays the pair of requests of a detaudit bundle and says whether the two responses agree.
 
-Prints "identical" (exit 0) or "different: ..." with the first differing token (exit 1); exit 2
-when a request fails. Reads bundle.json and the request files next to this script. Python's
+Prints "identical" (exit 0) or "different: ..." with the first differing token, then "differed K
+of N" over the --tries and both texts around the first difference (exit 1); exit 2 when a request
+fails. Reads bundle.json and the request files next to this script. Python's
 standard library only. README.md says what the pair is.
 """
 import argparse
@@ -84,9 +85,22 @@ def tokens_and_text(j):
     return None, (j.get("message") or {}).get("content") or ""  # ollama /api/chat
 
 
+def around(xa, xb):
+    """Both texts around their first differing character: 40 before, a mark, 60 after, one line each."""
+    n = min(len(xa), len(xb))
+    i = next((k for k in range(n) if xa[k] != xb[k]), n)
+    lo = max(0, i - 40)
+    return ["A: " + json.dumps(xa[lo:i] + "\u27e6" + xa[i:i + 60], ensure_ascii=False),
+            "B: " + json.dumps(xb[lo:i] + "\u27e6" + xb[i:i + 60], ensure_ascii=False)]
+
+
 def first_difference(a, b):
-    """None when identical, else the words after "different: "."""
+    """(None, []) when identical, else (the words after "different: ", both texts around it)."""
     (ta, xa), (tb, xb) = tokens_and_text(a), tokens_and_text(b)
+    return first_difference_words(ta, xa, tb, xb), around(xa, xb)
+
+
+def first_difference_words(ta, xa, tb, xb):
     if ta is not None and tb is not None:
         n = min(len(ta), len(tb))
         for i in range(n):
@@ -134,7 +148,8 @@ def http_once(meta, args, key):
     url_b = args.url_b or args.url or meta["b"]["url"]
     a = send_side(meta["a"], url_a, fillers, key, args.timeout)
     b = send_side(meta["b"], url_b, fillers, key, args.timeout)
-    return first_difference(a, b)
+    diff, lines = first_difference(a, b)
+    return diff, (lines if diff is not None else [])
 
 
 def records_of(run_dir):
@@ -158,8 +173,10 @@ def engine_once(meta, args):
             for row in pair["rows"]:
                 if row["item_id"] == meta["item_id"] and {row["cond_a"], row["cond_b"]} == names:
                     if row["identical"]:
-                        return None
-                    return "first differing token %d: %r vs %r" % (row["token_index"], row["token_a"], row["token_b"])
+                        return None, []
+                    return ("first differing token %d: %r vs %r" % (row["token_index"], row["token_a"], row["token_b"]),
+                            ["A: " + json.dumps(row["before_a"] + "\u27e6" + row["after_a"], ensure_ascii=False),
+                             "B: " + json.dumps(row["before_b"] + "\u27e6" + row["after_b"], ensure_ascii=False)])
         recs = {}
         for r in records_of(run_dir):
             if r["item_id"] == meta["item_id"]:
@@ -170,10 +187,12 @@ def engine_once(meta, args):
             if r is None:
                 raise OSError("detaudit run wrote no record for %s" % s["name"])
             sides.append({"content": r["text"], "tokens": [t["id"] for t in r["tokens"]]})
-        return first_difference(sides[0], sides[1])
+        diff, lines = first_difference(sides[0], sides[1])
+        return diff, (lines if diff is not None else [])
 
 
 def main():
+    sys.stdout.reconfigure(errors="backslashreplace")  # a terminal that cannot show a character gets its escape
     meta = load("bundle.json")
     ap = argparse.ArgumentParser(description="Replay this bundle's pair: %s vs %s of item %s."
                                  % (meta["a"]["name"], meta["b"]["name"], meta["item_id"]))
@@ -181,7 +200,8 @@ def main():
     ap.add_argument("--url-b", help="server base URL for side B only (default: --url, else the recorded one)")
     ap.add_argument("--api-key-env", default="DETAUDIT_REPRO_KEY",
                     help="environment variable holding the server's key (default: DETAUDIT_REPRO_KEY)")
-    ap.add_argument("--tries", type=int, default=1, help="replay up to N times, stopping at the first difference (default 1)")
+    ap.add_argument("--tries", type=int, default=1,
+                    help="replay N times and say how often the pair differed (default 1)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per request (default 600)")
     ap.add_argument("--detaudit", default=os.environ.get("DETAUDIT", "detaudit"),
                     help="engine targets: the detaudit binary (default: $DETAUDIT, else detaudit on PATH)")
@@ -189,17 +209,26 @@ def main():
                     help="engine targets: the target spec (default: the recorded one)")
     args = ap.parse_args()
     key = os.environ.get(args.api_key_env, "")
-    for _ in range(max(1, args.tries)):
+    tries, differed, first = max(1, args.tries), 0, None
+    for _ in range(tries):
         try:
-            diff = engine_once(meta, args) if meta["engine"] else http_once(meta, args, key)
+            diff, lines = engine_once(meta, args) if meta["engine"] else http_once(meta, args, key)
         except (urllib.error.URLError, OSError, ValueError, KeyError) as e:
             print("error: %s" % e, file=sys.stderr)
             return 2
         if diff is not None:
-            print("different: " + diff)
-            return 1
-    print("identical")
-    return 0
+            differed += 1
+            first = first or (diff, lines)
+    if first is None:
+        print("identical")
+        if tries > 1:
+            print("differed 0 of %d" % tries)
+        return 0
+    print("different: " + first[0])
+    print("differed %d of %d" % (differed, tries))
+    for line in first[1]:
+        print(line)
+    return 1
 
 
 if __name__ == "__main__":
@@ -262,6 +291,8 @@ if [ "$(text_of "$tmp/a.json")" = "$(text_of "$tmp/b.json")" ]; then
   exit 0
 fi
 echo "different: the generated texts differ (python3 repro.py names the first differing token)"
+echo "A: $(text_of "$tmp/a.json")"
+echo "B: $(text_of "$tmp/b.json")"
 exit 1
 )SH";
 
@@ -288,9 +319,17 @@ rows = [r for p in rep["pairs"] for r in p["rows"] if r["item_id"] == item and {
 print("missing" if not rows else "identical" if rows[0]["identical"] else "different %d" % rows[0]["token_index"])' \
     "$tmp/report.json" "$ITEM" "$COND_A" "$COND_B")
 fi
+texts() {  # both texts around the first difference, one JSON string a line
+  python3 -c 'import json, sys
+sys.stdout.reconfigure(errors="backslashreplace")
+rep, item, names = json.load(open(sys.argv[1])), sys.argv[2], {sys.argv[3], sys.argv[4]}
+r = [r for p in rep["pairs"] for r in p["rows"] if r["item_id"] == item and {r["cond_a"], r["cond_b"]} == names][0]
+print("A: " + json.dumps(r["before_a"] + "\u27e6" + r["after_a"], ensure_ascii=False))
+print("B: " + json.dumps(r["before_b"] + "\u27e6" + r["after_b"], ensure_ascii=False))' "$tmp/report.json" "$ITEM" "$COND_A" "$COND_B"
+}
 case $verdict in
   identical) echo identical; exit 0 ;;
-  different*) echo "different: first differing token ${verdict#different }"; exit 1 ;;
+  different*) echo "different: first differing token ${verdict#different }"; texts; exit 1 ;;
   *) echo "error: the report has no row for $COND_A vs $COND_B (python3 repro.py compares the records)" >&2; exit 2 ;;
 esac
 )SH";

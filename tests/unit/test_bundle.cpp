@@ -125,6 +125,11 @@ TEST_CASE("bundle: float serve with an API key, a diverged and an identical item
   const std::string readme = test::file_text(dir + "/same/README.md");
   CHECK(readme.find("is identical under `alone` and `control`") != std::string::npos);
   CHECK(readme.find("**identical** token for token") != std::string::npos);
+  // The result comes first; the server's settings are folded away; the launch command is asked for.
+  CHECK(readme.find("## Result") < readme.find("## The pair"));
+  CHECK(readme.find("## The pair") < readme.find("## Target"));
+  CHECK(readme.find("<details><summary>Server settings (its /props or equivalent") != std::string::npos);
+  CHECK(readme.find("How the server was started (fill in before filing") != std::string::npos);
   const test::cmd_result b3 = bundle(dir + "/run", same["item_id"], dir + "/same", " --conditions alone,concurrent-8 --no-tar");
   REQUIRE(b3.exit_code == 0);
   CHECK(test::file_text(dir + "/same/README.md").find("is identical under `alone` and `concurrent-8`") != std::string::npos);
@@ -187,6 +192,20 @@ TEST_CASE("bundle: engine targets, the reproducers run detaudit: float vs exact 
   INFO(sh.out << sh.err);
   CHECK(sh.exit_code == 1);
   CHECK(first_line(sh.out) == want);
+  // Both texts around the first difference, marked, from the report's own contexts.
+  const std::string ctx_a = "A: " + json(diverged["before_a"].get<std::string>() + "\u27e6" + diverged["after_a"].get<std::string>())
+                                        .dump(-1, ' ', false, json::error_handler_t::replace);
+  CHECK(sh.out.find(ctx_a) != std::string::npos);
+  // --tries N replays N times and says how often the pair differed (float vs exact: every time).
+  const test::cmd_result tries = test::run_cmd("python3 " + out + "/repro.py --tries 2 --detaudit " + test::detaudit_bin());
+  INFO(tries.out << tries.err);
+  CHECK(tries.exit_code == 1);
+  CHECK(tries.out.find("\ndiffered 2 of 2\nA: ") != std::string::npos);
+  CHECK(tries.out.find(ctx_a) != std::string::npos);
+  // The README names the model file, never where it lies on this machine.
+  const std::string readme = test::file_text(out + "/README.md");
+  CHECK(readme.find(fs::path(test::narrow_model()).parent_path().string()) == std::string::npos);
+  CHECK(readme.find("engine:" + fs::path(test::narrow_model()).filename().string() + "?numerics=") != std::string::npos);
 
   // Concurrency on the engine: item.jsonl holds the item and its 7 fillers, run as shard 1/8.
   const test::cmd_result bc = bundle(dir + "/run", "1", dir + "/conc", " --conditions alone,concurrent-8 --no-tar");
