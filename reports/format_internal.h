@@ -48,7 +48,8 @@ std::string hash_text(const pair_item& row);
 // A row as the text report lists it: "  item ID (A vs B): token k, byte c: 'x' vs 'y'", margins, hash
 // step, grades and flip, then both contexts; one line for errors, drift and rows not comparable.
 // Ends with a newline.
-std::string row_text(const pair_item& row);
+// `also`: other pairs ("alone vs cache-warm") where the item parts the same way, named in the header.
+std::string row_text(const pair_item& row, const std::vector<std::string>& also = {});
 // One line about the run from its manifest: the compared paths (compare), run id, tool version,
 // targets ("" when none of these is there).
 std::string manifest_line(const json& manifest);

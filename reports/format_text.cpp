@@ -8,7 +8,9 @@
 // P-VS-NOISE: Fisher's one-sided p of DIFFER against the control pair's rate; DRIFTED: the same
 // tokens, but logits (hash) or log-probs moved; MCNEMAR-P: two-sided, on the flips.
 #include <algorithm>
+#include <map>
 #include <sstream>
+#include <vector>
 
 #include "reports/compare_internal.h"
 #include "reports/format_internal.h"
@@ -77,10 +79,12 @@ std::string context_line(const std::string& before, const std::string& after) {
 
 }  // namespace
 
-std::string row_text(const pair_item& row) {
+std::string row_text(const pair_item& row, const std::vector<std::string>& also) {
   std::ostringstream os;
   const divergence& d = row.d;
-  os << "  item " << escape_line(row.item_id) << " (" << escape_line(row.cond_a + " vs " + row.cond_b) << ")";
+  os << "  item " << escape_line(row.item_id) << " (" << escape_line(row.cond_a + " vs " + row.cond_b);
+  for (const std::string& c : also) os << "; also " << escape_line(c);
+  os << ")";
   const std::string argmax = not_argmax_text(row);
   if (row.error) {
     os << ": error: " << escape_line(d.note) << "\n";
@@ -147,6 +151,21 @@ void errors_text(std::ostringstream& os, const pair_summary& s) {
   }
 }
 
+// The same divergence of one item under several conditions (cache-on and cache-warm, or the
+// alone and control pairs of a cross audit, often part at the same token in the same way): one
+// entry, listing them all; the later pairs refer back to it. Keyed by item, status and where and
+// how both sides part.
+std::string divergence_key(const pair_item& row) {
+  const divergence& d = row.d;
+  return row.item_id + '\x1f' + status_name(row.status) + '\x1f' + std::to_string(d.token_index) + '\x1f' +
+         std::to_string(d.char_offset) + '\x1f' + d.token_a + '\x1f' + d.token_b + '\x1f' + d.before_a + '\x1f' + d.after_a +
+         '\x1f' + d.before_b + '\x1f' + d.after_b;
+}
+
+bool shareable(const pair_item& row) {
+  return !row.error && (row.status == STATUS_DIFFERS || row.status == STATUS_RETOKENIZED);
+}
+
 std::string pair_counts_text(const pair_summary& s) {
   std::string out = std::to_string(s.differ) + " of " + std::to_string(pair_judged(s)) + " differ";
   if (s.retokenized) out += ", " + std::to_string(s.retokenized) + " retokenized";
@@ -167,11 +186,34 @@ std::string render_text(const report& r) {
   }
   if (r.pairs.empty()) os << "no pairs of responses to compare\n";
   else os << summary_table(r) << summary_extras(r);
+  // Which pairs share each divergence, in report order; the first entry names them all.
+  std::map<std::string, std::vector<std::string>> sharing;
+  for (const pair_summary& s : r.pairs)
+    for (const pair_item& row : s.rows)
+      if (shareable(row)) sharing[divergence_key(row)].push_back(row.cond_a + " vs " + row.cond_b);
+  std::map<std::string, std::string> shown;  // key -> the pair it was shown under
   for (const pair_summary& s : r.pairs) {
     if (std::none_of(s.rows.begin(), s.rows.end(), row_listed)) continue;
     os << "\n" << escape_line(pair_title(s)) << (s.control ? " (control: run-to-run noise)" : "") << ": " << pair_counts_text(s) << "\n";
-    for (const pair_item& row : s.rows)
-      if (row_listed(row) && !row.error) os << row_text(row);
+    for (const pair_item& row : s.rows) {
+      if (!row_listed(row) || row.error) continue;
+      if (!shareable(row)) {
+        os << row_text(row);
+        continue;
+      }
+      const std::string key = divergence_key(row), here = row.cond_a + " vs " + row.cond_b;
+      auto first = shown.find(key);
+      if (first != shown.end()) {
+        os << "  item " << escape_line(row.item_id) << " (" << escape_line(here) << "): the same divergence as under "
+           << escape_line(first->second) << ", above\n";
+        continue;
+      }
+      std::vector<std::string> also;
+      for (const std::string& c : sharing[key])
+        if (c != here) also.push_back(c);
+      os << row_text(row, also);
+      shown[key] = here;
+    }
     errors_text(os, s);
   }
   if (!r.notes.empty()) {

@@ -209,3 +209,21 @@ TEST_CASE("report trim: --only-differences and --max-items change what is listed
   CHECK(j["pairs"][1]["rows"].size() == 1);
   CHECK(j["pairs"][1]["differ"] == 3);
 }
+
+TEST_CASE("report text: an item that parts the same way under several conditions is one entry naming them all") {
+  std::vector<record> v = {rec("q", "alone", words("a b c")), rec("q", "control", words("a b c")),
+                           rec("q", "repeat", words("a b X"), "repeat"), rec("p", "alone", words("u v")),
+                           rec("p", "control", words("u v")), rec("p", "repeat", words("u w"), "repeat")};
+  record c = rec("q", "concurrent-8", words("a b X"), "concurrency");
+  c.evidence = {{"overlap", true}, {"batch_width", 8}};
+  v.push_back(c);
+  record c2 = rec("p", "concurrent-8", words("u Z"), "concurrency");  // another divergence: its own entry
+  c2.evidence = {{"overlap", true}, {"batch_width", 8}};
+  v.push_back(c2);
+  const std::string t = report_render(compare_run(std::move(v)), "text");
+  CAPTURE(t);
+  CHECK(t.find("  item q (alone vs repeat; also alone vs concurrent-8): token 2, byte 4: ' c'") != std::string::npos);
+  CHECK(t.find("  item q (alone vs concurrent-8): the same divergence as under alone vs repeat, above\n") != std::string::npos);
+  CHECK(t.find("  item p (alone vs repeat): token 1, byte 2: ' v'") != std::string::npos);
+  CHECK(t.find("  item p (alone vs concurrent-8): token 1, byte 2: ' v'") != std::string::npos);
+}
