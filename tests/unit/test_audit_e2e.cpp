@@ -237,3 +237,23 @@ TEST_CASE("audit_e2e: the API key from --api-key-env reaches no file of the run 
   CHECK(missing.exit_code == 2);
   CHECK(missing.err.find("DETAUDIT_E2E_UNSET_VARIABLE") != std::string::npos);
 }
+
+TEST_CASE("audit_e2e: a run with nothing but a URL sends the built-in 32 prompts and ends with a verdict") {
+  server srv(test::fixture("models/stories260K.gguf"), {"-np", "8"});
+  const std::string dir = test::scratch_dir("audit_e2e_url_only");
+  // Besides the URL only --out (the test's scratch space) and -n 16 (CI time).
+  const test::cmd_result r = test::run_cmd(test::detaudit_bin() + " run --target " + srv.url() + " -n 16 --out " + dir + "/run");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("prompts: the built-in set of 32") != std::string::npos);
+  CHECK(r.err.rfind("PASS: no item differs in 2 pair(s) over 32 item(s); exit 0\n") != std::string::npos);
+  CHECK(r.out.find("concurrency  alone vs concurrent-8  0/32") != std::string::npos);
+  std::set<std::string> items;
+  for (const reports::record& rec : reports::records_read(dir + "/run")) {
+    items.insert(rec.item_id);
+    CHECK(rec.request.contains("messages"));  // prompts go as chat by default
+  }
+  CHECK(items.size() == 32);
+  CHECK(items.count("builtin-1"));
+  CHECK(items.count("builtin-32"));
+}
