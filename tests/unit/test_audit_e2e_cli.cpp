@@ -104,3 +104,38 @@ TEST_CASE("audit_e2e_cli: bad input exits 2 with one line naming the problem") {
   CHECK(m.exit_code == 2);
   CHECK(m.err.find("is not a run folder") != std::string::npos);
 }
+
+TEST_CASE("audit_e2e_cli: --dataset gsm8k sends lm-eval's prompt, stop strings and raw completions; both filters reported") {
+  const std::string dir = test::scratch_dir("audit_e2e_cli_gsm8k");
+  const std::string data = test::fixture("data/test.jsonl");
+  // Two exemplars from the test file itself stand in for train.jsonl: the rendering is what counts.
+  const std::string cmd = test::detaudit_bin() + " run --target '" + engine_spec() + "' --dataset gsm8k:" + data +
+                          ":3 --num-fewshot 2 --fewshot " + data + " --probe repeat -n 8 --fail-on none --format json --out ";
+  const test::cmd_result r = test::run_cmd(cmd + dir + "/raw");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const std::vector<reports::record> recs = reports::records_read(dir + "/raw");
+  REQUIRE(!recs.empty());
+  for (const reports::record& rec : recs) {
+    CHECK(rec.grader == "gsm8k-flex");
+    CHECK(rec.request.contains("prompt"));  // raw completions, not chat
+    CHECK_FALSE(rec.request.contains("messages"));
+  }
+  const json req = recs.front().request;
+  const std::string prompt = req["prompt"].get<std::string>();
+  CHECK(prompt.rfind("Question: Janet", 0) == 0);  // exemplar 1 is the file's first question
+  CHECK(prompt.find("\n\nQuestion: A robe takes") != std::string::npos);
+  CHECK(prompt.substr(prompt.size() - 8) == "\nAnswer:");
+  CHECK(req["stop"] == json::array({"Question:", "</s>", "<|im_end|>"}));
+  const json rep = json::parse(r.out);
+  CHECK(rep["pairs"][0]["graded"] == 3);
+  CHECK(rep["pairs"][0]["strict_match_a"]["n"] == 3);
+  // --chat: the same context as one user message (lm-eval's --apply_chat_template).
+  const test::cmd_result c = test::run_cmd(cmd + dir + "/chat --chat --grader strict");
+  INFO(c.err);
+  REQUIRE(c.exit_code == 0);
+  const reports::record first = reports::records_read(dir + "/chat").front();
+  REQUIRE(first.request["messages"].size() == 1);
+  CHECK(first.request["messages"][0]["content"] == prompt);
+  CHECK(first.grader == "gsm8k");
+}
