@@ -221,6 +221,7 @@ report lmeval_compare(const std::vector<lmeval_sample>& a, const std::vector<lme
   if (only_a || only_b)
     rep.notes.push_back(std::to_string(only_a) + " sample(s) only in A and " + std::to_string(only_b) +
                         " only in B were left out (matched by doc_id and filter)");
+  significance_apply(rep);  // McNemar on each filter's flips, as for runs
   return rep;
 }
 

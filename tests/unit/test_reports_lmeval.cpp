@@ -120,6 +120,8 @@ TEST_CASE("lmeval compare: two filters, known flips both ways, a doc_hash mismat
   CHECK(strict.right_to_wrong == 1);
   CHECK(strict.wrong_to_right == 1);
   CHECK(strict.wrong_to_other_wrong == 1);
+  REQUIRE(strict.mcnemar_p.has_value());  // one each way: nothing to say, p = 1
+  CHECK(*strict.mcnemar_p == 1.0);
   CHECK(row_of(strict, "0").d.identical);
   CHECK(row_of(strict, "1").flip == reports::FLIP_RIGHT_TO_WRONG);
   CHECK(row_of(strict, "1").d.char_offset == 9);  // "so #### 4|2" vs "so #### 4|1"
