@@ -139,3 +139,19 @@ TEST_CASE("audit_e2e_cli: --dataset gsm8k sends lm-eval's prompt, stop strings a
   CHECK(first.request["messages"][0]["content"] == prompt);
   CHECK(first.grader == "gsm8k");
 }
+
+TEST_CASE("audit_e2e_cli: on a terminal the progress line ends before the report starts") {
+  if (test::run_cmd("command -v script").exit_code != 0) {
+    FAIL("script (util-linux, Debian's bsdutils) is needed to give the run a terminal");
+  }
+  const std::string dir = test::scratch_dir("audit_e2e_cli_tty");
+  const std::string prompts = test::write_file(dir + "/p.txt", "Once upon a time\nThe dog\n");
+  const std::string run = test::detaudit_bin() + " run --target '" + engine_spec() + "' --prompts " + prompts +
+                          " --raw -n 4 --probe repeat --out " + dir + "/run";
+  // script(1) runs the command on a pseudo-terminal: stdout and stderr are both that terminal.
+  const test::cmd_result r = test::run_cmd("script -qec " + test::shell_quote(run) + " /dev/null");
+  INFO(r.out);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("diverged so far: 0\x1b[K") != std::string::npos);     // the line drawn in place
+  CHECK(r.out.find("\x1b[K\r\ndetaudit report: ") != std::string::npos);  // ended before the report
+}
