@@ -50,7 +50,7 @@ mark.end{background:#eee;outline:1px dashed #888;font-style:italic}
 .alts-pair{display:flex;gap:2em;flex-wrap:wrap}.alts tr.chosen td{font-weight:bold;background:#fff6cc}
 .js-error{color:#b00;font-weight:bold;border:2px solid #b00;padding:.5em}
 #filter{position:sticky;top:0;background:#fff;padding:.3em 0;border-bottom:1px solid #eee}#filter label{margin-right:1em}
-svg.drift .bar{fill:#c77d2e}svg.drift .bar.zero{fill:#ccc}svg.drift .cut{stroke:#b00;stroke-dasharray:3 2}
+.noisy{color:#8a5a00;font-size:12px}svg.drift .bar{fill:#c77d2e}svg.drift .bar.zero{fill:#ccc}svg.drift .cut{stroke:#b00;stroke-dasharray:3 2}
 )css";
 
 const char* const k_script = R"js(
@@ -238,7 +238,8 @@ void items_row(std::ostringstream& os, const pair_summary& s, const pair_item& r
                                           : "<a href=\"#" + anchor + "\">" + html_escape(row.item_id) + "</a>";
   os << "<tr data-item=\"" << html_escape(row.item_id) << "\" data-status=\"" << status_name(row.status) << "\">"
      << td(html_escape(s.probe))
-     << td(html_escape(row.cond_a + " vs " + row.cond_b)) << td(item) << td(status_label(row))
+     << td(html_escape(row.cond_a + " vs " + row.cond_b)) << td(item)
+     << td(status_label(row) + (row.noisy ? " <span class=\"noisy\" title=\"" + html_escape(noisy_text(row)) + "\">(noisy)</span>" : ""))
      << td_num(d.token_index) << td_num(d.char_offset) << td(d.token_index >= 0 ? code(d.token_a) : "")
      << td(d.token_index >= 0 ? code(d.token_b) : "") << td_margin(d.margin_a) << td_margin(d.margin_b)
      << td_num(d.hash_step) << td(grade_text(row)) << td(row.flip == FLIP_NONE ? "" : flip_name(row.flip)) << "</tr>\n";
@@ -421,6 +422,7 @@ void divergence_entry(std::ostringstream& os, const pair_summary& s, const pair_
   if (!grade_text(row).empty()) os << "; graded " << grade_text(row);
   if (row.flip != FLIP_NONE) os << " (<b>" << flip_name(row.flip) << "</b>)";
   if (!row.exercised) os << "; not exercised: " << html_escape(row.reason);
+  if (row.noisy) os << "; " << html_escape(noisy_text(row));
   os << "</p>\n<div class=\"align\">\n";
   align_line(os, side_label("A", row.cond_a), cut_at(row.a, d, true));
   align_line(os, side_label("B", row.cond_b), cut_at(row.b, d, false));

@@ -71,6 +71,9 @@ TEST_CASE("report noise: three alone answers per item; an item whose answers dis
   const std::string text = report_render(r, "text");
   CHECK(text.find("noise: 3 alone answers per item (alone and 2 controls); 2 of 5 item(s) noisy") != std::string::npos);
   CHECK(text.find("[noisy: alone answers agree 2 of 3]") != std::string::npos);
+  CHECK(report_render(r, "md").find("noisy: alone answers agree 2 of 3") != std::string::npos);
+  CHECK(report_render(r, "html").find("<span class=\"noisy\" title=\"noisy: alone answers agree 2 of 3\">(noisy)</span>") !=
+        std::string::npos);
 }
 
 TEST_CASE("report noise: p_vs_noise is Fisher's one-sided test of the pair's rate against the controls'") {
