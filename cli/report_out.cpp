@@ -15,8 +15,11 @@ void report_finish(const reports::report& rep, const std::string& format, const 
     reports::report_output(reports::report_trim(rep, trim), format, output);
   else reports::report_output(rep, format, output);
   std::cout.flush();
-  const std::vector<std::string> reasons = reports::fail_reasons(rep, policy);
-  for (const std::string& r : reasons) std::cerr << "detaudit " << cmd << ": --fail-on " << policy.spec << ": " << r << "\n";
+  std::vector<std::string> reasons;
+  for (const reports::fail_finding& f : reports::fail_findings(rep, policy)) {
+    std::cerr << "detaudit " << cmd << ": " << f.gate << ": " << f.text << "\n";
+    reasons.push_back(f.text);
+  }
   if (!incomplete.empty()) std::cerr << "detaudit " << cmd << ": " << incomplete << "\n";
   const int code = !incomplete.empty() ? EXIT_UNREACHABLE : reasons.empty() ? 0 : EXIT_DIVERGED;
   std::cerr << reports::verdict_line(rep, policy, reasons, code) << std::endl;

@@ -173,9 +173,9 @@ report compare_runs(std::vector<record> a, std::vector<record> b, const json& ma
 //   errors         a response failed
 //   not-exercised  a condition did not take effect on some item
 //   score-drop:X   a score fell by more than X percentage points (the reason says if significant)
-//   none           never exit 1 (not even when nothing was judged)
-// Beyond the list: nothing judged at all, or a pair with fewer than min_judged judged rows, is a
-// reason too (unless "none"). Throws input_error on a bad spec, naming the bad entry.
+//   none           none of the above, and not the nothing-judged rule either
+// Beyond the list: nothing judged at all is a reason (unless "none"); a pair with fewer than
+// min_judged judged rows is one whenever min_judged > 0. Throws input_error on a bad spec, naming the bad entry.
 struct fail_policy {
   bool none = false;
   bool any = false, drift = false, flips = false, significant = false, errors = false, not_exercised = false;
@@ -184,7 +184,16 @@ struct fail_policy {
   std::string spec;  // as given
 };
 fail_policy fail_policy_parse(const std::string& spec, int64_t min_judged = 0);
-// Empty when within thresholds; otherwise one line per reason.
+// One reason to exit 1: the gate that failed ("--fail-on any", "--min-judged 5", "nothing judged")
+// and why.
+struct fail_finding {
+  std::string gate;
+  std::string text;
+};
+// Empty when within thresholds. `none` turns off the --fail-on gates and the nothing-judged rule;
+// a --min-judged above 0 still applies (it was asked for by itself).
+std::vector<fail_finding> fail_findings(const report& r, const fail_policy& p);
+// The texts of fail_findings.
 std::vector<std::string> fail_reasons(const report& r, const fail_policy& p);
 // A p-value as the reports print it: two significant digits, scientific below 0.001.
 std::string p_text(double p);

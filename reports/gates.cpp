@@ -80,14 +80,14 @@ fail_policy fail_policy_parse(const std::string& spec, int64_t min_judged) {
   return p;
 }
 
-std::vector<std::string> fail_reasons(const report& r, const fail_policy& p) {
-  std::vector<std::string> out;
-  if (p.none) return out;
+std::vector<fail_finding> fail_findings(const report& r, const fail_policy& p) {
+  std::vector<fail_finding> out;
   int64_t judged_total = 0;
   for (const pair_summary& s : r.pairs) judged_total += pair_judged(s);
-  if (judged_total == 0) {
-    out.push_back(r.pairs.empty() ? "nothing was judged: no pair of responses to compare"
-                                  : "nothing was judged: every row failed, was not exercised or was not comparable");
+  const std::string min_gate = "--min-judged " + std::to_string(p.min_judged);
+  if (judged_total == 0 && !p.none) {
+    out.push_back({"nothing judged", r.pairs.empty() ? "no pair of responses to compare"
+                                                     : "every row failed, was not exercised or was not comparable"});
     return out;
   }
   for (const pair_summary& s : r.pairs) {
@@ -95,21 +95,28 @@ std::vector<std::string> fail_reasons(const report& r, const fail_policy& p) {
     const int64_t judged = pair_judged(s);
     const std::string of = std::to_string(judged);
     if (p.min_judged > 0 && judged < p.min_judged)
-      out.push_back(t + ": only " + of + " item(s) judged, fewer than --min-judged " + std::to_string(p.min_judged));
+      out.push_back({min_gate, t + ": only " + of + " item(s) judged, fewer than " + std::to_string(p.min_judged)});
+    if (p.none) continue;
     if (p.any && s.differ > 0)
-      out.push_back((s.control ? "run-to-run noise: " : "") + t + ": " + std::to_string(s.differ) + " of " + of + " items differ");
+      out.push_back({"--fail-on any", (s.control ? "run-to-run noise: " : "") + t + ": " + std::to_string(s.differ) + " of " + of +
+                                          " items differ"});
     if (p.drift && s.drifted > 0)
-      out.push_back(t + ": " + std::to_string(s.drifted) + " of " + of + " items drifted (same tokens, moved log-probs or logits)");
-    if (p.flips && s.right_to_wrong > 0) out.push_back(t + ": " + std::to_string(s.right_to_wrong) + " right-to-wrong flip(s)");
+      out.push_back({"--fail-on drift", t + ": " + std::to_string(s.drifted) + " of " + of +
+                                            " items drifted (same tokens, moved log-probs or logits)"});
+    if (p.flips && s.right_to_wrong > 0)
+      out.push_back({"--fail-on flips", t + ": " + std::to_string(s.right_to_wrong) + " right-to-wrong flip(s)"});
     if (p.significant && significant(s.p_vs_noise))
-      out.push_back(t + ": " + std::to_string(s.differ) + " of " + of +
-                    " items differ, more often than the control pair (Fisher p = " + p_text(*s.p_vs_noise) + ")");
+      out.push_back({"--fail-on significant", t + ": " + std::to_string(s.differ) + " of " + of +
+                                                  " items differ, more often than the control pair (Fisher p = " +
+                                                  p_text(*s.p_vs_noise) + ")"});
     if (p.significant && significant(s.mcnemar_p))
-      out.push_back(t + ": flips -" + std::to_string(s.right_to_wrong) + "/+" + std::to_string(s.wrong_to_right) +
-                    " are lopsided (McNemar p = " + p_text(*s.mcnemar_p) + ")");
-    if (p.errors && s.errors > 0) out.push_back(t + ": " + std::to_string(s.errors) + " failed response(s)");
+      out.push_back({"--fail-on significant", t + ": flips -" + std::to_string(s.right_to_wrong) + "/+" +
+                                                  std::to_string(s.wrong_to_right) + " are lopsided (McNemar p = " +
+                                                  p_text(*s.mcnemar_p) + ")"});
+    if (p.errors && s.errors > 0) out.push_back({"--fail-on errors", t + ": " + std::to_string(s.errors) + " failed response(s)"});
     if (p.not_exercised && s.not_exercised > 0)
-      out.push_back(t + ": " + std::to_string(s.not_exercised) + " item(s) where the condition did not take effect");
+      out.push_back({"--fail-on not-exercised",
+                     t + ": " + std::to_string(s.not_exercised) + " item(s) where the condition did not take effect"});
     if (p.score_drop && s.graded > 0) {
       const double drop = double(s.correct_a - s.correct_b) / double(s.graded) * 100.0;
       if (drop > *p.score_drop) {
@@ -117,12 +124,19 @@ std::vector<std::string> fail_reasons(const report& r, const fail_policy& p) {
         if (s.mcnemar_p)
           sig = significant(s.mcnemar_p) ? "; significant (McNemar p = " + p_text(*s.mcnemar_p) + ")"
                                          : "; not significant (McNemar p = " + p_text(*s.mcnemar_p) + ", 0.05 needed)";
-        out.push_back(t + ": score dropped " + percent(drop) + " points (" + std::to_string(s.correct_a) + " -> " +
-                      std::to_string(s.correct_b) + " of " + std::to_string(s.graded) + "), more than " +
-                      percent(*p.score_drop) + sig);
+        out.push_back({"--fail-on score-drop:" + percent(*p.score_drop),
+                       t + ": score dropped " + percent(drop) + " points (" + std::to_string(s.correct_a) + " -> " +
+                           std::to_string(s.correct_b) + " of " + std::to_string(s.graded) + "), more than " +
+                           percent(*p.score_drop) + sig});
       }
     }
   }
+  return out;
+}
+
+std::vector<std::string> fail_reasons(const report& r, const fail_policy& p) {
+  std::vector<std::string> out;
+  for (const fail_finding& f : fail_findings(r, p)) out.push_back(f.gate == "nothing judged" ? "nothing was judged: " + f.text : f.text);
   return out;
 }
 
@@ -162,7 +176,9 @@ std::string verdict_line(const report& r, const fail_policy& p, const std::vecto
   if (r2w || w2r) out += ", flips -" + std::to_string(r2w) + "/+" + std::to_string(w2r);
   if (errors) out += ", " + std::to_string(errors) + " failed";
   if (not_exercised) out += ", " + std::to_string(not_exercised) + " not exercised";
-  if (fail && reasons.size() > 0) out += " [" + std::to_string(reasons.size()) + " reason(s) above, --fail-on " + p.spec + "]";
+  if (fail && reasons.size() > 0)
+    out += " [" + std::to_string(reasons.size()) + " reason(s) above, --fail-on " + p.spec +
+           (p.min_judged > 0 ? " --min-judged " + std::to_string(p.min_judged) : "") + "]";
   out += "; exit " + std::to_string(exit_code);
   return out;
 }

@@ -222,6 +222,12 @@ report lmeval_compare(const std::vector<lmeval_sample>& a, const std::vector<lme
     rep.notes.push_back(std::to_string(only_a) + " sample(s) only in A and " + std::to_string(only_b) +
                         " only in B were left out (matched by doc_id and filter)");
   significance_apply(rep);  // McNemar on each filter's flips, as for runs
+  int64_t comparable = 0;
+  for (const pair_summary& s : rep.pairs) comparable += s.items - s.not_comparable;
+  if (comparable == 0)
+    throw input_error(std::string("compare: nothing comparable: ") +
+                      (matched.empty() ? "no doc_id and filter is in both sample files"
+                                       : "every doc matched by doc_id and filter has another doc_hash (a different document)"));
   return rep;
 }
 
@@ -241,9 +247,9 @@ std::vector<json> lmeval_samples_of(const record& r, int64_t doc_id, const std::
     std::optional<std::string> extracted;
   };
   std::vector<variant> variants;
-  if (r.grader == "gsm8k") {
-    variants.push_back({"strict-match", "gsm8k", gsm8k_extract_strict(r.text)});
-    variants.push_back({"flexible-extract", "gsm8k-flex", gsm8k_extract_flexible(r.text)});
+  if (r.grader == "gsm8k" || r.grader == "gsm8k-flex") {  // lm-eval's gsm8k task has both filters, whichever decides flips
+    variants.push_back({"strict-match", "gsm8k", gsm8k_extract_strict(final_answer(r.text))});
+    variants.push_back({"flexible-extract", "gsm8k-flex", gsm8k_extract_flexible(final_answer(r.text))});
   } else {
     variants.push_back({"none", r.grader, r.text});
   }
@@ -253,7 +259,7 @@ std::vector<json> lmeval_samples_of(const record& r, int64_t doc_id, const std::
     j["filtered_resps"] = json::array({v.extracted.value_or("[invalid]")});
     j["filter"] = v.filter;
     const std::optional<bool> ok =
-        r.reference.empty() || v.grader.empty() ? std::nullopt : grade(v.grader, r.text, r.reference);
+        r.reference.empty() || v.grader.empty() ? std::nullopt : grade(v.grader, final_answer(r.text), r.reference);
     j["metrics"] = ok ? json::array({"exact_match"}) : json::array();
     if (ok) j["exact_match"] = *ok ? 1.0 : 0.0;
     out.push_back(std::move(j));

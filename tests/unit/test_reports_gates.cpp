@@ -147,8 +147,13 @@ TEST_CASE("report gates: a list of gates, each with its own reason") {
   // 1 of 4 against 0 of 4: p = C(4,1) C(4,0) / C(8,1) = 0.5, not significant.
   CHECK(fail_reasons(r, fail_policy_parse("significant")).empty());
   const std::vector<std::string> few = fail_reasons(r, fail_policy_parse("flips", 5));
-  CHECK(few == std::vector<std::string>{"control alone vs control: only 4 item(s) judged, fewer than --min-judged 5",
-                                        "repeat alone vs repeat: only 4 item(s) judged, fewer than --min-judged 5"});
+  CHECK(few == std::vector<std::string>{"control alone vs control: only 4 item(s) judged, fewer than 5",
+                                        "repeat alone vs repeat: only 4 item(s) judged, fewer than 5"});
+  // --min-judged is asked for by itself: it holds under none too, under its own name.
+  const std::vector<fail_finding> alone = fail_findings(r, fail_policy_parse("none", 5));
+  REQUIRE(alone.size() == 2);
+  CHECK(alone[0].gate == "--min-judged 5");
+  CHECK(fail_findings(r, fail_policy_parse("drift,errors"))[0].gate == "--fail-on errors");
   CHECK_THROWS_AS(fail_policy_parse("any", -1), detaudit::input_error);
 }
 

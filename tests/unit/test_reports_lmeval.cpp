@@ -242,6 +242,24 @@ TEST_CASE("lmeval export: gsm8k records become strict-match and flexible-extract
   CHECK(strict.right_to_wrong == 1);
   CHECK(strict.correct_a == 1);
   CHECK(strict.correct_b == 0);
+
+  // Items graded by flexible-extract (run --dataset's default) export both filters too.
+  std::vector<reports::record> flex = {test::graded(test::rec("q1", "alone", test::words("so #### 4")), "4")};
+  flex[0].grader = "gsm8k-flex";
+  const std::vector<std::string> ff = reports::lmeval_export(flex, docs, dir + "/flex");
+  const std::vector<reports::lmeval_sample> fs = reports::lmeval_read(ff[0]);
+  REQUIRE(fs.size() == 2);
+  CHECK(fs[0].filter == "flexible-extract");
+  CHECK(fs[1].filter == "strict-match");
+
+  // Nothing comparable is an input error, as for two runs: no doc and filter in both files ...
+  std::vector<reports::lmeval_sample> other = a;
+  for (reports::lmeval_sample& s : other) s.filter = "another";
+  CHECK_THROWS_WITH_AS(reports::lmeval_compare(a, other), doctest::Contains("nothing comparable: no doc_id and filter"), input_error);
+  // ... or every matched doc another document.
+  std::vector<reports::lmeval_sample> moved = a;
+  for (reports::lmeval_sample& s : moved) s.doc_hash = "0";
+  CHECK_THROWS_WITH_AS(reports::lmeval_compare(a, moved), doctest::Contains("nothing comparable: every doc"), input_error);
 }
 
 TEST_CASE("lmeval export cli: detaudit run --export lm-eval writes sample files that compare reads") {
