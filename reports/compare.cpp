@@ -95,23 +95,30 @@ void pairs_against_alone(report& rep, const run_index& ix, const std::string& la
     return;
   }
   for (const std::string& c : order) {
-    pair_summary s;
-    s.control = c == "control";
-    s.vs_alone = !s.control;
-    s.probe = s.control ? "control" : ix.probe_of.at(c);
-    s.cond_a = prefix + "alone";
-    s.cond_b = prefix + c;
-    size_t missing = 0;
-    for (const auto& [key, rb] : conds.at(c)) {
-      auto f = alone_it->second.find({key.first, 0});
-      if (f == alone_it->second.end()) {
-        ++missing;
-        continue;
+    // A condition run more than once (control, under --repeat K > 2) is one pair per repetition,
+    // so that every pair holds each item once and its counts are counts of items.
+    std::set<int> reps;
+    for (const auto& [key, rb] : conds.at(c)) reps.insert(key.second);
+    for (int rep_k : reps) {
+      pair_summary s;
+      s.control = c == "control";
+      s.vs_alone = !s.control;
+      s.probe = s.control ? "control" : ix.probe_of.at(c);
+      s.cond_a = prefix + "alone";
+      s.cond_b = cond_name(ix, prefix, c, rep_k);
+      size_t missing = 0;
+      for (const auto& [key, rb] : conds.at(c)) {
+        if (key.second != rep_k) continue;
+        auto f = alone_it->second.find({key.first, 0});
+        if (f == alone_it->second.end()) {
+          ++missing;
+          continue;
+        }
+        summary_add(s, row_make(*f->second, *rb, cond_name(ix, prefix, "alone", 0), cond_name(ix, prefix, c, key.second)));
       }
-      summary_add(s, row_make(*f->second, *rb, cond_name(ix, prefix, "alone", 0), cond_name(ix, prefix, c, key.second)));
+      note_missing(rep, s, missing, "an 'alone'");
+      rep.pairs.push_back(std::move(s));
     }
-    note_missing(rep, s, missing, "an 'alone'");
-    rep.pairs.push_back(std::move(s));
   }
 }
 

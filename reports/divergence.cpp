@@ -73,9 +73,10 @@ void hash_step_find(const record& a, const record& b, divergence& d) {
   if (a.logit_hashes.size() != b.logit_hashes.size()) d.hash_step = static_cast<int64_t>(n);
 }
 
+// The same alternative on both sides: the same string, and the same id where both have one. An id
+// alone is not enough: across two vocabularies (a cross audit) the same id names another token.
 bool same_alternative(const alt_rec& x, const alt_rec& y) {
-  if (x.id >= 0 && y.id >= 0) return x.id == y.id;
-  return x.token == y.token;
+  return x.token == y.token && (x.id < 0 || y.id < 0 || x.id == y.id);
 }
 
 // Log-prob drift over steps [0, n): alternatives listed on both sides, compared bit for bit.

@@ -72,14 +72,14 @@ TEST_CASE("audit_e2e: exact serve shows no divergence under concurrency, cache a
   const test::cmd_result r = test::run_cmd(cmd);
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
-  CHECK(r.err.rfind("PASS: no item differs in 6 pair(s) over 6 item(s); exit 0\n") != std::string::npos);
+  CHECK(r.err.rfind("PASS: no item differs in 7 pair(s) over 6 item(s); exit 0\n") != std::string::npos);
   const json rep = json::parse(r.out);
-  REQUIRE(rep["pairs"].size() == 6);  // control, repeat, concurrent-8, cache-off, cache-on, cache-warm
+  REQUIRE(rep["pairs"].size() == 7);  // control#0, control#1, repeat, concurrent-8, cache-off, cache-on, cache-warm
   CHECK(rep["noise"]["repeat"] == 3);
   CHECK(rep["noise"]["noisy"] == 0);
   for (const json& p : rep["pairs"]) {
     INFO(p["cond_b"]);
-    CHECK(p["items"] == (p["control"] == true ? 12 : 6));  // the control pair holds both repetitions
+    CHECK(p["items"] == 6);  // each control repetition is a pair of its own
     CHECK(p["differ"] == 0);
     CHECK(p["drifted"] == 0);
     CHECK(p["errors"] == 0);

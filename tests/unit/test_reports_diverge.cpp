@@ -262,3 +262,17 @@ TEST_CASE("report diverge: targets that tokenize differently are located by byte
   for (const std::string& n : r.notes) noted = noted || n.find("cross A:alone vs B:alone: the two sides tokenize differently (1 row(s))") == 0;
   CHECK(noted);
 }
+
+TEST_CASE("report diverge: an alternative is the same only with the same string; an id alone does not match across vocabularies") {
+  // Two vocabularies: id 5 is "x" on A and "q" on B. The same text, so no drift can be read from
+  // alternatives that are not the same token.
+  record a = rec("q", "alone", {{10, "hi"}}, "", "A");
+  record b = rec("q", "alone", {{900, "hi"}}, "", "B");
+  a.top_logprobs = {{{10, "hi", -0.1}, {5, "x", -2.5}}};
+  b.top_logprobs = {{{900, "hi", -0.1}, {5, "q", -1.2}}};
+  const divergence d = diverge(a, b);
+  CHECK(d.identical);
+  CHECK(d.drift_step == -1);  // "hi" has another id on each side, "x"/"q" other strings: nothing shared
+  REQUIRE(d.max_drift.has_value());
+  CHECK(*d.max_drift == 0.0);
+}

@@ -63,8 +63,11 @@ TEST_CASE("report noise: three alone answers per item; an item whose answers dis
     CHECK(row.alone_n == 3);
     CHECK(row.alone_agree == (row.noisy ? 2 : 3));
   }
-  // Control pairs carry no beyond-noise count of their own.
-  CHECK(pair_named(r, "control").differ_beyond_noise == -1);
+  // One control pair per repetition, each holding every item once; no beyond-noise count of their own.
+  CHECK(pair_named(r, "control#0").items == 5);
+  CHECK(pair_named(r, "control#1").items == 5);
+  CHECK(pair_named(r, "control#1").differ == 2);
+  CHECK(pair_named(r, "control#1").differ_beyond_noise == -1);
   const nlohmann::json j = nlohmann::json::parse(report_render(r, "json"));
   CHECK(j["noise"]["repeat"] == 3);
   CHECK(j["noise"]["noisy"] == 2);
