@@ -3,6 +3,7 @@
 
 #include "commands.h"
 #include "reports/bundle.h"
+#include "reports/utf8.h"
 #include "util/error.h"
 
 namespace detaudit::cli {
@@ -29,8 +30,9 @@ void run_bundle(const bundle_cmd_options& o) {
     b.cond_b = o.conditions.substr(comma + 1);
   }
   const reports::bundle_result r = reports::bundle_write(o.dir, b);
-  std::cout << "bundle " << r.dir << (r.tarball.empty() ? "" : " and " + r.tarball) << ": item " << o.item << ", " << r.cond_a
-            << " vs " << r.cond_b << ": "
+  using reports::escape_line;  // names from the run's records and the command line, onto one terminal line
+  std::cout << "bundle " << escape_line(r.dir) << (r.tarball.empty() ? "" : " and " + escape_line(r.tarball)) << ": item "
+            << escape_line(o.item) << ", " << escape_line(r.cond_a) << " vs " << escape_line(r.cond_b) << ": "
             << (r.error       ? std::string("a side has no usable response (see README.md)")
                 : r.identical ? std::string("identical")
                               : "differ from token " + std::to_string(r.token_index))

@@ -290,7 +290,8 @@ void run_run(const run_cmd_options& o) {
     std::cerr << "detaudit run: disk full: " << message_line(e.what()) << "\n"
               << "detaudit run: " << (n == 0 ? std::string("nothing was recorded")
                                               : std::to_string(n) + " record(s) are kept in " + ro.out_dir)
-              << "; free disk space, then run the same command with --resume --out " << ro.out_dir << " to continue\n";
+              << "; free disk space, then run the same command with --resume --out " << ro.out_dir << " to continue\n"
+              << "INCOMPLETE: the disk is full, nothing was judged; exit 3\n";
     throw exit_with(EXIT_UNREACHABLE);
   } catch (const probes::unreachable_error& e) {
     ro.log("");
@@ -301,12 +302,14 @@ void run_run(const run_cmd_options& o) {
     res.interrupted = true;
   }
   if (res.interrupted) {
-    std::cerr << "detaudit run: interrupted: " << kept_text(res, ro.out_dir) << "\n";
+    std::cerr << "detaudit run: interrupted: " << kept_text(res, ro.out_dir) << "\n"
+              << "INTERRUPTED: nothing was judged; exit 130\n";
     throw exit_with(EXIT_INTERRUPTED);
   }
   if (res.unreachable) {
     std::cerr << "detaudit run: target unreachable: " << res.unreachable_message << "\n"
-              << "detaudit run: " << kept_text(res, ro.out_dir) << "\n";
+              << "detaudit run: " << kept_text(res, ro.out_dir) << "\n"
+              << "INCOMPLETE: the target became unreachable, nothing was judged; exit 3\n";
     throw exit_with(EXIT_UNREACHABLE);
   }
   if (lint_only) return;

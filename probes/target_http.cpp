@@ -436,8 +436,21 @@ void answer_read(const dialect_def& d, bool chat, bool events, const std::string
     }
   }
   if (j.is_discarded() || !j.is_object()) {
-    rec.error = where + ": the answer is not a JSON object (" + std::to_string(body.size()) + " bytes: '" +
-                body.substr(0, 80) + (body.size() > 80 ? "...'" : "'") + ")";
+    // Say why: not JSON at all (with the parser's reason, e.g. an escape that names half a
+    // UTF-16 surrogate pair), or JSON of another kind.
+    std::string why = "not a JSON object";
+    if (j.is_discarded()) {
+      why = "not valid JSON";
+      try {
+        const json again = json::parse(body);  // throws: the reason
+        (void)again;
+      } catch (const json::parse_error& e) {
+        const std::string m = e.what();
+        why += " (" + m.substr(0, 200) + ")";
+      }
+    }
+    rec.error = where + ": the answer is " + why + " (" + std::to_string(body.size()) + " bytes: '" + body.substr(0, 80) +
+                (body.size() > 80 ? "...'" : "'") + ")";
     return;
   }
   try {

@@ -121,8 +121,8 @@ std::string section_target(const bundle_ctx& c) {
 std::string section_pair(const bundle_ctx& c) {
   const json options = c.manifest.value("options", json::object());
   std::string out = "## The pair\n\n| side | condition | what was sent |\n|---|---|---|\n";
-  out += "| A | `" + c.a.name + "` | " + condition_words(c.a, options) + " |\n";
-  out += "| B | `" + c.b.name + "` | " + condition_words(c.b, options) + " |\n\n";
+  out += "| A | " + value_code(c.a.name) + " | " + condition_words(c.a, options) + " |\n";
+  out += "| B | " + value_code(c.b.name) + " | " + condition_words(c.b, options) + " |\n\n";
   out += "Both bodies are in `request-A.json` and `request-B.json`, the responses (detaudit's records, docs/records.md) "
          "in `response-A.json` and `response-B.json`.\n";
   if (!c.fillers.empty())
@@ -142,7 +142,7 @@ std::string grade_words(const std::optional<bool>& g) { return !g ? "not graded"
 
 std::string section_result(const bundle_ctx& c) {
   const divergence& d = c.row.d;
-  std::string out = "## Result\n\nSide A is `" + c.a.name + "`, side B `" + c.b.name + "` (what each sent: \"The pair\", below).\n\n";
+  std::string out = "## Result\n\nSide A is " + value_code(c.a.name) + ", side B " + value_code(c.b.name) + " (what each sent: \"The pair\", below).\n\n";
   for (const auto& [side, r] : {std::pair{"A", c.a.rec}, std::pair{"B", c.b.rec}})
     if (!r->error.empty()) out += "Side " + std::string(side) + " has no usable response: " + code(r->error) + "\n\n";
   if (!c.row.exercised) out += "Condition not exercised: " + c.row.reason + ". Its responses are shown for information only.\n\n";
@@ -195,7 +195,7 @@ std::string section_repro(const bundle_ctx& c) {
   } else {
     out += "Against the server the run used (`" + c.a.url + "`) or another URL:\n\n```\npython3 repro.py [--url http://HOST:PORT] [--tries N]\n"
            "sh repro.sh [http://HOST:PORT]\n```\n\n";
-    out += "Side A (`" + c.a.name + "`) is sent first, then side B (`" + c.b.name + "`), each as recorded, to `" + c.a.path + "`";
+    out += "Side A (" + value_code(c.a.name) + ") is sent first, then side B (" + value_code(c.b.name) + "), each as recorded, to `" + c.a.path + "`";
     if (c.a.n_concurrent + c.b.n_concurrent > 0)
       out += "; the concurrent side is released together with the bodies in `fillers/` from separate threads (repro.sh: background curl jobs)";
     if (c.a.warm || c.b.warm) out += "; the cache-warm side is sent once before, to fill the prompt cache";
@@ -214,7 +214,9 @@ std::string section_repro(const bundle_ctx& c) {
 std::string bundle_readme(const bundle_ctx& c) {
   const char* verb = c.row.error ? "has a failed request under" : c.row.d.identical ? "is identical under" : "differs between";
   const char* gave = c.row.error ? "did not give two responses." : c.row.d.identical ? "gave the same tokens." : "gave different tokens.";
-  std::string out = "# detaudit: item `" + c.item_id + "` " + verb + " `" + c.a.name + "` and `" + c.b.name + "`\n\n";
+  // Names from records are escaped onto one line: a newline or control byte cannot break the title.
+  std::string out = "# detaudit: item " + value_code(c.item_id) + " " + verb + " " + value_code(c.a.name) + " and " +
+                    value_code(c.b.name) + "\n\n";
   out += "A determinism report written by `detaudit bundle`: the same prompt at the same settings, sent under two "
          "conditions, " + std::string(gave) + "\n\n";
   // The result first: what differs, where, how often; then what was audited and how to replay it.

@@ -208,6 +208,8 @@ def main():
     ap.add_argument("--target", default=meta.get("engine_spec"),
                     help="engine targets: the target spec (default: the recorded one)")
     args = ap.parse_args()
+    if args.tries < 1:
+        ap.error("--tries must be at least 1, found %d" % args.tries)
     key = os.environ.get(args.api_key_env, "")
     tries, differed, first = max(1, args.tries), 0, None
     for _ in range(tries):

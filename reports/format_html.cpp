@@ -369,7 +369,7 @@ std::string drift_plot(const pair_item& row) {
   if (!row.a || !row.b || row.error) return "";
   const auto& ta = row.a->top_logprobs;
   const auto& tb = row.b->top_logprobs;
-  const size_t n = std::min({ta.size(), tb.size(), size_t{512}});
+  const size_t total = std::min(ta.size(), tb.size()), n = std::min(total, size_t{512});
   std::vector<double> delta(n, 0.0);
   bool any = false;
   for (size_t i = 0; i < n; ++i) {
@@ -385,8 +385,13 @@ std::string drift_plot(const pair_item& row) {
   const double top = *std::max_element(delta.begin(), delta.end());
   const int w = 6, h = 60, left = 4;
   std::ostringstream os;
+  std::string cut;
+  if (total > n) {
+    cut = "; the first " + std::to_string(n) + " of " + std::to_string(total) + " steps";
+    if (row.d.token_index >= static_cast<int64_t>(n)) cut += ", the tokens part at step " + std::to_string(row.d.token_index) + ", past the plot";
+  }
   os << "<figure class=\"drift-fig\"><figcaption class=\"caption\">|\xce\x94 log-prob| per step (largest over the "
-     << "alternatives both sides list; max " << num_text(top, "%.3g") << ")</figcaption>\n<svg class=\"drift\" data-steps=\"" << n
+     << "alternatives both sides list; max " << num_text(top, "%.3g") << cut << ")</figcaption>\n<svg class=\"drift\" data-steps=\"" << n
      << "\" width=\"" << left + w * static_cast<int>(n) + 4 << "\" height=\"" << h + 4 << "\" role=\"img\">";
   for (size_t i = 0; i < n; ++i) {
     const double bar = top > 0 ? delta[i] / top * h : 0;

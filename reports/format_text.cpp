@@ -117,6 +117,7 @@ std::string row_text(const pair_item& row, const std::vector<std::string>& also)
   if (!argmax.empty()) os << "; " << argmax;
   if (!d.note.empty()) os << "; " << escape_line(d.note);
   os << "\n";
+  if (d.token_index < 0 && d.char_offset < 0) return os.str();  // the answers agree (the reasoning parted): no context
   const std::string cond_a = escape_line(row.cond_a), cond_b = escape_line(row.cond_b);
   const size_t w = std::max(cond_a.size(), cond_b.size());
   for (int side = 0; side < 2; ++side) {

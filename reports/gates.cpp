@@ -24,6 +24,8 @@ std::string trim(const std::string& s) {
 }
 
 double score_drop_parse(const std::string& num) {
+  // Decimal only: stod would also read hex ("0x10") and "inf".
+  const bool decimal = !num.empty() && num.find_first_not_of("0123456789.eE+-") == std::string::npos;
   size_t used = 0;
   double x = 0;
   try {
@@ -31,7 +33,7 @@ double score_drop_parse(const std::string& num) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used == num.size() && !num.empty() && std::isfinite(x) && x >= 0) return x;
+  if (decimal && used == num.size() && std::isfinite(x) && x >= 0) return x;
   throw input_error("--fail-on: score-drop needs a number of percentage points >= 0 (e.g. score-drop:2), found '" + num + "'");
 }
 

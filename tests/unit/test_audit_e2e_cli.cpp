@@ -155,3 +155,15 @@ TEST_CASE("audit_e2e_cli: on a terminal the progress line ends before the report
   CHECK(r.out.find("diverged so far: 0\x1b[K") != std::string::npos);     // the line drawn in place
   CHECK(r.out.find("\x1b[K\r\ndetaudit report: ") != std::string::npos);  // ended before the report
 }
+
+TEST_CASE("audit_e2e_cli: a target that cannot be reached ends with an INCOMPLETE verdict line, exit 3") {
+  const std::string dir = test::scratch_dir("audit_e2e_cli_unreachable");
+  const std::string prompts = test::write_file(dir + "/p.txt", "Hello\n");
+  // Port 1 on the loopback: nothing listens there, the connection is refused at once.
+  const test::cmd_result r = test::run_cmd(test::detaudit_bin() + " run --target http://127.0.0.1:1 --prompts " + prompts +
+                                           " --retries 0 --timeout 5 --out " + dir + "/run");
+  CHECK(r.exit_code == 3);
+  CHECK(r.err.size() > 1);
+  CHECK(r.err.substr(r.err.rfind('\n', r.err.size() - 2) + 1) ==
+        "INCOMPLETE: the target became unreachable, nothing was judged; exit 3\n");
+}

@@ -261,7 +261,7 @@ TEST_CASE("report fail_on: a bad spec is an input error naming what was expected
   CHECK(fail_policy_parse("score-drop:2.5").score_drop == 2.5);
   CHECK(fail_policy_parse("flips").flips);
   for (const char* bad : {"", "all", "score-drop:", "score-drop:x", "score-drop:-1", "score-drop:1x", "any,", ",any", "any,,flips",
-                          "none,any", "any,bogus"}) {
+                          "none,any", "any,bogus", "score-drop:0x10", "score-drop:inf"}) {
     CAPTURE(bad);
     CHECK_THROWS_AS(fail_policy_parse(bad), detaudit::input_error);
   }
