@@ -105,7 +105,7 @@ TEST_CASE("audit_e2e_cli: bad input exits 2 with one line naming the problem") {
   CHECK(m.err.find("is not a run folder") != std::string::npos);
 }
 
-TEST_CASE("audit_e2e_cli: --dataset gsm8k sends lm-eval's prompt, stop strings and raw completions; both filters reported") {
+TEST_CASE("audit_e2e_cli: --dataset gsm8k sends lm-eval's prompt, stop strings and raw completions, both filters reported") {
   const std::string dir = test::scratch_dir("audit_e2e_cli_gsm8k");
   const std::string data = test::fixture("data/test.jsonl");
   // Two exemplars from the test file itself stand in for train.jsonl: the rendering is what counts.

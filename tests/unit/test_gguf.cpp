@@ -21,12 +21,17 @@ using namespace detaudit::gguf;
 
 namespace {
 
+// The public fixture files (models/, vocab/) and the synthetic models the build generates: the
+// same set whether the public files come from ../shared or from a stranger's download.
 std::vector<std::string> all_fixture_ggufs() {
   std::vector<std::string> out;
-  std::filesystem::path root = std::filesystem::path(test::fixture("models/stories260K.gguf")).parent_path().parent_path();
-  for (const char* sub : {"models", "vocab"}) {
-    for (const auto& e : std::filesystem::recursive_directory_iterator(root / sub)) {
-      if (e.is_regular_file() && e.path().extension() == ".gguf") out.push_back(e.path().string());
+  const std::filesystem::path root = std::filesystem::path(test::fixture("models/stories260K.gguf")).parent_path().parent_path();
+  const std::filesystem::path generated = test::generated("models/synthetic");
+  for (const std::filesystem::path& dir : {root / "models", root / "vocab", generated}) {
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+      const std::string p = e.path().string();
+      if (e.is_regular_file() && e.path().extension() == ".gguf" && std::find(out.begin(), out.end(), p) == out.end())
+        out.push_back(p);
     }
   }
   return out;

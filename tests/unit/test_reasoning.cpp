@@ -52,7 +52,7 @@ TEST_CASE("reasoning: each dialect's thinking field is recorded apart from the a
   CHECK_FALSE(reports::record_to_json(reports::record{}).contains("reasoning"));
 }
 
-TEST_CASE("reasoning: compared as its own stream; the answer decides the grade") {
+TEST_CASE("reasoning: compared as its own stream, and the answer alone decides the grade") {
   using test::rec;
   using test::words;
   reports::record a = rec("q", "alone", words("#### 7"));

@@ -188,7 +188,7 @@ TEST_CASE("report diverge: drift counts only the steps before the tokens part, a
   CHECK(*d.max_drift == 0.0);
 }
 
-TEST_CASE("report diverge: alternatives without ids are matched by string; none at all is no evidence") {
+TEST_CASE("report diverge: alternatives without ids are matched by string, and none at all is no evidence") {
   record a = rec("q", "alone", {{-1, "a"}, {-1, "b"}});
   record b = rec("q", "control", {{-1, "a"}, {-1, "b"}});
   const divergence none = diverge(a, b);
@@ -263,7 +263,7 @@ TEST_CASE("report diverge: targets that tokenize differently are located by byte
   CHECK(noted);
 }
 
-TEST_CASE("report diverge: an alternative is the same only with the same string; an id alone does not match across vocabularies") {
+TEST_CASE("report diverge: an alternative is the same only with the same string, an id alone does not match across vocabularies") {
   // Two vocabularies: id 5 is "x" on A and "q" on B. The same text, so no drift can be read from
   // alternatives that are not the same token.
   record a = rec("q", "alone", {{10, "hi"}}, "", "A");

@@ -47,7 +47,7 @@ const pair_summary& pair_named(const report& r, const std::string& cond_b) {
 
 }  // namespace
 
-TEST_CASE("report noise: three alone answers per item; an item whose answers disagree is noisy wherever it appears") {
+TEST_CASE("report noise: three alone answers per item, and an item whose answers disagree is noisy wherever it appears") {
   // q0, q1 differ under repeat; q1 and q3 have a control that answered otherwise.
   const report r = compare_run(noise_run(5, 2, 2, {1, 3}));
   CHECK(r.repeat == 3);
@@ -175,7 +175,7 @@ TEST_CASE("report gates: nothing judged fails every gate but none") {
         "FAIL: nothing was judged [1 reason(s) above, --fail-on any]; exit 1");
 }
 
-TEST_CASE("report verdict: one line naming the worst condition, beyond noise, p, drift; exit code last") {
+TEST_CASE("report verdict: one line naming the worst condition, beyond noise, p, drift, then the exit code") {
   const report r = compare_run(noise_run(10, 1, 5));
   const fail_policy any = fail_policy_parse("any");
   const std::vector<std::string> reasons = fail_reasons(r, any);

@@ -230,7 +230,7 @@ TEST_CASE("reports_html: the page loads in headless Chromium and shows the summa
   CHECK(std::vector<std::string>(order.begin(), order.begin() + 5) == std::vector<std::string>{"q1", "q2", "q5", "q7", "q3"});
 }
 
-TEST_CASE("reports_html: the filter shows differing, drifted or all rows in headless Chromium; entries plot drift") {
+TEST_CASE("reports_html: the filter shows differing, drifted or all rows in headless Chromium, and entries plot drift") {
   const auto which = detaudit::test::run_cmd("command -v chromium");
   INFO("chromium is not installed: run scripts/setup.sh (Debian package chromium) to get it");
   REQUIRE(which.exit_code == 0);
