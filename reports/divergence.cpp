@@ -2,6 +2,7 @@
 // context, the margins between the best two alternatives, the first differing logit hash, and how
 // far the shared alternatives' log-probs drifted before the tokens parted.
 #include <algorithm>
+#include <limits>
 #include <cmath>
 
 #include "reports/compare.h"
@@ -90,7 +91,8 @@ void drift_find(const record& a, const record& b, size_t n, divergence& d) {
       auto y = std::find_if(sb.begin(), sb.end(), [&x](const alt_rec& z) { return same_alternative(x, z); });
       if (y == sb.end() || y->logprob == x.logprob) continue;
       if (d.drift_step < 0) d.drift_step = static_cast<int64_t>(i);
-      d.max_drift = std::max(*d.max_drift, std::fabs(y->logprob - x.logprob));
+      // Capped at the largest double, as margins are: an inf from +-1e308 would read as null in JSON.
+      d.max_drift = std::max(*d.max_drift, std::min(std::fabs(y->logprob - x.logprob), std::numeric_limits<double>::max()));
     }
   }
 }

@@ -2,6 +2,7 @@
 #include "reports/steps.h"
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 
 namespace detaudit::reports {
@@ -91,7 +92,9 @@ std::optional<double> step_margin(const std::vector<alt_rec>& alts) {
       top2 = a.logprob;
     }
   }
-  return top1 - top2;
+  // Log-probs a hostile server writes as +-1e308 would overflow to inf, which JSON cannot carry
+  // (it would read as "no margin"): the largest double stands for it in every format.
+  return std::min(top1 - top2, std::numeric_limits<double>::max());
 }
 
 int step_rank(const token_rec& t, const std::vector<alt_rec>& alts) {

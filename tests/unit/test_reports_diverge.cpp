@@ -2,6 +2,7 @@
 // text-only cases, UTF-8 context cutting, failed responses, log-prob drift.
 #include <doctest/doctest.h>
 
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "reports/compare.h"
@@ -275,4 +276,20 @@ TEST_CASE("report diverge: an alternative is the same only with the same string,
   CHECK(d.drift_step == -1);  // "hi" has another id on each side, "x"/"q" other strings: nothing shared
   REQUIRE(d.max_drift.has_value());
   CHECK(*d.max_drift == 0.0);
+}
+
+TEST_CASE("report diverge: log-probs of +-1e308 give the largest double, never inf (which JSON would write as null)") {
+  record a = rec("q", "alone", {{1, "a"}, {2, "b"}});
+  record b = rec("q", "control", {{1, "a"}, {3, "c"}});
+  a.top_logprobs = {{{1, "a", 1e308}, {5, "z", -1e308}}, {{2, "b", 0.0}, {3, "c", -1e308}}};
+  b.top_logprobs = {{{1, "a", -1e308}, {5, "z", -1e308}}, {{3, "c", 1e308}, {2, "b", -1e308}}};
+  const divergence d = diverge(a, b);
+  CHECK(d.token_index == 1);
+  REQUIRE(d.max_drift.has_value());
+  CHECK(*d.max_drift == std::numeric_limits<double>::max());
+  REQUIRE(d.margin_b.has_value());
+  CHECK(*d.margin_b == std::numeric_limits<double>::max());
+  const nlohmann::json j = nlohmann::json::parse(report_render(compare_run({a, b}), "json"));
+  CHECK(j["pairs"][0]["rows"][0]["max_drift"].is_number());
+  CHECK(j["pairs"][0]["rows"][0]["margin_b"].is_number());
 }
