@@ -238,3 +238,22 @@ TEST_CASE("report text: an item that parts the same way under several conditions
   CHECK(t.find("  item p (alone vs repeat): token 1, byte 2: ' v'") != std::string::npos);
   CHECK(t.find("  item p (alone vs concurrent-8): token 1, byte 2: ' v'") != std::string::npos);
 }
+
+TEST_CASE("report junit: testcases carry the responses' real times, suites their sum, and the new figures as properties") {
+  std::vector<record> v = noise_run(2, 1, 1);
+  double ms = 100;
+  for (record& x : v) x.timings = {{"latency_ms", ms}}, ms += 100;  // 100, 200, ... in record order
+  v.push_back(rec("q9", "alone", words("z")));  // no timings: 0
+  v.push_back(rec("q9", "repeat", words("z"), "repeat"));
+  v.back().timings = {{"t_start", 10.0}, {"t_end", 10.5}};
+  const std::string x = report_render(compare_run(std::move(v)), "junit");
+  CAPTURE(x);
+  // Records in order: q0 alone 100, control 200, repeat 300; q1 alone 400, control 500, repeat 600.
+  CHECK(x.find("name=\"q0 [alone vs repeat]\" time=\"0.400\"") != std::string::npos);
+  CHECK(x.find("name=\"q1 [alone vs repeat]\" time=\"1.000\"") != std::string::npos);
+  CHECK(x.find("name=\"q9 [alone vs repeat]\" time=\"0.500\"") != std::string::npos);  // t_end - t_start, alone unknown
+  CHECK(x.find("name=\"repeat: alone vs repeat\" tests=\"3\" failures=\"1\" errors=\"0\" skipped=\"0\" time=\"1.900\"") !=
+        std::string::npos);
+  CHECK(x.find("<property name=\"differ_beyond_noise\" value=\"1\"/>") != std::string::npos);
+  CHECK(x.find("<property name=\"mcnemar_p\" value=\"-\"/>") != std::string::npos);
+}
