@@ -10,8 +10,8 @@
 
 namespace detaudit::cli {
 
-// Renders `rep` in `format` to `output` ("" or "-": stdout), prints "detaudit CMD: --fail-on SPEC:
-// REASON" lines for each gate beyond its threshold, then the verdict line ("PASS: ...; exit 0") on
+// Renders `rep` in `format` to `output` ("" or "-": stdout), prints "detaudit CMD: GATE: REASON"
+// lines (GATE: "--fail-on drift", "--min-judged 5", "nothing judged") for each gate beyond it, then the verdict line ("PASS: ...; exit 0") on
 // stderr as the last line, and throws exit_with(EXIT_DIVERGED) when a gate failed. `incomplete`
 // (run: requests that failed after their retries) is printed before the verdict, which then reads
 // "INCOMPLETE: ...; exit 3", and exit_with(EXIT_UNREACHABLE) is thrown.
