@@ -118,7 +118,7 @@ TEST_CASE("probes_http_faults: malformed answers become record errors that name 
     const char* prompt;
     const char* names;
   };
-  for (const bad_case& bc : {bad_case{"not json", "not a JSON object"}, bad_case{"bad probs", "completion_probabilities"},
+  for (const bad_case& bc : {bad_case{"not json", "not valid JSON"}, bad_case{"bad probs", "completion_probabilities"},
                              bad_case{"bad ids", "tokens[0]"}, bad_case{"bad logprob", "completion_probabilities[0].logprob"}}) {
     CAPTURE(bc.prompt);
     gen_request q = small_request();
