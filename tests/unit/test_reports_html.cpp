@@ -273,6 +273,13 @@ TEST_CASE("reports_html: the filter shows differing, drifted or all rows in head
   CHECK(rows(differing, "identical", false) == 0);
   CHECK(rows(differing, "drifted", true) == 1);
   CHECK(rows(differing, "error", true) == 1);
+  // The diff view as the browser shows it: each shown entry aligns both sides at the divergence,
+  // marked, with both sides' alternatives at that step; the drifted entry is hidden.
+  CHECK(contains(differing, "<section class=\"div\" id=\"d-1-0\" data-status=\"differs\"><h3>"));
+  CHECK(contains(differing, "<mark> c</mark>"));
+  CHECK(contains(differing, "<mark> X</mark>"));
+  CHECK(contains(differing, "<table class=\"alts\">"));
+  CHECK(contains(differing, "data-status=\"drifted\" hidden=\"\""));
   const std::string drifted = dump("drifted");
   CHECK(rows(drifted, "drifted", false) == 1);
   CHECK(rows(drifted, "differs", true) == 4);
