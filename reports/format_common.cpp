@@ -105,6 +105,7 @@ bool row_listed(const pair_item& row) {
 }
 
 report report_trim(const report& r, const trim_options& t) {
+  // Everything but the records (the rows keep pointing into r's) and the pairs' rows, filtered below.
   report out;
   out.manifest = r.manifest;
   out.notes = r.notes;
