@@ -32,8 +32,8 @@ void gate_options_add(CLI::App* sub, gate_options& g) {
                   "included), drift (same tokens, moved log-probs or logits), flips (an answer went right->wrong), "
                   "significant (a divergence rate above the control's, Fisher p < 0.05, or lopsided flips, McNemar "
                   "p < 0.05), errors (a response failed), not-exercised (a condition did not take effect), "
-                  "score-drop:X (a score fell by more than X percentage points), none (never, not even when nothing "
-                  "was judged)")
+                  "score-drop:X (a score fell by more than X percentage points), none (no gate of the list, not even "
+                  "when nothing was judged; an explicit --min-judged still applies)")
       ->capture_default_str()->type_name("LIST");
   sub->add_option("--min-judged", g.min_judged,
                   "Exit 1 when a pair has fewer than N judged items (neither failed, not exercised nor not comparable); "
