@@ -158,18 +158,33 @@ std::vector<int32_t> generate_tokenize(const tokenizer::vocab& v, std::string_vi
   return tokenizer::encode(v, text, /*add_special=*/true, /*parse_special=*/true);
 }
 
-std::string generate_render_chat(const model::model& m, const chat_request& req) {
+namespace {
+
+chat::chat_options chat_options_for(const model::model& m, bool enable_thinking) {
   const tokenizer::vocab& v = m.vocab();
-  const chat::template_family f = chat::chat_resolve_family(req.template_name, v.chat_template(), m.path());
   chat::chat_options opt = chat::chat_options_from_template(v.chat_template());
-  opt.enable_thinking = req.enable_thinking;
+  opt.enable_thinking = enable_thinking;
   if (v.ids().bos != tokenizer::TOKEN_NONE) opt.bos_token = v.token_text(v.ids().bos);
   if (v.ids().eos != tokenizer::TOKEN_NONE) opt.eos_token = v.token_text(v.ids().eos);
   opt.leading_bos = !v.add_bos();
+  return opt;
+}
+
+}  // namespace
+
+std::string generate_render_chat(const model::model& m, const chat_request& req) {
+  const chat::template_family f = chat::chat_resolve_family(req.template_name, m.vocab().chat_template(), m.path());
   std::vector<chat::chat_message> msgs;
   if (!req.system.empty()) msgs.push_back({"system", req.system});
   msgs.push_back({"user", req.user});
-  return chat::chat_render(f, msgs, /*add_generation_prompt=*/true, opt);
+  return chat::chat_render(f, msgs, /*add_generation_prompt=*/true, chat_options_for(m, req.enable_thinking));
+}
+
+std::vector<int32_t> generate_chat_tokens(const model::model& m, const std::vector<chat::chat_message>& msgs,
+                                          const std::string& template_name, bool enable_thinking) {
+  const chat::template_family f = chat::chat_resolve_family(template_name, m.vocab().chat_template(), m.path());
+  return generate_tokenize(m.vocab(),
+                           chat::chat_render(f, msgs, /*add_generation_prompt=*/true, chat_options_for(m, enable_thinking)));
 }
 
 std::vector<int32_t> token_ids_parse(std::string_view text, const std::string& what) {

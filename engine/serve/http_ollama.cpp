@@ -62,15 +62,7 @@ void options_parse(const http_state& st, const json& b, request& r) {
 }
 
 std::vector<int32_t> render(const http_state& st, const std::vector<chat::chat_message>& msgs, bool thinking) {
-  const model::model& m = st.sched.model();
-  const tokenizer::vocab& v = m.vocab();
-  const chat::template_family f = chat::chat_resolve_family(st.params.chat_template, v.chat_template(), m.path());
-  chat::chat_options opt = chat::chat_options_from_template(v.chat_template());
-  opt.enable_thinking = thinking;
-  if (v.ids().bos != tokenizer::TOKEN_NONE) opt.bos_token = v.token_text(v.ids().bos);
-  if (v.ids().eos != tokenizer::TOKEN_NONE) opt.eos_token = v.token_text(v.ids().eos);
-  opt.leading_bos = !v.add_bos();
-  return runtime::generate_tokenize(v, chat::chat_render(f, msgs, /*add_generation_prompt=*/true, opt));
+  return runtime::generate_chat_tokens(st.sched.model(), msgs, st.params.chat_template, thinking);
 }
 
 std::vector<chat::chat_message> messages_parse(const json& b) {

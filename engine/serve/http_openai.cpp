@@ -190,17 +190,9 @@ std::vector<int32_t> chat_prompt(const http_state& st, const json& b) {
                                 text_quote(role));
     msgs.push_back({role, message_content(m, i)});
   }
-  const model::model& m = st.sched.model();
-  const tokenizer::vocab& v = m.vocab();
-  const chat::template_family f = chat::chat_resolve_family(st.params.chat_template, v.chat_template(), m.path());
-  chat::chat_options opt = chat::chat_options_from_template(v.chat_template());
   bool thinking = true;
   if (auto k = b.find("chat_template_kwargs"); k != b.end() && k->is_object()) thinking = field_bool(*k, "enable_thinking", true);
-  opt.enable_thinking = thinking;
-  if (v.ids().bos != tokenizer::TOKEN_NONE) opt.bos_token = v.token_text(v.ids().bos);
-  if (v.ids().eos != tokenizer::TOKEN_NONE) opt.eos_token = v.token_text(v.ids().eos);
-  opt.leading_bos = !v.add_bos();
-  return runtime::generate_tokenize(v, chat::chat_render(f, msgs, /*add_generation_prompt=*/true, opt));
+  return runtime::generate_chat_tokens(st.sched.model(), msgs, st.params.chat_template, thinking);
 }
 
 void handle_chat(http_state& st, const httplib::Request& req, httplib::Response& res) {
