@@ -49,23 +49,15 @@ struct engine_settings {
   std::string chat_template;  // "" = detected from the model
 };
 
-int64_t parse_int(const std::string& spec, const std::string& key, const std::string& v, int64_t lo, int64_t hi) {
-  int64_t out = 0;
-  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (ec != std::errc() || end != v.data() + v.size() || out < lo || out > hi)
-    throw input_error("target '" + spec + "': " + key + " must be an integer in [" + std::to_string(lo) + ", " +
-                      std::to_string(hi) + "], found '" + v + "'");
-  return out;
-}
 
 void setting_apply(engine_settings& s, const std::string& spec, const std::string& key, const std::string& v) {
   if (key == "numerics") s.numerics = runtime::numerics_from_name(v);
   else if (key == "backend") s.backend = runtime::backend_from_name(v);
-  else if (key == "device") s.device = static_cast<int>(parse_int(spec, key, v, 0, 255));
-  else if (key == "threads") s.threads = static_cast<int>(parse_int(spec, key, v, 1, 1024));
-  else if (key == "ubatch") s.ubatch = parse_int(spec, key, v, 1, 1 << 20);
-  else if (key == "ctx") s.ctx = parse_int(spec, key, v, 0, int64_t{1} << 24);
-  else if (key == "np") s.np = static_cast<int>(parse_int(spec, key, v, 1, 256));
+  else if (key == "device") s.device = static_cast<int>(engine_setting_int("target '" + spec + "'", key, v, 0, 255));
+  else if (key == "threads") s.threads = static_cast<int>(engine_setting_int("target '" + spec + "'", key, v, 1, 1024));
+  else if (key == "ubatch") s.ubatch = engine_setting_int("target '" + spec + "'", key, v, 1, 1 << 20);
+  else if (key == "ctx") s.ctx = engine_setting_int("target '" + spec + "'", key, v, 0, int64_t{1} << 24);
+  else if (key == "np") s.np = static_cast<int>(engine_setting_int("target '" + spec + "'", key, v, 1, 256));
   else if (key == "chat_template") s.chat_template = v;
   else if (key == "spec") {
     if (v != "ngram" && v != "none") throw input_error("target '" + spec + "': spec must be ngram or none, found '" + v + "'");
@@ -77,27 +69,14 @@ void setting_apply(engine_settings& s, const std::string& spec, const std::strin
 }
 
 engine_settings settings_parse(const std::string& spec, const target_options& opt) {
-  const std::string prefix = "engine:";
-  if (spec.rfind(prefix, 0) != 0) throw input_error("target '" + spec + "': an engine target starts with 'engine:'");
   engine_settings s;
   s.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   s.np = std::max(opt.n_parallel, 8);
-  const std::string rest = spec.substr(prefix.size());
-  const size_t q = rest.find('?');
-  s.path = rest.substr(0, q);
-  if (s.path.empty()) throw input_error("target '" + spec + "': expected engine:PATH.gguf");
-  if (q == std::string::npos) return s;
-  const std::string query = rest.substr(q + 1);
-  size_t pos = 0;
-  while (pos <= query.size()) {
-    const size_t amp = std::min(query.find('&', pos), query.size());
-    const std::string kv = query.substr(pos, amp - pos);
-    pos = amp + 1;
-    if (kv.empty()) continue;
-    const size_t eq = kv.find('=');
-    if (eq == std::string::npos) throw input_error("target '" + spec + "': expected KEY=VALUE, found '" + kv + "'");
-    setting_apply(s, spec, kv.substr(0, eq), kv.substr(eq + 1));
-    s.query.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+  const engine_spec_parts parts = engine_spec_split(spec, "target '" + spec + "'");
+  s.path = parts.path;
+  for (const auto& [k, v] : parts.query) {
+    setting_apply(s, spec, k, v);
+    s.query.emplace_back(k, v);
   }
   return s;
 }
@@ -231,18 +210,11 @@ std::vector<int32_t> engine_target::chat_tokens(const json& messages) const {
       throw serve::http_error(400, "field 'messages': expected {\"role\", \"content\"} strings");
     msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
   }
-  const tokenizer::vocab& v = m_->vocab();
-  chat::template_family f;
   try {
-    f = chat::chat_resolve_family(s_.chat_template, v.chat_template(), m_->path());
+    return runtime::generate_chat_tokens(*m_, msgs, s_.chat_template);
   } catch (const input_error& e) {
     throw input_error(std::string(e.what()) + " (engine target: add chat_template=NAME to the spec, or send raw prompts with --raw)");
   }
-  chat::chat_options opt = chat::chat_options_from_template(v.chat_template());
-  if (v.ids().bos != tokenizer::TOKEN_NONE) opt.bos_token = v.token_text(v.ids().bos);
-  if (v.ids().eos != tokenizer::TOKEN_NONE) opt.eos_token = v.token_text(v.ids().eos);
-  opt.leading_bos = !v.add_bos();
-  return runtime::generate_tokenize(v, chat::chat_render(f, msgs, /*add_generation_prompt=*/true, opt));
 }
 
 // Throws serve::http_error or input_error for a field the server would reject.
@@ -379,6 +351,38 @@ std::unique_ptr<target> engine_target::variant(const std::string& key, const std
 }
 
 }  // namespace
+
+int64_t engine_setting_int(const std::string& what, const std::string& key, const std::string& v, int64_t lo, int64_t hi) {
+  int64_t out = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc() || end != v.data() + v.size() || out < lo || out > hi)
+    throw input_error(what + ": " + key + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                      "], found '" + v + "'");
+  return out;
+}
+
+engine_spec_parts engine_spec_split(const std::string& spec, const std::string& what) {
+  const std::string prefix = "engine:";
+  if (spec.rfind(prefix, 0) != 0) throw input_error(what + ": an engine spec starts with 'engine:'");
+  engine_spec_parts out;
+  const std::string rest = spec.substr(prefix.size());
+  const size_t q = rest.find('?');
+  out.path = rest.substr(0, q);
+  if (out.path.empty()) throw input_error(what + ": expected engine:PATH.gguf");
+  if (q == std::string::npos) return out;
+  const std::string query = rest.substr(q + 1);
+  size_t pos = 0;
+  while (pos <= query.size()) {
+    const size_t amp = std::min(query.find('&', pos), query.size());
+    const std::string kv = query.substr(pos, amp - pos);
+    pos = amp + 1;
+    if (kv.empty()) continue;
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos) throw input_error(what + ": expected KEY=VALUE, found '" + kv + "'");
+    out.query.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  return out;
+}
 
 std::unique_ptr<target> target_make_engine(const std::string& spec, const target_options& opt) {
   engine_settings s = settings_parse(spec, opt);
