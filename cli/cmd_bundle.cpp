@@ -1,7 +1,9 @@
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
 #include "commands.h"
+#include "report_out.h"
 #include "reports/bundle.h"
 #include "reports/utf8.h"
 #include "util/error.h"
@@ -15,6 +17,7 @@ struct bundle_cmd_options {
   std::string conditions;
   std::string out;
   bool no_tar = false;
+  oracle_cli oracle;
 };
 
 void run_bundle(const bundle_cmd_options& o) {
@@ -29,6 +32,14 @@ void run_bundle(const bundle_cmd_options& o) {
     b.cond_a = o.conditions.substr(0, comma);
     b.cond_b = o.conditions.substr(comma + 1);
   }
+  oracle_check(o.oracle);
+  std::optional<reports::oracle_data> d;
+  std::error_code ec;
+  if (!o.oracle.spec.empty() || std::filesystem::is_directory(o.dir, ec))
+    d = oracle_load(o.oracle.spec.empty() ? std::vector<reports::record>{} : reports::records_read(o.dir), o.dir, o.oracle,
+                    /*save=*/true, "bundle");
+  if (d) b.oracle = &*d;
+  b.oracle_opt = o.oracle.apply();
   const reports::bundle_result r = reports::bundle_write(o.dir, b);
   using reports::escape_line;  // names from the run's records and the command line, onto one terminal line
   std::cout << "bundle " << escape_line(r.dir) << (r.tarball.empty() ? "" : " and " + escape_line(r.tarball)) << ": item "
@@ -60,13 +71,17 @@ void setup_bundle(CLI::App& app) {
       ->type_name("A,B");
   sub->add_option("-o,--output", opt->out, "The bundle folder to write (replaced when it holds an earlier bundle)")
       ->required()->type_name("OUT");
+  opt->oracle.from_file_ok = true;
+  oracle_options_add(sub, opt->oracle);
   sub->add_flag("--no-tar", opt->no_tar, "Write the folder only, not OUT.tar.gz (default: both; the tarball is made with tar)");
   sub->footer(
       "Exit codes: 0 written, 2 bad input (no such item or condition, OUT is not a bundle folder, tar failed).\n"
       "Examples:\n"
       "  detaudit bundle runs/audit-1 --item 17 -o bug-17\n"
       "  detaudit bundle runs/audit-1 --item 17 --conditions alone,cache-warm -o bug-17-cache\n"
-      "  python3 bug-17/repro.py --url http://127.0.0.1:8080 --tries 5");
+      "  python3 bug-17/repro.py --url http://127.0.0.1:8080 --tries 5\n"
+      "  # with the exact engine's verdict on the divergence (near-tie or server error)\n"
+      "  detaudit bundle runs/audit-1 --item 17 -o bug-17 --oracle engine:model.gguf");
   sub->callback([opt] { run_bundle(*opt); });
 }
 

@@ -24,6 +24,7 @@ struct compare_cmd_options {
   bool kld = false;
   std::vector<std::string> pairs;
   bool ignore_settings = false;
+  oracle_cli oracle;
 };
 
 std::vector<reports::record> read_side(const std::string& path) {
@@ -83,8 +84,21 @@ reports::report compare_sides(const compare_cmd_options& o) {
 void run_compare(const compare_cmd_options& o) {
   if (o.kld) return run_kld(o);
   const reports::fail_policy policy = o.gates.parse();  // a bad spec is reported before anything is read
+  oracle_check(o.oracle);
   reports::report rep = compare_sides(o);
   rep.manifest = {{"a", side_manifest(o.a)}, {"b", side_manifest(o.b)}};
+  if (rep.records_a > 0 && rep.records_a < rep.records.size()) {  // two runs (not lm-eval sample files)
+    const std::vector<reports::record> ra(rep.records.begin(), rep.records.begin() + static_cast<std::ptrdiff_t>(rep.records_a));
+    const std::vector<reports::record> rb(rep.records.begin() + static_cast<std::ptrdiff_t>(rep.records_a), rep.records.end());
+    std::optional<reports::oracle_data> da = oracle_load(ra, o.a, o.oracle, /*save=*/false, "compare");
+    std::optional<reports::oracle_data> db = oracle_load(rb, o.b, o.oracle, /*save=*/false, "compare");
+    if (da && db) reports::oracle_apply(rep, *da, o.oracle.apply(), &*db, rep.records_a);
+    else if (da || db)
+      rep.notes.push_back(std::string("oracle: only run ") + (da ? "A" : "B") +
+                          " holds oracle.json; give --oracle engine:MODEL.gguf to judge both");
+  } else if (!o.oracle.spec.empty()) {
+    throw input_error("--oracle applies to two runs, not to lm-eval sample files");
+  }
   report_finish(rep, o.format, o.output, policy, "compare", "", o.gates.trim());
 }
 
@@ -119,6 +133,8 @@ void setup_compare(CLI::App& app) {
                   "Which targets to set side by side when a run has several: LABEL_A=LABEL_B (repeatable; default: the "
                   "only target of each run, else the labels both runs have)")
       ->type_name("A=B");
+  opt->oracle.from_file_ok = true;
+  oracle_options_add(sub, opt->oracle);
   sub->add_flag("--ignore-settings", opt->ignore_settings,
                 "Compare items even when the runs' request settings differ (n_predict, temperature, chat or raw, "
                 "system prompt, stop strings, ...); the differences are listed at the top either way");

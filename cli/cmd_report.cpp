@@ -15,16 +15,20 @@ struct report_cmd_options {
   std::string format = "text";
   std::string output;
   gate_options gates{"none"};
+  oracle_cli oracle;
 };
 
 void run_report(const report_cmd_options& o) {
   const reports::fail_policy policy = o.gates.parse();  // a bad spec is reported before anything is read
+  oracle_check(o.oracle);
   reports::read_stats stats;
   std::vector<reports::record> records = reports::records_read(o.dir, &stats);
   if (stats.truncated)
     std::cerr << "detaudit report: " << o.dir << ": skipped " << stats.truncated
               << " last line(s) cut short (the run was interrupted while writing)\n";
-  const reports::report rep = reports::compare_run(std::move(records), reports::run_manifest_read(o.dir));
+  reports::report rep = reports::compare_run(std::move(records), reports::run_manifest_read(o.dir));
+  if (const std::optional<reports::oracle_data> d = oracle_load(rep.records, o.dir, o.oracle, /*save=*/true, "report"))
+    reports::oracle_apply(rep, *d, o.oracle.apply());
   report_finish(rep, o.format, o.output, policy, "report", "", o.gates.trim());
 }
 
@@ -48,6 +52,8 @@ void setup_report(CLI::App& app) {
       ->check(CLI::IsMember({"text", "json", "md", "junit", "html"}))->capture_default_str()->type_name("FORMAT");
   sub->add_option("-o,--output", opt->output, "Write the report to FILE instead of stdout")->type_name("FILE");
   gate_options_add(sub, opt->gates);
+  opt->oracle.from_file_ok = true;
+  oracle_options_add(sub, opt->oracle);
   sub->footer(
       std::string(gate_exit_codes) +
       "Examples:\n"
@@ -56,7 +62,9 @@ void setup_report(CLI::App& app) {
       "  detaudit report runs/audit-1 --format html -o report.html\n"
       "  detaudit report runs/audit-1 --format junit -o detaudit.xml --fail-on any\n"
       "  detaudit report runs/audit-1 --format json | jq '.pairs[] | {probe, cond_b, differ, items}'\n"
-      "  detaudit report runs/quant --fail-on score-drop:2");
+      "  detaudit report runs/quant --fail-on score-drop:2\n"
+      "  # judge each divergence of a llama-server run with the exact engine (kept in runs/audit-1/oracle.json)\n"
+      "  detaudit report runs/audit-1 --oracle engine:model.gguf --fail-on server-error");
   sub->callback([opt] { run_report(*opt); });
 }
 

@@ -52,6 +52,7 @@ struct run_cmd_options {
   std::vector<std::string> stop;
   std::string out;
   gate_options gates{"any"};
+  oracle_cli oracle;
   bool resume = false;
   std::string shard;
   std::string api;
@@ -169,7 +170,9 @@ size_t keys_failed(const std::vector<reports::record>& recs) {
 // them again), else 1 or 0 by --fail-on.
 void report_and_exit(const run_cmd_options& o, const std::string& out_dir) {
   const std::vector<reports::record> recs = reports::records_read(out_dir);
-  const reports::report rep = reports::compare_run(recs, reports::run_manifest_read(out_dir));
+  reports::report rep = reports::compare_run(recs, reports::run_manifest_read(out_dir));
+  if (const std::optional<reports::oracle_data> d = oracle_load(rep.records, out_dir, o.oracle, /*save=*/true, "run"))
+    reports::oracle_apply(rep, *d, o.oracle.apply());
   if (!o.junit.empty()) reports::report_output(rep, "junit", o.junit);
   if (!o.report.empty()) {
     const std::string f = format_for_file(o.report, o.format);
@@ -238,6 +241,7 @@ void run_run(const run_cmd_options& o) {
   if (o.dataset.empty() && (o.num_fewshot != 0 || !o.fewshot.empty() || !o.grader.empty()))
     throw input_error("--num-fewshot, --fewshot and --grader apply to --dataset gsm8k:FILE");
   o.gates.parse();  // a bad spec is reported before any request
+  oracle_check(o.oracle);
   probes::run_options ro;
   ro.probes.clear();
   for (const std::string& p : o.probes) ro.probes.push_back(p);
@@ -409,6 +413,7 @@ void setup_run(CLI::App& app) {
       ->check(CLI::IsMember({"lm-eval"}))->type_name("FORMAT");
   sub->add_option("--timeout", opt->timeout, "Seconds per request")->capture_default_str();
   sub->add_option("--retries", opt->retries, "Retries after connection errors, 5xx and 429")->capture_default_str();
+  oracle_options_add(sub, opt->oracle);
   sub->add_flag("--stream", opt->stream,
                 "HTTP targets: ask for streamed answers (server-sent events) and assemble them; records are the same "
                 "shape, and a stream that ends early is that item's error (not for ollama)");
@@ -429,6 +434,8 @@ void setup_run(CLI::App& app) {
       "  detaudit run --config audit.json --out runs/ci --fail-on any --junit detaudit.xml\n"
       "  # the built-in engine in float numerics shows the effect; exact shows none\n"
       "  detaudit run --target 'engine:model.gguf?numerics=float' --prompts prompts.txt --raw --probe concurrency,cache,batch\n"
+      "  # llama-server alone vs 8 concurrent, each divergence judged by the exact engine on the same file\n"
+      "  detaudit run --target http://127.0.0.1:8080 --prompts prompts.txt --oracle engine:model.gguf\n"
       "  # a large audit on 4 machines, then one report\n"
       "  detaudit run --config audit.json --shard 2/4 --out runs/s2 && detaudit merge --out runs/all runs/s1 runs/s2 runs/s3 runs/s4");
   sub->callback([opt] { run_run(*opt); });

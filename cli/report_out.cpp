@@ -1,9 +1,12 @@
 #include "report_out.h"
 
+#include <filesystem>
 #include <iostream>
 
 #include "app.h"
+#include "probes/oracle.h"
 #include "reports/output.h"
+#include "util/error.h"
 
 namespace detaudit::cli {
 
@@ -44,6 +47,59 @@ void gate_options_add(CLI::App* sub, gate_options& g) {
                 "counts still cover every row; JUnit output always lists every item");
   sub->add_option("--max-items", g.max_items, "List at most N differing, drifted or failed rows per pair (default: all)")
       ->check(CLI::NonNegativeNumber)->type_name("N");
+}
+
+void oracle_options_add(CLI::App* sub, oracle_cli& o) {
+  sub->add_option("--oracle", o.spec,
+                  "Judge each divergence with the exact engine: engine:MODEL.gguf[?threads=N&chat_template=NAME], the "
+                  "file the server serves. Every response is teacher-forced through it (one prefill per prompt, shared "
+                  "prefixes once); each differing row gets a class (near-tie, server-error, both-off) and the report the "
+                  "server's distance from exact math (fidelity). docs/oracle.md")
+      ->type_name("SPEC");
+  sub->add_option("--near-tie", o.near_tie,
+                  "--oracle: the tie bound in nats (default: 2 x the run's measured max |server - exact| log-prob, 0.1 "
+                  "when the server reports none)")
+      ->check(CLI::NonNegativeNumber)->type_name("NATS");
+}
+
+void oracle_check(const oracle_cli& o) {
+  if (o.near_tie >= 0 && o.spec.empty() && !o.from_file_ok)
+    throw input_error("--near-tie applies with --oracle engine:MODEL.gguf (or a run folder that holds oracle.json)");
+  if (!o.spec.empty()) probes::oracle_spec_check(o.spec);
+}
+
+std::optional<reports::oracle_data> oracle_load(const std::vector<reports::record>& recs, const std::string& dir,
+                                                const oracle_cli& o, bool save, const std::string& cmd) {
+  std::optional<reports::oracle_data> d;
+  std::error_code ec;
+  const bool folder = !dir.empty() && std::filesystem::is_directory(dir, ec);
+  if (!o.spec.empty()) {
+    probes::oracle_options po;
+    po.spec = o.spec;
+    po.log = [&cmd](const std::string& m) { std::cerr << "detaudit " << cmd << ": " << m << "\n"; };
+    d = probes::oracle_evaluate(recs, po);
+    std::cerr << "detaudit " << cmd << ": oracle: " << d->cost.value("responses", int64_t{0}) << " response(s), "
+              << d->cost.value("tokens_scored", int64_t{0}) << " token(s) scored, "
+              << d->cost.value("tokens_evaluated", int64_t{0}) << " evaluated, in " << d->cost.value("seconds", 0.0) << " s\n";
+    if (save && folder) {
+      try {
+        reports::oracle_write(dir, *d);
+      } catch (const input_error& e) {
+        std::cerr << "detaudit " << cmd << ": the oracle's figures are not kept: " << message_line(e.what()) << "\n";
+      }
+    }
+  } else if (folder && reports::oracle_present(dir)) {
+    d = reports::oracle_read(dir);
+  } else if (o.near_tie >= 0) {
+    throw input_error("--near-tie: " + dir + " holds no oracle.json; give --oracle engine:MODEL.gguf");
+  }
+  return d;
+}
+
+reports::oracle_apply_options oracle_cli::apply() const {
+  reports::oracle_apply_options a;
+  if (near_tie >= 0) a.near_tie = near_tie;
+  return a;
 }
 
 const char* const gate_exit_codes =

@@ -2,7 +2,9 @@
 // --fail-on (one stderr line per reason) and end with the verdict line.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -30,6 +32,21 @@ struct gate_options {
   reports::fail_policy parse() const { return reports::fail_policy_parse(fail_on, min_judged); }
 };
 void gate_options_add(CLI::App* sub, gate_options& g);
+// --oracle SPEC and --near-tie NATS, the same on run, report and compare.
+struct oracle_cli {
+  std::string spec;
+  double near_tie = -1;  // < 0: measured
+  bool from_file_ok = false;  // report: a run folder's oracle.json may take --near-tie without --oracle
+  reports::oracle_apply_options apply() const;
+};
+void oracle_options_add(CLI::App* sub, oracle_cli& o);
+// Checks the flags before anything is read or sent (a bad spec, a missing model file).
+void oracle_check(const oracle_cli& o);
+// The oracle's figures for `recs`: computed when --oracle is given (and kept in DIR/oracle.json
+// when `save` and DIR is a folder), else DIR/oracle.json when there is one, else nothing.
+std::optional<reports::oracle_data> oracle_load(const std::vector<reports::record>& recs, const std::string& dir,
+                                                const oracle_cli& o, bool save, const std::string& cmd);
+
 // The exit-code paragraph every report-writing subcommand's --help ends with.
 extern const char* const gate_exit_codes;
 

@@ -339,6 +339,8 @@ bundle_result bundle_write(const std::string& run_dir, const bundle_options& o) 
   side_fill(c.a, side_find(c, sa), labelled);
   side_fill(c.b, side_find(c, sb), labelled);
   c.row = row_make(*c.a.rec, *c.b.rec, c.a.name, c.b.name);
+  if (o.oracle && c.row.status == STATUS_DIFFERS && !c.row.error)
+    c.row.oracle = oracle_judge(c.row, *o.oracle, oracle_bound(all, *o.oracle, o.oracle_opt));
   c.engine = json_str(c.a.rec->target, "dialect") == "engine";
   ctx_target(c);
   frequency_count(c, all);

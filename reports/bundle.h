@@ -24,6 +24,8 @@
 
 #include <string>
 
+#include "reports/oracle.h"
+
 namespace detaudit::reports {
 
 struct bundle_options {
@@ -34,6 +36,10 @@ struct bundle_options {
   std::string cond_a, cond_b;
   std::string out_dir;   // the bundle folder; created, and replaced when it holds an older bundle
   bool tarball = true;   // also write OUT.tar.gz with the system `tar`
+  // The exact engine's figures for the run (--oracle, or the run folder's oracle.json), when
+  // there are any: the README and bundle.json then carry its verdict on the divergence.
+  const oracle_data* oracle = nullptr;
+  oracle_apply_options oracle_opt;  // --near-tie
 };
 
 struct bundle_result {

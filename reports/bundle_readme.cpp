@@ -156,6 +156,11 @@ std::string section_result(const bundle_ctx& c) {
            code(d.token_a) + " (id " + std::to_string(d.id_a) + ") vs B " + code(d.token_b) + " (id " + std::to_string(d.id_b) + ")\n";
     out += "- Margin at that step (top-1 minus top-2 log-prob): A " + margin_text(d.margin_a) + ", B " + margin_text(d.margin_b) +
            " (near 0: a near-tie flipped; large: a real change of the computation)\n";
+    if (c.row.oracle) {
+      const row_oracle& o = *c.row.oracle;
+      out += "- Exact math (`detaudit --oracle`, the same model file teacher-forced in exact numerics): " +
+             (o.cls.empty() ? std::string() : "**" + o.cls + "**: ") + escape_line(oracle_sentence(c.row)) + "\n";
+    }
   }
   if (d.hashes_available)
     out += d.hash_step >= 0 ? "- First differing logit hash: step " + std::to_string(d.hash_step) + "\n"

@@ -349,6 +349,19 @@ json bundle_manifest(const bundle_ctx& c) {
             {"fillers", fillers},
             {"recorded", {{"identical", c.row.d.identical}, {"token_index", c.row.d.token_index}}},
             {"engine", c.engine}};
+  if (c.row.oracle) {
+    const row_oracle& o = *c.row.oracle;
+    m["oracle"] = {{"class", o.cls.empty() ? json(nullptr) : json(o.cls)},
+                   {"step", o.step},
+                   {"logprob_a", o.logprob_a ? json(*o.logprob_a) : json(nullptr)},
+                   {"logprob_b", o.logprob_b ? json(*o.logprob_b) : json(nullptr)},
+                   {"rank_a", o.rank_a},
+                   {"rank_b", o.rank_b},
+                   {"argmax_token", o.argmax_token},
+                   {"argmax_logprob", o.logprob_a ? json(o.argmax_logprob) : json(nullptr)},
+                   {"bound", o.bound},
+                   {"sentence", oracle_sentence(c.row)}};
+  }
   if (c.engine) {
     m["engine_spec"] = c.engine_spec;
     m["engine_args"] = c.engine_args;

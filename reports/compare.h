@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "reports/identity.h"
+#include "reports/oracle.h"
 #include "reports/record.h"
 
 namespace detaudit::reports {
@@ -102,6 +104,8 @@ struct pair_item {
   // not all agree (on either side's target), so a difference here may be plain run-to-run noise.
   int alone_agree = 0, alone_n = 0;
   bool noisy = false;
+  // --oracle: the exact engine's verdict on a row that differs (reports/oracle.h).
+  std::optional<row_oracle> oracle;
 };
 
 // One pair of conditions over all items.
@@ -123,6 +127,11 @@ struct pair_summary {
   std::optional<double> p_vs_noise;
   // Graded pairs: McNemar's exact two-sided p on right->wrong vs wrong->right (nullopt: ungraded).
   std::optional<double> mcnemar_p;
+  // --oracle: fidelity of the responses of condition b (and of a), server vs exact; whether b's is
+  // worse than a's (ORACLE_WORSE_RATIO) when a is alone; rows judged per class, and not judged.
+  std::optional<oracle_fidelity> fidelity, fidelity_a;
+  bool fidelity_worse = false;
+  int64_t near_tie = 0, server_error = 0, both_off = 0, sampled = 0, unjudged = 0;
   std::vector<pair_item> rows;
 };
 
@@ -142,6 +151,11 @@ struct report {
   // and those whose alone answers do not all agree.
   int repeat = 0;
   int64_t noise_items = 0, noisy_items = 0;
+  size_t records_a = 0;  // compare_runs: records[0, records_a) are run A's, the rest run B's
+  // --oracle: the run-level summary (null without an oracle): {"model", "bound", "bound_source",
+  // "fidelity" {n, mean, max, equal, kl_mean, responses, off_argmax}, "by_condition" {COND: the
+  // same}, "classes" {near-tie, server-error, both-off, sampled, unjudged}, "cost", "notes"}.
+  json oracle;
 };
 
 // Builds the pairs a run's records call for: per probe, (alone, control) and (alone, X) for each
@@ -164,6 +178,33 @@ struct compare_options {
 report compare_runs(std::vector<record> a, std::vector<record> b, const json& manifest_a = json::object(),
                     const json& manifest_b = json::object(), const compare_options& opt = {});
 
+// Applies the oracle's figures to a report built by compare_run or compare_runs: a row_oracle on
+// every row that differs (both sides evaluated), each pair's fidelity and class counts, the run's
+// summary in report::oracle, and one note per condition whose fidelity is worse than alone's.
+// compare: `d_b` holds run B's figures, whose records are r.records[n_a...] (compare_runs puts
+// run A's first).
+void oracle_apply(report& r, const oracle_data& d, const oracle_apply_options& opt = {}, const oracle_data* d_b = nullptr,
+                  size_t n_a = 0);
+// The tie bounds of a run. Each target's precision is the largest |server - exact| log-prob over
+// its quietest responses (alone and control; all of its responses when those have none): a row's
+// bound is side A's target's precision plus side B's (two tokens whose exact gap is at most that
+// can be ordered either way by servers each within its precision of exact). A target with nothing
+// measured counts ORACLE_DEFAULT_TIE / 2; --near-tie replaces every bound.
+struct oracle_bound_info {
+  std::map<std::string, double> precision;  // target label -> max |Δ| (measured ones only)
+  std::optional<double> fixed;              // --near-tie
+  std::string source;                       // how the bounds were set, in words
+  double for_labels(const std::string& a, const std::string& b) const;
+  double headline() const;  // the bound of a pair of the least precise measured target, or the fixed one
+};
+oracle_bound_info oracle_bound(const std::vector<record>& records, const oracle_data& d,
+                               const oracle_apply_options& opt = {});
+// The verdict on one differing row (its records' figures looked up by record_key).
+row_oracle oracle_judge(const pair_item& row, const oracle_data& d, const oracle_bound_info& bounds);
+// "at token 24 the server picked ' an' (exact log-prob -3.41, rank 2) where exact math gives ' cl'
+// (-0.12): not a near-tie (bound 0.004)", the sentence a bundle and the text report print.
+std::string oracle_sentence(const pair_item& row);
+
 // --fail-on: a comma-separated list of gates, each a reason to exit 1:
 //   any            a pair (the control pair included) differs on some item
 //   drift          a pair has drifted rows (same tokens, moved logits or log-probs)
@@ -172,6 +213,8 @@ report compare_runs(std::vector<record> a, std::vector<record> b, const json& ma
 //                  lopsided (McNemar p < 0.05, either way)
 //   errors         a response failed
 //   not-exercised  a condition did not take effect on some item
+//   server-error   --oracle judged a divergence server-error, or found a condition's fidelity worse
+//                  than alone's
 //   score-drop:X   a score fell by more than X percentage points (the reason says if significant)
 //   none           none of the above, and not the nothing-judged rule either
 // Beyond the list: nothing judged at all is a reason (unless "none"); a pair with fewer than
@@ -179,6 +222,7 @@ report compare_runs(std::vector<record> a, std::vector<record> b, const json& ma
 struct fail_policy {
   bool none = false;
   bool any = false, drift = false, flips = false, significant = false, errors = false, not_exercised = false;
+  bool server_error = false;
   std::optional<double> score_drop;
   int64_t min_judged = 0;
   std::string spec;  // as given

@@ -144,6 +144,7 @@ report compare_runs(std::vector<record> a, std::vector<record> b, const json& ma
   const std::string settings = settings_reason(rep.differences, opt.ignore_settings);
   const size_t n_a = a.size();
   rep.records = std::move(a);
+  rep.records_a = rep.records.size();
   rep.records.insert(rep.records.end(), std::make_move_iterator(b.begin()), std::make_move_iterator(b.end()));
   side_index ix_a, ix_b;
   for (size_t i = 0; i < rep.records.size(); ++i) (i < n_a ? ix_a : ix_b)[record_label(rep.records[i])].push_back(&rep.records[i]);

@@ -212,6 +212,12 @@ void summary_section(std::ostringstream& os, const report& r) {
   os << "</tbody></table>\n";
   const std::string noise = noise_text(r);
   if (!noise.empty()) os << "<p id=\"noise\">" << html_escape(noise) << "</p>\n";
+  const std::vector<std::string> oracle = oracle_lines(r);
+  if (!oracle.empty()) {
+    os << "<ul id=\"oracle\">\n";
+    for (const std::string& l : oracle) os << "<li>" << html_escape(l.substr(l.find_first_not_of(' '))) << "</li>\n";
+    os << "</ul>\n";
+  }
   const auto acc = accuracy_lines(r);
   if (!acc.empty()) {
     os << "<table id=\"accuracy\"><thead><tr><th>condition</th><th>accuracy (Wilson 95% interval, \xc2\xb1 lm-eval "
@@ -428,7 +434,12 @@ void divergence_entry(std::ostringstream& os, const pair_summary& s, const pair_
   if (row.flip != FLIP_NONE) os << " (<b>" << flip_name(row.flip) << "</b>)";
   if (!row.exercised) os << "; not exercised: " << html_escape(row.reason);
   if (row.noisy) os << "; " << html_escape(noisy_text(row));
-  os << "</p>\n<div class=\"align\">\n";
+  os << "</p>\n";
+  if (row.oracle)
+    os << "<p class=\"oracle\" data-class=\"" << html_escape(row.oracle->cls) << "\">oracle: "
+       << (row.oracle->cls.empty() ? "" : "<b>" + html_escape(row.oracle->cls) + "</b>: ") << html_escape(oracle_sentence(row))
+       << "</p>\n";
+  os << "<div class=\"align\">\n";
   align_line(os, side_label("A", row.cond_a), cut_at(row.a, d, true));
   align_line(os, side_label("B", row.cond_b), cut_at(row.b, d, false));
   os << "</div>\n" << drift_plot(row);

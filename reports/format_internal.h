@@ -56,4 +56,12 @@ std::string manifest_line(const json& manifest);
 // "greedy side A sampled below its top alternative at step 3" for the sides that did, "" otherwise.
 std::string not_argmax_text(const pair_item& row);
 
+// --oracle: the run-level lines ("oracle: exact engine on FILE; tie bound ...", fidelity overall
+// and per condition, classes, cost), empty without an oracle.
+std::vector<std::string> oracle_lines(const report& r);
+// ", oracle: 2 near-tie, 1 server-error" for a pair with judged rows, "" otherwise.
+std::string oracle_pair_text(const pair_summary& s);
+// "1.2e-03" style, three significant digits.
+std::string nats_text(double v);
+
 }  // namespace detaudit::reports

@@ -4,8 +4,8 @@
 //   {"schema": 1, "pairs": [{probe, cond_a, cond_b, control, items, differ, errors, not_exercised,
 //     retokenized, drifted, not_comparable, not_argmax, graded, correct_a, correct_b,
 //     right_to_wrong, wrong_to_right, wrong_to_other_wrong, differ_beyond_noise, noisy, p_vs_noise,
-//     mcnemar_p, accuracy_a, accuracy_b, rows: [{item_id, status, ...}]}],
-//    "noise": {repeat, items, noisy}, "differences": [{field, a, b}], "notes": [...], "manifest": {...}}
+//     mcnemar_p, accuracy_a, accuracy_b, fidelity_mean, ..., rows: [{item_id, status, ..., oracle}]}],
+//    "noise": {repeat, items, noisy}, "oracle": {...} or null, "differences": [{field, a, b}], "notes": [...], "manifest": {...}}
 #include "reports/format_internal.h"
 #include "reports/stats.h"
 
@@ -18,6 +18,37 @@ using ojson = nlohmann::ordered_json;
 
 ojson opt_num(const std::optional<double>& v) { return v ? ojson(*v) : ojson(nullptr); }
 ojson opt_bool(const std::optional<bool>& v) { return v ? ojson(*v) : ojson(nullptr); }
+
+// The exact engine's verdict on a differing row (reports/oracle.h).
+ojson oracle_row_json(const pair_item& row) {
+  const row_oracle& r = *row.oracle;
+  ojson o;
+  o["class"] = r.cls.empty() ? ojson(nullptr) : ojson(r.cls);
+  o["note"] = r.note;
+  o["step"] = r.step;
+  const bool judged = r.logprob_a.has_value();
+  o["id_a"] = r.id_a;
+  o["id_b"] = r.id_b;
+  o["token_a"] = r.token_a;
+  o["token_b"] = r.token_b;
+  o["logprob_a"] = opt_num(r.logprob_a);
+  o["logprob_b"] = opt_num(r.logprob_b);
+  o["rank_a"] = r.rank_a;
+  o["rank_b"] = r.rank_b;
+  o["argmax_id"] = r.argmax_id;
+  o["argmax_token"] = r.argmax_token;
+  o["argmax_logprob"] = judged ? ojson(r.argmax_logprob) : ojson(nullptr);
+  o["margin"] = judged ? ojson(r.margin) : ojson(nullptr);
+  o["argmax_side"] = r.argmax_side.empty() ? ojson(nullptr) : ojson(r.argmax_side);
+  o["bound"] = r.bound;
+  o["sentence"] = oracle_sentence(row);
+  return o;
+}
+
+ojson fidelity_json(const std::optional<oracle_fidelity>& f, bool mean) {
+  if (!f || f->n == 0) return nullptr;
+  return mean ? f->mean : f->max;
+}
 
 ojson row_json(const pair_item& row) {
   const divergence& d = row.d;
@@ -64,6 +95,7 @@ ojson row_json(const pair_item& row) {
   o["noisy"] = row.noisy;
   o["alone_agree"] = row.alone_agree;
   o["alone_n"] = row.alone_n;
+  o["oracle"] = row.oracle ? oracle_row_json(row) : ojson(nullptr);
   return o;
 }
 
@@ -108,6 +140,23 @@ ojson pair_json(const pair_summary& s) {
   o["accuracy_b"] = s.graded > 0 ? accuracy_json(s.correct_b, s.graded) : ojson(nullptr);
   o["strict_match_a"] = s.strict_graded > 0 ? accuracy_json(s.strict_a, s.strict_graded) : ojson(nullptr);
   o["strict_match_b"] = s.strict_graded > 0 ? accuracy_json(s.strict_b, s.strict_graded) : ojson(nullptr);
+  o["fidelity_mean"] = fidelity_json(s.fidelity, true);
+  o["fidelity_max"] = fidelity_json(s.fidelity, false);
+  o["fidelity_a_mean"] = fidelity_json(s.fidelity_a, true);
+  o["fidelity_a_max"] = fidelity_json(s.fidelity_a, false);
+  o["kl_mean"] = s.fidelity && s.fidelity->kl_n > 0 ? ojson(s.fidelity->kl_mean) : ojson(nullptr);
+  o["fidelity_worse"] = s.fidelity_worse;
+  if (s.fidelity || s.fidelity_a || s.near_tie + s.server_error + s.both_off + s.sampled + s.unjudged > 0) {
+    ojson c;
+    c["near-tie"] = s.near_tie;
+    c["server-error"] = s.server_error;
+    c["both-off"] = s.both_off;
+    c["sampled"] = s.sampled;
+    c["unjudged"] = s.unjudged;
+    o["oracle_classes"] = std::move(c);
+  } else {
+    o["oracle_classes"] = nullptr;
+  }
   ojson rows = ojson::array();
   for (const pair_item& row : s.rows) rows.push_back(row_json(row));
   o["rows"] = std::move(rows);
@@ -127,6 +176,7 @@ std::string render_json(const report& r) {
   noise["items"] = r.noise_items;
   noise["noisy"] = r.noisy_items;
   o["noise"] = std::move(noise);
+  o["oracle"] = r.oracle.is_object() ? ojson::parse(r.oracle.dump(-1, ' ', false, json::error_handler_t::replace)) : ojson(nullptr);
   ojson diffs = ojson::array();
   for (const identity_difference& d : r.differences) {
     ojson e;

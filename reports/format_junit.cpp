@@ -109,7 +109,8 @@ void testcase(std::ostringstream& os, const pair_summary& s, const pair_item& ro
   } else if (!row.exercised || row.status == STATUS_NOT_COMPARABLE) {
     os << ">\n      <skipped" << attr("message", row.reason) << "/>\n    </testcase>\n";
   } else if (row.status == STATUS_DIFFERS) {
-    os << ">\n      <failure" << attr("type", "divergence") << attr("message", divergence_where(row.d)) << ">"
+    const std::string cls = row.oracle && !row.oracle->cls.empty() ? " (oracle: " + row.oracle->cls + ")" : "";
+    os << ">\n      <failure" << attr("type", "divergence") << attr("message", divergence_where(row.d) + cls) << ">"
        << xml_escape(row_text(row), false) << "</failure>\n    </testcase>\n";
   } else if (row_listed(row)) {
     os << ">\n      <system-out>" << xml_escape(row_text(row), false) << "</system-out>\n    </testcase>\n";
@@ -136,7 +137,13 @@ void testsuite(std::ostringstream& os, const pair_summary& s) {
   // the p-values are properties ("-" where not computed).
   os << "    <properties>" << property("drifted", std::to_string(s.drifted))
      << property("differ_beyond_noise", beyond_noise_text(s)) << property("p_vs_noise", p_noise_text(s))
-     << property("mcnemar_p", p_mcnemar_text(s)) << "</properties>\n";
+     << property("mcnemar_p", p_mcnemar_text(s));
+  if (s.fidelity && s.fidelity->n > 0)
+    os << property("fidelity_mean", nats_text(s.fidelity->mean)) << property("fidelity_max", nats_text(s.fidelity->max));
+  if (s.near_tie + s.server_error + s.both_off + s.sampled + s.unjudged > 0)
+    os << property("oracle_near_tie", std::to_string(s.near_tie)) << property("oracle_server_error", std::to_string(s.server_error))
+       << property("oracle_both_off", std::to_string(s.both_off));
+  os << "</properties>\n";
   for (const pair_item& row : s.rows) testcase(os, s, row);
   os << "  </testsuite>\n";
 }

@@ -43,6 +43,11 @@ void summary(std::ostringstream& os, const report& r) {
        << " | " << net_text(s) << " | " << p_mcnemar_text(s) << " |\n";
   const std::string noise = noise_text(r);
   if (!noise.empty()) os << "\n" << md_escape(noise) << "\n";
+  const std::vector<std::string> oracle = oracle_lines(r);
+  if (!oracle.empty()) {
+    os << "\n";
+    for (const std::string& l : oracle) os << "- " << md_escape(l.substr(l.find_first_not_of(' '))) << "\n";
+  }
   const auto acc = accuracy_lines(r);
   if (!acc.empty()) {
     os << "\n| condition | accuracy (Wilson 95% interval, +- lm-eval stderr) |\n|---|---|\n";
@@ -80,6 +85,8 @@ void row_item(std::ostringstream& os, const pair_item& row) {
   if (!row.exercised) os << "; not exercised: " << md_escape(row.reason);
   if (row.noisy) os << "; " << noisy_text(row);
   if (!argmax.empty()) os << "; " << md_escape(argmax);
+  if (row.oracle)
+    os << "\n  - oracle: " << (row.oracle->cls.empty() ? "" : "**" + row.oracle->cls + "**: ") << md_escape(oracle_sentence(row));
   os << "\n  - " << md_escape(row.cond_a) << ": " << md_code(d.before_a) << " | " << md_code(d.after_a) << "\n"
      << "  - " << md_escape(row.cond_b) << ": " << md_code(d.before_b) << " | " << md_code(d.after_b) << "\n";
 }
@@ -97,7 +104,8 @@ std::string render_md(const report& r) {
     if (std::none_of(s.rows.begin(), s.rows.end(), row_listed)) continue;
     os << "\n## " << md_escape(pair_title(s)) << "\n\n"
        << s.differ << " of " << pair_judged(s) << " items differ"
-       << (s.control ? " (control pair: run-to-run noise)" : "") << ", " << s.errors << " error(s).\n\n";
+       << (s.control ? " (control pair: run-to-run noise)" : "") << ", " << s.errors << " error(s)"
+       << md_escape(oracle_pair_text(s)) << ".\n\n";
     for (const pair_item& row : s.rows)
       if (row_listed(row)) row_item(os, row);
   }

@@ -57,6 +57,7 @@ std::string summary_extras(const report& r) {
   std::string out;
   const std::string noise = noise_text(r);
   if (!noise.empty()) out += noise + "\n";
+  for (const std::string& l : oracle_lines(r)) out += escape_line(l) + "\n";
   const auto acc = accuracy_lines(r);
   if (acc.empty()) return out;
   out += "accuracy (Wilson 95% interval, +- lm-eval's stderr, in points):\n";
@@ -117,6 +118,7 @@ std::string row_text(const pair_item& row, const std::vector<std::string>& also)
   if (!argmax.empty()) os << "; " << argmax;
   if (!d.note.empty()) os << "; " << escape_line(d.note);
   os << "\n";
+  if (row.oracle) os << "    oracle: " << (row.oracle->cls.empty() ? "" : row.oracle->cls + ": ") << escape_line(oracle_sentence(row)) << "\n";
   if (d.token_index < 0 && d.char_offset < 0) return os.str();  // the answers agree (the reasoning parted): no context
   const std::string cond_a = escape_line(row.cond_a), cond_b = escape_line(row.cond_b);
   const size_t w = std::max(cond_a.size(), cond_b.size());
@@ -171,7 +173,7 @@ std::string pair_counts_text(const pair_summary& s) {
   std::string out = std::to_string(s.differ) + " of " + std::to_string(pair_judged(s)) + " differ";
   if (s.retokenized) out += ", " + std::to_string(s.retokenized) + " retokenized";
   if (s.not_comparable) out += ", " + std::to_string(s.not_comparable) + " not comparable";
-  return out + ", " + std::to_string(s.errors) + " error(s)";
+  return out + ", " + std::to_string(s.errors) + " error(s)" + oracle_pair_text(s);
 }
 
 }  // namespace

@@ -73,10 +73,11 @@ fail_policy fail_policy_parse(const std::string& spec, int64_t min_judged) {
     else if (e == "significant") p.significant = true;
     else if (e == "errors") p.errors = true;
     else if (e == "not-exercised") p.not_exercised = true;
+    else if (e == "server-error") p.server_error = true;
     else if (e.rfind("score-drop:", 0) == 0) p.score_drop = score_drop_parse(e.substr(11));
     else
       throw input_error("--fail-on: unknown gate '" + e +
-                        "' (expected a list of: any, drift, flips, significant, errors, not-exercised, score-drop:X, none)");
+                        "' (expected a list of: any, drift, flips, significant, errors, not-exercised, server-error, score-drop:X, none)");
   }
   if (p.none && entries > 1) throw input_error("--fail-on: 'none' cannot be combined with other gates, found '" + spec + "'");
   return p;
@@ -115,6 +116,13 @@ std::vector<fail_finding> fail_findings(const report& r, const fail_policy& p) {
       out.push_back({"--fail-on significant", t + ": flips -" + std::to_string(s.right_to_wrong) + "/+" +
                                                   std::to_string(s.wrong_to_right) + " are lopsided (McNemar p = " +
                                                   p_text(*s.mcnemar_p) + ")"});
+    if (p.server_error && s.server_error > 0)
+      out.push_back({"--fail-on server-error", t + ": " + std::to_string(s.server_error) +
+                                                   " divergence(s) where the server picked a token exact math puts below "
+                                                   "its best by more than the tie bound (--oracle)"});
+    if (p.server_error && s.fidelity_worse)
+      out.push_back({"--fail-on server-error", t + ": the server is further from exact math under " + escape_line(s.cond_b) +
+                                                   " than under " + escape_line(s.cond_a) + " (--oracle fidelity)"});
     if (p.errors && s.errors > 0) out.push_back({"--fail-on errors", t + ": " + std::to_string(s.errors) + " failed response(s)"});
     if (p.not_exercised && s.not_exercised > 0)
       out.push_back({"--fail-on not-exercised",

@@ -1,0 +1,448 @@
+// The oracle's file (oracle.json) and what the reports make of it: verdicts per divergent row,
+// fidelity per condition, pair and run (reports/oracle.h states the rules).
+#include "reports/oracle.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+
+#include "reports/compare.h"
+#include "reports/compare_internal.h"
+#include "reports/file_write.h"
+#include "reports/utf8.h"
+#include "util/error.h"
+
+namespace detaudit::reports {
+namespace {
+
+json step_to_json(const oracle_step& s) {
+  return {{"id", s.id},           {"token", s.token},               {"logprob", s.logprob},           {"rank", s.rank},
+          {"best_id", s.best_id}, {"best_token", s.best_token},     {"best_logprob", s.best_logprob},
+          {"second_logprob", s.second_logprob}};
+}
+
+const json& field(const json& o, const char* key, const std::string& where) {
+  if (!o.is_object() || !o.contains(key)) throw input_error(where + ": missing field '" + key + "'");
+  return o[key];
+}
+
+double num(const json& o, const char* key, const std::string& where) {
+  const json& v = field(o, key, where);
+  if (!v.is_number()) throw input_error(where + ": field '" + key + "' must be a number");
+  return v.get<double>();
+}
+
+int64_t integer(const json& o, const char* key, const std::string& where) {
+  const json& v = field(o, key, where);
+  if (!v.is_number_integer()) throw input_error(where + ": field '" + key + "' must be an integer");
+  return v.get<int64_t>();
+}
+
+std::string str(const json& o, const char* key, const std::string& where) {
+  const json& v = field(o, key, where);
+  if (!v.is_string()) throw input_error(where + ": field '" + key + "' must be a string");
+  return v.get<std::string>();
+}
+
+oracle_step step_from_json(const json& j, const std::string& where) {
+  oracle_step s;
+  s.id = static_cast<int32_t>(integer(j, "id", where));
+  s.token = str(j, "token", where);
+  s.logprob = num(j, "logprob", where);
+  s.rank = static_cast<int>(integer(j, "rank", where));
+  s.best_id = static_cast<int32_t>(integer(j, "best_id", where));
+  s.best_token = str(j, "best_token", where);
+  s.best_logprob = num(j, "best_logprob", where);
+  s.second_logprob = num(j, "second_logprob", where);
+  return s;
+}
+
+// Per-condition accumulation of fidelity.
+struct fid_acc {
+  int64_t n = 0, equal = 0, kl_n = 0, responses = 0, off_argmax = 0;
+  double sum = 0, max = 0, kl_sum = 0;
+  void add(const oracle_response& o) {
+    if (!o.skipped.empty()) return;
+    ++responses;
+    n += o.fid_n;
+    sum += o.fid_sum;
+    max = std::max(max, o.fid_max);
+    equal += o.fid_equal;
+    kl_n += o.kl_n;
+    kl_sum += o.kl_sum;
+  }
+  oracle_fidelity get() const {
+    oracle_fidelity f;
+    f.n = n;
+    f.mean = n > 0 ? sum / static_cast<double>(n) : 0;
+    f.max = max;
+    f.equal = equal;
+    f.kl_n = kl_n;
+    f.kl_mean = kl_n > 0 ? kl_sum / static_cast<double>(kl_n) : 0;
+    f.responses = responses;
+    f.off_argmax = off_argmax;
+    return f;
+  }
+};
+
+json fidelity_json(const oracle_fidelity& f) {
+  json j = {{"values", f.n}, {"equal", f.equal}, {"responses", f.responses}, {"off_argmax", f.off_argmax}};
+  j["mean"] = f.n > 0 ? json(f.mean) : json(nullptr);
+  j["max"] = f.n > 0 ? json(f.max) : json(nullptr);
+  j["kl_mean"] = f.kl_n > 0 ? json(f.kl_mean) : json(nullptr);
+  return j;
+}
+
+bool greedy(const record& r) { return r.temperature && *r.temperature <= 0; }
+
+// Whether a greedy response has a step whose token is below the exact best by more than `bound`.
+bool response_off_argmax(const record& r, const oracle_response& o, double bound) {
+  if (!greedy(r) || !o.skipped.empty()) return false;
+  for (const oracle_step& s : o.steps)
+    if (s.best_logprob - s.logprob > bound) return true;
+  return false;
+}
+
+std::string num_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+std::string tok(const std::string& t) { return "'" + escape_line(t, '\'') + "'"; }
+
+row_oracle judge(const pair_item& row, const oracle_response* oa, const oracle_response* ob, double bound) {
+  row_oracle o;
+  o.bound = bound;
+  if (!oa || !ob) {
+    o.note = "the oracle has no figures for " + std::string(!oa ? "side A" : "side B") + "'s response";
+    return o;
+  }
+  if (!oa->skipped.empty() || !ob->skipped.empty()) {
+    o.note = !oa->skipped.empty() ? "side A: " + oa->skipped : "side B: " + ob->skipped;
+    return o;
+  }
+  if (oa->prompt_hash != ob->prompt_hash) {
+    o.note = "the two sides' prompts are different tokens (" + std::to_string(oa->prompt_tokens) + " and " +
+             std::to_string(ob->prompt_tokens) + "): their steps are not the same distributions";
+    return o;
+  }
+  const size_t n = std::min(oa->steps.size(), ob->steps.size());
+  size_t k = 0;
+  while (k < n && oa->steps[k].id == ob->steps[k].id) ++k;
+  o.step = static_cast<int64_t>(k);
+  if (k == n) {
+    o.note = oa->steps.size() == ob->steps.size()
+                 ? "the two sides' tokens are the same vocabulary ids; they differ only in text the oracle does not see"
+                 : "the token ids agree for " + std::to_string(n) + " steps, where side " +
+                       std::string(oa->steps.size() < ob->steps.size() ? "A" : "B") +
+                       " ends: there is no second token to judge";
+    return o;
+  }
+  const oracle_step& sa = oa->steps[k];
+  const oracle_step& sb = ob->steps[k];
+  o.id_a = sa.id;
+  o.id_b = sb.id;
+  o.token_a = sa.token;
+  o.token_b = sb.token;
+  o.logprob_a = sa.logprob;
+  o.logprob_b = sb.logprob;
+  o.rank_a = sa.rank;
+  o.rank_b = sb.rank;
+  o.argmax_id = sa.best_id;
+  o.argmax_token = sa.best_token;
+  o.argmax_logprob = sa.best_logprob;
+  o.margin = sa.best_logprob - sa.second_logprob;
+  if (sa.best_id != sb.best_id || sa.best_logprob != sb.best_logprob) {
+    // Same prompt tokens and the same tokens before this step: the exact engine must have given
+    // the same distribution. It did not, so nothing it says here can be trusted.
+    o.note = "the exact engine gave two distributions for one context at this step (best " +
+             std::to_string(sa.best_id) + " vs " + std::to_string(sb.best_id) + "): report this as a detaudit bug";
+    o.logprob_a.reset();
+    o.logprob_b.reset();
+    return o;
+  }
+  for (const oracle_response* x : {oa, ob})
+    if (!x->note.empty()) o.note += (o.note.empty() ? "" : "; ") + std::string(x == oa ? "side A: " : "side B: ") + x->note;
+  const double gap_a = sa.best_logprob - sa.logprob, gap_b = sa.best_logprob - sb.logprob;
+  const bool a_top = gap_a <= ORACLE_EXACT_BOUND, b_top = gap_b <= ORACLE_EXACT_BOUND;
+  o.argmax_side = a_top && b_top ? "both" : a_top ? "a" : b_top ? "b" : "neither";
+  const bool off_a = gap_a > bound, off_b = gap_b > bound;
+  if (!off_a && !off_b) o.cls = "near-tie";
+  else if (off_a && off_b) o.cls = "both-off";
+  else if ((off_a && greedy(*row.a)) || (off_b && greedy(*row.b))) o.cls = "server-error";
+  else o.cls = "sampled";
+  return o;
+}
+
+std::string side_text(const std::string& cond, const std::string& token, const std::optional<double>& lp, int rank) {
+  return "under " + cond + " " + tok(token) + " (exact log-prob " + (lp ? num_text(*lp) : "?") + ", rank " +
+         std::to_string(rank) + ")";
+}
+
+bool quiet_condition(const std::string& c) { return c == "alone" || c == "control" || c.rfind("control#", 0) == 0; }
+
+oracle_bound_info bounds_from(const std::vector<record>& records,
+                              const std::function<const oracle_response*(const record*)>& find,
+                              const oracle_apply_options& opt) {
+  std::map<std::string, fid_acc> quiet, any;
+  for (const record& rec : records)
+    if (const oracle_response* o = find(&rec)) {
+      any[record_label(rec)].add(*o);
+      if (quiet_condition(rec.condition)) quiet[record_label(rec)].add(*o);
+    }
+  oracle_bound_info b;
+  b.fixed = opt.near_tie;
+  bool all_quiet = true;
+  for (const auto& [label, acc] : any) {
+    const auto q = quiet.find(label);
+    if (q != quiet.end() && q->second.n > 0) b.precision[label] = q->second.max;
+    else if (acc.n > 0) {
+      b.precision[label] = acc.max;
+      all_quiet = false;
+    }
+  }
+  if (b.fixed) b.source = "--near-tie";
+  else if (b.precision.empty()) b.source = "default: the server reported no pre-sampling log-probs to measure it by";
+  else
+    b.source = std::string("measured: each side's max |server - exact| log-prob ") +
+               (all_quiet ? "alone and in control" : "alone and in control where there are such responses, else in all");
+  return b;
+}
+
+}  // namespace
+
+double oracle_bound_info::for_labels(const std::string& a, const std::string& b) const {
+  if (fixed) return *fixed;
+  auto one = [this](const std::string& l) {
+    const auto it = precision.find(l);
+    return it == precision.end() ? ORACLE_DEFAULT_TIE / 2 : it->second;
+  };
+  return one(a) + one(b);
+}
+
+double oracle_bound_info::headline() const {
+  if (fixed) return *fixed;
+  if (precision.empty()) return ORACLE_DEFAULT_TIE;
+  double m = 0;
+  for (const auto& [l, p] : precision) m = std::max(m, p);
+  return 2 * m;
+}
+
+oracle_bound_info oracle_bound(const std::vector<record>& records, const oracle_data& d, const oracle_apply_options& opt) {
+  auto find = [&d](const record* rec) -> const oracle_response* {
+    const auto it = d.responses.find(record_key(*rec));
+    return it == d.responses.end() ? nullptr : &it->second;
+  };
+  return bounds_from(records, find, opt);
+}
+
+row_oracle oracle_judge(const pair_item& row, const oracle_data& d, const oracle_bound_info& bounds) {
+  auto find = [&d](const record* rec) -> const oracle_response* {
+    if (!rec) return nullptr;
+    const auto it = d.responses.find(record_key(*rec));
+    return it == d.responses.end() ? nullptr : &it->second;
+  };
+  return judge(row, find(row.a), find(row.b), bounds.for_labels(record_label(*row.a), record_label(*row.b)));
+}
+
+json oracle_to_json(const oracle_data& d) {
+  json responses = json::array();
+  for (const auto& [key, o] : d.responses) {
+    json steps = json::array();
+    for (const oracle_step& s : o.steps) steps.push_back(step_to_json(s));
+    responses.push_back({{"key", key},
+                         {"alignment", o.alignment},
+                         {"skipped", o.skipped},
+                         {"note", o.note},
+                         {"prompt_hash", o.prompt_hash},
+                         {"prompt_tokens", o.prompt_tokens},
+                         {"steps", std::move(steps)},
+                         {"fidelity", {{"n", o.fid_n}, {"sum", o.fid_sum}, {"max", o.fid_max}, {"equal", o.fid_equal},
+                                       {"kl_n", o.kl_n}, {"kl_sum", o.kl_sum}}}});
+  }
+  return {{"schema", ORACLE_FILE_SCHEMA}, {"model", d.model},  {"cost", d.cost},
+          {"notes", d.notes},            {"responses", std::move(responses)}};
+}
+
+oracle_data oracle_from_json(const json& j, const std::string& where) {
+  if (!j.is_object()) throw input_error(where + ": expected a JSON object");
+  if (integer(j, "schema", where) != ORACLE_FILE_SCHEMA)
+    throw input_error(where + ": oracle file schema " + std::to_string(integer(j, "schema", where)) +
+                      ", this detaudit reads " + std::to_string(ORACLE_FILE_SCHEMA));
+  oracle_data d;
+  d.model = field(j, "model", where);
+  d.cost = field(j, "cost", where);
+  const json& notes = field(j, "notes", where);
+  if (!notes.is_array()) throw input_error(where + ": field 'notes' must be an array");
+  for (const json& n : notes)
+    if (n.is_string()) d.notes.push_back(n.get<std::string>());
+  const json& rs = field(j, "responses", where);
+  if (!rs.is_array()) throw input_error(where + ": field 'responses' must be an array");
+  for (size_t i = 0; i < rs.size(); ++i) {
+    const std::string w = where + ": responses[" + std::to_string(i) + "]";
+    oracle_response o;
+    const std::string key = str(rs[i], "key", w);
+    o.alignment = str(rs[i], "alignment", w);
+    o.skipped = str(rs[i], "skipped", w);
+    o.note = str(rs[i], "note", w);
+    o.prompt_hash = str(rs[i], "prompt_hash", w);
+    o.prompt_tokens = integer(rs[i], "prompt_tokens", w);
+    const json& steps = field(rs[i], "steps", w);
+    if (!steps.is_array()) throw input_error(w + ": field 'steps' must be an array");
+    for (size_t k = 0; k < steps.size(); ++k) o.steps.push_back(step_from_json(steps[k], w + ".steps[" + std::to_string(k) + "]"));
+    const json& f = field(rs[i], "fidelity", w);
+    o.fid_n = integer(f, "n", w + ".fidelity");
+    o.fid_sum = num(f, "sum", w + ".fidelity");
+    o.fid_max = num(f, "max", w + ".fidelity");
+    o.fid_equal = integer(f, "equal", w + ".fidelity");
+    o.kl_n = integer(f, "kl_n", w + ".fidelity");
+    o.kl_sum = num(f, "kl_sum", w + ".fidelity");
+    d.responses[key] = std::move(o);
+  }
+  return d;
+}
+
+void oracle_write(const std::string& dir, const oracle_data& d) {
+  const std::string path = (std::filesystem::path(dir) / ORACLE_FILE).string();
+  const std::string tmp = path + ".tmp";
+  text_file_write(tmp, oracle_to_json(d).dump() + "\n", "oracle");
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw input_error("oracle: cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+}
+
+bool oracle_present(const std::string& dir) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(std::filesystem::path(dir) / ORACLE_FILE, ec);
+}
+
+oracle_data oracle_read(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / ORACLE_FILE).string();
+  std::ifstream in(path);
+  if (!in) throw input_error(path + ": cannot open the oracle file");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    throw input_error(path + ": not valid JSON (" + std::string(e.what()) + ")");
+  }
+  return oracle_from_json(j, path);
+}
+
+void oracle_apply(report& r, const oracle_data& d, const oracle_apply_options& opt, const oracle_data* d_b, size_t n_a) {
+  const record* first = r.records.data();
+  auto find = [&](const record* rec) -> const oracle_response* {
+    if (!rec) return nullptr;
+    const oracle_data& src = d_b && static_cast<size_t>(rec - first) >= n_a ? *d_b : d;
+    const auto it = src.responses.find(record_key(*rec));
+    return it == src.responses.end() ? nullptr : &it->second;
+  };
+  std::set<std::string> labels;
+  for (const record& rec : r.records) labels.insert(record_label(rec));
+  auto cond_key = [&labels](const record& rec) {
+    return labels.size() > 1 ? record_label(rec) + ":" + rec.condition : rec.condition;
+  };
+  fid_acc all;
+  std::map<std::string, fid_acc> by_cond;
+  int64_t missing = 0;
+  for (const record& rec : r.records) {
+    const oracle_response* o = find(&rec);
+    if (!o) {
+      if (rec.error.empty()) ++missing;
+      continue;
+    }
+    all.add(*o);
+    by_cond[cond_key(rec)].add(*o);
+  }
+  const oracle_bound_info bi = bounds_from(r.records, find, opt);
+  const std::string& source = bi.source;
+  auto bound_of = [&bi](const record& rec) { return bi.for_labels(record_label(rec), record_label(rec)); };
+  for (const record& rec : r.records)
+    if (const oracle_response* o = find(&rec); o && response_off_argmax(rec, *o, bound_of(rec))) {
+      ++all.off_argmax;
+      ++by_cond[cond_key(rec)].off_argmax;
+    }
+  json classes = {{"near-tie", 0}, {"server-error", 0}, {"both-off", 0}, {"sampled", 0}, {"unjudged", 0}};
+  for (pair_summary& p : r.pairs) {
+    fid_acc fa, fb;
+    std::set<const record*> seen_a, seen_b;
+    for (pair_item& row : p.rows) {
+      if (const oracle_response* o = find(row.a); o && seen_a.insert(row.a).second) {
+        fa.add(*o);
+        if (response_off_argmax(*row.a, *o, bound_of(*row.a))) ++fa.off_argmax;
+      }
+      if (const oracle_response* o = find(row.b); o && seen_b.insert(row.b).second) {
+        fb.add(*o);
+        if (response_off_argmax(*row.b, *o, bound_of(*row.b))) ++fb.off_argmax;
+      }
+      if (row.status != STATUS_DIFFERS || row.error) continue;
+      row.oracle = judge(row, find(row.a), find(row.b), bi.for_labels(record_label(*row.a), record_label(*row.b)));
+      const std::string& c = row.oracle->cls;
+      if (c == "near-tie") ++p.near_tie;
+      else if (c == "server-error") ++p.server_error;
+      else if (c == "both-off") ++p.both_off;
+      else if (c == "sampled") ++p.sampled;
+      else ++p.unjudged;
+      classes[c.empty() ? "unjudged" : c] = classes[c.empty() ? "unjudged" : c].get<int64_t>() + 1;
+    }
+    if (fa.responses > 0) p.fidelity_a = fa.get();
+    if (fb.responses > 0) p.fidelity = fb.get();
+    const bool a_alone = p.cond_a == "alone" || (p.cond_a.size() > 6 && p.cond_a.compare(p.cond_a.size() - 6, 6, ":alone") == 0);
+    if (a_alone && !p.control && p.fidelity && p.fidelity_a && p.fidelity->n > 0 && p.fidelity_a->n > 0 &&
+        p.fidelity->mean > ORACLE_WORSE_RATIO * p.fidelity_a->mean && p.fidelity->mean - p.fidelity_a->mean >= ORACLE_WORSE_ABS) {
+      p.fidelity_worse = true;
+      r.notes.push_back("oracle: the server is further from exact math under " + p.cond_b + " than " + p.cond_a +
+                        ": mean |Δ log-prob| " + num_text(p.fidelity->mean) + " vs " + num_text(p.fidelity_a->mean) +
+                        " (max " + num_text(p.fidelity->max) + " vs " + num_text(p.fidelity_a->max) + ")");
+    }
+  }
+  json by = json::object();
+  for (const auto& [c, acc] : by_cond) by[c] = fidelity_json(acc.get());
+  json notes = json::array();
+  for (const oracle_data* x : {&d, d_b})
+    if (x)
+      for (const std::string& n : x->notes) notes.push_back(d_b ? std::string(x == &d ? "run A: " : "run B: ") + n : n);
+  if (missing > 0)
+    notes.push_back(std::to_string(missing) + " response(s) have no oracle figures (the oracle file is from another run?)");
+  json cost = d.cost;
+  if (d_b) cost = {{"a", d.cost}, {"b", d_b->cost}};
+  json precision = json::object();
+  for (const auto& [label, p] : bi.precision) precision[label] = p;
+  r.oracle = {{"model", d.model},     {"bound", bi.headline()}, {"bound_source", source}, {"precision", std::move(precision)},
+              {"exact_bound", ORACLE_EXACT_BOUND},
+              {"fidelity", fidelity_json(all.get())}, {"by_condition", std::move(by)}, {"classes", std::move(classes)},
+              {"cost", std::move(cost)}, {"notes", std::move(notes)}};
+}
+
+std::string oracle_sentence(const pair_item& row) {
+  if (!row.oracle) return "";
+  const row_oracle& o = *row.oracle;
+  if (o.cls.empty()) return "the oracle could not judge this row: " + o.note;
+  const std::string at = "at token " + std::to_string(o.step) + " ";
+  const std::string best = tok(o.argmax_token) + " (" + num_text(o.argmax_logprob) + ")";
+  const std::string side_a = side_text(row.cond_a, o.token_a, o.logprob_a, o.rank_a);
+  const std::string side_b = side_text(row.cond_b, o.token_b, o.logprob_b, o.rank_b);
+  const std::string bound = "tie bound " + num_text(o.bound) + " nats";
+  if (o.cls == "near-tie")
+    return at + "the answers part on a near-tie: " + side_a + " and " + side_b + ", " +
+           num_text(std::fabs(*o.logprob_a - *o.logprob_b)) + " nats apart, within the " + bound +
+           ": a float engine may break it either way";
+  if (o.cls == "both-off")
+    return at + "neither side picked what exact math gives, " + best + ": " + side_a + ", " + side_b + " (" + bound + ")";
+  const bool a_off = o.argmax_logprob - *o.logprob_a > o.bound;
+  const std::string off = a_off ? side_a : side_b, other = a_off ? side_b : side_a;
+  const double gap = o.argmax_logprob - (a_off ? *o.logprob_a : *o.logprob_b);
+  if (o.cls == "sampled")
+    return at + "the server " + off + " sampled a token " + num_text(gap) + " nats below what exact math gives, " + best +
+           "; its request was not greedy; " + other;
+  return at + "the server " + off + " picked a token " + num_text(gap) + " nats below what exact math gives, " + best +
+         ": not a near-tie (" + bound + "); " + other;
+}
+
+}  // namespace detaudit::reports

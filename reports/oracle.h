@@ -1,0 +1,135 @@
+// The exact engine as arbiter: every response's tokens teacher-forced through `--numerics exact` on
+// the model file the server serves, and each divergence judged against exact math.
+//
+// probes/oracle.cpp computes the per-step figures (it runs the engine) and writes them to the run
+// folder's oracle.json; this file owns their shape and what the reports make of them:
+//   - per divergent row, at the first token where the two sides' token ids part: each side's exact
+//     log-prob and rank, the exact argmax and its margin, which side equals the argmax, and a class
+//       near-tie      neither side's token is below the exact best by more than the tie bound
+//       server-error  one side is, at a step where its request was greedy (temperature 0)
+//       both-off      both sides are
+//       sampled       one side is, and its request was not greedy (sampling may pick it)
+//     and no class (with a note) when the row cannot be judged (other prompt tokens, no token on
+//     one side at that step, tokens that could not be mapped to the vocabulary);
+//   - fidelity: |server log-prob - exact log-prob| over every log-prob the server reported for a
+//     token of the vocabulary (the chosen token's and each alternative's), pre-sampling only; mean
+//     and max per condition, per pair and per run; and a KL estimate D(exact || server) over the
+//     server's alternatives (reports/kld.h's coarsened form);
+//   - the tie bound of a row: side A's target's precision plus side B's, a target's precision being
+//     its max |Δ| over its alone and control responses (the server at its quietest; a float engine
+//     whose log-probs are each within f of exact can order two tokens wrongly only when their exact
+//     gap is at most 2f, and a condition that pushes a server further from exact than that is what
+//     the verdict is to catch, so the conditions under test do not set it); ORACLE_DEFAULT_TIE / 2
+//     for a target that reported no comparable log-probs; --near-tie instead of all of it.
+// Non-goals: judging responses to prompts the oracle cannot rebuild (their count of prompt tokens
+// differs from the server's); post-sampling probabilities (a server's trimmed, renormalised list).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "reports/record.h"
+
+namespace detaudit::reports {
+
+// The precision contract's bound on |exact - float64| for one log-prob (docs/precision-contract.md
+// section 14): two tokens whose exact log-probs are closer than this are both "the argmax".
+inline constexpr double ORACLE_EXACT_BOUND = 0.05;
+// The tie bound when the server reported no log-probs to measure it by: above every max |Δ|
+// measured between llama.cpp (b4748 and 2026-08) and exact on the fixtures (0.074 nats), doubled
+// as the measured bound is, rounded down.
+inline constexpr double ORACLE_DEFAULT_TIE = 0.1;
+// A condition's fidelity is a finding when its mean |Δ| exceeds alone's by this factor and by at
+// least ORACLE_WORSE_ABS nats (two figures near zero are not told apart).
+inline constexpr double ORACLE_WORSE_RATIO = 1.5;
+inline constexpr double ORACLE_WORSE_ABS = 1e-4;
+inline constexpr int ORACLE_FILE_SCHEMA = 1;
+
+// One generated token teacher-forced: the exact distribution at that step, summarised.
+struct oracle_step {
+  int32_t id = -1;            // the token the server chose (an id of the oracle's vocabulary)
+  std::string token;          // its text
+  double logprob = 0;         // its exact log-prob
+  int rank = 0;               // tokens with a strictly higher exact log-prob (0: it is the argmax)
+  int32_t best_id = -1;       // the exact argmax (lowest id among equals)
+  std::string best_token;     // its text
+  double best_logprob = 0;
+  double second_logprob = 0;  // the runner-up's (margin = best - second)
+};
+
+// One response (one record) as the oracle saw it.
+struct oracle_response {
+  // How the server's tokens became vocabulary ids: "ids" (the server gave them), "pieces" (each
+  // token's bytes are one vocabulary token), "retokenized" (the text tokenized again: steps are
+  // the oracle's tokens, not the server's). "" when not evaluated.
+  std::string alignment;
+  std::string skipped;             // why it was not evaluated ("" when it was)
+  std::string note;                // what else to know (tokens whose bytes more than one token spells)
+  std::string prompt_hash;         // of the prompt token ids; rows are judged only between equal ones
+  int64_t prompt_tokens = 0;
+  std::vector<oracle_step> steps;  // one per generated token (per oracle token when retokenized)
+  // Fidelity over the log-probs the server reported for vocabulary tokens.
+  int64_t fid_n = 0;
+  double fid_sum = 0, fid_max = 0;
+  int64_t fid_equal = 0;           // of fid_n, those equal to the exact value bit for bit
+  int64_t kl_n = 0;
+  double kl_sum = 0;
+};
+
+struct oracle_data {
+  json model = json::object();  // {"spec", "path", "sha256", "numerics", "device"}
+  std::map<std::string, oracle_response> responses;  // by record_key()
+  // {"seconds", "items", "prefills", "responses", "distinct_continuations", "tokens_evaluated",
+  //  "tokens_scored"}: tokens_scored counts every response's steps; tokens_evaluated what the
+  // engine ran (prefix sharing makes it smaller).
+  json cost = json::object();
+  std::vector<std::string> notes;
+};
+
+json oracle_to_json(const oracle_data& d);
+// Throws input_error naming `where` and the field when the shape differs.
+oracle_data oracle_from_json(const json& j, const std::string& where);
+// DIR/oracle.json: written whole (a temporary file renamed), read back; oracle_present() says
+// whether a run folder has one.
+inline constexpr const char* ORACLE_FILE = "oracle.json";
+void oracle_write(const std::string& dir, const oracle_data& d);
+bool oracle_present(const std::string& dir);
+oracle_data oracle_read(const std::string& dir);
+
+// What a report row carries when the oracle judged it.
+struct row_oracle {
+  std::string cls;     // near-tie | server-error | both-off | sampled | "" (not judged, see note)
+  std::string note;    // why not judged, or what else to know
+  int64_t step = -1;   // the oracle step judged: where the two sides' token ids first differ
+  int32_t id_a = -1, id_b = -1;
+  std::string token_a, token_b;
+  std::optional<double> logprob_a, logprob_b;
+  int rank_a = -1, rank_b = -1;
+  int32_t argmax_id = -1;
+  std::string argmax_token;
+  double argmax_logprob = 0;
+  double margin = 0;        // exact best - exact second at that step
+  std::string argmax_side;  // a | b | both | neither (ORACLE_EXACT_BOUND)
+  double bound = 0;         // the tie bound applied
+};
+
+// The run-level summary, also the pair's fidelity (over the records of one side's condition).
+struct oracle_fidelity {
+  int64_t n = 0;          // log-prob values compared
+  double mean = 0, max = 0;
+  int64_t equal = 0;      // values equal bit for bit
+  int64_t kl_n = 0;
+  double kl_mean = 0;
+  int64_t responses = 0;  // evaluated responses
+  int64_t off_argmax = 0; // greedy responses with a step whose token is below the exact best by more than the bound
+};
+
+// Options of oracle_apply.
+struct oracle_apply_options {
+  std::optional<double> near_tie;  // --near-tie: the tie bound, instead of the measured one
+};
+
+}  // namespace detaudit::reports

@@ -1,0 +1,145 @@
+// `--oracle` end to end: `detaudit run` against `detaudit serve --numerics exact` judged by the
+// exact engine on the same file (every reported log-prob equal bit for bit, fidelity 0), the
+// figures kept in oracle.json and reused by report, a divergence planted in the records judged a
+// server error by report, bundle and the server-error gate, compare of two runs, and bad flags.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "model/model.h"
+#include "reports/record.h"
+#include "serve_util.h"
+#include "test_util.h"
+#include "tokenizer/vocab.h"
+
+using namespace detaudit;
+using json = nlohmann::json;
+
+namespace {
+
+std::string stories() { return test::fixture("models/stories260K.gguf"); }
+
+// Rewrites the records file of `dir`: item `item`'s concurrent-4 answer takes another token at
+// step `k` (the text follows), as a server that broke under load would answer.
+void plant_divergence(const std::string& dir, const std::string& item, size_t k, int32_t new_id) {
+  const std::string path = dir + "/records.jsonl";
+  std::ifstream in(path);
+  std::string line, out;
+  const std::shared_ptr<const model::model> m = model::model::load(stories());
+  bool planted = false;
+  while (std::getline(in, line)) {
+    json j = json::parse(line);
+    if (j["item_id"] == item && j["condition"] == "concurrent-4") {
+      json& toks = j["tokens"];
+      REQUIRE(toks.size() > k);
+      toks[k]["id"] = new_id;
+      toks[k]["text"] = tokenizer::token_to_piece(m->vocab(), new_id, true);
+      std::string text;
+      for (const json& t : toks) text += t["text"].get<std::string>();
+      j["text"] = text;
+      planted = true;
+    }
+    out += j.dump() + "\n";
+  }
+  REQUIRE(planted);
+  test::write_file(path, out);
+}
+
+}  // namespace
+
+TEST_CASE("oracle cli: run --oracle against serve --numerics exact, then report, bundle, the gate and compare") {
+  test::serve_child srv({"-np", "4", "-c", "4096", "--numerics", "exact"});
+  const std::string dir = test::scratch_dir("oracle_cli");
+  const std::string prompts = test::write_file(dir + "/p.txt", "Once upon a time\nThe cat sat on\nLily liked to play\n");
+  const std::string oracle = "engine:" + stories() + "?threads=1";
+  const test::cmd_result r = test::run_cmd(test::detaudit_bin() + " run --target " + srv.url() + " --prompts " + prompts +
+                                           " --raw -n 24 --n-probs 4 --concurrency 4 --oracle '" + oracle +
+                                           "' --format json --fail-on none --out " + dir + "/run");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("oracle: 9 response(s)") != std::string::npos);
+  const json rep = json::parse(r.out);
+  const json& o = rep["oracle"];
+  REQUIRE(o.is_object());
+  CHECK(o["fidelity"]["values"].get<int64_t>() > 0);
+  CHECK(o["fidelity"]["equal"] == o["fidelity"]["values"]);  // the server is the same math: bit for bit
+  CHECK(o["fidelity"]["max"] == 0.0);
+  CHECK(o["cost"]["prefills"] == 3);
+  CHECK(std::filesystem::exists(dir + "/run/oracle.json"));
+  for (const json& p : rep["pairs"]) CHECK(p["fidelity_max"] == 0.0);
+
+  // report reads the kept figures; --near-tie sets the bound.
+  const test::cmd_result again = test::run_cmd(test::detaudit_bin() + " report " + dir + "/run --format json --near-tie 0.5");
+  INFO(again.err);
+  REQUIRE(again.exit_code == 0);
+  CHECK(json::parse(again.out)["oracle"]["bound"] == 0.5);
+
+  // A divergence planted in item 2 under concurrency: a token exact math puts far below its best.
+  plant_divergence(dir + "/run", "2", 3, 400);
+  const test::cmd_result judged = test::run_cmd(test::detaudit_bin() + " report " + dir + "/run --oracle '" + oracle +
+                                                "' --format json --fail-on server-error");
+  INFO(judged.err);
+  CHECK(judged.exit_code == 1);
+  CHECK(judged.err.find("--fail-on server-error: concurrency alone vs concurrent-4: 1 divergence(s)") != std::string::npos);
+  const json jr = json::parse(judged.out);
+  bool found = false;
+  for (const json& p : jr["pairs"])
+    for (const json& row : p["rows"])
+      if (row["item_id"] == "2" && row["status"] == "differs") {
+        found = true;
+        CHECK(row["oracle"]["class"] == "server-error");
+        CHECK(row["oracle"]["step"] == 3);
+        CHECK(row["oracle"]["argmax_side"] == "a");
+        CHECK(row["oracle"]["rank_b"].get<int>() > 0);
+      }
+  CHECK(found);
+  const test::cmd_result text = test::run_cmd(test::detaudit_bin() + " report " + dir + "/run");
+  CHECK(text.out.find("oracle: server-error: at token 3 the server under concurrent-4") != std::string::npos);
+
+  const test::cmd_result b = test::run_cmd(test::detaudit_bin() + " bundle " + dir + "/run --item 2 --no-tar -o " + dir + "/bug");
+  INFO(b.err);
+  REQUIRE(b.exit_code == 0);
+  const std::string readme = test::file_text(dir + "/bug/README.md");
+  CHECK(readme.find("Exact math (`detaudit --oracle`") != std::string::npos);
+  CHECK(readme.find("**server-error**: at token 3") != std::string::npos);
+  CHECK(readme.find("not a near-tie") != std::string::npos);
+  std::ifstream bj(dir + "/bug/bundle.json");
+  CHECK(json::parse(bj)["oracle"]["class"] == "server-error");
+
+  const test::cmd_result cmp =
+      test::run_cmd(test::detaudit_bin() + " compare " + dir + "/run " + dir + "/run --format json --fail-on none");
+  INFO(cmp.err);
+  REQUIRE(cmp.exit_code == 0);
+  const json cj = json::parse(cmp.out);
+  const json& co = cj["oracle"];
+  REQUIRE(co.is_object());  // each side's oracle.json, run A's and run B's
+  CHECK(co["fidelity"]["values"].get<int64_t>() == 2 * jr["oracle"]["fidelity"]["values"].get<int64_t>());
+  CHECK(co["cost"].contains("a"));
+  CHECK(srv.stop() == 0);
+}
+
+TEST_CASE("oracle cli: a bad --oracle or a lone --near-tie exits 2 with one line naming it") {
+  const std::string dir = test::scratch_dir("oracle_cli_bad");
+  const std::string prompts = test::write_file(dir + "/p.txt", "Hello\n");
+  reports::record one;
+  one.item_id = "1";
+  one.condition = "alone";
+  one.text = "x";
+  std::filesystem::create_directories(dir + "/run");
+  test::write_file(dir + "/run/records.jsonl", reports::record_to_json(one).dump() + "\n");
+  const std::pair<std::string, std::string> cases[] = {
+      {" run --target engine:" + stories() + " --prompts " + prompts + " --oracle http://x", "expected engine:MODEL.gguf"},
+      {" run --target engine:" + stories() + " --prompts " + prompts + " --oracle engine:" + dir + "/none.gguf", "not found"},
+      {" report " + dir + "/run --near-tie 0.1", "holds no oracle.json"},
+      {" report " + dir + "/run --oracle engine:" + stories() + "?numerics=float", "numerics must be exact"},
+  };
+  for (const auto& [args, message] : cases) {
+    const test::cmd_result r = test::run_cmd(test::detaudit_bin() + args);
+    INFO(args << " -> " << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find(message) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+}
