@@ -151,6 +151,11 @@ void openai_parse(const json& j, bool chat, reports::record& rec) {
         for (size_t i = 0; i < content.size(); ++i)
           chat_token_parse(content[i], "choices[0].logprobs.content[" + std::to_string(i) + "]", rec);
       }
+    } else if (json_get(*lp, "content") && !json_get(*lp, "tokens")) {
+      // llama-server answers /v1/completions with the chat shape of logprobs (ids, bytes, top_logprobs).
+      const json& content = json_array_at(*lp, "content", "choices[0].logprobs");
+      for (size_t i = 0; i < content.size(); ++i)
+        chat_token_parse(content[i], "choices[0].logprobs.content[" + std::to_string(i) + "]", rec);
     } else {
       completion_tokens_parse(*lp, rec);
     }

@@ -143,6 +143,7 @@ struct probe_reads {
   int props_status = 0, version_status = 0, models_status = 0, health_status = 0;
   bool metrics = false;
   bool slots = false;               // GET /slots answers a JSON array (llama-server --slots, detaudit serve)
+  bool slots_speculative = false;   // a slot says "speculative": true (llama-server started with a draft or --spec-type)
   bool metrics_processing = false;  // /metrics has llama.cpp's requests_processing gauge
 };
 
@@ -185,7 +186,11 @@ probe_reads probe_read(const http_client& c) {
   p.metrics = metrics.ok();
   p.metrics_processing = p.metrics && metrics.body.find("requests_processing") != std::string::npos;
   const http_response slots = c.get_once("/slots", t, most);
-  p.slots = json_bounded_parse(slots).is_array();
+  const json sl = json_bounded_parse(slots);
+  p.slots = sl.is_array();
+  if (p.slots)
+    for (const json& e : sl)
+      if (const json* v = json_get(e, "speculative"); v && v->is_boolean() && v->get<bool>()) p.slots_speculative = true;
   return p;
 }
 
@@ -249,6 +254,12 @@ capabilities caps_from(const probe_reads& p, http_api api, const target_options&
   c.raw = {{"props", json_bounded(p.props, share)}, {"api_version", json_bounded(p.version, share)},
            {"v1_models", json_bounded(p.models, share)}, {"health_status", p.health_status}, {"metrics", p.metrics}};
   if (!p.tags.is_null()) c.raw["api_tags"] = json_bounded(p.tags, share);
+  // A llama.cpp server that drafts (its /slots, or detaudit serve's /props, say "speculative":
+  // true): the speculation probe
+  // asks it for answers without drafting ("speculative.n_max": 0) as its spec-off condition.
+  const json* props_spec = json_get(p.props, "speculative");
+  const bool drafting = p.slots_speculative || (props_spec && props_spec->is_boolean() && props_spec->get<bool>());
+  if (llamacpp && api != API_OLLAMA) c.raw["spec"] = drafting ? "server" : "none";
   return capabilities_redact(c, opt.api_key);
 }
 
@@ -328,6 +339,18 @@ class http_target final : public target {
   json metrics() override;
   int busy_now(std::vector<int>* ids = nullptr) override;
 
+  // "spec" "none" on a llama.cpp server: every request also carries "speculative.n_max": 0, which
+  // llama-server reads as "draft nothing for this request" where it honours per-request draft
+  // settings (b4748 with a draft model; the 2026-08 build ignores it, and its answers' draft_n say
+  // so: the condition is then not exercised). nullptr otherwise.
+  std::unique_ptr<target> variant(const std::string& key, const std::string& value) const override {
+    if (key != "spec" || value != "none" || api_ != API_LLAMACPP) return nullptr;
+    auto t = std::make_unique<http_target>(spec_, url_, api_, opt_, caps_);
+    t->body_extra_ = body_extra_;
+    t->body_extra_["speculative.n_max"] = 0;
+    return t;
+  }
+
  private:
   capabilities caps() {
     {
@@ -351,6 +374,7 @@ class http_target final : public target {
   http_client client_;
   std::mutex mu_;
   std::optional<capabilities> caps_;
+  json body_extra_ = json::object();  // merged into every request body before gen_request::extra
 };
 
 reports::record http_target::complete(const gen_request& r) {
@@ -365,6 +389,7 @@ reports::record http_target::complete(const gen_request& r) {
     call.body["stream"] = true;
     if (call.path != "/completion") call.body["stream_options"] = {{"include_usage", true}};
   }
+  for (const auto& [k, v] : body_extra_.items()) call.body[k] = v;  // keys with dots are not paths
   call.body.merge_patch(r.extra);
   const response_limits lim = response_limits_for(call.body);
   reports::record rec;

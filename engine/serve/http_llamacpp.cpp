@@ -28,6 +28,9 @@ request completion_parse(const http_state& st, const json& b, llamacpp_options& 
   r.cache_prompt = field_bool(b, "cache_prompt", true);
   r.id_slot = static_cast<int>(field_int(b, "id_slot", -1, -1, st.sched.params().n_slots - 1));
   r.speculative = field_bool(b, "speculative", true);
+  // llama.cpp's per-request draft limit: 0 drafts nothing for this request (larger values keep the
+  // server's --draft-max; detaudit has one limit per server).
+  if (field_int(b, "speculative.n_max", -1, -1, INT32_MAX) == 0) r.speculative = false;
   r.logit_hashes = field_bool(b, "logit_hashes", false);
   o.stream = field_bool(b, "stream", false);
   o.return_tokens = field_bool(b, "return_tokens", false);
@@ -170,7 +173,11 @@ void handle_props(http_state& st, const httplib::Request&, httplib::Response& re
 void handle_slots(http_state& st, const httplib::Request&, httplib::Response& res) {
   json a = json::array();
   for (const slot_info& si : st.sched.slots())
-    a.push_back({{"id", si.id}, {"n_ctx", si.n_ctx}, {"is_processing", si.busy}, {"n_cached", si.n_cached}});
+    a.push_back({{"id", si.id},
+                 {"n_ctx", si.n_ctx},
+                 {"is_processing", si.busy},
+                 {"n_cached", si.n_cached},
+                 {"speculative", st.sched.params().spec != SPEC_NONE}});  // as llama-server's slots say
   json_send(res, a);
 }
 
