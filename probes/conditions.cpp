@@ -216,7 +216,12 @@ struct busy_poller {
     th = std::thread([this, &t] {
       while (!stop.load() && !run_interrupted()) {
         std::vector<int> ids;
-        const int b = t.busy_now(&ids);
+        int b = -1;
+        try {  // nothing may escape this thread: an exception here would end the process
+          b = t.busy_now(&ids);
+        } catch (const std::exception&) {
+          b = -1;
+        }
         if (b >= 0) samples.push_back({unix_now(), b, std::move(ids)});
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }

@@ -522,7 +522,17 @@ json metrics_parse(const std::string& text) {
 int http_target::busy_now(std::vector<int>* ids) {
   const std::string source = caps().busy_source;
   if (source.empty()) return -1;
-  const http_response r = client_.get_once(source, 2.0, response_limits_get().max_body);
+  // A server too busy to answer /slots within 2 s gives no reading this time; the request being
+  // judged tells whether it is reachable. (Thrown from the poller's thread, an error here would
+  // end the process.)
+  http_response r;
+  try {
+    r = client_.get_once(source, 2.0, response_limits_get().max_body);
+  } catch (const unreachable_error&) {
+    return -1;
+  } catch (const interrupted_error&) {
+    return -1;
+  }
   if (!r.ok()) return -1;
   if (source == "/metrics") {
     const json m = metrics_parse(r.body);
@@ -549,7 +559,12 @@ int http_target::busy_now(std::vector<int>* ids) {
 }
 
 json http_target::metrics() {
-  const http_response r = client_.get_once("/metrics", std::min(opt_.timeout_s, 10.0), response_limits_get().max_body);
+  http_response r;
+  try {  // counters are extra evidence: a /metrics that does not answer is none, not an unreachable target
+    r = client_.get_once("/metrics", std::min(opt_.timeout_s, 10.0), response_limits_get().max_body);
+  } catch (const unreachable_error&) {
+    return json::object();
+  }
   return r.ok() ? reports::redact_json(json_bounded(metrics_parse(r.body), k_stored_raw), opt_.api_key) : json::object();
 }
 

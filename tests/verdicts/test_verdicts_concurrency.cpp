@@ -147,3 +147,19 @@ TEST_CASE("verdicts openai-chat: a slow alone request does not make a queue look
   check_verdict(r.row("alone", "concurrent-4"), not_exercised("one after another (a queue)"));
   CHECK(r.exit_code == 0);
 }
+
+// A llama.cpp server too busy to answer /slots within the poller's 2 s (every GET 2.5 s late) used
+// to end `detaudit run` with "terminate called after throwing unreachable_error" from the
+// poller's thread, mid-run. A reading that does not come is no reading: the run goes on, and
+// without busy slots the timing test judges the burst.
+TEST_CASE("verdicts llamacpp: a /slots that answers too late to poll does not end the run") {
+  planted p(LLAMACPP);
+  p.server("delay_ms", 300).server("slots", "real").server("get_delay_ms", 2500);
+  p.item("slow slots", {k_yes});
+  const outcome r = run_planted(p, k_probe);
+  INFO(r.err);
+  CHECK(r.err.find("terminate") == std::string::npos);
+  CHECK(r.exit_code == 0);
+  const json& row = r.row("alone", "concurrent-4");
+  CHECK(row.value("reason", "").find("/slots") == std::string::npos);  // no slot reading was taken
+}
