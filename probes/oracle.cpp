@@ -191,6 +191,11 @@ void continuation_map(prepared& p, const tokenizer::vocab& v, const piece_map& p
   };
   const bool all_ids = !r.tokens.empty() && std::all_of(r.tokens.begin(), r.tokens.end(), [](const reports::token_rec& t) { return t.id >= 0; });
   if (all_ids) {
+    // The ids decide; the texts check that they are this vocabulary's. A token with no text of
+    // its own is one whose bytes the server put into the next token's text (llama-server gives one
+    // entry per chunk of whole UTF-8 characters, with the chunk's last id): its piece is held until
+    // a token with text comes, which must then spell the held pieces and its own.
+    std::string held;
     for (size_t k = 0; k < r.tokens.size(); ++k) {
       const reports::token_rec& t = r.tokens[k];
       if (t.id >= n_vocab) {
@@ -198,12 +203,18 @@ void continuation_map(prepared& p, const tokenizer::vocab& v, const piece_map& p
                     std::to_string(n_vocab) + " tokens): is --oracle the model file the server serves?";
         return;
       }
+      const std::string piece = tokenizer::token_to_piece(v, t.id, true);
       const std::optional<std::string> b = reports::token_bytes(t);
-      if (b && !b->empty() && !v.is_control(t.id) && *b != tokenizer::token_to_piece(v, t.id, true)) {
-        p.skipped = "token " + std::to_string(k) + " (id " + std::to_string(t.id) + ") is '" + tokenizer::piece_escape(*b) +
-                    "' to the server and '" + tokenizer::piece_escape(tokenizer::token_to_piece(v, t.id, true)) +
-                    "' in this vocabulary: is --oracle the model file the server serves?";
-        return;
+      if (!b || b->empty()) {
+        held += piece;
+      } else {
+        if (!v.is_control(t.id) && *b != held + piece) {
+          p.skipped = "token " + std::to_string(k) + " (id " + std::to_string(t.id) + ") is '" + tokenizer::piece_escape(*b) +
+                      "' to the server and '" + tokenizer::piece_escape(held + piece) +
+                      "' in this vocabulary: is --oracle the model file the server serves?";
+          return;
+        }
+        held.clear();
       }
       p.ids.push_back(t.id);
     }

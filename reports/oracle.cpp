@@ -311,7 +311,9 @@ oracle_data oracle_from_json(const json& j, const std::string& where) {
 void oracle_write(const std::string& dir, const oracle_data& d) {
   const std::string path = (std::filesystem::path(dir) / ORACLE_FILE).string();
   const std::string tmp = path + ".tmp";
-  text_file_write(tmp, oracle_to_json(d).dump() + "\n", "oracle");
+  // Token texts are pieces of the vocabulary, and a byte-level piece can be part of a UTF-8
+  // sequence: written with U+FFFD for such bytes (the texts are for reading; ids are what count).
+  text_file_write(tmp, oracle_to_json(d).dump(-1, ' ', false, json::error_handler_t::replace) + "\n", "oracle");
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) throw input_error("oracle: cannot rename '" + tmp + "' to '" + path + "': " + ec.message());

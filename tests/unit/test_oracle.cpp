@@ -551,3 +551,39 @@ TEST_CASE("oracle engine: a bad spec is an error naming it") {
   CHECK_THROWS_WITH_AS(probes::oracle_spec_check("engine:" + oracle_model() + "?np=2"), doctest::Contains("unknown setting 'np'"),
                        input_error);
 }
+
+TEST_CASE("oracle engine: a token whose bytes the server put into the next token's text is checked with it") {
+  // llama-server gives one log-probs entry per chunk of whole UTF-8 characters, carrying the
+  // chunk's text and its last id; the tokens before it in the chunk come with an id and no text.
+  const std::string stories = test::fixture("models/stories260K.gguf");
+  const std::vector<record> recs = engine_records("exact", 8, stories);
+  std::shared_ptr<const model::model> m = model::model::load(stories);
+  record chunked = recs[0];
+  chunked.tokens[3].text = chunked.tokens[2].text + chunked.tokens[3].text;
+  chunked.tokens[3].bytes.clear();
+  chunked.tokens[2].text.clear();
+  chunked.tokens[2].bytes.clear();
+  record wrong = chunked;
+  wrong.condition = "wrong";
+  wrong.tokens[3].text = "x" + wrong.tokens[3].text;
+  const oracle_data d = evaluate({chunked, wrong}, stories);
+  const oracle_response& c = d.responses.at(reports::record_key(chunked));
+  CHECK(c.skipped.empty());
+  CHECK(c.steps.size() == chunked.tokens.size());
+  const oracle_response& w = d.responses.at(reports::record_key(wrong));
+  CHECK(w.skipped.find("token 3") != std::string::npos);
+  CHECK(w.skipped.find("is --oracle the model file the server serves?") != std::string::npos);
+}
+
+TEST_CASE("oracle: token texts that are part of a UTF-8 sequence are written and read back") {
+  oracle_data d;
+  oracle_response o = resp({st(5, -0.1, 0, 5, -0.1, -3)});
+  o.steps[0].token = "\xE6";
+  o.steps[0].best_token = "\xE6\x97";
+  d.responses["k"] = o;
+  const std::string dir = test::scratch_dir("oracle_utf8");
+  reports::oracle_write(dir, d);
+  const oracle_data back = reports::oracle_read(dir);
+  CHECK(back.responses.at("k").steps[0].token == "\xEF\xBF\xBD");  // written as U+FFFD
+  CHECK(back.responses.at("k").steps[0].id == 5);
+}
