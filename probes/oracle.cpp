@@ -203,12 +203,14 @@ void continuation_map(prepared& p, const tokenizer::vocab& v, const piece_map& p
                     std::to_string(n_vocab) + " tokens): is --oracle the model file the server serves?";
         return;
       }
+      p.ids.push_back(t.id);
+      if (v.is_control(t.id)) continue;  // servers write a control token as its name or as nothing
       const std::string piece = tokenizer::token_to_piece(v, t.id, true);
       const std::optional<std::string> b = reports::token_bytes(t);
       if (!b || b->empty()) {
         held += piece;
       } else {
-        if (!v.is_control(t.id) && *b != held + piece) {
+        if (*b != held + piece) {
           p.skipped = "token " + std::to_string(k) + " (id " + std::to_string(t.id) + ") is '" + tokenizer::piece_escape(*b) +
                       "' to the server and '" + tokenizer::piece_escape(held + piece) +
                       "' in this vocabulary: is --oracle the model file the server serves?";
@@ -216,7 +218,6 @@ void continuation_map(prepared& p, const tokenizer::vocab& v, const piece_map& p
         }
         held.clear();
       }
-      p.ids.push_back(t.id);
     }
     p.alignment = "ids";
     alts_fill();

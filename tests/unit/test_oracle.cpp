@@ -566,7 +566,13 @@ TEST_CASE("oracle engine: a token whose bytes the server put into the next token
   record wrong = chunked;
   wrong.condition = "wrong";
   wrong.tokens[3].text = "x" + wrong.tokens[3].text;
-  const oracle_data d = evaluate({chunked, wrong}, stories);
+  record control = recs[0];  // a control token mid-answer, which llama-server writes as ""
+  control.condition = "control-token";
+  control.tokens[1].id = m->vocab().ids().bos;
+  control.tokens[1].text.clear();
+  control.tokens[1].bytes.clear();
+  const oracle_data d = evaluate({chunked, wrong, control}, stories);
+  CHECK(d.responses.at(reports::record_key(control)).skipped.empty());
   const oracle_response& c = d.responses.at(reports::record_key(chunked));
   CHECK(c.skipped.empty());
   CHECK(c.steps.size() == chunked.tokens.size());
