@@ -57,8 +57,8 @@ void oracle_options_add(CLI::App* sub, oracle_cli& o) {
                   "server's distance from exact math (fidelity). docs/oracle.md")
       ->type_name("SPEC");
   sub->add_option("--near-tie", o.near_tie,
-                  "--oracle: the tie bound in nats (default: 2 x the run's measured max |server - exact| log-prob, 0.1 "
-                  "when the server reports none)")
+                  "--oracle: the tie bound in nats for every row (default: each side's target's max |server - exact| "
+                  "log-prob alone and in control, summed; 0.05 per side that reports no log-probs)")
       ->check(CLI::NonNegativeNumber)->type_name("NATS");
 }
 

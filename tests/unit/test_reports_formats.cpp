@@ -98,7 +98,8 @@ TEST_CASE("report formats: json carries every row field with nulls for what is u
                                          "after_b", "margin_a", "margin_b", "hashes_available", "hash_step",
                                          "token_index_a", "token_index_b", "tokenized_differently", "reasoning_compared",
                                          "reasoning_offset", "drift_step", "max_drift", "noisy", "alone_agree", "alone_n",
-                                         "correct_a", "correct_b", "flip", "exercised", "reason", "error", "note"};
+                                         "correct_a", "correct_b", "flip", "exercised", "reason", "error", "note",
+                                         "oracle"};
   for (const std::string& k : keys) CHECK_MESSAGE(q1.contains(k), k);
   CHECK(j["notes"].size() == 1);
 }
