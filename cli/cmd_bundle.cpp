@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -20,7 +21,7 @@ struct bundle_cmd_options {
   oracle_cli oracle;
 };
 
-void run_bundle(const bundle_cmd_options& o) {
+void run_bundle(bundle_cmd_options& o) {
   reports::bundle_options b;
   b.item_id = o.item;
   b.out_dir = o.out;
@@ -35,9 +36,15 @@ void run_bundle(const bundle_cmd_options& o) {
   oracle_check(o.oracle);
   std::optional<reports::oracle_data> d;
   std::error_code ec;
-  if (!o.oracle.spec.empty() || std::filesystem::is_directory(o.dir, ec))
-    d = oracle_load(o.oracle.spec.empty() ? std::vector<reports::record>{} : reports::records_read(o.dir), o.dir, o.oracle,
-                    /*save=*/true, "bundle");
+  if (!o.oracle.spec.empty()) {
+    const std::vector<reports::record> all = reports::records_read(o.dir);
+    // An item the run does not hold is said before the whole run is teacher-forced.
+    if (std::none_of(all.begin(), all.end(), [&o](const reports::record& r) { return r.item_id == o.item; }))
+      throw input_error("bundle: " + o.dir + ": no record has item_id '" + o.item + "'");
+    d = oracle_load(all, o.dir, o.oracle, /*save=*/true, "bundle");
+  } else if (std::filesystem::is_directory(o.dir, ec)) {
+    d = oracle_load({}, o.dir, o.oracle, /*save=*/false, "bundle");
+  }
   if (d) b.oracle = &*d;
   b.oracle_opt = o.oracle.apply();
   const reports::bundle_result r = reports::bundle_write(o.dir, b);

@@ -81,7 +81,7 @@ reports::report compare_sides(const compare_cmd_options& o) {
   return reports::compare_runs(read_side(o.a), read_side(o.b), side_manifest(o.a)["run"], side_manifest(o.b)["run"], co);
 }
 
-void run_compare(const compare_cmd_options& o) {
+void run_compare(compare_cmd_options& o) {
   if (o.kld) return run_kld(o);
   const reports::fail_policy policy = o.gates.parse();  // a bad spec is reported before anything is read
   oracle_check(o.oracle);

@@ -18,7 +18,7 @@ struct report_cmd_options {
   oracle_cli oracle;
 };
 
-void run_report(const report_cmd_options& o) {
+void run_report(report_cmd_options& o) {
   const reports::fail_policy policy = o.gates.parse();  // a bad spec is reported before anything is read
   oracle_check(o.oracle);
   reports::read_stats stats;

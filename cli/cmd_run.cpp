@@ -235,13 +235,14 @@ std::string kept_text(const probes::run_result& res, const std::string& dir) {
          " new); run the same command with --resume --out " + dir + " to continue";
 }
 
-void run_run(const run_cmd_options& o) {
+void run_run(run_cmd_options& o) {
   if (!o.prompts.empty() && !o.dataset.empty()) throw input_error("give one of --prompts FILE and --dataset gsm8k:FILE[:N], not both");
   if (o.chat && o.raw) throw input_error("--chat and --raw exclude each other");
   if (o.dataset.empty() && (o.num_fewshot != 0 || !o.fewshot.empty() || !o.grader.empty()))
     throw input_error("--num-fewshot, --fewshot and --grader apply to --dataset gsm8k:FILE");
   o.gates.parse();  // a bad spec is reported before any request
   oracle_check(o.oracle);
+  oracle_preflight(o.oracle);  // a bad oracle model is found before the audit, not after it
   probes::run_options ro;
   ro.probes.clear();
   for (const std::string& p : o.probes) ro.probes.push_back(p);
@@ -318,7 +319,15 @@ void run_run(const run_cmd_options& o) {
   }
   if (lint_only) return;
   if (o.export_format == "lm-eval") export_lmeval(items, ro.out_dir);
-  report_and_exit(o, ro.out_dir);
+  try {
+    report_and_exit(o, ro.out_dir);
+  } catch (const probes::interrupted_error&) {  // Ctrl-C while the oracle teacher-forces the answers
+    std::cerr << "detaudit run: interrupted: the oracle did not finish; " << records_in(ro.out_dir)
+              << " record(s) are kept in " << ro.out_dir << " (detaudit report " << ro.out_dir
+              << " --oracle SPEC judges them later)\n"
+              << "INTERRUPTED: nothing was judged; exit 130\n";
+    throw exit_with(EXIT_INTERRUPTED);
+  }
 }
 
 // What every request carries and what the probes vary.

@@ -1,10 +1,12 @@
 #include "report_out.h"
 
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 
 #include "app.h"
 #include "probes/oracle.h"
+#include "probes/runner.h"
 #include "reports/output.h"
 #include "util/error.h"
 
@@ -35,7 +37,9 @@ void gate_options_add(CLI::App* sub, gate_options& g) {
                   "included), drift (same tokens, moved log-probs or logits), flips (an answer went right->wrong), "
                   "significant (a divergence rate above the control's, Fisher p < 0.05, or lopsided flips, McNemar "
                   "p < 0.05), errors (a response failed), not-exercised (a condition did not take effect), "
-                  "score-drop:X (a score fell by more than X percentage points), none (no gate of the list, not even "
+                  "server-error (--oracle: the server picked a token exact math puts below its best by more than the "
+                  "tie bound, a divergence could not be judged, the server is further from exact under a condition than "
+                  "alone, or there are no oracle figures), score-drop:X (a score fell by more than X percentage points), none (no gate of the list, not even "
                   "when nothing was judged; an explicit --min-judged still applies)")
       ->capture_default_str()->type_name("LIST");
   sub->add_option("--min-judged", g.min_judged,
@@ -50,22 +54,45 @@ void gate_options_add(CLI::App* sub, gate_options& g) {
 }
 
 void oracle_options_add(CLI::App* sub, oracle_cli& o) {
-  sub->add_option("--oracle", o.spec,
-                  "Judge each divergence with the exact engine: engine:MODEL.gguf[?threads=N&chat_template=NAME], the "
-                  "file the server serves. Every response is teacher-forced through it (one prefill per prompt, shared "
-                  "prefixes once); each differing row gets a class (near-tie, server-error, both-off) and the report the "
-                  "server's distance from exact math (fidelity). docs/oracle.md")
-      ->type_name("SPEC");
-  sub->add_option("--near-tie", o.near_tie,
+  o.spec_option = sub->add_option("--oracle", o.spec,
+                                  "Judge each divergence with the exact engine: engine:MODEL.gguf[?threads=N&ubatch=N&"
+                                  "backend=cpu|vulkan|cuda&device=N&chat_template=NAME], the file the server serves. Every "
+                                  "response is teacher-forced through it (one prefill per prompt, shared prefixes once); each "
+                                  "differing row gets a class (near-tie, server-error, both-off) and the report the server's "
+                                  "distance from exact math (fidelity); the figures are kept in the run folder's oracle.json. "
+                                  "docs/oracle.md")
+                      ->type_name("SPEC");
+  sub->add_option("--near-tie", o.near_tie_text,
                   "--oracle: the tie bound in nats for every row (default: each side's target's max |server - exact| "
-                  "log-prob alone and in control, summed; 0.05 per side that reports no log-probs)")
-      ->check(CLI::NonNegativeNumber)->type_name("NATS");
+                  "log-prob alone and in control, summed, at least 0.05; 0.05 per side that reports no log-probs)")
+      ->type_name("NATS");
 }
 
-void oracle_check(const oracle_cli& o) {
+void oracle_check(oracle_cli& o) {
+  if (o.spec_option && o.spec_option->count() > 0 && o.spec.empty())
+    throw input_error("--oracle: expected engine:MODEL.gguf, found nothing");
+  if (!o.near_tie_text.empty()) {
+    // Decimal only: stod would also take hex ("0x10"), "nan" and "inf".
+    const std::string& t = o.near_tie_text;
+    size_t used = 0;
+    double x = -1;
+    const bool decimal = t.find_first_not_of("0123456789.eE+-") == std::string::npos;
+    try {
+      x = std::stod(t, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (!decimal || used != t.size() || !std::isfinite(x) || x < 0)
+      throw input_error("--near-tie: expected a number of nats >= 0 (e.g. 0.05), found '" + t + "'");
+    o.near_tie = x;
+  }
   if (o.near_tie >= 0 && o.spec.empty() && !o.from_file_ok)
     throw input_error("--near-tie applies with --oracle engine:MODEL.gguf (or a run folder that holds oracle.json)");
   if (!o.spec.empty()) probes::oracle_spec_check(o.spec);
+}
+
+void oracle_preflight(const oracle_cli& o) {
+  if (!o.spec.empty()) probes::oracle_preflight(o.spec);
 }
 
 std::optional<reports::oracle_data> oracle_load(const std::vector<reports::record>& recs, const std::string& dir,
@@ -73,23 +100,36 @@ std::optional<reports::oracle_data> oracle_load(const std::vector<reports::recor
   std::optional<reports::oracle_data> d;
   std::error_code ec;
   const bool folder = !dir.empty() && std::filesystem::is_directory(dir, ec);
+  const std::string prefix = "detaudit " + cmd + ": ";
   if (!o.spec.empty()) {
     probes::oracle_options po;
     po.spec = o.spec;
-    po.log = [&cmd](const std::string& m) { std::cerr << "detaudit " << cmd << ": " << m << "\n"; };
+    po.log = [&prefix](const std::string& m) { std::cerr << prefix << m << "\n"; };
     d = probes::oracle_evaluate(recs, po);
-    std::cerr << "detaudit " << cmd << ": oracle: " << d->cost.value("responses", int64_t{0}) << " response(s), "
+    std::cerr << prefix << "oracle: " << d->cost.value("responses", int64_t{0}) << " response(s), "
               << d->cost.value("tokens_scored", int64_t{0}) << " token(s) scored, "
               << d->cost.value("tokens_evaluated", int64_t{0}) << " evaluated, in " << d->cost.value("seconds", 0.0) << " s\n";
-    if (save && folder) {
+    if (!save) return d;
+    if (!folder) {
+      std::cerr << prefix << "the oracle's figures are not kept: " << dir << " is not a run folder\n";
+    } else if (probes::run_folder_busy(dir) && cmd != "run") {
+      std::cerr << prefix << "the oracle's figures are not kept: a run is still writing " << dir << "\n";
+    } else {
       try {
         reports::oracle_write(dir, *d);
       } catch (const input_error& e) {
-        std::cerr << "detaudit " << cmd << ": the oracle's figures are not kept: " << message_line(e.what()) << "\n";
+        std::cerr << prefix << "the oracle's figures are not kept: " << message_line(e.what()) << "\n";
       }
     }
   } else if (folder && reports::oracle_present(dir)) {
-    d = reports::oracle_read(dir);
+    try {
+      d = reports::oracle_read(dir);
+    } catch (const input_error& e) {
+      // The oracle's figures are extra: a file that cannot be read must not hide the report.
+      if (o.near_tie >= 0) throw;
+      std::cerr << prefix << "reporting without the oracle: " << message_line(e.what())
+                << " (give --oracle engine:MODEL.gguf to compute the figures again)\n";
+    }
   } else if (o.near_tie >= 0) {
     throw input_error("--near-tie: " + dir + " holds no oracle.json; give --oracle engine:MODEL.gguf");
   }

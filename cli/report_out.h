@@ -35,13 +35,18 @@ void gate_options_add(CLI::App* sub, gate_options& g);
 // --oracle SPEC and --near-tie NATS, the same on run, report and compare.
 struct oracle_cli {
   std::string spec;
-  double near_tie = -1;  // < 0: measured
-  bool from_file_ok = false;  // report: a run folder's oracle.json may take --near-tie without --oracle
+  std::string near_tie_text;   // as given
+  double near_tie = -1;        // < 0: measured (set by oracle_check)
+  bool from_file_ok = false;   // report: a run folder's oracle.json may take --near-tie without --oracle
+  CLI::Option* spec_option = nullptr;
   reports::oracle_apply_options apply() const;
 };
 void oracle_options_add(CLI::App* sub, oracle_cli& o);
-// Checks the flags before anything is read or sent (a bad spec, a missing model file).
-void oracle_check(const oracle_cli& o);
+// Checks the flags before anything is read or sent (a bad spec or --near-tie, a missing model file).
+void oracle_check(oracle_cli& o);
+// run: loads the oracle's model and sets up its device before any request is sent, so that a bad
+// model file is found before the audit rather than after it.
+void oracle_preflight(const oracle_cli& o);
 // The oracle's figures for `recs`: computed when --oracle is given (and kept in DIR/oracle.json
 // when `save` and DIR is a folder), else DIR/oracle.json when there is one, else nothing.
 std::optional<reports::oracle_data> oracle_load(const std::vector<reports::record>& recs, const std::string& dir,

@@ -3,6 +3,7 @@
 // log-prob, rank and argmax of each of its tokens and its distance from exact on what it reported.
 #include "probes/oracle.h"
 
+#include "probes/target.h"
 #include "probes/target_engine.h"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "chat/chat_template.h"
 #include "model/model.h"
 #include "reports/kld.h"
 #include "reports/steps.h"
@@ -47,18 +49,25 @@ oracle_settings settings_parse(const std::string& spec) {
   s.ctx.n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const engine_spec_parts parts = engine_spec_split(spec, what);
   s.path = parts.path;
+  std::set<std::string> seen;
   for (const auto& [key, v] : parts.query) {
+    if (!seen.insert(key).second) throw input_error(what + ": " + key + " is given twice");
     if (key == "threads") s.ctx.n_threads = static_cast<int>(engine_setting_int(what, key, v, 1, 1024));
     else if (key == "ubatch") s.ctx.n_ubatch = engine_setting_int(what, key, v, 1, 1 << 20);
     else if (key == "backend") s.ctx.backend = runtime::backend_from_name(v);
     else if (key == "device") s.ctx.device = static_cast<int>(engine_setting_int(what, key, v, 0, 255));
-    else if (key == "chat_template") s.chat_template = v;
-    else if (key == "numerics") {
+    else if (key == "chat_template") {
+      if (!chat::template_family_from_name(v))
+        throw input_error(what + ": unknown chat_template '" + v + "' (expected chatml, qwen3, deepseek-r1, llama3, llama2, phi3)");
+      s.chat_template = v;
+    } else if (key == "numerics") {
       if (v != "exact") throw input_error(what + ": the oracle is the exact engine; numerics must be exact, found '" + v + "'");
     } else {
       throw input_error(what + ": unknown setting '" + key + "' (expected threads, ubatch, backend, device, chat_template)");
     }
   }
+  if (seen.count("device") && s.ctx.backend == runtime::BACKEND_CPU)
+    throw input_error(what + ": device applies to backend=vulkan or backend=cuda");
   return s;
 }
 
@@ -101,6 +110,10 @@ class piece_map {
   std::unordered_map<std::string, std::pair<int32_t, bool>> map_;
   std::set<std::string> ambiguous_;
 };
+
+// Below this a reported log-prob stands for "impossible" (a server writing -inf as -1e308), not a
+// value to measure: no model gives a token e^-10000.
+constexpr double k_lowest_logprob = -1e4;
 
 // One response prepared for the trie.
 struct prepared {
@@ -152,11 +165,12 @@ std::optional<std::vector<int32_t>> prompt_tokens(const record& r, const model::
     if (p.is_array() && !p.empty()) {
       std::vector<int32_t> ids;
       for (const json& e : p) {
-        if (!e.is_number_integer()) {
+        if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() > INT32_MAX ||
+            (e.is_number_unsigned() && e.get<uint64_t>() > uint64_t(INT32_MAX))) {
           why = "its prompt is an array of something other than token ids";
           return std::nullopt;
         }
-        ids.push_back(e.get<int32_t>());
+        ids.push_back(static_cast<int32_t>(e.get<int64_t>()));
       }
       return ids;
     }
@@ -268,7 +282,23 @@ void continuation_map(prepared& p, const tokenizer::vocab& v, const piece_map& p
     p.skipped = "it generated no text";
     return;
   }
-  p.ids = tokenizer::encode(v, text, /*add_special=*/false, /*parse_special=*/false);
+  // Tokenized after a newline, whose tokens are then dropped: the text is a continuation, and a
+  // tokenizer that adds a leading space to what it is given (SentencePiece) would add one to it.
+  const std::string sentinel = "\n";
+  const std::vector<int32_t> all = tokenizer::encode(v, sentinel + text, /*add_special=*/false, /*parse_special=*/false);
+  std::string lead;
+  size_t skip = 0;
+  while (skip < all.size() && lead.size() < sentinel.size() + 1 && lead != sentinel && lead != " " + sentinel)
+    lead += tokenizer::token_to_piece(v, all[skip++], true);
+  if (lead != sentinel && lead != " " + sentinel) {
+    p.skipped = "its tokens are not tokens of this vocabulary, and its text cannot be tokenized apart from what precedes it";
+    return;
+  }
+  p.ids.assign(all.begin() + static_cast<std::ptrdiff_t>(skip), all.end());
+  if (p.ids.empty()) {
+    p.skipped = "it generated no text";
+    return;
+  }
   p.alignment = "retokenized";
   p.alts.assign(p.ids.size(), {});
   p.chosen_lp.assign(p.ids.size(), std::nullopt);
@@ -444,6 +474,7 @@ oracle_response response_fill(const prepared& p, const item_eval& ev, const toke
     for (const auto& a : vals) chosen_listed = chosen_listed || a.first == p.ids[k];
     if (p.chosen_lp[k] && !chosen_listed) vals.emplace_back(p.ids[k], *p.chosen_lp[k]);
     for (const auto& [id, server_lp] : vals) {
+      if (!std::isfinite(server_lp) || server_lp < k_lowest_logprob) continue;  // "-inf" written as a huge number
       const double exact = d.lookup.at(id).first;
       const double diff = std::fabs(server_lp - exact);
       ++o.fid_n;
@@ -451,7 +482,10 @@ oracle_response response_fill(const prepared& p, const item_eval& ev, const toke
       o.fid_max = std::max(o.fid_max, diff);
       if (server_lp == exact) ++o.fid_equal;
     }
-    if (!p.alts[k].empty() && (p.chosen_lp[k] || chosen_listed)) {
+    const bool finite_alts = std::all_of(p.alts[k].begin(), p.alts[k].end(), [](const auto& a) {
+      return std::isfinite(a.second) && a.second >= k_lowest_logprob;
+    }) && (!p.chosen_lp[k] || (std::isfinite(*p.chosen_lp[k]) && *p.chosen_lp[k] >= k_lowest_logprob));
+    if (finite_alts && !p.alts[k].empty() && (p.chosen_lp[k] || chosen_listed)) {
       reports::kld_step_in a, b;
       a.id = b.id = p.ids[k];
       a.logprob = d.lookup.at(p.ids[k]).first;
@@ -478,6 +512,23 @@ void oracle_spec_check(const std::string& spec) {
   const oracle_settings s = settings_parse(spec);
   std::error_code ec;
   if (!std::filesystem::is_regular_file(s.path, ec)) throw input_error("--oracle '" + spec + "': model file '" + s.path + "' not found");
+}
+
+void oracle_preflight(const std::string& spec) {
+  oracle_spec_check(spec);
+  oracle_settings s = settings_parse(spec);
+  std::shared_ptr<const model::model> m;
+  try {
+    m = model::model::load(s.path);
+  } catch (const input_error& e) {
+    throw input_error("--oracle '" + spec + "': " + e.what());
+  }
+  s.ctx.n_ctx = 16;
+  try {
+    runtime::context ctx(m, s.ctx);
+  } catch (const input_error& e) {
+    throw input_error("--oracle '" + spec + "': " + e.what());
+  }
 }
 
 reports::oracle_data oracle_evaluate(const std::vector<record>& records, const oracle_options& opt) {
@@ -536,6 +587,7 @@ reports::oracle_data oracle_evaluate(const std::vector<record>& records, const o
                {"device", ctx.device_description()}};
   int64_t evaluated = 0, scored = 0, leaves = 0, done = 0;
   for (const auto& [key, idx] : groups) {
+    if (run_interrupted()) throw interrupted_error("oracle: interrupted");
     item_eval ev(ctx, evaluated);
     for (size_t i : idx) ev.add(ps[i]);
     ev.run(ps[idx.front()].prompt);

@@ -26,7 +26,12 @@ struct oracle_options {
 // Checks the spec and loads nothing. Throws input_error naming what is wrong.
 void oracle_spec_check(const std::string& spec);
 
-// Evaluates every record that has a response. Throws input_error for a bad spec or model file.
+// Loads the model and sets up a small context on the spec's backend and device: what a bad model
+// file or device would fail on, found before a run sends anything. Throws input_error.
+void oracle_preflight(const std::string& spec);
+
+// Evaluates every record that has a response. Stops with interrupted_error when the run is asked
+// to stop (run_interrupt()). Throws input_error for a bad spec or model file.
 reports::oracle_data oracle_evaluate(const std::vector<reports::record>& records, const oracle_options& opt);
 
 }  // namespace detaudit::probes

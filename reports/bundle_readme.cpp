@@ -159,7 +159,7 @@ std::string section_result(const bundle_ctx& c) {
     if (c.row.oracle) {
       const row_oracle& o = *c.row.oracle;
       out += "- Exact math (`detaudit --oracle`, the same model file teacher-forced in exact numerics): " +
-             (o.cls.empty() ? std::string() : "**" + o.cls + "**: ") + escape_line(oracle_sentence(c.row)) + "\n";
+             (o.cls.empty() ? std::string() : "**" + o.cls + "**: ") + oracle_sentence(c.row, {code, value_code}) + "\n";
     }
   }
   if (d.hashes_available)

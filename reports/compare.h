@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <vector>
@@ -192,8 +194,11 @@ void oracle_apply(report& r, const oracle_data& d, const oracle_apply_options& o
 // measured counts ORACLE_DEFAULT_TIE / 2; --near-tie replaces every bound.
 struct oracle_bound_info {
   std::map<std::string, double> precision;  // target label -> max |Δ| (measured ones only)
+  std::set<std::string> implausible;         // labels whose precision exceeds ORACLE_MAX_PRECISION
   std::optional<double> fixed;              // --near-tie
   std::string source;                       // how the bounds were set, in words
+  // Never below ORACLE_EXACT_BOUND (unless fixed): a few measured values can understate a float
+  // server's precision, and exact math cannot order two tokens closer than that for float64.
   double for_labels(const std::string& a, const std::string& b) const;
   double headline() const;  // the bound of a pair of the least precise measured target, or the fixed one
 };
@@ -201,9 +206,17 @@ oracle_bound_info oracle_bound(const std::vector<record>& records, const oracle_
                                const oracle_apply_options& opt = {});
 // The verdict on one differing row (its records' figures looked up by record_key).
 row_oracle oracle_judge(const pair_item& row, const oracle_data& d, const oracle_bound_info& bounds);
-// "at token 24 the server picked ' an' (exact log-prob -3.41, rank 2) where exact math gives ' cl'
-// (-0.12): not a near-tie (bound 0.004)", the sentence a bundle and the text report print.
-std::string oracle_sentence(const pair_item& row);
+// "at token 24 the server under concurrent-8 ' an' (exact log-prob -3.41, rank 2) picked a token
+// 3.29 nats below what exact math gives, ' cl' (-0.12): not a near-tie (tie bound 0.08 nats); ...",
+// the sentence a bundle and every report print. `style` quotes a token and escapes the other text
+// once, for the format it goes into.
+struct sentence_style {
+  std::function<std::string(const std::string&)> token;  // a token's text, quoted
+  std::function<std::string(const std::string&)> text;   // a condition name or a note
+};
+sentence_style sentence_plain();     // as stored: tokens in '...', nothing escaped (JSON)
+sentence_style sentence_terminal();  // escape_line: one line, control bytes as \xHH
+std::string oracle_sentence(const pair_item& row, const sentence_style& style = sentence_plain());
 
 // --fail-on: a comma-separated list of gates, each a reason to exit 1:
 //   any            a pair (the control pair included) differs on some item
@@ -213,8 +226,8 @@ std::string oracle_sentence(const pair_item& row);
 //                  lopsided (McNemar p < 0.05, either way)
 //   errors         a response failed
 //   not-exercised  a condition did not take effect on some item
-//   server-error   --oracle judged a divergence server-error, or found a condition's fidelity worse
-//                  than alone's
+//   server-error   --oracle judged a divergence server-error or could not judge one, or found a
+//                  condition's fidelity worse than alone's; or the report has no oracle figures
 //   score-drop:X   a score fell by more than X percentage points (the reason says if significant)
 //   none           none of the above, and not the nothing-judged rule either
 // Beyond the list: nothing judged at all is a reason (unless "none"); a pair with fewer than

@@ -204,12 +204,17 @@ std::string nats_text(double v) {
 
 namespace {
 
+double number_or(const json& f, const char* key, double dflt) {
+  const auto it = f.find(key);
+  return it != f.end() && it->is_number() ? it->get<double>() : dflt;
+}
+
 std::string fidelity_line(const json& f) {
   if (!f.is_object()) return "";
-  const int64_t n = f.value("values", int64_t{0});
-  if (n == 0) return "no log-prob the server reported could be compared";
-  std::string out = "mean |Δ log-prob| " + nats_text(f.value("mean", 0.0)) + ", max " + nats_text(f.value("max", 0.0)) +
-                    " over " + std::to_string(n) + " values (" + std::to_string(f.value("equal", int64_t{0})) +
+  const int64_t n = static_cast<int64_t>(number_or(f, "values", 0));
+  if (n <= 0 || !f.contains("mean") || !f["mean"].is_number()) return "no log-prob the server reported could be compared";
+  std::string out = "mean |Δ log-prob| " + nats_text(number_or(f, "mean", 0)) + ", max " + nats_text(number_or(f, "max", 0)) +
+                    " over " + std::to_string(n) + " values (" + std::to_string(static_cast<int64_t>(number_or(f, "equal", 0))) +
                     " equal bit for bit)";
   if (f.contains("kl_mean") && f["kl_mean"].is_number()) out += ", KL " + nats_text(f["kl_mean"].get<double>());
   return out;
@@ -223,31 +228,30 @@ std::vector<std::string> oracle_lines(const report& r) {
   const json& o = r.oracle;
   const json& m = o.value("model", json::object());
   out.push_back("oracle: the exact engine on " + json_str(m, "path", "?") + " (" + json_str(m, "device", "cpu") +
-                "); tie bound " + nats_text(o.value("bound", 0.0)) + " nats (" + json_str(o, "bound_source") + ")");
+                "); tie bound " + nats_text(number_or(o, "bound", 0)) + " nats (" + json_str(o, "bound_source") + ")");
   const std::string all = fidelity_line(o.value("fidelity", json::object()));
   if (!all.empty()) out.push_back("  fidelity, server vs exact: " + all);
   if (o.contains("by_condition") && o["by_condition"].is_object())
     for (const auto& [cond, f] : o["by_condition"].items()) {
       std::string line = "    " + cond + ": " + fidelity_line(f);
-      const int64_t off = f.value("off_argmax", int64_t{0});
+      const int64_t off = static_cast<int64_t>(number_or(f, "off_argmax", 0));
       if (off > 0) line += "; " + std::to_string(off) + " greedy response(s) below the exact argmax by more than the bound";
       out.push_back(line);
     }
   if (o.contains("classes") && o["classes"].is_object()) {
     const json& c = o["classes"];
-    out.push_back("  divergences judged: " + std::to_string(c.value("near-tie", int64_t{0})) + " near-tie, " +
-                  std::to_string(c.value("server-error", int64_t{0})) + " server-error, " +
-                  std::to_string(c.value("both-off", int64_t{0})) + " both-off, " +
-                  std::to_string(c.value("sampled", int64_t{0})) + " sampled, " +
-                  std::to_string(c.value("unjudged", int64_t{0})) + " not judged");
+    auto n = [&c](const char* k) { return std::to_string(static_cast<int64_t>(number_or(c, k, 0))); };
+    out.push_back("  divergences judged: " + n("near-tie") + " near-tie, " + n("server-error") + " server-error, " +
+                  n("both-off") + " both-off, " + n("sampled") + " sampled, " + n("unjudged") + " not judged");
   }
   const json& cost = o.value("cost", json::object());
   if (cost.contains("seconds") && cost["seconds"].is_number()) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.2f s", cost["seconds"].get<double>());
-    out.push_back("  cost: " + std::string(buf) + ", " + std::to_string(cost.value("prefills", int64_t{0})) + " prefill(s), " +
-                  std::to_string(cost.value("tokens_evaluated", int64_t{0})) + " tokens evaluated for " +
-                  std::to_string(cost.value("tokens_scored", int64_t{0})) + " scored");
+    out.push_back("  cost: " + std::string(buf) + ", " + std::to_string(static_cast<int64_t>(number_or(cost, "prefills", 0))) +
+                  " prefill(s), " + std::to_string(static_cast<int64_t>(number_or(cost, "tokens_evaluated", 0))) +
+                  " tokens evaluated for " + std::to_string(static_cast<int64_t>(number_or(cost, "tokens_scored", 0))) +
+                  " scored");
   }
   if (o.contains("notes") && o["notes"].is_array())
     for (const json& n : o["notes"])

@@ -437,7 +437,7 @@ void divergence_entry(std::ostringstream& os, const pair_summary& s, const pair_
   os << "</p>\n";
   if (row.oracle)
     os << "<p class=\"oracle\" data-class=\"" << html_escape(row.oracle->cls) << "\">oracle: "
-       << (row.oracle->cls.empty() ? "" : "<b>" + html_escape(row.oracle->cls) + "</b>: ") << html_escape(oracle_sentence(row))
+       << (row.oracle->cls.empty() ? "" : "<b>" + html_escape(row.oracle->cls) + "</b>: ") << oracle_sentence(row, {[](const std::string& t) { return "'" + html_escape(t) + "'"; }, [](const std::string& t) { return html_escape(t); }})
        << "</p>\n";
   os << "<div class=\"align\">\n";
   align_line(os, side_label("A", row.cond_a), cut_at(row.a, d, true));

@@ -86,7 +86,7 @@ void row_item(std::ostringstream& os, const pair_item& row) {
   if (row.noisy) os << "; " << noisy_text(row);
   if (!argmax.empty()) os << "; " << md_escape(argmax);
   if (row.oracle)
-    os << "\n  - oracle: " << (row.oracle->cls.empty() ? "" : "**" + row.oracle->cls + "**: ") << md_escape(oracle_sentence(row));
+    os << "\n  - oracle: " << (row.oracle->cls.empty() ? "" : "**" + row.oracle->cls + "**: ") << oracle_sentence(row, {[](const std::string& t) { return md_code(t); }, md_escape});
   os << "\n  - " << md_escape(row.cond_a) << ": " << md_code(d.before_a) << " | " << md_code(d.after_a) << "\n"
      << "  - " << md_escape(row.cond_b) << ": " << md_code(d.before_b) << " | " << md_code(d.after_b) << "\n";
 }

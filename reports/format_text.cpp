@@ -118,7 +118,7 @@ std::string row_text(const pair_item& row, const std::vector<std::string>& also)
   if (!argmax.empty()) os << "; " << argmax;
   if (!d.note.empty()) os << "; " << escape_line(d.note);
   os << "\n";
-  if (row.oracle) os << "    oracle: " << (row.oracle->cls.empty() ? "" : row.oracle->cls + ": ") << escape_line(oracle_sentence(row)) << "\n";
+  if (row.oracle) os << "    oracle: " << (row.oracle->cls.empty() ? "" : row.oracle->cls + ": ") << oracle_sentence(row, sentence_terminal()) << "\n";
   if (d.token_index < 0 && d.char_offset < 0) return os.str();  // the answers agree (the reasoning parted): no context
   const std::string cond_a = escape_line(row.cond_a), cond_b = escape_line(row.cond_b);
   const size_t w = std::max(cond_a.size(), cond_b.size());

@@ -93,6 +93,10 @@ std::vector<fail_finding> fail_findings(const report& r, const fail_policy& p) {
                                                      : "every row failed, was not exercised or was not comparable"});
     return out;
   }
+  // A gate that tested nothing does not pass: server-error needs the oracle's figures.
+  if (p.server_error && !p.none && !r.oracle.is_object())
+    out.push_back({"--fail-on server-error", "no oracle figures to judge the divergences by: give --oracle "
+                                             "engine:MODEL.gguf (the file the server serves)"});
   for (const pair_summary& s : r.pairs) {
     const std::string t = title(s);
     const int64_t judged = pair_judged(s);
@@ -120,6 +124,9 @@ std::vector<fail_finding> fail_findings(const report& r, const fail_policy& p) {
       out.push_back({"--fail-on server-error", t + ": " + std::to_string(s.server_error) +
                                                    " divergence(s) where the server picked a token exact math puts below "
                                                    "its best by more than the tie bound (--oracle)"});
+    if (p.server_error && s.unjudged > 0)
+      out.push_back({"--fail-on server-error", t + ": " + std::to_string(s.unjudged) +
+                                                   " divergence(s) the oracle could not judge (each row says why)"});
     if (p.server_error && s.fidelity_worse)
       out.push_back({"--fail-on server-error", t + ": the server is further from exact math under " + escape_line(s.cond_b) +
                                                    " than under " + escape_line(s.cond_a) + " (--oracle fidelity)"});

@@ -33,14 +33,28 @@ const json& field(const json& o, const char* key, const std::string& where) {
 
 double num(const json& o, const char* key, const std::string& where) {
   const json& v = field(o, key, where);
-  if (!v.is_number()) throw input_error(where + ": field '" + key + "' must be a number");
+  if (!v.is_number() || !std::isfinite(v.get<double>())) throw input_error(where + ": field '" + key + "' must be a number");
   return v.get<double>();
 }
 
 int64_t integer(const json& o, const char* key, const std::string& where) {
   const json& v = field(o, key, where);
-  if (!v.is_number_integer()) throw input_error(where + ": field '" + key + "' must be an integer");
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)))
+    throw input_error(where + ": field '" + key + "' must be an integer");
   return v.get<int64_t>();
+}
+
+// A count or a sum of distances: an integer / number >= 0.
+int64_t count_at(const json& o, const char* key, const std::string& where) {
+  const int64_t n = integer(o, key, where);
+  if (n < 0) throw input_error(where + ": field '" + key + "' must be >= 0");
+  return n;
+}
+
+double nonneg_at(const json& o, const char* key, const std::string& where) {
+  const double x = num(o, key, where);
+  if (x < 0) throw input_error(where + ": field '" + key + "' must be >= 0");
+  return x;
 }
 
 std::string str(const json& o, const char* key, const std::string& where) {
@@ -114,8 +128,6 @@ std::string num_text(double v) {
   return buf;
 }
 
-std::string tok(const std::string& t) { return "'" + escape_line(t, '\'') + "'"; }
-
 row_oracle judge(const pair_item& row, const oracle_response* oa, const oracle_response* ob, double bound) {
   row_oracle o;
   o.bound = bound;
@@ -180,8 +192,9 @@ row_oracle judge(const pair_item& row, const oracle_response* oa, const oracle_r
   return o;
 }
 
-std::string side_text(const std::string& cond, const std::string& token, const std::optional<double>& lp, int rank) {
-  return "under " + cond + " " + tok(token) + " (exact log-prob " + (lp ? num_text(*lp) : "?") + ", rank " +
+std::string side_text(const sentence_style& st, const std::string& cond, const std::string& token,
+                      const std::optional<double>& lp, int rank) {
+  return "under " + st.text(cond) + " " + st.token(token) + " (exact log-prob " + (lp ? num_text(*lp) : "?") + ", rank " +
          std::to_string(rank) + ")";
 }
 
@@ -207,8 +220,10 @@ oracle_bound_info bounds_from(const std::vector<record>& records,
       all_quiet = false;
     }
   }
+  for (const auto& [label, p] : b.precision)
+    if (p > ORACLE_MAX_PRECISION) b.implausible.insert(label);
   if (b.fixed) b.source = "--near-tie";
-  else if (b.precision.empty()) b.source = "default: the server reported no pre-sampling log-probs to measure it by";
+  else if (b.precision.empty()) b.source = "default: no log-prob the server reported could be compared with exact math";
   else
     b.source = std::string("measured: each side's max |server - exact| log-prob ") +
                (all_quiet ? "alone and in control" : "alone and in control where there are such responses, else in all");
@@ -223,7 +238,7 @@ double oracle_bound_info::for_labels(const std::string& a, const std::string& b)
     const auto it = precision.find(l);
     return it == precision.end() ? ORACLE_DEFAULT_TIE / 2 : it->second;
   };
-  return one(a) + one(b);
+  return std::max(ORACLE_EXACT_BOUND, one(a) + one(b));
 }
 
 double oracle_bound_info::headline() const {
@@ -231,7 +246,7 @@ double oracle_bound_info::headline() const {
   if (precision.empty()) return ORACLE_DEFAULT_TIE;
   double m = 0;
   for (const auto& [l, p] : precision) m = std::max(m, p);
-  return 2 * m;
+  return std::max(ORACLE_EXACT_BOUND, 2 * m);
 }
 
 oracle_bound_info oracle_bound(const std::vector<record>& records, const oracle_data& d, const oracle_apply_options& opt) {
@@ -272,6 +287,8 @@ json oracle_to_json(const oracle_data& d) {
 
 oracle_data oracle_from_json(const json& j, const std::string& where) {
   if (!j.is_object()) throw input_error(where + ": expected a JSON object");
+  if (!json_depth_within(j, JSON_MAX_DEPTH))
+    throw input_error(where + ": nested deeper than " + std::to_string(JSON_MAX_DEPTH) + " levels");
   if (integer(j, "schema", where) != ORACLE_FILE_SCHEMA)
     throw input_error(where + ": oracle file schema " + std::to_string(integer(j, "schema", where)) +
                       ", this detaudit reads " + std::to_string(ORACLE_FILE_SCHEMA));
@@ -292,17 +309,18 @@ oracle_data oracle_from_json(const json& j, const std::string& where) {
     o.skipped = str(rs[i], "skipped", w);
     o.note = str(rs[i], "note", w);
     o.prompt_hash = str(rs[i], "prompt_hash", w);
-    o.prompt_tokens = integer(rs[i], "prompt_tokens", w);
+    o.prompt_tokens = count_at(rs[i], "prompt_tokens", w);
     const json& steps = field(rs[i], "steps", w);
     if (!steps.is_array()) throw input_error(w + ": field 'steps' must be an array");
     for (size_t k = 0; k < steps.size(); ++k) o.steps.push_back(step_from_json(steps[k], w + ".steps[" + std::to_string(k) + "]"));
     const json& f = field(rs[i], "fidelity", w);
-    o.fid_n = integer(f, "n", w + ".fidelity");
-    o.fid_sum = num(f, "sum", w + ".fidelity");
-    o.fid_max = num(f, "max", w + ".fidelity");
-    o.fid_equal = integer(f, "equal", w + ".fidelity");
-    o.kl_n = integer(f, "kl_n", w + ".fidelity");
+    o.fid_n = count_at(f, "n", w + ".fidelity");
+    o.fid_sum = nonneg_at(f, "sum", w + ".fidelity");
+    o.fid_max = nonneg_at(f, "max", w + ".fidelity");
+    o.fid_equal = count_at(f, "equal", w + ".fidelity");
+    o.kl_n = count_at(f, "kl_n", w + ".fidelity");
     o.kl_sum = num(f, "kl_sum", w + ".fidelity");
+    if (o.fid_equal > o.fid_n) throw input_error(w + ".fidelity: 'equal' exceeds 'n'");
     d.responses[key] = std::move(o);
   }
   return d;
@@ -316,7 +334,11 @@ void oracle_write(const std::string& dir, const oracle_data& d) {
   text_file_write(tmp, oracle_to_json(d).dump(-1, ' ', false, json::error_handler_t::replace) + "\n", "oracle");
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) throw input_error("oracle: cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+  if (ec) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw input_error("oracle: cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+  }
 }
 
 bool oracle_present(const std::string& dir) {
@@ -339,11 +361,39 @@ oracle_data oracle_read(const std::string& dir) {
 
 void oracle_apply(report& r, const oracle_data& d, const oracle_apply_options& opt, const oracle_data* d_b, size_t n_a) {
   const record* first = r.records.data();
-  auto find = [&](const record* rec) -> const oracle_response* {
+  // Each record's figures, checked against it: the oracle's model must be the one the target
+  // says it serves, and the steps must be the record's tokens (an oracle.json of another run or
+  // edited by hand is not believed).
+  std::map<const record*, oracle_response> vetted;
+  int64_t mismatched = 0, other_model = 0;
+  for (const record& rec : r.records) {
+    const oracle_data& src = d_b && static_cast<size_t>(&rec - first) >= n_a ? *d_b : d;
+    const auto it = src.responses.find(record_key(rec));
+    if (it == src.responses.end()) continue;
+    oracle_response o = it->second;
+    const std::string want = json_str(rec.target, "model_sha256"), have = json_str(src.model, "sha256");
+    if (o.skipped.empty() && !want.empty() && !have.empty() && want != have) {
+      o = oracle_response{};
+      o.skipped = "the oracle's model (sha256 " + have.substr(0, 12) + "...) is not the file this target serves (" +
+                  want.substr(0, 12) + "...)";
+      ++other_model;
+    } else if (o.skipped.empty() && o.alignment != "retokenized") {
+      bool same = o.steps.size() == rec.tokens.size();
+      for (size_t k = 0; same && k < o.steps.size(); ++k)
+        if (rec.tokens[k].id >= 0 && rec.tokens[k].id != o.steps[k].id) same = false;
+      if (!same) {
+        o = oracle_response{};
+        o.skipped = "the oracle's figures do not match this response's tokens (oracle.json of another run?): "
+                    "recompute them with --oracle";
+        ++mismatched;
+      }
+    }
+    vetted.emplace(&rec, std::move(o));
+  }
+  auto find = [&vetted](const record* rec) -> const oracle_response* {
     if (!rec) return nullptr;
-    const oracle_data& src = d_b && static_cast<size_t>(rec - first) >= n_a ? *d_b : d;
-    const auto it = src.responses.find(record_key(*rec));
-    return it == src.responses.end() ? nullptr : &it->second;
+    const auto it = vetted.find(rec);
+    return it == vetted.end() ? nullptr : &it->second;
   };
   std::set<std::string> labels;
   for (const record& rec : r.records) labels.insert(record_label(rec));
@@ -385,6 +435,15 @@ void oracle_apply(report& r, const oracle_data& d, const oracle_apply_options& o
       }
       if (row.status != STATUS_DIFFERS || row.error) continue;
       row.oracle = judge(row, find(row.a), find(row.b), bi.for_labels(record_label(*row.a), record_label(*row.b)));
+      for (const record* side : {row.a, row.b})
+        if (bi.implausible.count(record_label(*side)) && !row.oracle->cls.empty()) {
+          row_oracle no;
+          no.bound = row.oracle->bound;
+          no.note = "the server's log-probs are up to " + num_text(bi.precision.at(record_label(*side))) +
+                    " nats from exact math even alone: --oracle is not the model it serves, or its log-probs are "
+                    "of another kind; no verdict";
+          row.oracle = no;
+        }
       const std::string& c = row.oracle->cls;
       if (c == "near-tie") ++p.near_tie;
       else if (c == "server-error") ++p.server_error;
@@ -407,6 +466,19 @@ void oracle_apply(report& r, const oracle_data& d, const oracle_apply_options& o
   json by = json::object();
   for (const auto& [c, acc] : by_cond) by[c] = fidelity_json(acc.get());
   json notes = json::array();
+  if (other_model > 0)
+    notes.push_back(std::to_string(other_model) + " response(s) come from a target whose model file is not the oracle's "
+                    "(model_sha256 differs): not judged");
+  if (mismatched > 0)
+    notes.push_back(std::to_string(mismatched) + " response(s) have oracle figures that do not match their tokens: not "
+                    "judged (recompute with --oracle)");
+  for (const auto& [label, p] : bi.precision)
+    if (bi.implausible.count(label))
+      notes.push_back("target " + label + ": its log-probs are up to " + num_text(p) + " nats from exact math alone (more "
+                      "than " + num_text(ORACLE_MAX_PRECISION) + "): is --oracle the model file it serves? Its rows get no verdict");
+  if (d_b && json_str(d.model, "sha256") != json_str(d_b->model, "sha256"))
+    notes.push_back("runs A and B were judged by different oracle models (" + json_str(d.model, "path") + ", " +
+                    json_str(d_b->model, "path") + ")");
   for (const oracle_data* x : {&d, d_b})
     if (x)
       for (const std::string& n : x->notes) notes.push_back(d_b ? std::string(x == &d ? "run A: " : "run B: ") + n : n);
@@ -422,14 +494,22 @@ void oracle_apply(report& r, const oracle_data& d, const oracle_apply_options& o
               {"cost", std::move(cost)}, {"notes", std::move(notes)}};
 }
 
-std::string oracle_sentence(const pair_item& row) {
+sentence_style sentence_plain() {
+  return {[](const std::string& t) { return "'" + t + "'"; }, [](const std::string& t) { return t; }};
+}
+
+sentence_style sentence_terminal() {
+  return {[](const std::string& t) { return "'" + escape_line(t, '\'') + "'"; }, [](const std::string& t) { return escape_line(t); }};
+}
+
+std::string oracle_sentence(const pair_item& row, const sentence_style& st) {
   if (!row.oracle) return "";
   const row_oracle& o = *row.oracle;
-  if (o.cls.empty()) return "the oracle could not judge this row: " + o.note;
+  if (o.cls.empty()) return "the oracle could not judge this row: " + st.text(o.note);
   const std::string at = "at token " + std::to_string(o.step) + " ";
-  const std::string best = tok(o.argmax_token) + " (" + num_text(o.argmax_logprob) + ")";
-  const std::string side_a = side_text(row.cond_a, o.token_a, o.logprob_a, o.rank_a);
-  const std::string side_b = side_text(row.cond_b, o.token_b, o.logprob_b, o.rank_b);
+  const std::string best = st.token(o.argmax_token) + " (" + num_text(o.argmax_logprob) + ")";
+  const std::string side_a = side_text(st, row.cond_a, o.token_a, o.logprob_a, o.rank_a);
+  const std::string side_b = side_text(st, row.cond_b, o.token_b, o.logprob_b, o.rank_b);
   const std::string bound = "tie bound " + num_text(o.bound) + " nats";
   if (o.cls == "near-tie")
     return at + "the answers part on a near-tie: " + side_a + " and " + side_b + ", " +

@@ -19,8 +19,10 @@
 //     its max |Δ| over its alone and control responses (the server at its quietest; a float engine
 //     whose log-probs are each within f of exact can order two tokens wrongly only when their exact
 //     gap is at most 2f, and a condition that pushes a server further from exact than that is what
-//     the verdict is to catch, so the conditions under test do not set it); ORACLE_DEFAULT_TIE / 2
-//     for a target that reported no comparable log-probs; --near-tie instead of all of it.
+//     the verdict is to catch, so the conditions under test do not set it), never below
+//     ORACLE_EXACT_BOUND; ORACLE_DEFAULT_TIE / 2 for a target that reported no comparable
+//     log-probs; --near-tie instead of all of it. A target further than ORACLE_MAX_PRECISION from
+//     exact alone, or whose model_sha256 is not the oracle's, gets no verdicts.
 // Non-goals: judging responses to prompts the oracle cannot rebuild (their count of prompt tokens
 // differs from the server's); post-sampling probabilities (a server's trimmed, renormalised list).
 #pragma once
@@ -45,6 +47,10 @@ inline constexpr double ORACLE_DEFAULT_TIE = 0.1;
 // A condition's fidelity is a finding when its mean |Δ| exceeds alone's by this factor and by at
 // least ORACLE_WORSE_ABS nats (two figures near zero are not told apart).
 inline constexpr double ORACLE_WORSE_RATIO = 1.5;
+// A target whose log-probs are further than this from exact even alone is not judged: the oracle
+// is not its model, or its log-probs are not the model's distribution (measured servers are
+// within 0.1 nats).
+inline constexpr double ORACLE_MAX_PRECISION = 1.0;
 inline constexpr double ORACLE_WORSE_ABS = 1e-4;
 inline constexpr int ORACLE_FILE_SCHEMA = 1;
 

@@ -127,8 +127,9 @@ TEST_CASE("oracle: each divergence gets the class its exact log-probs call for")
   auto [recs, d] = crafted();
   reports::report rep = reports::compare_run(recs);
   reports::oracle_apply(rep, d);
-  // Measured: every response's max |Δ| is 0.01, so the bound is 0.02.
-  CHECK(rep.oracle["bound"].get<double>() == doctest::Approx(0.02).epsilon(1e-12));
+  // Measured: every response's max |Δ| is 0.01, so 0.02, raised to the floor of 0.05.
+  CHECK(rep.oracle["bound"].get<double>() == reports::ORACLE_EXACT_BOUND);
+  CHECK(rep.oracle["precision"]["A"] == 0.01);
   CHECK(rep.oracle["bound_source"].get<std::string>().rfind("measured", 0) == 0);
   const reports::pair_summary& p = pair_of(rep, "concurrent-8");
 
@@ -237,10 +238,16 @@ TEST_CASE("oracle: a condition further from exact than alone is a finding, and -
   for (const std::string& n : rep.notes) noted = noted || n.find("further from exact math under concurrent-8") != std::string::npos;
   CHECK(noted);
   const auto findings = reports::fail_findings(rep, reports::fail_policy_parse("server-error"));
-  REQUIRE(findings.size() == 2);  // the server-error row and the worse fidelity
+  REQUIRE(findings.size() == 3);  // the server-error row, the rows not judged, the worse fidelity
   CHECK(findings[0].gate == "--fail-on server-error");
   CHECK(findings[0].text.find("divergence(s) where the server picked") != std::string::npos);
-  CHECK(findings[1].text.find("further from exact math") != std::string::npos);
+  CHECK(findings[1].text.find("2 divergence(s) the oracle could not judge") != std::string::npos);
+  CHECK(findings[2].text.find("further from exact math") != std::string::npos);
+  // Without the oracle's figures the gate has tested nothing, and does not pass.
+  const reports::report bare = reports::compare_run(recs);
+  const auto none = reports::fail_findings(bare, reports::fail_policy_parse("server-error"));
+  REQUIRE(none.size() == 1);
+  CHECK(none[0].text.find("no oracle figures") != std::string::npos);
   CHECK(reports::fail_findings(rep, reports::fail_policy_parse("flips")).empty());
   // The same figures with equal fidelity: no finding.
   for (auto& [k, o] : d.responses) o.fid_sum = 0.002, o.fid_max = 0.0015;
@@ -425,7 +432,8 @@ TEST_CASE("oracle engine: exact responses match the exact oracle bit for bit, an
   reports::oracle_apply(rep, d);
   CHECK(rep.oracle["fidelity"]["max"] == 0.0);
   CHECK(rep.oracle["fidelity"]["equal"] == rep.oracle["fidelity"]["values"]);
-  CHECK(rep.oracle["bound"] == 0.0);
+  CHECK(rep.oracle["precision"]["A"] == 0.0);
+  CHECK(rep.oracle["bound"] == reports::ORACLE_EXACT_BOUND);  // the floor
   CHECK(rep.oracle["fidelity"]["off_argmax"] == 0);
 }
 
@@ -536,7 +544,7 @@ TEST_CASE("oracle engine: float responses are judged near-ties within a measured
   CHECK(f["values"].get<int64_t>() > 0);
   CHECK(f["max"].get<double>() > 0.0);    // float numerics are not exact
   CHECK(f["max"].get<double>() < reports::ORACLE_DEFAULT_TIE);  // but close (float rounds activations as llama.cpp does)
-  CHECK(rep.oracle["bound"].get<double>() == 2 * f["max"].get<double>());
+  CHECK(rep.oracle["bound"].get<double>() == std::max(reports::ORACLE_EXACT_BOUND, 2 * f["max"].get<double>()));
   for (const reports::pair_summary& p : rep.pairs) {
     CHECK(p.server_error == 0);
     CHECK(p.both_off == 0);
@@ -592,4 +600,113 @@ TEST_CASE("oracle: token texts that are part of a UTF-8 sequence are written and
   const oracle_data back = reports::oracle_read(dir);
   CHECK(back.responses.at("k").steps[0].token == "\xEF\xBF\xBD");  // written as U+FFFD
   CHECK(back.responses.at("k").steps[0].id == 5);
+}
+
+TEST_CASE("oracle: figures from another model, figures that are not the record's, or a server far from exact are not believed") {
+  auto [recs, d] = crafted();
+  SUBCASE("the target names another model file") {
+    d.model = {{"sha256", std::string(64, 'a')}};
+    for (record& r : recs) r.target["model_sha256"] = std::string(64, 'b');
+    reports::report rep = reports::compare_run(recs);
+    reports::oracle_apply(rep, d);
+    const reports::row_oracle& t2 = *row_of(pair_of(rep, "concurrent-8"), "t2").oracle;
+    CHECK(t2.cls.empty());
+    CHECK(t2.note.find("is not the file this target serves") != std::string::npos);
+    CHECK(rep.oracle["notes"].dump().find("model_sha256 differs") != std::string::npos);
+  }
+  SUBCASE("the figures' steps are not the record's tokens") {
+    for (auto& [k, o] : d.responses)
+      if (k.find("t2") == 0) o.steps.pop_back();
+    reports::report rep = reports::compare_run(recs);
+    reports::oracle_apply(rep, d);
+    const reports::row_oracle& t2 = *row_of(pair_of(rep, "concurrent-8"), "t2").oracle;
+    CHECK(t2.cls.empty());
+    CHECK(t2.note.find("do not match this response's tokens") != std::string::npos);
+  }
+  SUBCASE("the server is over a nat from exact even alone") {
+    for (auto& [k, o] : d.responses) o.fid_max = 32, o.fid_sum = 32;
+    reports::report rep = reports::compare_run(recs);
+    reports::oracle_apply(rep, d);
+    const reports::row_oracle& t2 = *row_of(pair_of(rep, "concurrent-8"), "t2").oracle;
+    CHECK(t2.cls.empty());  // not a near-tie under a 64-nat bound: no verdict
+    CHECK(t2.note.find("up to 32 nats from exact math even alone") != std::string::npos);
+    CHECK(row_of(pair_of(rep, "concurrent-8"), "t1").oracle->cls.empty());
+  }
+}
+
+TEST_CASE("oracle: the verdict sentence escapes each token once, for the format it goes into") {
+  std::vector<record> v;
+  oracle_data d;
+  record a = greedy(test::rec("n1", "alone", {{5, " x"}, {7, "\n"}}));
+  record b = greedy(test::rec("n1", "concurrent-8", {{5, " x"}, {9, "*b*`"}}, "concurrency"));
+  oracle_response oa = resp({st(5, -0.1, 0, 5, -0.1, -3), st(7, -0.1, 0, 7, -0.1, -3)});
+  oracle_response ob = resp({st(5, -0.1, 0, 5, -0.1, -3), st(9, -5, 3, 7, -0.1, -3)});
+  oa.steps[1].token = "\n";
+  oa.steps[1].best_token = "\n";
+  ob.steps[1].token = "*b*`";
+  ob.steps[1].best_token = "\n";
+  d.responses[reports::record_key(a)] = oa;
+  d.responses[reports::record_key(b)] = ob;
+  reports::report rep = reports::compare_run({a, b});
+  reports::oracle_apply(rep, d);
+  const std::string text = reports::report_render(rep, "text");
+  CHECK(text.find("under alone '\\n' (exact log-prob") != std::string::npos);  // \n once escaped, not \\n
+  CHECK(text.find("'\\\\n'") == std::string::npos);
+  const std::string md = reports::report_render(rep, "md");
+  CHECK(md.find("under concurrent-8 `` *b*` `` (exact log-prob") != std::string::npos);  // a code span its backtick cannot end
+  const json j = json::parse(reports::report_render(rep, "json"));
+  CHECK(j.dump().find("under alone '\\n'") != std::string::npos);  // JSON keeps the raw token
+}
+
+TEST_CASE("oracle: a malformed oracle file is refused whole: negative counts, huge numbers, deep nesting") {
+  auto [recs, d] = crafted();
+  const json good = reports::oracle_to_json(d);
+  json neg = good;
+  neg["responses"][0]["fidelity"]["n"] = -1000;
+  CHECK_THROWS_WITH_AS(reports::oracle_from_json(neg, "x.json"), doctest::Contains("'n' must be >= 0"), input_error);
+  json big = good;
+  big["responses"][0]["fidelity"]["n"] = uint64_t(1) << 63;
+  CHECK_THROWS_WITH_AS(reports::oracle_from_json(big, "x.json"), doctest::Contains("must be an integer"), input_error);
+  json eq = good;
+  eq["responses"][0]["fidelity"]["equal"] = 3;
+  CHECK_THROWS_WITH_AS(reports::oracle_from_json(eq, "x.json"), doctest::Contains("'equal' exceeds 'n'"), input_error);
+  json deep = good;
+  json nest = json::array();
+  for (int i = 0; i < 200; ++i) nest = json::array({nest});
+  deep["cost"] = nest;
+  CHECK_THROWS_WITH_AS(reports::oracle_from_json(deep, "x.json"), doctest::Contains("nested deeper"), input_error);
+}
+
+TEST_CASE("oracle engine: a server log-prob written as a huge negative number is not measured") {
+  const std::string stories = test::fixture("models/stories260K.gguf");
+  std::vector<record> recs = engine_records("exact", 8, stories);
+  record r = recs[0];
+  REQUIRE(r.top_logprobs.size() > 1);
+  r.top_logprobs[1].back().logprob = -1e308;  // "impossible", as some servers write -inf
+  const oracle_data d = evaluate({r}, stories);
+  const oracle_response& o = d.responses.at(reports::record_key(r));
+  CHECK(std::isfinite(o.fid_sum));
+  CHECK(o.fid_max == 0.0);  // the other values are exact
+  const oracle_data back = reports::oracle_from_json(reports::oracle_to_json(d), "x");  // and the file reads back
+  CHECK(back.responses.at(reports::record_key(r)).fid_n == o.fid_n);
+}
+
+TEST_CASE("oracle engine: a text tokenized again is a continuation, with no leading space added") {
+  const std::string stories = test::fixture("models/stories260K.gguf");
+  const std::vector<record> recs = engine_records("exact", 8, stories);
+  record text_only = recs[0];
+  text_only.tokens.clear();
+  text_only.top_logprobs.clear();
+  const oracle_data with_ids = evaluate({recs[0]}, stories);
+  const oracle_data d = evaluate({text_only}, stories);
+  const oracle_response& t = d.responses.at(reports::record_key(text_only));
+  const oracle_response& a = with_ids.responses.at(reports::record_key(recs[0]));
+  REQUIRE(t.alignment == "retokenized");
+  // A trained model's greedy answer tokenizes back into its own tokens: the same steps, every one
+  // the exact argmax.
+  REQUIRE(t.steps.size() == a.steps.size());
+  for (size_t k = 0; k < t.steps.size(); ++k) {
+    CHECK(t.steps[k].id == a.steps[k].id);
+    CHECK(t.steps[k].rank == 0);
+  }
 }

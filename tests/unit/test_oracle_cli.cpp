@@ -4,6 +4,7 @@
 // server error by report, bundle and the server-error gate, compare of two runs, and bad flags.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -134,6 +135,16 @@ TEST_CASE("oracle cli: a bad --oracle or a lone --near-tie exits 2 with one line
       {" run --target engine:" + stories() + " --prompts " + prompts + " --oracle engine:" + dir + "/none.gguf", "not found"},
       {" report " + dir + "/run --near-tie 0.1", "holds no oracle.json"},
       {" report " + dir + "/run --oracle engine:" + stories() + "?numerics=float", "numerics must be exact"},
+      {" report " + dir + "/run --oracle ''", "--oracle: expected engine:MODEL.gguf, found nothing"},
+      {" report " + dir + "/run --oracle engine:" + stories() + " --near-tie nan", "--near-tie: expected a number"},
+      {" report " + dir + "/run --oracle engine:" + stories() + " --near-tie 0x10", "--near-tie: expected a number"},
+      {" report " + dir + "/run --oracle engine:" + stories() + " --near-tie -1", "--near-tie: expected a number"},
+      {" report " + dir + "/run --oracle 'engine:" + stories() + "?chat_template=bogus'", "unknown chat_template 'bogus'"},
+      {" report " + dir + "/run --oracle 'engine:" + stories() + "?threads=2&threads=3'", "threads is given twice"},
+      {" report " + dir + "/run --oracle 'engine:" + stories() + "?device=3'", "device applies to backend=vulkan"},
+      // A model file that is not one is found before the audit sends anything.
+      {" run --target engine:" + stories() + " --prompts " + prompts + " --oracle engine:" + dir + "/p.txt --out " + dir + "/r2",
+       "--oracle 'engine:"},
   };
   for (const auto& [args, message] : cases) {
     const test::cmd_result r = test::run_cmd(test::detaudit_bin() + args);
@@ -142,4 +153,27 @@ TEST_CASE("oracle cli: a bad --oracle or a lone --near-tie exits 2 with one line
     CHECK(r.err.find(message) != std::string::npos);
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   }
+  CHECK_FALSE(std::filesystem::exists(dir + "/r2/records.jsonl"));  // nothing was sent
+}
+
+TEST_CASE("oracle cli: an unreadable oracle.json does not hide the report, and the gate fails without figures") {
+  const std::string dir = test::scratch_dir("oracle_cli_corrupt");
+  const std::string prompts = test::write_file(dir + "/p.txt", "Once upon a time\n");
+  const test::cmd_result r = test::run_cmd(test::detaudit_bin() + " run --target 'engine:" + stories() +
+                                           "?threads=1' --prompts " + prompts + " --raw -n 8 --fail-on none --out " +
+                                           dir + "/run");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  // No oracle: the server-error gate has tested nothing.
+  const test::cmd_result gate = test::run_cmd(test::detaudit_bin() + " report " + dir + "/run --fail-on server-error");
+  CHECK(gate.exit_code == 1);
+  CHECK(gate.err.find("--fail-on server-error: no oracle figures") != std::string::npos);
+  test::write_file(dir + "/run/oracle.json", "{\"schema\": 1, \"responses\": [{\"key\": 5}]}");
+  const test::cmd_result rep = test::run_cmd(test::detaudit_bin() + " report " + dir + "/run");
+  INFO(rep.err);
+  CHECK(rep.exit_code == 0);
+  CHECK(rep.err.find("reporting without the oracle") != std::string::npos);
+  CHECK(rep.out.find("alone vs control") != std::string::npos);
+  // An explicit --near-tie needs the figures: then it is an error.
+  CHECK(test::run_cmd(test::detaudit_bin() + " report " + dir + "/run --near-tie 0.1").exit_code == 2);
 }
