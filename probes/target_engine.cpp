@@ -14,7 +14,6 @@
 #include <charconv>
 #include <chrono>
 #include <filesystem>
-#include <future>
 #include <random>
 #include <thread>
 #include <utility>
@@ -296,18 +295,15 @@ reports::record engine_target::complete(const gen_request& r) {
     return finish();
   }
   const int n_probs = q.n_probs;
-  auto done = std::make_shared<std::promise<serve::request_result>>();
-  std::future<serve::request_result> fut = done->get_future();
-  serve::request_callbacks cb;
-  cb.on_token = [](const serve::token_event&) { return !run_interrupted(); };  // Ctrl-C cancels
-  cb.on_done = [done](const serve::request_result& res) { done->set_value(res); };
-  if (!sched_->submit(std::move(q), std::move(cb))) {
+  const std::optional<serve::request_result> out =
+      sched_->run(std::move(q), [](const serve::token_event&) { return !run_interrupted(); });  // Ctrl-C cancels
+  if (!out) {
     rec.error = "engine busy: request queue full";
     rec.http_status = 503;
     rec.finish_reason = "error";
     return finish();
   }
-  const serve::request_result res = fut.get();
+  const serve::request_result& res = *out;
   rec.http_status = res.http_status;
   if (!res.error.empty()) {
     rec.error = res.error;

@@ -7,7 +7,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
-#include <future>
 #include <mutex>
 #include <utility>
 
@@ -51,16 +50,13 @@ const char* k_busy = "server busy: request queue full";
 
 request_result completion_run(http_state& st, request r) {
   prompt_check(st, r);
-  auto done = std::make_shared<std::promise<request_result>>();
-  std::future<request_result> fut = done->get_future();
-  request_callbacks cb;
   // Between steps: a client that closed its connection cancels the request, as a streaming one
-  // does. The socket stays open while this handler waits for on_done.
+  // does. The socket stays open while this handler waits for the result.
   const int sock = conn_request_socket();
-  cb.on_token = [sock](const token_event&) { return sock < 0 || !conn_peer_closed(sock); };
-  cb.on_done = [done](const request_result& res) { done->set_value(res); };
-  if (!st.sched.submit(std::move(r), std::move(cb))) throw http_error(503, k_busy);
-  request_result res = fut.get();
+  std::optional<request_result> out =
+      st.sched.run(std::move(r), [sock](const token_event&) { return sock < 0 || !conn_peer_closed(sock); });
+  if (!out) throw http_error(503, k_busy);
+  request_result res = std::move(*out);
   if (!res.error.empty()) throw http_error(res.http_status >= 400 ? res.http_status : 500, res.error);
   return res;
 }

@@ -659,6 +659,16 @@ bool scheduler::submit(request r, request_callbacks cb) {
   return true;
 }
 
+std::optional<request_result> scheduler::run(request r, std::function<bool(const token_event&)> keep_going) {
+  auto done = std::make_shared<std::promise<request_result>>();
+  std::future<request_result> fut = done->get_future();
+  request_callbacks cb;
+  cb.on_token = std::move(keep_going);
+  cb.on_done = [done](const request_result& res) { done->set_value(res); };
+  if (!submit(std::move(r), std::move(cb))) return std::nullopt;
+  return fut.get();
+}
+
 std::string scheduler::slot_save(int id, const std::string& filename, int* status) {
   if (!filename_ok(filename)) {
     if (status) *status = 400;

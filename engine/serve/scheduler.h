@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,10 @@ class scheduler {
   // Queues a request. Returns false (and calls nothing) when the queue is full: the caller answers
   // 503. Otherwise on_done is called exactly once, later, on the scheduler thread.
   bool submit(request r, request_callbacks cb);
+  // submit() and wait for the result, on the caller's thread: the one way to run a request to its
+  // end (serve's unstreamed answers, the engine target). `keep_going` is asked between steps (false
+  // cancels). nullopt when the queue is full (the caller answers 503).
+  std::optional<request_result> run(request r, std::function<bool(const token_event&)> keep_going);
 
   // Slot actions (llama-server's POST /slots/{id}?action=...). File names are validated: no path
   // separators, no "..", not empty. Return "" on success or an error message; *status gets the HTTP
