@@ -10,6 +10,7 @@
 
 #include "chat/chat_template.h"
 #include "kernels/cpu/cpu.h"
+#include "numerics/exact.h"
 #include "runtime/hashes.h"
 #include "tokenizer/vocab.h"
 #include "util/error.h"
@@ -446,7 +447,7 @@ json run_environment(const std::string& device) {
   } catch (const input_error&) {
     simd = "invalid DETAUDIT_CPU_ISA";
   }
-  json env = {{"version", DETAUDIT_VERSION}, {"precision_contract", "1"}, {"simd", simd},
+  json env = {{"version", DETAUDIT_VERSION}, {"precision_contract", numerics::PRECISION_CONTRACT_VERSION}, {"simd", simd},
               {"backend", device.substr(0, device.find(' '))}};
   if (device.empty()) env["backend"] = "cpu";
   else env["device"] = device;
