@@ -217,22 +217,21 @@ struct record_writer::impl {
   std::string path;
   int fd = -1;
   std::mutex mu;
+  ~impl() {
+    if (fd >= 0) ::close(fd);
+  }
 };
 
-record_writer::record_writer(const std::string& path) : p_(new impl) {
+record_writer::record_writer(const std::string& path) : p_(std::make_unique<impl>()) {
   p_->path = path;
   p_->fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (p_->fd < 0) {
     const int err = errno;
-    delete p_;
     throw input_error("cannot open '" + path + "' for appending records: " + std::strerror(err));
   }
 }
 
-record_writer::~record_writer() {
-  if (p_->fd >= 0) ::close(p_->fd);
-  delete p_;
-}
+record_writer::~record_writer() = default;
 
 void record_writer::write(const record& r) {
   // The whole line in one write(2) on an O_APPEND descriptor: a process killed at any moment

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -100,7 +101,7 @@ class record_writer {
 
  private:
   struct impl;
-  impl* p_;
+  std::unique_ptr<impl> p_;
 };
 
 struct read_stats {
