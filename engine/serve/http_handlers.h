@@ -13,22 +13,13 @@
 #include <string_view>
 #include <vector>
 
+#include "serve/http_error.h"
 #include "serve/http_server.h"
 #include "serve/scheduler.h"
 
 namespace detaudit::serve {
 
 using json = nlohmann::json;
-
-// Answered as an OpenAI error object with this status.
-class http_error : public std::runtime_error {
- public:
-  http_error(int status, const std::string& message) : std::runtime_error(message), status_(status) {}
-  int status() const { return status_; }
-
- private:
-  int status_;
-};
 
 struct http_state {
   scheduler& sched;

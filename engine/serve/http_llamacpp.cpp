@@ -188,21 +188,19 @@ void handle_slot_action(http_state& st, const httplib::Request& req, httplib::Re
   const std::string action = req.get_param_value("action");
   const json b = req.body.empty() ? json::object() : body_parse(req);
   const int slot = static_cast<int>(id);
-  int status = 200;
-  std::string err;
   const auto t0 = std::chrono::steady_clock::now();
   json out = {{"id_slot", slot}};
   if (action == "save" || action == "restore") {
     const std::string file = field_string(b, "filename", "");
     if (file.empty()) throw http_error(400, "field 'filename': missing");
-    err = action == "save" ? st.sched.slot_save(slot, file, &status) : st.sched.slot_restore(slot, file, &status);
+    if (action == "save") st.sched.slot_save(slot, file);
+    else st.sched.slot_restore(slot, file);
     out["filename"] = file;
   } else if (action == "erase") {
-    err = st.sched.slot_erase(slot, &status);
+    st.sched.slot_erase(slot);
   } else {
     throw http_error(400, "query 'action': expected save, restore or erase, found " + text_quote(action));
   }
-  if (!err.empty()) throw http_error(status >= 400 ? status : 500, err);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   for (const slot_info& si : st.sched.slots())
     if (si.id == slot) out[action == "save" ? "n_saved" : action == "restore" ? "n_restored" : "n_erased"] = si.n_cached;

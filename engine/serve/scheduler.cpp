@@ -181,7 +181,7 @@ struct scheduler::impl {
   void publish();
   void run_task(const std::function<void()>& fn);
   template <class F>
-  std::string slot_action(int id, int* status, bool needs_path, F&& body);
+  void slot_action(int id, bool needs_path, F&& body);
 };
 
 std::string scheduler::impl::check_request(const request& r) const {
@@ -579,7 +579,7 @@ void scheduler::impl::run_task(const std::function<void()>& fn) {
 }
 
 template <class F>
-std::string scheduler::impl::slot_action(int id, int* status, bool needs_path, F&& body) {
+void scheduler::impl::slot_action(int id, bool needs_path, F&& body) {
   int st = 200;
   std::string err;
   if (id < 0 || id >= p.n_slots) {
@@ -608,8 +608,7 @@ std::string scheduler::impl::slot_action(int id, int* status, bool needs_path, F
       publish();
     });
   }
-  if (status) *status = st;
-  return err;
+  if (!err.empty()) throw http_error(st, err);
 }
 
 scheduler::scheduler(std::shared_ptr<const model::model> m, const scheduler_params& p) : p_(std::make_unique<impl>()) {
@@ -669,13 +668,10 @@ std::optional<request_result> scheduler::run(request r, std::function<bool(const
   return fut.get();
 }
 
-std::string scheduler::slot_save(int id, const std::string& filename, int* status) {
-  if (!filename_ok(filename)) {
-    if (status) *status = 400;
-    return "invalid file name " + name_quote(filename);
-  }
+void scheduler::slot_save(int id, const std::string& filename) {
+  if (!filename_ok(filename)) throw http_error(400, "invalid file name " + name_quote(filename));
   impl& d = *p_;
-  return d.slot_action(id, status, true, [&](slot& s, int& st, std::string& err) {
+  d.slot_action(id, true, [&](slot& s, int& st, std::string& err) {
     const std::filesystem::path path = std::filesystem::path(d.p.slot_save_path) / filename;
     std::error_code ec;
     const std::filesystem::file_status fs = std::filesystem::status(path, ec);
@@ -688,13 +684,10 @@ std::string scheduler::slot_save(int id, const std::string& filename, int* statu
   });
 }
 
-std::string scheduler::slot_restore(int id, const std::string& filename, int* status) {
-  if (!filename_ok(filename)) {
-    if (status) *status = 400;
-    return "invalid file name " + name_quote(filename);
-  }
+void scheduler::slot_restore(int id, const std::string& filename) {
+  if (!filename_ok(filename)) throw http_error(400, "invalid file name " + name_quote(filename));
   impl& d = *p_;
-  return d.slot_action(id, status, true, [&](slot& s, int& st, std::string& err) {
+  d.slot_action(id, true, [&](slot& s, int& st, std::string& err) {
     const std::string path = (std::filesystem::path(d.p.slot_save_path) / filename).string();
     if (!std::filesystem::is_regular_file(path)) {
       st = 404;
@@ -707,9 +700,9 @@ std::string scheduler::slot_restore(int id, const std::string& filename, int* st
   });
 }
 
-std::string scheduler::slot_erase(int id, int* status) {
+void scheduler::slot_erase(int id) {
   impl& d = *p_;
-  return d.slot_action(id, status, false, [&](slot& s, int&, std::string&) { d.ctx->seq_truncate(s.seq, 0); });
+  d.slot_action(id, false, [&](slot& s, int&, std::string&) { d.ctx->seq_truncate(s.seq, 0); });
 }
 
 std::vector<slot_info> scheduler::slots() const {

@@ -21,6 +21,7 @@
 #include "runtime/context.h"
 #include "runtime/generate.h"
 #include "runtime/sampling.h"
+#include "serve/http_error.h"
 
 namespace detaudit::serve {
 
@@ -120,11 +121,11 @@ class scheduler {
   std::optional<request_result> run(request r, std::function<bool(const token_event&)> keep_going);
 
   // Slot actions (llama-server's POST /slots/{id}?action=...). File names are validated: no path
-  // separators, no "..", not empty. Return "" on success or an error message; *status gets the HTTP
-  // status (400, 404, 409 for a busy slot, 501 without --slot-save-path).
-  std::string slot_save(int id, const std::string& filename, int* status);
-  std::string slot_restore(int id, const std::string& filename, int* status);
-  std::string slot_erase(int id, int* status);
+  // separators, no "..", not empty. Throw http_error with the status the answer takes (400, 404,
+  // 409 for a busy slot, 500, 501 without --slot-save-path) and a message without server paths.
+  void slot_save(int id, const std::string& filename);
+  void slot_restore(int id, const std::string& filename);
+  void slot_erase(int id);
 
   std::vector<slot_info> slots() const;
   metrics_snapshot metrics() const;

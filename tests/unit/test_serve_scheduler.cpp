@@ -24,6 +24,18 @@ using namespace detaudit;
 
 namespace {
 
+// The HTTP status a slot action answers with: 200 when it returns, else its http_error's.
+template <class F>
+int slot_status(F&& action) {
+  try {
+    action();
+    return 200;
+  } catch (const serve::http_error& e) {
+    CHECK_FALSE(std::string(e.what()).empty());
+    return e.status();
+  }
+}
+
 std::shared_ptr<const model::model> stories() {
   static auto m = model::model::load(test::fixture("models/stories260K.gguf"));
   return m;
@@ -236,14 +248,10 @@ TEST_CASE("serve scheduler: slot save, erase and restore keep the cache bit for 
   r.id_slot = 0;
   const serve::request_result first = run_alone(s, r);
   CHECK(first.slot == 0);
-  int st = 0;
-  CHECK(s.slot_save(0, "slot0.bin", &st) == "");
-  CHECK(st == 200);
-  CHECK(s.slot_erase(0, &st) == "");
-  CHECK(st == 200);
+  CHECK(slot_status([&] { s.slot_save(0, "slot0.bin"); }) == 200);
+  CHECK(slot_status([&] { s.slot_erase(0); }) == 200);
   CHECK(s.slots()[0].n_cached == 0);
-  CHECK(s.slot_restore(0, "slot0.bin", &st) == "");
-  CHECK(st == 200);
+  CHECK(slot_status([&] { s.slot_restore(0, "slot0.bin"); }) == 200);
   CHECK(s.slots()[0].n_cached > 0);
   const serve::request_result second = run_alone(s, r);
   CHECK(second.n_cached == static_cast<int64_t>(r.prompt.size()) - 1);
@@ -252,15 +260,11 @@ TEST_CASE("serve scheduler: slot save, erase and restore keep the cache bit for 
   for (const std::string& bad : {std::string(), std::string("../x"), std::string("a/b"), std::string("a\\b"),
                                  std::string("a\0b", 3), std::string("..")}) {
     CAPTURE(bad);
-    CHECK(s.slot_save(0, bad, &st) != "");
-    CHECK(st == 400);
-    CHECK(s.slot_restore(0, bad, &st) != "");
-    CHECK(st == 400);
+    CHECK(slot_status([&] { s.slot_save(0, bad); }) == 400);
+    CHECK(slot_status([&] { s.slot_restore(0, bad); }) == 400);
   }
-  CHECK(s.slot_restore(0, "missing.bin", &st) != "");
-  CHECK(st == 404);
-  CHECK(s.slot_save(7, "x.bin", &st) != "");
-  CHECK(st == 400);
+  CHECK(slot_status([&] { s.slot_restore(0, "missing.bin"); }) == 404);
+  CHECK(slot_status([&] { s.slot_save(7, "x.bin"); }) == 400);
   {
     // a request that runs until the client goes away (on_token returns false) keeps slot 1 busy
     collector c;
@@ -276,20 +280,16 @@ TEST_CASE("serve scheduler: slot save, erase and restore keep the cache bit for 
     };
     REQUIRE(s.submit(busy, cb));
     started.get_future().wait();
-    CHECK(s.slot_save(1, "x.bin", &st) != "");
-    CHECK(st == 409);
-    CHECK(s.slot_erase(1, &st) != "");
-    CHECK(st == 409);
+    CHECK(slot_status([&] { s.slot_save(1, "x.bin"); }) == 409);
+    CHECK(slot_status([&] { s.slot_erase(1); }) == 409);
     go_away = true;
     const serve::request_result r = c.get(0);
     CHECK(r.http_status == 499);
     CHECK(r.gen.tokens.size() >= 2);
   }
   serve::scheduler none(m, sched_params(1, 256));
-  CHECK(none.slot_save(0, "x.bin", &st) != "");
-  CHECK(st == 501);
-  CHECK(none.slot_restore(0, "x.bin", &st) != "");
-  CHECK(st == 501);
+  CHECK(slot_status([&] { none.slot_save(0, "x.bin"); }) == 501);
+  CHECK(slot_status([&] { none.slot_restore(0, "x.bin"); }) == 501);
 }
 
 TEST_CASE("serve scheduler: n-gram speculation gives the same output and accepts drafts") {
