@@ -230,6 +230,49 @@ oracle_bound_info bounds_from(const std::vector<record>& records,
   return b;
 }
 
+// A record's figures, checked against it: the oracle's model must be the one the target says it
+// serves, and the steps must be the record's tokens (an oracle.json of another run, or edited by
+// hand, is not believed). nullopt when the file has no figures for the record.
+std::optional<oracle_response> vet(const record& rec, const oracle_data& d, int64_t* mismatched, int64_t* other_model) {
+  const auto it = d.responses.find(record_key(rec));
+  if (it == d.responses.end()) return std::nullopt;
+  oracle_response o = it->second;
+  const std::string want = json_str(rec.target, "model_sha256"), have = json_str(d.model, "sha256");
+  if (o.skipped.empty() && !want.empty() && !have.empty() && want != have) {
+    o = oracle_response{};
+    o.skipped = "the oracle's model (sha256 " + have.substr(0, 12) + "...) is not the file this target serves (" +
+                want.substr(0, 12) + "...)";
+    if (other_model) ++*other_model;
+  } else if (o.skipped.empty() && o.alignment != "retokenized") {
+    bool same = o.steps.size() == rec.tokens.size();
+    for (size_t k = 0; same && k < o.steps.size(); ++k)
+      if (rec.tokens[k].id >= 0 && rec.tokens[k].id != o.steps[k].id) same = false;
+    if (!same) {
+      o = oracle_response{};
+      o.skipped = "the oracle's figures do not match this response's tokens (oracle.json of another run?): "
+                  "recompute them with --oracle";
+      if (mismatched) ++*mismatched;
+    }
+  }
+  return o;
+}
+
+// The verdict on a differing row, with the sides' figures already vetted: judge(), unless a side's
+// target is too far from exact to be judged at all.
+row_oracle verdict(const pair_item& row, const oracle_response* oa, const oracle_response* ob, const oracle_bound_info& bi) {
+  row_oracle o = judge(row, oa, ob, bi.for_labels(record_label(*row.a), record_label(*row.b)));
+  for (const record* side : {row.a, row.b})
+    if (bi.implausible.count(record_label(*side)) && !o.cls.empty()) {
+      row_oracle no;
+      no.bound = o.bound;
+      no.note = "the server's log-probs are up to " + num_text(bi.precision.at(record_label(*side))) +
+                " nats from exact math even alone: --oracle is not the model it serves, or its log-probs are "
+                "of another kind; no verdict";
+      return no;
+    }
+  return o;
+}
+
 }  // namespace
 
 double oracle_bound_info::for_labels(const std::string& a, const std::string& b) const {
@@ -250,20 +293,19 @@ double oracle_bound_info::headline() const {
 }
 
 oracle_bound_info oracle_bound(const std::vector<record>& records, const oracle_data& d, const oracle_apply_options& opt) {
-  auto find = [&d](const record* rec) -> const oracle_response* {
-    const auto it = d.responses.find(record_key(*rec));
-    return it == d.responses.end() ? nullptr : &it->second;
+  std::map<const record*, oracle_response> vetted;
+  for (const record& rec : records)
+    if (std::optional<oracle_response> o = vet(rec, d, nullptr, nullptr)) vetted.emplace(&rec, std::move(*o));
+  auto find = [&vetted](const record* rec) -> const oracle_response* {
+    const auto it = vetted.find(rec);
+    return it == vetted.end() ? nullptr : &it->second;
   };
   return bounds_from(records, find, opt);
 }
 
 row_oracle oracle_judge(const pair_item& row, const oracle_data& d, const oracle_bound_info& bounds) {
-  auto find = [&d](const record* rec) -> const oracle_response* {
-    if (!rec) return nullptr;
-    const auto it = d.responses.find(record_key(*rec));
-    return it == d.responses.end() ? nullptr : &it->second;
-  };
-  return judge(row, find(row.a), find(row.b), bounds.for_labels(record_label(*row.a), record_label(*row.b)));
+  const std::optional<oracle_response> a = vet(*row.a, d, nullptr, nullptr), b = vet(*row.b, d, nullptr, nullptr);
+  return verdict(row, a ? &*a : nullptr, b ? &*b : nullptr, bounds);
 }
 
 json oracle_to_json(const oracle_data& d) {
@@ -361,34 +403,11 @@ oracle_data oracle_read(const std::string& dir) {
 
 void oracle_apply(report& r, const oracle_data& d, const oracle_apply_options& opt, const oracle_data* d_b, size_t n_a) {
   const record* first = r.records.data();
-  // Each record's figures, checked against it: the oracle's model must be the one the target
-  // says it serves, and the steps must be the record's tokens (an oracle.json of another run or
-  // edited by hand is not believed).
   std::map<const record*, oracle_response> vetted;
   int64_t mismatched = 0, other_model = 0;
   for (const record& rec : r.records) {
     const oracle_data& src = d_b && static_cast<size_t>(&rec - first) >= n_a ? *d_b : d;
-    const auto it = src.responses.find(record_key(rec));
-    if (it == src.responses.end()) continue;
-    oracle_response o = it->second;
-    const std::string want = json_str(rec.target, "model_sha256"), have = json_str(src.model, "sha256");
-    if (o.skipped.empty() && !want.empty() && !have.empty() && want != have) {
-      o = oracle_response{};
-      o.skipped = "the oracle's model (sha256 " + have.substr(0, 12) + "...) is not the file this target serves (" +
-                  want.substr(0, 12) + "...)";
-      ++other_model;
-    } else if (o.skipped.empty() && o.alignment != "retokenized") {
-      bool same = o.steps.size() == rec.tokens.size();
-      for (size_t k = 0; same && k < o.steps.size(); ++k)
-        if (rec.tokens[k].id >= 0 && rec.tokens[k].id != o.steps[k].id) same = false;
-      if (!same) {
-        o = oracle_response{};
-        o.skipped = "the oracle's figures do not match this response's tokens (oracle.json of another run?): "
-                    "recompute them with --oracle";
-        ++mismatched;
-      }
-    }
-    vetted.emplace(&rec, std::move(o));
+    if (std::optional<oracle_response> o = vet(rec, src, &mismatched, &other_model)) vetted.emplace(&rec, std::move(*o));
   }
   auto find = [&vetted](const record* rec) -> const oracle_response* {
     if (!rec) return nullptr;
@@ -434,16 +453,7 @@ void oracle_apply(report& r, const oracle_data& d, const oracle_apply_options& o
         if (response_off_argmax(*row.b, *o, bound_of(*row.b))) ++fb.off_argmax;
       }
       if (row.status != STATUS_DIFFERS || row.error) continue;
-      row.oracle = judge(row, find(row.a), find(row.b), bi.for_labels(record_label(*row.a), record_label(*row.b)));
-      for (const record* side : {row.a, row.b})
-        if (bi.implausible.count(record_label(*side)) && !row.oracle->cls.empty()) {
-          row_oracle no;
-          no.bound = row.oracle->bound;
-          no.note = "the server's log-probs are up to " + num_text(bi.precision.at(record_label(*side))) +
-                    " nats from exact math even alone: --oracle is not the model it serves, or its log-probs are "
-                    "of another kind; no verdict";
-          row.oracle = no;
-        }
+      row.oracle = verdict(row, find(row.a), find(row.b), bi);
       const std::string& c = row.oracle->cls;
       if (c == "near-tie") ++p.near_tie;
       else if (c == "server-error") ++p.server_error;
@@ -454,8 +464,9 @@ void oracle_apply(report& r, const oracle_data& d, const oracle_apply_options& o
     }
     if (fa.responses > 0) p.fidelity_a = fa.get();
     if (fb.responses > 0) p.fidelity = fb.get();
-    const bool a_alone = p.cond_a == "alone" || (p.cond_a.size() > 6 && p.cond_a.compare(p.cond_a.size() - 6, 6, ":alone") == 0);
-    if (a_alone && !p.control && p.fidelity && p.fidelity_a && p.fidelity->n > 0 && p.fidelity_a->n > 0 &&
+    // Only a condition against its own target's alone: across targets (cross, compare) the two
+    // sides are other servers, perhaps judged by other oracles.
+    if (p.vs_alone && p.fidelity && p.fidelity_a && p.fidelity->n > 0 && p.fidelity_a->n > 0 &&
         p.fidelity->mean > ORACLE_WORSE_RATIO * p.fidelity_a->mean && p.fidelity->mean - p.fidelity_a->mean >= ORACLE_WORSE_ABS) {
       p.fidelity_worse = true;
       r.notes.push_back("oracle: the server is further from exact math under " + p.cond_b + " than " + p.cond_a +

@@ -710,3 +710,26 @@ TEST_CASE("oracle engine: a text tokenized again is a continuation, with no lead
     CHECK(t.steps[k].rank == 0);
   }
 }
+
+TEST_CASE("oracle: fidelity is compared with alone's on the same target only, never across targets") {
+  std::vector<record> v;
+  oracle_data d;
+  for (const char* label : {"A", "B"}) {
+    record r = greedy(test::rec("x1", "alone", {{5, " x"}, {7, " y"}}, "", label));
+    oracle_response o = resp({st(5, -0.1, 0, 5, -0.1, -3), st(7, -0.1, 0, 7, -0.1, -3)});
+    o.fid_sum = std::string(label) == "A" ? 0.002 : 0.02;  // B is ten times further from exact
+    o.fid_max = o.fid_sum;
+    d.responses[reports::record_key(r)] = o;
+    v.push_back(r);
+  }
+  reports::report rep = reports::compare_run(v);
+  reports::oracle_apply(rep, d);
+  bool cross = false;
+  for (const reports::pair_summary& p : rep.pairs) {
+    INFO(p.cond_a << " vs " << p.cond_b);
+    cross = cross || (p.fidelity && p.fidelity_a);
+    CHECK_FALSE(p.fidelity_worse);
+  }
+  CHECK(cross);  // the cross pair carries both sides' fidelity
+  for (const std::string& n : rep.notes) CHECK(n.find("further from exact") == std::string::npos);
+}

@@ -108,6 +108,16 @@ TEST_CASE("oracle cli: run --oracle against serve --numerics exact, then report,
   CHECK(readme.find("not a near-tie") != std::string::npos);
   std::ifstream bj(dir + "/bug/bundle.json");
   CHECK(json::parse(bj)["oracle"]["class"] == "server-error");
+  // The bundle believes the figures only as the reports do: from another model file, no verdict.
+  json forged = json::parse(test::file_text(dir + "/run/oracle.json"));
+  forged["model"]["sha256"] = std::string(64, 'f');
+  std::filesystem::create_directories(dir + "/forged");
+  for (const char* f : {"records.jsonl", "run.json"}) std::filesystem::copy_file(dir + "/run/" + f, dir + "/forged/" + f);
+  test::write_file(dir + "/forged/oracle.json", forged.dump());
+  const test::cmd_result fb = test::run_cmd(test::detaudit_bin() + " bundle " + dir + "/forged --item 2 --no-tar -o " + dir + "/bug2");
+  INFO(fb.err);
+  REQUIRE(fb.exit_code == 0);
+  CHECK(test::file_text(dir + "/bug2/README.md").find("is not the file this target serves") != std::string::npos);
 
   const test::cmd_result cmp =
       test::run_cmd(test::detaudit_bin() + " compare " + dir + "/run " + dir + "/run --format json --fail-on none");
