@@ -1,8 +1,8 @@
 // The forward pass, written once for every architecture (llama, qwen2, qwen3) as a sequence of
 // named ops, and the op interface that each numerics backend implements.
 //
-// Goals: one place that says what a transformer block computes; backends (runtime/ops_exact,
-// ops_float, ops_reference) implement ops, never whole forward passes, so any op can be compared
+// Goals: one place that says what a transformer block computes; backends (backends/ops_exact,
+// ops_float, ops_reference, ops_gpu) implement ops, never whole forward passes, so any op can be compared
 // across backends. A step evaluates tokens of many sequences at once, each at its own position,
 // and each token attends only to its own sequence's cache.
 // Non-goals: scheduling (runtime/context.h), sampling.
@@ -13,7 +13,7 @@
 
 #include "model/model.h"
 
-namespace detaudit::runtime {
+namespace detaudit::backends {
 class kv_cache;
 }
 
@@ -30,7 +30,7 @@ struct act {
 // One token of a forward step. Its sequence's cache already holds positions [0, pos) and has
 // room for position pos; tokens of one sequence in one step have consecutive positions.
 struct step_token {
-  runtime::kv_cache* cache = nullptr;
+  backends::kv_cache* cache = nullptr;
   int64_t pos = 0;
   int32_t token = 0;
   bool logits = false;

@@ -68,7 +68,7 @@ bench_model_info bench_describe(const model::model& m);
 
 // Bytes of KV cache one position occupies, all layers, in the layout of `numerics` (float: f16 K
 // and V as llama.cpp; exact: int16 blocks of 32 plus an int32 exponent per block, see
-// runtime/ops_exact.cpp; reference: f64).
+// backends/ops_exact.cpp; reference: f64).
 uint64_t bench_kv_bytes_per_pos(const model::hparams& hp, numerics_mode numerics);
 
 // Runs the pp test then the tg test, each for every numerics. Returns the rows in that order

@@ -4,58 +4,18 @@
 
 #include "kernels/cpu/cpu.h"
 #include "model/forward.h"
-#include "runtime/kv_cache.h"
-#include "runtime/ops_common.h"
+#include "backends/kv_cache.h"
+#include "backends/thread_pool.h"
 #include "runtime/seq_file.h"
-#include "runtime/thread_pool.h"
 #include "util/error.h"
 
 namespace detaudit::runtime {
-
-const char* numerics_name(numerics_mode m) {
-  switch (m) {
-    case NUMERICS_EXACT: return "exact";
-    case NUMERICS_FLOAT: return "float";
-    case NUMERICS_REFERENCE: return "reference";
-  }
-  return "?";
-}
-
-numerics_mode numerics_from_name(const std::string& name) {
-  for (numerics_mode m : {NUMERICS_EXACT, NUMERICS_FLOAT, NUMERICS_REFERENCE})
-    if (name == numerics_name(m)) return m;
-  throw input_error("numerics '" + name + "': expected exact, float or reference");
-}
-
-std::unique_ptr<model::ops> ops_create(numerics_mode mode, const model::model& m, thread_pool* pool) {
-  switch (mode) {
-    case NUMERICS_EXACT: return ops_exact_create(m, pool);
-    case NUMERICS_FLOAT: return ops_float_create(m, pool);
-    case NUMERICS_REFERENCE: return ops_reference_create(m, pool);
-  }
-  throw std::logic_error("ops_create: unknown numerics mode");
-}
-
-const char* backend_name(backend_kind b) {
-  switch (b) {
-    case BACKEND_CPU: return "cpu";
-    case BACKEND_VULKAN: return "vulkan";
-    case BACKEND_CUDA: return "cuda";
-  }
-  return "?";
-}
-
-backend_kind backend_from_name(const std::string& name) {
-  for (backend_kind b : {BACKEND_CPU, BACKEND_VULKAN, BACKEND_CUDA})
-    if (name == backend_name(b)) return b;
-  throw input_error("backend '" + name + "': expected cpu, vulkan or cuda");
-}
 
 namespace {
 
 struct sequence {
   std::vector<int32_t> tokens;
-  kv_cache cache;
+  backends::kv_cache cache;
 };
 
 constexpr int64_t k_max_ctx = int64_t(1) << 24;
@@ -65,7 +25,7 @@ constexpr int64_t k_max_ctx = int64_t(1) << 24;
 struct context::impl {
   std::shared_ptr<const model::model> m;
   context_params p;
-  std::unique_ptr<thread_pool> pool;
+  std::unique_ptr<backends::thread_pool> pool;
   std::unique_ptr<model::ops> ops;
   std::string device;  // device_description()
   std::map<int32_t, sequence> seqs;
@@ -84,7 +44,7 @@ struct context::impl {
     seqs.emplace(id, std::move(s));
     return id;
   }
-  kv_cache empty_cache() const { return kv_cache(m->hp().n_layer, ops->kv_cell_bytes()); }
+  backends::kv_cache empty_cache() const { return backends::kv_cache(m->hp().n_layer, ops->kv_cell_bytes()); }
   // Checks the batch; returns the position of each entry. Throws input_error, changing nothing.
   std::vector<int64_t> check_batch(const std::vector<token_in>& batch);
   // Runs the forward steps of a checked batch whose caches are already sized.
@@ -101,15 +61,15 @@ context::context(std::shared_ptr<const model::model> m, const context_params& p)
   p_->m = std::move(m);
   p_->p = p;
   if (p_->p.n_ctx == 0) p_->p.n_ctx = std::min(p_->m->hp().n_ctx_train, k_max_ctx);
-  if (p.n_threads > 1) p_->pool = std::make_unique<thread_pool>(p.n_threads);
+  if (p.n_threads > 1) p_->pool = std::make_unique<backends::thread_pool>(p.n_threads);
   if (p.backend == BACKEND_CPU) {
-    p_->ops = ops_create(p.numerics, *p_->m, p_->pool.get());
+    p_->ops = backends::ops_create(p.numerics, *p_->m, p_->pool.get());
     p_->device = std::string("cpu ") + (p.numerics == NUMERICS_EXACT ? kernels::cpu::isa_name(kernels::cpu::isa_default()) : "scalar");
   } else {
     if (p.numerics != NUMERICS_EXACT)
       throw input_error(std::string("--backend ") + backend_name(p.backend) + " runs --numerics exact only, not " +
                         numerics_name(p.numerics));
-    p_->ops = ops_gpu_create(p.backend, p.device, *p_->m, p_->pool.get(), &p_->device);
+    p_->ops = backends::ops_gpu_create(p.backend, p.device, *p_->m, p_->pool.get(), &p_->device);
   }
 }
 

@@ -16,32 +16,21 @@
 #include <string>
 #include <vector>
 
+#include "backends/backend.h"
 #include "model/model.h"
 
 namespace detaudit::runtime {
 
-enum numerics_mode {
-  NUMERICS_EXACT,      // integer sums, order-independent: docs/precision-contract.md
-  NUMERICS_FLOAT,      // an ordinary engine's float arithmetic (llama.cpp's rounding points)
-  NUMERICS_REFERENCE,  // float64 throughout, scalar: the ground truth for fidelity
-};
-
-const char* numerics_name(numerics_mode m);  // "exact", "float", "reference"
-// Parses "exact" / "float" / "reference"; throws input_error otherwise.
-numerics_mode numerics_from_name(const std::string& name);
-
-// Where the forward pass runs. GPU backends run --numerics exact only and give the CPU backend's
-// bits (kernels/gpu/gpu.h); activations and the KV cache stay in host memory either way, so cache
-// copies, truncation and save/restore do not depend on the backend.
-enum backend_kind {
-  BACKEND_CPU,
-  BACKEND_VULKAN,
-  BACKEND_CUDA,
-};
-
-const char* backend_name(backend_kind b);  // "cpu", "vulkan", "cuda"
-// Parses "cpu" / "vulkan" / "cuda"; throws input_error otherwise.
-backend_kind backend_from_name(const std::string& name);
+// The numerics and backend choices are the backends layer's (backends/backend.h); the runtime
+// speaks of them by the same names.
+using backends::numerics_mode;
+using enum backends::numerics_mode;
+using backends::numerics_name;
+using backends::numerics_from_name;
+using backends::backend_kind;
+using enum backends::backend_kind;
+using backends::backend_name;
+using backends::backend_from_name;
 
 struct context_params {
   numerics_mode numerics = NUMERICS_EXACT;

@@ -38,7 +38,7 @@ void expect(const std::string& path, const char* field, const std::string& want,
 }
 
 // xxh3-64 of the tokens and then each layer's cells, as they are laid out in the file.
-uint64_t payload_hash(const std::vector<int32_t>& tokens, const kv_cache& cache) {
+uint64_t payload_hash(const std::vector<int32_t>& tokens, const backends::kv_cache& cache) {
   XXH3_state_t* st = XXH3_createState();
   XXH3_64bits_reset(st);
   XXH3_64bits_update(st, tokens.data(), 4 * tokens.size());
@@ -52,7 +52,7 @@ uint64_t payload_hash(const std::vector<int32_t>& tokens, const kv_cache& cache)
 }  // namespace
 
 void seq_file_write(const std::string& path, const seq_file_header& h, const std::vector<int32_t>& tokens,
-                    const kv_cache& cache) {
+                    const backends::kv_cache& cache) {
   std::vector<uint8_t> head(k_header_bytes, 0);
   std::memcpy(head.data(), k_magic, 8);
   put<uint32_t>(head, 8, SEQ_FILE_VERSION);
@@ -91,7 +91,7 @@ void seq_file_write(const std::string& path, const seq_file_header& h, const std
 }
 
 void seq_file_read(const std::string& path, const seq_file_header& want, int64_t n_ctx, int64_t n_vocab,
-                   std::vector<int32_t>& tokens, kv_cache& cache) {
+                   std::vector<int32_t>& tokens, backends::kv_cache& cache) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw input_error(path + ": cannot open saved sequence");
   std::vector<uint8_t> head(k_header_bytes);

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "runtime/context.h"
-#include "runtime/kv_cache.h"
+#include "backends/kv_cache.h"
 
 namespace detaudit::runtime {
 
@@ -43,12 +43,12 @@ constexpr uint32_t SEQ_FILE_VERSION = 1;
 // file system fits), then renames it to path; on failure the temporary file is removed. Throws
 // input_error when the file cannot be written.
 void seq_file_write(const std::string& path, const seq_file_header& h, const std::vector<int32_t>& tokens,
-                    const kv_cache& cache);
+                    const backends::kv_cache& cache);
 
 // Reads a file written for `want` (every header field must match); tokens must be fewer than
 // n_ctx + 1 and each below n_vocab. Fills tokens and resizes cache (which has want's layout).
 // Throws input_error naming the file, the field, what was expected and what was found.
 void seq_file_read(const std::string& path, const seq_file_header& want, int64_t n_ctx, int64_t n_vocab,
-                   std::vector<int32_t>& tokens, kv_cache& cache);
+                   std::vector<int32_t>& tokens, backends::kv_cache& cache);
 
 }  // namespace detaudit::runtime

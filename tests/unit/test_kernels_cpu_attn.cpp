@@ -54,7 +54,7 @@ void fill_vector(rng& r, float* x, int64_t head_dim, const spread& sp) {
     fill_block(r, x + i0, std::min<int64_t>(QBLOCK, head_dim - i0), sp);
 }
 
-// A KV cache laid out like runtime/ops_exact.cpp, one cell per position, nb = ceil(head_dim/32):
+// A KV cache laid out like backends/exact_cell.h, one cell per position, nb = ceil(head_dim/32):
 //   [K q: (n_head_kv, nb * 32) int16][V q: same][K exp: (n_head_kv, nb) int32][V exp: same]
 struct gqa_cache {
   int64_t head_dim = 0;

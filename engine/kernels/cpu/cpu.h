@@ -6,7 +6,7 @@
 // kernel has a portable scalar variant and SIMD variants chosen at run time (AVX2, AVX-512 with
 // VNNI); the variant never changes a bit, only the speed, because every reduction is an integer
 // sum and every remaining float operation is the same correctly rounded sequence.
-// Non-goals: float numerics (runtime/ops_float.cpp), GPUs (kernels/vulkan, kernels/cuda).
+// Non-goals: float numerics (backends/ops_float.cpp), GPUs (kernels/vulkan, kernels/cuda).
 //
 // Thread-safety: pure functions; concurrent calls may write disjoint outputs.
 #pragma once

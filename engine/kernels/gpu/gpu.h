@@ -1,5 +1,5 @@
 // GPU devices for `--numerics exact`: one interface that the Vulkan (kernels/vulkan) and CUDA
-// (kernels/cuda) backends implement, and that runtime/ops_gpu.cpp drives.
+// (kernels/cuda) backends implement, and that backends/ops_gpu.cpp drives.
 //
 // Goals: every op of the forward pass that does arithmetic runs on the device and gives the bytes
 // of its kernels/ref twin (docs/precision-contract.md), whatever the device, driver or tiling; the

@@ -15,10 +15,10 @@
 #include "gguf/quants.h"
 #include "kernels/gpu/gpu.h"
 #include "kernels/ref/ref.h"
-#include "runtime/ops_common.h"
+#include "backends/ops_storage.h"
 #include "util/error.h"
 
-namespace detaudit::runtime {
+namespace detaudit::backends {
 namespace {
 
 using numerics::QBLOCK;
@@ -140,4 +140,4 @@ std::unique_ptr<model::ops> ops_gpu_create(backend_kind b, int device, const mod
   return std::make_unique<ops_gpu>(std::move(dev), m, pool);
 }
 
-}  // namespace detaudit::runtime
+}  // namespace detaudit::backends

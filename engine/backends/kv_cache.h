@@ -1,7 +1,7 @@
 // One sequence's KV cache: raw bytes per layer, one fixed-size cell per position.
 //
 // Goals: a storage that the runtime can grow, truncate, copy (prefix reuse) and write to disk
-// without knowing what a cell holds; the numerics backend (runtime/ops_*.h) decides the cell
+// without knowing what a cell holds; the numerics backend (backends/ops_*.cpp) decides the cell
 // layout (int16 blocks + exponents in exact mode, f16 in float mode, f64 in reference mode) and
 // is the only code that reads or writes cell contents.
 // Non-goals: paging, sharing cells between sequences (a fork copies).
@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace detaudit::runtime {
+namespace detaudit::backends {
 
 class kv_cache {
  public:
@@ -42,4 +42,4 @@ class kv_cache {
   std::vector<std::vector<uint8_t>> layers_;
 };
 
-}  // namespace detaudit::runtime
+}  // namespace detaudit::backends

@@ -1,5 +1,5 @@
-// What every numerics backend shares: activation storage of one element type (f32 or f64),
-// step bookkeeping and the factory.
+// What every numerics backend shares: activation storage of one element type (f32 or f64) and
+// step bookkeeping.
 //
 // Goals: backends (ops_exact, ops_float, ops_reference) differ only in arithmetic; storage,
 // row gathering and the step's token list live here once.
@@ -11,22 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "model/forward.h"
-#include "runtime/context.h"
-#include "runtime/kv_cache.h"
-#include "runtime/thread_pool.h"
+#include "backends/backend.h"
+#include "backends/kv_cache.h"
+#include "backends/thread_pool.h"
 
-namespace detaudit::runtime {
-
-// A backend for `mode`. The model and pool must outlive it; pool may be null (one thread).
-std::unique_ptr<model::ops> ops_create(numerics_mode mode, const model::model& m, thread_pool* pool);
-// The exact ops on a GPU device (ops_gpu.cpp); `description` receives the device's description.
-// Throws input_error when the backend is not built or the device is missing or refuses.
-std::unique_ptr<model::ops> ops_gpu_create(backend_kind b, int device, const model::model& m, thread_pool* pool,
-                                           std::string* description);
-std::unique_ptr<model::ops> ops_exact_create(const model::model& m, thread_pool* pool);      // ops_exact.cpp
-std::unique_ptr<model::ops> ops_float_create(const model::model& m, thread_pool* pool);      // ops_float.cpp
-std::unique_ptr<model::ops> ops_reference_create(const model::model& m, thread_pool* pool);  // ops_reference.cpp
+namespace detaudit::backends {
 
 // Activation storage of element type T (float or double).
 template <class T>
@@ -87,4 +76,4 @@ class ops_storage : public model::ops {
   size_t n_used_ = 0;
 };
 
-}  // namespace detaudit::runtime
+}  // namespace detaudit::backends

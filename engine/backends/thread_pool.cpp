@@ -1,9 +1,9 @@
-#include "runtime/thread_pool.h"
+#include "backends/thread_pool.h"
 
 #include <algorithm>
 #include <stdexcept>
 
-namespace detaudit::runtime {
+namespace detaudit::backends {
 
 namespace {
 
@@ -114,4 +114,4 @@ void split_range(int64_t n, int64_t n_parts, int64_t part, int64_t align, int64_
   *end = std::min(n, u1 * align);
 }
 
-}  // namespace detaudit::runtime
+}  // namespace detaudit::backends

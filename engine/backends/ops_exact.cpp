@@ -17,10 +17,10 @@
 #include "gguf/quants.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/ref/ref.h"
-#include "runtime/ops_common.h"
+#include "backends/ops_storage.h"
 #include "util/error.h"
 
-namespace detaudit::runtime {
+namespace detaudit::backends {
 namespace {
 
 using numerics::QBLOCK;
@@ -253,4 +253,4 @@ std::unique_ptr<model::ops> ops_exact_create(const model::model& m, thread_pool*
   return std::make_unique<ops_exact>(m, pool);
 }
 
-}  // namespace detaudit::runtime
+}  // namespace detaudit::backends

@@ -20,9 +20,9 @@
 #include <cstring>
 
 #include "gguf/quants.h"
-#include "runtime/ops_common.h"
+#include "backends/ops_storage.h"
 
-namespace detaudit::runtime {
+namespace detaudit::backends {
 namespace {
 
 constexpr int64_t k_gemm_min_tokens = 32;  // llama.cpp's switch to the batched kernel
@@ -273,4 +273,4 @@ std::unique_ptr<model::ops> ops_float_create(const model::model& m, thread_pool*
   return std::make_unique<ops_float>(m, pool);
 }
 
-}  // namespace detaudit::runtime
+}  // namespace detaudit::backends

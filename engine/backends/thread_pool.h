@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-namespace detaudit::runtime {
+namespace detaudit::backends {
 
 class thread_pool {
  public:
@@ -53,4 +53,4 @@ class thread_pool {
 // parts as equal as possible, each starting at a multiple of `align`.
 void split_range(int64_t n, int64_t n_parts, int64_t part, int64_t align, int64_t* begin, int64_t* end);
 
-}  // namespace detaudit::runtime
+}  // namespace detaudit::backends

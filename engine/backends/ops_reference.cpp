@@ -6,9 +6,9 @@
 #include <cstring>
 
 #include "gguf/quants.h"
-#include "runtime/ops_common.h"
+#include "backends/ops_storage.h"
 
-namespace detaudit::runtime {
+namespace detaudit::backends {
 namespace {
 
 class ops_reference final : public ops_storage<double> {
@@ -142,4 +142,4 @@ std::unique_ptr<model::ops> ops_reference_create(const model::model& m, thread_p
   return std::make_unique<ops_reference>(m, pool);
 }
 
-}  // namespace detaudit::runtime
+}  // namespace detaudit::backends

@@ -1,9 +1,9 @@
-#include "runtime/kv_cache.h"
+#include "backends/kv_cache.h"
 
 #include <algorithm>
 #include <stdexcept>
 
-namespace detaudit::runtime {
+namespace detaudit::backends {
 
 kv_cache::kv_cache(int64_t n_layer, uint64_t cell_bytes) : cell_bytes_(cell_bytes), layers_(static_cast<size_t>(n_layer)) {
   if (n_layer < 1 || cell_bytes == 0) throw std::logic_error("kv_cache: n_layer and cell_bytes must be positive");
@@ -28,4 +28,4 @@ kv_cache kv_cache::prefix(int64_t n) const {
   return c;
 }
 
-}  // namespace detaudit::runtime
+}  // namespace detaudit::backends
