@@ -3,21 +3,19 @@
 // the OUTPUT ROWS (in panels of 16), which any split leaves bit-identical: integer weight types
 // run on the fast kernels of kernels/cpu (the instruction set of cpu::isa_default()), F32/F16/BF16
 // weights on the reference kernel, both giving the bits of kernels/ref; RMSNorm, SwiGLU and adds
-// are kernels/cpu's twins of the ref kernels; RoPE uses tables computed on the host (rope_table_row); the KV cache holds the roped K
-// and V as int16 blocks with one exponent per block, and attention is attention_exact_ref over
-// exactly the positions [0, pos] of the token's own sequence (kernels/cpu's grouped attention:
-// the query heads of one KV head together, each with attention_exact_ref's bits). No libm anywhere.
-//
-// Cache cell layout (one position, one layer), nb = ceil(head_dim / 32):
-//   [K q: (n_head_kv, nb * 32) int16][V q: same][K exp: (n_head_kv, nb) int32][V exp: same]
+// are kernels/cpu's twins of the ref kernels; RoPE uses tables computed on the host (rope_tables);
+// the KV cache holds the roped K and V as int16 blocks with one exponent per block (exact_cell.h),
+// and attention is attention_exact_ref over exactly the positions [0, pos] of the token's own
+// sequence (kernels/cpu's grouped attention: the query heads of one KV head together, each with
+// attention_exact_ref's bits). No libm anywhere.
 #include <cmath>
 #include <cstring>
 #include <unordered_map>
 
-#include "gguf/quants.h"
+#include "backends/exact_cell.h"
+#include "backends/ops_storage.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/ref/ref.h"
-#include "backends/ops_storage.h"
 #include "util/error.h"
 
 namespace detaudit::backends {
@@ -40,41 +38,23 @@ void weight_reading(const model::weight& w, F&& fn) {
 class ops_exact final : public ops_storage<float> {
  public:
   ops_exact(const model::model& m, thread_pool* pool)
-      : ops_storage<float>(m, pool), nb_((m.hp().head_dim + QBLOCK - 1) / QBLOCK), isa_(kernels::cpu::isa_default()) {}
+      : ops_storage<float>(m, pool), cell_(m.hp()), rope_(m), isa_(kernels::cpu::isa_default()) {}
 
-  uint64_t kv_cell_bytes() const override { return 2 * q_elems() * sizeof(int16_t) + 2 * exp_elems() * sizeof(int32_t); }
-
-  void begin_step(const std::vector<model::step_token>& toks) override {
-    q_cached_ = pack_cached_ = -1;
-    ops_storage<float>::begin_step(toks);
-  }
-  model::act alloc(int64_t rows, int64_t cols) override {
-    q_cached_ = pack_cached_ = -1;
-    return ops_storage<float>::alloc(rows, cols);
-  }
+  uint64_t kv_cell_bytes() const override { return cell_.bytes(); }
 
   void embed(const model::weight& w, model::act out) override {
-    q_cached_ = pack_cached_ = -1;
+    const writer o = write(out);
     for_ranges(out.rows, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
-        float* o = row(out, t);
-        gguf::quants_dequantize_row(w.type, w.row(tok(t).token), o, w.n_in);
-        for (int64_t i = 0; i < w.n_in; ++i) {
-          if (!std::isfinite(o[i]))
-            throw input_error("tensor '" + w.name + "': row " + std::to_string(tok(t).token) + " holds a non-finite value (" +
-                              std::to_string(o[i]) + ") at element " + std::to_string(i));
-          o[i] = numerics::flush(o[i]);
-        }
-      }
+      for (int64_t t = t0; t < t1; ++t) embed_row_exact(w, tok(t).token, o.row(t));
     });
   }
 
   void rms_norm(model::act x, const std::vector<float>& w, int64_t group, model::act out) override {
-    q_cached_ = pack_cached_ = -1;
     const float eps = static_cast<float>(hp_.rms_eps);
+    const writer o = write(out);
     for_ranges(x.rows, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t)
-        for (int64_t g = 0; g < x.cols; g += group) kernels::cpu::rms_norm_f32_cpu(isa_, row(x, t) + g, w.data(), group, eps, row(out, t) + g);
+        for (int64_t g = 0; g < x.cols; g += group) kernels::cpu::rms_norm_f32_cpu(isa_, row(x, t) + g, w.data(), group, eps, o.row(t) + g);
     });
   }
 
@@ -83,24 +63,25 @@ class ops_exact final : public ops_storage<float> {
       matmul_fast(w, x, y);
       return;
     }
-    if (q_cached_ != x.id) {
+    if (q_of_ != generation(x)) {
       xq_.resize(static_cast<size_t>(x.rows));
       for (int64_t t = 0; t < x.rows; ++t) numerics::quantize_act(row(x, t), x.cols, xq_[t]);
-      q_cached_ = x.id;
+      q_of_ = generation(x);
     }
     const int64_t n_parts = std::min<int64_t>(n_threads(), w.n_out);
+    const writer o = write(y);
     weight_reading(w, [&] {
       parallel(n_parts, [&](int64_t part) {
         int64_t r0, r1;
         split_range(w.n_out, n_parts, part, 1, &r0, &r1);
-        kernels::matmul_exact_ref(xq_.data(), x.rows, w.type, w.data, w.n_in, w.n_out, data(y), r0, r1);
+        kernels::matmul_exact_ref(xq_.data(), x.rows, w.type, w.data, w.n_in, w.n_out, o.data(), r0, r1);
       });
     });
   }
 
   // The fast path: x packed once (threads splitting tokens), rows split in panels of 16.
   void matmul_fast(const model::weight& w, model::act x, model::act y) {
-    if (pack_cached_ != x.id) {
+    if (pack_of_ != generation(x)) {
       kernels::cpu::act_pack_init(x.rows, x.cols, pack_);
       const int64_t n_parts = std::min<int64_t>(n_threads(), x.rows);
       parallel(n_parts, [&](int64_t part) {
@@ -108,15 +89,16 @@ class ops_exact final : public ops_storage<float> {
         split_range(x.rows, n_parts, part, 1, &t0, &t1);
         kernels::cpu::act_pack_rows(data(x), t0, t1, pack_);
       });
-      pack_cached_ = x.id;
+      pack_of_ = generation(x);
     }
     const int64_t n_parts = std::min<int64_t>(n_threads(), (w.n_out + 15) / 16);
+    const writer o = write(y);
     weight_reading(w, [&] {
       const int32_t* bounds = row_bounds(w);
       parallel(n_parts, [&](int64_t part) {
         int64_t r0, r1;
         split_range(w.n_out, n_parts, part, 16, &r0, &r1);
-        kernels::cpu::matmul_exact_cpu(isa_, pack_, w.type, w.data, w.n_out, bounds, data(y), r0, r1);
+        kernels::cpu::matmul_exact_cpu(isa_, pack_, w.type, w.data, w.n_out, bounds, o.data(), r0, r1);
       });
     });
   }
@@ -136,19 +118,19 @@ class ops_exact final : public ops_storage<float> {
   }
 
   void add_bias(model::act x, const std::vector<float>& b) override {
-    q_cached_ = pack_cached_ = -1;
+    const writer o = write(x);
     for (int64_t t = 0; t < x.rows; ++t)
-      kernels::add_f32_ref(row(x, t), b.data(), x.cols, row(x, t));
+      kernels::add_f32_ref(row(x, t), b.data(), x.cols, o.row(t));
   }
 
   void rope(model::act x, int64_t n_head) override {
-    q_cached_ = pack_cached_ = -1;
     const bool neox = model::arch_rope_kind(hp_.arch) == model::ROPE_NEOX;
     std::vector<const float*> tables(static_cast<size_t>(x.rows));
-    for (int64_t t = 0; t < x.rows; ++t) tables[static_cast<size_t>(t)] = rope_row(tok(t).pos);
+    for (int64_t t = 0; t < x.rows; ++t) tables[static_cast<size_t>(t)] = rope_.row(tok(t).pos);
+    const writer o = write(x);
     for_ranges(x.rows, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t)
-        kernels::rope_f32_ref(row(x, t), n_head, hp_.head_dim, hp_.n_rot, tok(t).pos, neox, tables[static_cast<size_t>(t)]);
+        kernels::rope_f32_ref(o.row(t), n_head, hp_.head_dim, hp_.n_rot, tok(t).pos, neox, tables[static_cast<size_t>(t)]);
     });
   }
 
@@ -156,43 +138,35 @@ class ops_exact final : public ops_storage<float> {
     for_ranges(k.rows, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
         uint8_t* cell = tok(t).cache->cell(layer, tok(t).pos);
-        int16_t* q = reinterpret_cast<int16_t*>(cell);
-        int32_t* e = reinterpret_cast<int32_t*>(cell + 2 * q_elems() * sizeof(int16_t));
-        store_heads(row(k, t), q, e);
-        store_heads(row(v, t), q + q_elems(), e + exp_elems());
+        store_heads(row(k, t), cell_.k_q(cell), cell_.k_exp(cell));
+        store_heads(row(v, t), cell_.v_q(cell), cell_.v_exp(cell));
       }
     });
   }
 
   void attention(int64_t layer, model::act q, model::act out) override {
-    q_cached_ = pack_cached_ = -1;
     const float kq_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hp_.head_dim)));
     const int64_t group = hp_.n_head / hp_.n_head_kv;  // query heads per KV head
+    const writer o = write(out);
     parallel(q.rows * hp_.n_head_kv, [&](int64_t i) {
       const int64_t t = i / hp_.n_head_kv, kvh = i % hp_.n_head_kv, h0 = kvh * group;
-      const uint8_t* base = tok(t).cache->cell(layer, 0);
-      const int16_t* kq = reinterpret_cast<const int16_t*>(base) + kvh * nb_ * QBLOCK;
-      const int32_t* ke = reinterpret_cast<const int32_t*>(base + 2 * q_elems() * sizeof(int16_t)) + kvh * nb_;
-      const int64_t qs = static_cast<int64_t>(kv_cell_bytes() / sizeof(int16_t));
-      const int64_t es = static_cast<int64_t>(kv_cell_bytes() / sizeof(int32_t));
-      const kernels::kv_head_view kv{kq, ke, qs, es};
-      const kernels::kv_head_view vv{kq + q_elems(), ke + exp_elems(), qs, es};
-      kernels::cpu::attention_exact_cpu_heads(isa_, row(q, t) + h0 * hp_.head_dim, group, hp_.head_dim, kv, vv,
-                                              tok(t).pos + 1, kq_scale, row(out, t) + h0 * hp_.head_dim);
+      const uint8_t* first = tok(t).cache->cell(layer, 0);
+      kernels::cpu::attention_exact_cpu_heads(isa_, row(q, t) + h0 * hp_.head_dim, group, hp_.head_dim, cell_.k_view(first, kvh),
+                                              cell_.v_view(first, kvh), tok(t).pos + 1, kq_scale, o.row(t) + h0 * hp_.head_dim);
     });
   }
 
   void swiglu(model::act gate, model::act up, model::act out) override {
-    q_cached_ = pack_cached_ = -1;
+    const writer o = write(out);
     for_ranges(gate.rows * gate.cols, kElementChunk, [&](int64_t i0, int64_t i1) {
-      kernels::cpu::swiglu_f32_cpu(isa_, data(gate) + i0, data(up) + i0, i1 - i0, data(out) + i0);
+      kernels::cpu::swiglu_f32_cpu(isa_, data(gate) + i0, data(up) + i0, i1 - i0, o.data() + i0);
     });
   }
 
   void add(model::act a, model::act b, model::act out) override {
-    q_cached_ = pack_cached_ = -1;
+    const writer o = write(out);
     for_ranges(a.rows * a.cols, kElementChunk, [&](int64_t i0, int64_t i1) {
-      kernels::cpu::add_f32_cpu(isa_, data(a) + i0, data(b) + i0, i1 - i0, data(out) + i0);
+      kernels::cpu::add_f32_cpu(isa_, data(a) + i0, data(b) + i0, i1 - i0, o.data() + i0);
     });
   }
 
@@ -215,36 +189,24 @@ class ops_exact final : public ops_storage<float> {
     });
   }
 
-  uint64_t q_elems() const { return static_cast<uint64_t>(hp_.n_head_kv * nb_ * QBLOCK); }
-  uint64_t exp_elems() const { return static_cast<uint64_t>(hp_.n_head_kv * nb_); }
-
   // Quantizes each KV head of x (n_head_kv, head_dim) into q (n_head_kv, nb * 32), e (n_head_kv, nb).
   void store_heads(const float* x, int16_t* q, int32_t* e) const {
+    const int64_t nb = cell_.nb;
     for (int64_t h = 0; h < hp_.n_head_kv; ++h)
-      for (int64_t b = 0; b < nb_; ++b) {
+      for (int64_t b = 0; b < nb; ++b) {
         const int64_t i0 = b * QBLOCK, n = std::min<int64_t>(QBLOCK, hp_.head_dim - i0);
-        e[h * nb_ + b] = kernels::cpu::quantize_block_cpu(x + h * hp_.head_dim + i0, static_cast<int>(n), q + (h * nb_ + b) * QBLOCK);
+        e[h * nb + b] = kernels::cpu::quantize_block_cpu(x + h * hp_.head_dim + i0, static_cast<int>(n), q + (h * nb + b) * QBLOCK);
       }
   }
 
-  // The RoPE (cos, sin) table row of a position, computed once per position.
-  const float* rope_row(int64_t pos) {
-    auto it = rope_rows_.find(pos);
-    if (it != rope_rows_.end()) return it->second.data();
-    std::vector<float> r(static_cast<size_t>(hp_.n_rot));
-    kernels::rope_table_row(pos, hp_.n_rot, hp_.rope_freq_base, hp_.rope_scale_linear,
-                            m_.rope_factors.empty() ? nullptr : m_.rope_factors.data(), r.data());
-    return rope_rows_.emplace(pos, std::move(r)).first->second.data();
-  }
-
-  int64_t nb_;
-  std::vector<numerics::qvec> xq_;  // the quantized rows of activation q_cached_
-  int32_t q_cached_ = -1;
+  exact_cell cell_;
+  rope_tables rope_;
   kernels::cpu::isa isa_;
-  kernels::cpu::act_pack pack_;     // the packed rows of activation pack_cached_
-  int32_t pack_cached_ = -1;
+  std::vector<numerics::qvec> xq_;  // the quantized rows of the activation written at generation q_of_
+  uint64_t q_of_ = 0;               // 0: none (generations start at 1)
+  kernels::cpu::act_pack pack_;     // the packed rows of the activation written at generation pack_of_
+  uint64_t pack_of_ = 0;
   std::unordered_map<const uint8_t*, std::vector<int32_t>> bounds_;
-  std::unordered_map<int64_t, std::vector<float>> rope_rows_;
 };
 
 }  // namespace

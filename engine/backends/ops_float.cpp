@@ -92,14 +92,16 @@ class ops_float final : public ops_storage<float> {
   uint64_t kv_cell_bytes() const override { return 2 * sizeof(uint16_t) * static_cast<uint64_t>(kv_dim()); }
 
   void embed(const model::weight& w, model::act out) override {
-    for (int64_t t = 0; t < out.rows; ++t) gguf::quants_dequantize_row(w.type, w.row(tok(t).token), row(out, t), w.n_in);
+    const writer o = write(out);
+    for (int64_t t = 0; t < out.rows; ++t) gguf::quants_dequantize_row(w.type, w.row(tok(t).token), o.row(t), w.n_in);
   }
 
   void rms_norm(model::act x, const std::vector<float>& w, int64_t group, model::act out) override {
+    const writer ow = write(out);
     for (int64_t t = 0; t < x.rows; ++t)
       for (int64_t g = 0; g < x.cols; g += group) {
         const float* a = row(x, t) + g;
-        float* o = row(out, t) + g;
+        float* o = ow.row(t) + g;
         double sum = 0;
         for (int64_t i = 0; i < group; ++i) sum += static_cast<double>(a[i] * a[i]);
         const float mean = static_cast<float>(sum / static_cast<double>(group));
@@ -114,8 +116,9 @@ class ops_float final : public ops_storage<float> {
   }
 
   void add_bias(model::act x, const std::vector<float>& b) override {
+    const writer o = write(x);
     for (int64_t t = 0; t < x.rows; ++t)
-      for (int64_t i = 0; i < x.cols; ++i) row(x, t)[i] += b[i];
+      for (int64_t i = 0; i < x.cols; ++i) o.row(t)[i] += b[i];
   }
 
   void rope(model::act x, int64_t n_head) override;
@@ -130,25 +133,28 @@ class ops_float final : public ops_storage<float> {
   }
 
   void attention(int64_t layer, model::act q, model::act out) override {
-    parallel(q.rows, [&](int64_t t) { attend_token(layer, t, q, out); });
+    const writer o = write(out);
+    parallel(q.rows, [&](int64_t t) { attend_token(layer, t, q, o); });
   }
 
   void swiglu(model::act gate, model::act up, model::act out) override {
+    float* o = write(out).data();
     for (int64_t i = 0; i < gate.rows * gate.cols; ++i) {
       const float g = data(gate)[i];
-      data(out)[i] = (g / (1.0f + std::exp(-g))) * data(up)[i];
+      o[i] = (g / (1.0f + std::exp(-g))) * data(up)[i];
     }
   }
 
   void add(model::act a, model::act b, model::act out) override {
-    for (int64_t i = 0; i < a.rows * a.cols; ++i) data(out)[i] = data(a)[i] + data(b)[i];
+    float* o = write(out).data();
+    for (int64_t i = 0; i < a.rows * a.cols; ++i) o[i] = data(a)[i] + data(b)[i];
   }
 
  private:
   int64_t kv_dim() const { return hp_.n_head_kv * hp_.head_dim; }
   void matmul_vec(const model::weight& w, model::act x, model::act y);
   void matmul_gemm(const model::weight& w, model::act x, model::act y);
-  void attend_token(int64_t layer, int64_t t, model::act q, model::act out);
+  void attend_token(int64_t layer, int64_t t, model::act q, const writer& out);
 };
 
 // Each thread takes one contiguous K chunk (whole blocks) of every row; partials are added in
@@ -181,15 +187,17 @@ void ops_float::matmul_vec(const model::weight& w, model::act x, model::act y) {
       }
     }
   });
+  const writer o = write(y);
   for (int64_t t = 0; t < x.rows; ++t)
     for (int64_t r = 0; r < w.n_out; ++r) {
       float s = partial[0][t * w.n_out + r];
       for (int64_t p = 1; p < n_parts; ++p) s += partial[p][t * w.n_out + r];
-      row(y, t)[r] = s;
+      o.row(t)[r] = s;
     }
 }
 
 void ops_float::matmul_gemm(const model::weight& w, model::act x, model::act y) {
+  const writer o = write(y);
   parallel(n_threads(), [&](int64_t part) {
     int64_t r0, r1;
     split_range(w.n_out, n_threads(), part, 1, &r0, &r1);
@@ -204,7 +212,7 @@ void ops_float::matmul_gemm(const model::weight& w, model::act x, model::act y) 
           for (int64_t i = k0; i < std::min(k0 + k_gemm_tile, w.n_in); ++i) s += wf[i] * a[i];
           sum += s;
         }
-        row(y, t)[r] = sum;
+        o.row(t)[r] = sum;
       }
     }
   });
@@ -216,6 +224,7 @@ void ops_float::rope(model::act x, int64_t n_head) {
   const float theta_scale = std::pow(static_cast<float>(hp_.rope_freq_base), -2.0f / static_cast<float>(n_rot));
   const float freq_scale = static_cast<float>(hp_.rope_scale_linear);
   std::vector<float> cs(static_cast<size_t>(n_rot));
+  const writer o = write(x);
   for (int64_t t = 0; t < x.rows; ++t) {
     float theta = static_cast<float>(tok(t).pos);
     for (int64_t i = 0; i < half; ++i) {
@@ -226,7 +235,7 @@ void ops_float::rope(model::act x, int64_t n_head) {
       theta *= theta_scale;
     }
     for (int64_t h = 0; h < n_head; ++h) {
-      float* p = row(x, t) + h * hd;
+      float* p = o.row(t) + h * hd;
       for (int64_t i = 0; i < half; ++i) {
         const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
         const float a = p[i0], b = p[i1], c = cs[2 * i], s = cs[2 * i + 1];
@@ -237,7 +246,7 @@ void ops_float::rope(model::act x, int64_t n_head) {
   }
 }
 
-void ops_float::attend_token(int64_t layer, int64_t t, model::act q, model::act out) {
+void ops_float::attend_token(int64_t layer, int64_t t, model::act q, const writer& out) {
   const float* f16 = fp16_table();
   const int64_t hd = hp_.head_dim, n_kv = tok(t).pos + 1, group = hp_.n_head / hp_.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -257,7 +266,7 @@ void ops_float::attend_token(int64_t layer, int64_t t, model::act q, model::act 
     for (int64_t p = 0; p < n_kv; ++p) sum += static_cast<double>(w[p] = std::exp(w[p] - mx));
     const float inv = static_cast<float>(1.0 / sum);
     for (int64_t p = 0; p < n_kv; ++p) w[p] = round_fp16(w[p] * inv);
-    float* o = row(out, t) + h * hd;
+    float* o = out.row(t) + h * hd;
     for (int64_t i = 0; i < hd; ++i) {
       float s = 0;
       for (int64_t p = 0; p < n_kv; ++p)

@@ -1,7 +1,7 @@
 // --numerics exact on a GPU (--backend vulkan / cuda): the ops of ops_exact.cpp with the arithmetic
 // on a kernels::gpu::device, which gives kernels/ref's bytes for every op. The activations and the
-// KV cache stay in host memory with ops_exact's layouts (the same cache cell, so a cache saved on
-// one backend restores on another); each op copies its inputs to the device and its result back.
+// KV cache stay in host memory with ops_exact's layouts (the same cache cell, exact_cell.h, so a
+// cache saved on one backend restores on another); each op copies its inputs to the device and its result back.
 // Weights are uploaded on first use and kept. The embedding lookup (a row decode, no arithmetic
 // beyond the exact dequantization) and the row gather stay on the host, as do the RoPE tables
 // (computed in double on the host by the contract).
@@ -12,48 +12,44 @@
 #include <cstring>
 #include <unordered_map>
 
-#include "gguf/quants.h"
-#include "kernels/gpu/gpu.h"
-#include "kernels/ref/ref.h"
+#include "backends/exact_cell.h"
 #include "backends/ops_storage.h"
+#include "kernels/gpu/gpu.h"
 #include "util/error.h"
 
 namespace detaudit::backends {
 namespace {
 
-using numerics::QBLOCK;
-
 class ops_gpu final : public ops_storage<float> {
  public:
   ops_gpu(std::unique_ptr<kernels::gpu::device> dev, const model::model& m, thread_pool* pool)
-      : ops_storage<float>(m, pool), dev_(std::move(dev)), nb_((m.hp().head_dim + QBLOCK - 1) / QBLOCK) {}
+      : ops_storage<float>(m, pool), dev_(std::move(dev)), cell_(m.hp()), rope_(m) {}
 
-  uint64_t kv_cell_bytes() const override { return 2 * q_elems() * sizeof(int16_t) + 2 * exp_elems() * sizeof(int32_t); }
+  uint64_t kv_cell_bytes() const override { return cell_.bytes(); }
 
   void embed(const model::weight& w, model::act out) override {
-    for (int64_t t = 0; t < out.rows; ++t) {
-      float* o = row(out, t);
-      gguf::quants_dequantize_row(w.type, w.row(tok(t).token), o, w.n_in);
-      for (int64_t i = 0; i < w.n_in; ++i) o[i] = numerics::flush(o[i]);
-    }
+    const writer o = write(out);
+    for (int64_t t = 0; t < out.rows; ++t) embed_row_exact(w, tok(t).token, o.row(t));
   }
 
   void rms_norm(model::act x, const std::vector<float>& w, int64_t group, model::act out) override {
-    dev_->rms_norm(data(x), x.rows, x.cols, group, w.data(), static_cast<float>(hp_.rms_eps), data(out));
+    dev_->rms_norm(data(x), x.rows, x.cols, group, w.data(), static_cast<float>(hp_.rms_eps), write(out).data());
   }
 
   void matmul(const model::weight& w, model::act x, model::act y) override {
-    dev_->matmul(weight(w), data(x), x.rows, data(y));
+    dev_->matmul(weight(w), data(x), x.rows, write(y).data());
   }
 
-  void add_bias(model::act x, const std::vector<float>& b) override { dev_->add_bias(data(x), x.rows, x.cols, b.data()); }
+  void add_bias(model::act x, const std::vector<float>& b) override {
+    dev_->add_bias(write(x).data(), x.rows, x.cols, b.data());
+  }
 
   void rope(model::act x, int64_t n_head) override {
     const bool neox = model::arch_rope_kind(hp_.arch) == model::ROPE_NEOX;
     tables_.resize(static_cast<size_t>(x.rows * hp_.n_rot));
     for (int64_t t = 0; t < x.rows; ++t)
-      std::memcpy(tables_.data() + t * hp_.n_rot, rope_row(tok(t).pos), sizeof(float) * static_cast<size_t>(hp_.n_rot));
-    dev_->rope(data(x), x.rows, n_head, hp_.head_dim, hp_.n_rot, neox, tables_.data());
+      std::memcpy(tables_.data() + t * hp_.n_rot, rope_.row(tok(t).pos), sizeof(float) * static_cast<size_t>(hp_.n_rot));
+    dev_->rope(write(x).data(), x.rows, n_head, hp_.head_dim, hp_.n_rot, neox, tables_.data());
   }
 
   void kv_store(int64_t layer, model::act k, model::act v) override {
@@ -67,6 +63,7 @@ class ops_gpu final : public ops_storage<float> {
   void attention(int64_t layer, model::act q, model::act out) override {
     const float kq_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hp_.head_dim)));
     const int64_t width = q.cols;
+    const writer o = write(out);
     std::unordered_map<const kv_cache*, std::vector<int64_t>> by_seq;
     std::vector<const kv_cache*> order;
     for (int64_t t = 0; t < q.rows; ++t) {
@@ -89,19 +86,19 @@ class ops_gpu final : public ops_storage<float> {
       dev_->attention(q_rows_.data(), n, n_kv_.data(), hp_.n_head, hp_.n_head_kv, hp_.head_dim,
                       tok(rows[0]).cache->cell(layer, 0), n_cells, kq_scale, out_rows_.data());
       for (int64_t i = 0; i < n; ++i)
-        std::memcpy(row(out, rows[i]), out_rows_.data() + i * width, sizeof(float) * static_cast<size_t>(width));
+        std::memcpy(o.row(rows[i]), out_rows_.data() + i * width, sizeof(float) * static_cast<size_t>(width));
     }
   }
 
   void swiglu(model::act gate, model::act up, model::act out) override {
-    dev_->swiglu(data(gate), data(up), gate.rows * gate.cols, data(out));
+    dev_->swiglu(data(gate), data(up), gate.rows * gate.cols, write(out).data());
   }
 
-  void add(model::act a, model::act b, model::act out) override { dev_->add(data(a), data(b), a.rows * a.cols, data(out)); }
+  void add(model::act a, model::act b, model::act out) override {
+    dev_->add(data(a), data(b), a.rows * a.cols, write(out).data());
+  }
 
  private:
-  uint64_t q_elems() const { return static_cast<uint64_t>(hp_.n_head_kv * nb_ * QBLOCK); }
-  uint64_t exp_elems() const { return static_cast<uint64_t>(hp_.n_head_kv * nb_); }
 
   // The device copy of a weight, uploaded on first use.
   kernels::gpu::weight_handle weight(const model::weight& w) {
@@ -110,19 +107,10 @@ class ops_gpu final : public ops_storage<float> {
     return weights_.emplace(w.data, dev_->upload_weight(w.type, w.data, w.n_in, w.n_out)).first->second;
   }
 
-  const float* rope_row(int64_t pos) {
-    auto it = rope_rows_.find(pos);
-    if (it != rope_rows_.end()) return it->second.data();
-    std::vector<float> r(static_cast<size_t>(hp_.n_rot));
-    kernels::rope_table_row(pos, hp_.n_rot, hp_.rope_freq_base, hp_.rope_scale_linear,
-                            m_.rope_factors.empty() ? nullptr : m_.rope_factors.data(), r.data());
-    return rope_rows_.emplace(pos, std::move(r)).first->second.data();
-  }
-
   std::unique_ptr<kernels::gpu::device> dev_;
-  int64_t nb_;
+  exact_cell cell_;
+  rope_tables rope_;
   std::unordered_map<const uint8_t*, kernels::gpu::weight_handle> weights_;
-  std::unordered_map<int64_t, std::vector<float>> rope_rows_;
   std::vector<float> tables_, q_rows_, out_rows_;
   std::vector<int64_t> n_kv_;
   std::vector<uint8_t> cells_;

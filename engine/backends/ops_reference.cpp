@@ -20,17 +20,19 @@ class ops_reference final : public ops_storage<double> {
 
   void embed(const model::weight& w, model::act out) override {
     std::vector<float> buf(static_cast<size_t>(w.n_in));
+    const writer o = write(out);
     for (int64_t t = 0; t < out.rows; ++t) {
       gguf::quants_dequantize_row(w.type, w.row(tok(t).token), buf.data(), w.n_in);
-      for (int64_t i = 0; i < w.n_in; ++i) row(out, t)[i] = buf[i];
+      for (int64_t i = 0; i < w.n_in; ++i) o.row(t)[i] = buf[i];
     }
   }
 
   void rms_norm(model::act x, const std::vector<float>& w, int64_t group, model::act out) override {
+    const writer ow = write(out);
     for (int64_t t = 0; t < x.rows; ++t)
       for (int64_t g = 0; g < x.cols; g += group) {
         const double* a = row(x, t) + g;
-        double* o = row(out, t) + g;
+        double* o = ow.row(t) + g;
         double ss = 0;
         for (int64_t i = 0; i < group; ++i) ss += a[i] * a[i];
         const double scale = 1.0 / std::sqrt(ss / static_cast<double>(group) + hp_.rms_eps);
@@ -39,6 +41,7 @@ class ops_reference final : public ops_storage<double> {
   }
 
   void matmul(const model::weight& w, model::act x, model::act y) override {
+    const writer o = write(y);
     parallel(n_threads(), [&](int64_t part) {
       int64_t r0, r1;
       split_range(w.n_out, n_threads(), part, 1, &r0, &r1);
@@ -51,20 +54,22 @@ class ops_reference final : public ops_storage<double> {
           const double* a = row(x, t);
           double s = 0;
           for (int64_t i = 0; i < w.n_in; ++i) s += wd[i] * a[i];
-          row(y, t)[r] = s;
+          o.row(t)[r] = s;
         }
       }
     });
   }
 
   void add_bias(model::act x, const std::vector<float>& b) override {
+    const writer o = write(x);
     for (int64_t t = 0; t < x.rows; ++t)
-      for (int64_t i = 0; i < x.cols; ++i) row(x, t)[i] += b[i];
+      for (int64_t i = 0; i < x.cols; ++i) o.row(t)[i] += b[i];
   }
 
   void rope(model::act x, int64_t n_head) override {
     const int64_t hd = hp_.head_dim, n_rot = hp_.n_rot, half = n_rot / 2;
     const bool neox = model::arch_rope_kind(hp_.arch) == model::ROPE_NEOX;
+    const writer o = write(x);
     for (int64_t t = 0; t < x.rows; ++t)
       for (int64_t i = 0; i < half; ++i) {
         double theta = static_cast<double>(tok(t).pos) * hp_.rope_scale_linear *
@@ -72,7 +77,7 @@ class ops_reference final : public ops_storage<double> {
         if (!m_.rope_factors.empty()) theta /= m_.rope_factors[i];
         const double c = std::cos(theta), s = std::sin(theta);
         for (int64_t h = 0; h < n_head; ++h) {
-          double* p = row(x, t) + h * hd;
+          double* p = o.row(t) + h * hd;
           const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
           const double a = p[i0], b = p[i1];
           p[i0] = a * c - b * s;
@@ -91,24 +96,27 @@ class ops_reference final : public ops_storage<double> {
   }
 
   void attention(int64_t layer, model::act q, model::act out) override {
-    parallel(q.rows, [&](int64_t t) { attend_token(layer, t, q, out); });
+    const writer o = write(out);
+    parallel(q.rows, [&](int64_t t) { attend_token(layer, t, q, o); });
   }
 
   void swiglu(model::act gate, model::act up, model::act out) override {
+    double* o = write(out).data();
     for (int64_t i = 0; i < gate.rows * gate.cols; ++i) {
       const double g = data(gate)[i];
-      data(out)[i] = g / (1.0 + std::exp(-g)) * data(up)[i];
+      o[i] = g / (1.0 + std::exp(-g)) * data(up)[i];
     }
   }
 
   void add(model::act a, model::act b, model::act out) override {
-    for (int64_t i = 0; i < a.rows * a.cols; ++i) data(out)[i] = data(a)[i] + data(b)[i];
+    double* o = write(out).data();
+    for (int64_t i = 0; i < a.rows * a.cols; ++i) o[i] = data(a)[i] + data(b)[i];
   }
 
  private:
   int64_t kv_dim() const { return hp_.n_head_kv * hp_.head_dim; }
 
-  void attend_token(int64_t layer, int64_t t, model::act q, model::act out) {
+  void attend_token(int64_t layer, int64_t t, model::act q, const writer& out) {
     const int64_t hd = hp_.head_dim, n_kv = tok(t).pos + 1, group = hp_.n_head / hp_.n_head_kv;
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
     std::vector<double> w(static_cast<size_t>(n_kv));
@@ -125,7 +133,7 @@ class ops_reference final : public ops_storage<double> {
       }
       double sum = 0;
       for (int64_t p = 0; p < n_kv; ++p) sum += (w[p] = std::exp(w[p] - mx));
-      double* o = row(out, t) + h * hd;
+      double* o = out.row(t) + h * hd;
       std::fill(o, o + hd, 0.0);
       for (int64_t p = 0; p < n_kv; ++p) {
         const double* vp = reinterpret_cast<const double*>(tok(t).cache->cell(layer, p)) + kv_dim() + off;

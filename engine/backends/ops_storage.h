@@ -27,8 +27,12 @@ class ops_storage : public model::ops {
   }
 
   model::act alloc(int64_t rows, int64_t cols) override {
-    if (n_used_ == bufs_.size()) bufs_.emplace_back();
+    if (n_used_ == bufs_.size()) {
+      bufs_.emplace_back();
+      written_.push_back(0);
+    }
     bufs_[n_used_].assign(static_cast<size_t>(rows * cols), T(0));
+    written_[n_used_] = ++clock_;
     return model::act{static_cast<int32_t>(n_used_++), rows, cols};
   }
 
@@ -39,9 +43,10 @@ class ops_storage : public model::ops {
 
   model::act gather_rows(model::act x, const std::vector<int64_t>& rows) override {
     model::act out = alloc(static_cast<int64_t>(rows.size()), x.cols);
+    const writer o = write(out);
     for (size_t i = 0; i < rows.size(); ++i) {
       const T* src = row(x, rows[i]);
-      std::copy(src, src + x.cols, row(out, static_cast<int64_t>(i)));
+      std::copy(src, src + x.cols, o.row(static_cast<int64_t>(i)));
     }
     return out;
   }
@@ -54,8 +59,25 @@ class ops_storage : public model::ops {
  protected:
   ops_storage(const model::model& m, thread_pool* pool) : m_(m), hp_(m.hp()), pool_(pool) {}
 
-  T* data(model::act a) { return bufs_[static_cast<size_t>(a.id)].data(); }
-  T* row(model::act a, int64_t r) { return data(a) + r * a.cols; }
+  // Reading an activation. Writing one goes through write(), which stamps it with a new write
+  // generation: whatever a backend derives from an activation (ops_exact's quantized and packed
+  // rows) is keyed on generation() and cannot be reused after any op writes that activation.
+  const T* data(model::act a) const { return bufs_[static_cast<size_t>(a.id)].data(); }
+  const T* row(model::act a, int64_t r) const { return data(a) + r * a.cols; }
+  uint64_t generation(model::act a) const { return written_[static_cast<size_t>(a.id)]; }
+
+  // A writable view of one activation. Take it before a parallel region (the stamp is not
+  // thread-safe); its pointers are then shared by the threads.
+  struct writer {
+    T* base;
+    int64_t cols;
+    T* data() const { return base; }
+    T* row(int64_t r) const { return base + r * cols; }
+  };
+  writer write(model::act a) {
+    written_[static_cast<size_t>(a.id)] = ++clock_;
+    return writer{bufs_[static_cast<size_t>(a.id)].data(), a.cols};
+  }
   const model::step_token& tok(int64_t t) const { return (*toks_)[static_cast<size_t>(t)]; }
   int64_t n_threads() const { return pool_ ? pool_->n_threads() : 1; }
   // Runs fn(i) for i in [0, n) on the pool (or inline).
@@ -73,6 +95,8 @@ class ops_storage : public model::ops {
 
  private:
   std::vector<std::vector<T>> bufs_;
+  std::vector<uint64_t> written_;  // per buffer: the clock_ value of its last write
+  uint64_t clock_ = 0;
   size_t n_used_ = 0;
 };
 

@@ -1,0 +1,31 @@
+#include "backends/exact_cell.h"
+
+#include <cmath>
+#include <string>
+
+#include "gguf/quants.h"
+#include "util/error.h"
+
+namespace detaudit::backends {
+
+const float* rope_tables::row(int64_t pos) {
+  auto it = rows_.find(pos);
+  if (it != rows_.end()) return it->second.data();
+  const model::hparams& hp = m_.hp();
+  std::vector<float> r(static_cast<size_t>(hp.n_rot));
+  kernels::rope_table_row(pos, hp.n_rot, hp.rope_freq_base, hp.rope_scale_linear,
+                          m_.rope_factors.empty() ? nullptr : m_.rope_factors.data(), r.data());
+  return rows_.emplace(pos, std::move(r)).first->second.data();
+}
+
+void embed_row_exact(const model::weight& w, int32_t token, float* out) {
+  gguf::quants_dequantize_row(w.type, w.row(token), out, w.n_in);
+  for (int64_t i = 0; i < w.n_in; ++i) {
+    if (!std::isfinite(out[i]))
+      throw input_error("tensor '" + w.name + "': row " + std::to_string(token) + " holds a non-finite value (" +
+                        std::to_string(out[i]) + ") at element " + std::to_string(i));
+    out[i] = numerics::flush(out[i]);
+  }
+}
+
+}  // namespace detaudit::backends
