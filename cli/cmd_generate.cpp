@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "model/inspect.h"
 #include "runtime/generate.h"
+#include "runtime/output.h"
 #include "util/error.h"
 
 namespace detaudit::cli {

@@ -4,7 +4,8 @@
 
 #include "commands.h"
 #include "model/inspect.h"
-#include "runtime/generate.h"
+#include "runtime/output.h"
+#include "runtime/score.h"
 #include "util/error.h"
 
 namespace detaudit::cli {

@@ -26,6 +26,7 @@
 #include "reports/file_write.h"
 #include "reports/redact.h"
 #include "runtime/generate.h"
+#include "runtime/output.h"
 #include "util/error.h"
 #include "util/sha256.h"
 

@@ -1,7 +1,7 @@
 // Distribution compare of two `detaudit score --json` outputs over the same tokens (e.g. two
 // quantizations of one model): the statistics llama-perplexity's KL-divergence mode prints.
 //
-// Input shape (engine/runtime/generate.cpp score_to_json):
+// Input shape (engine/runtime/output.cpp score_to_json):
 //
 //   {"items": [{"steps": [{"id": 432, "logprob": -1.25, "top": [[432, -1.25], [383, -2.5], ...],
 //                          "logit_hash": "..."}, ...], "chained_hash": "..."}, ...]}

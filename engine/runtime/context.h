@@ -109,4 +109,18 @@ class context {
   std::unique_ptr<impl> p_;
 };
 
+// A sequence of a context, freed when the scope ends.
+class seq_scope {
+ public:
+  explicit seq_scope(context& ctx) : ctx_(ctx), id_(ctx.seq_new()) {}
+  ~seq_scope() { ctx_.seq_free(id_); }
+  seq_scope(const seq_scope&) = delete;
+  seq_scope& operator=(const seq_scope&) = delete;
+  int32_t id() const { return id_; }
+
+ private:
+  context& ctx_;
+  int32_t id_;
+};
+
 }  // namespace detaudit::runtime

@@ -37,10 +37,8 @@ struct active {
   request req;
   request_callbacks cb;
   request_result res;
-  std::unique_ptr<runtime::text_stream> stream;
+  std::unique_ptr<runtime::token_step> steps;  // writes res.gen
   std::string released;           // text released by the stream since the last token event
-  std::vector<int32_t> history;   // prompt + generated tokens (the last one not yet evaluated)
-  runtime::hash_chain chain;
   bool prefilled = false;
   int64_t n_prefill = 0;          // prompt tokens evaluated in the prefill step
   clock_type::time_point t_start, t_gen;
@@ -157,7 +155,6 @@ struct scheduler::impl {
   mutable std::mutex mu;  // guards everything below
   std::condition_variable cv;
   std::deque<queued> queue;
-  size_t n_held = 0;  // waiting requests the scheduler thread holds outside `queue` during a step
   std::deque<std::function<void()>> tasks;
   bool stopping = false;
   bool exited = false;
@@ -166,7 +163,8 @@ struct scheduler::impl {
   std::thread thread;
 
   void loop();
-  void admit(std::deque<queued>& waiting);
+  void admit();
+  slot* pick_slot(const request& r, const std::vector<bool>& taken);
   std::string check_request(const request& r) const;
   void start(slot& s, queued q);
   void step();
@@ -211,8 +209,10 @@ void scheduler::impl::start(slot& s, queued q) {
   a->cb = std::move(q.cb);
   a->t_start = clock_type::now();
   active* ap = a.get();
-  a->stream = std::make_unique<runtime::text_stream>(a->req.stop, [ap](std::string_view t) { ap->released += t; });
   const std::vector<int32_t>& prompt = a->req.prompt;
+  a->steps = std::make_unique<runtime::token_step>(
+      m->vocab(), prompt, a->req.sampling, a->req.n_probs, a->req.n_predict, a->req.stop,
+      [ap](std::string_view t) { ap->released += t; }, a->res.gen);
   size_t keep = 0;
   if (a->req.cache_prompt) keep = std::min(common_prefix(ctx->seq_tokens(s.seq), prompt), prompt.size() - 1);
   ctx->seq_truncate(s.seq, static_cast<int64_t>(keep));
@@ -221,79 +221,76 @@ void scheduler::impl::start(slot& s, queued q) {
   a->res.gen.prompt_tokens = prompt;
   a->res.gen.timings.n_prompt = static_cast<int64_t>(prompt.size());
   a->n_prefill = static_cast<int64_t>(prompt.size() - keep);
-  a->history = prompt;
   s.req = std::move(a);
   std::lock_guard<std::mutex> lk(mu);
   met.prompt_tokens_cached += static_cast<int64_t>(keep);
   met.prompt_tokens_total += static_cast<int64_t>(prompt.size() - keep);
 }
 
-// Takes what fits from the front of `waiting` (FIFO; a request for a busy id_slot waits its turn
-// without blocking the ones behind it).
-void scheduler::impl::admit(std::deque<queued>& waiting) {
-  for (auto it = waiting.begin(); it != waiting.end();) {
-    const std::string err = check_request(it->req);
-    if (!err.empty()) {
-      request_result r;
-      r.error = err;
-      r.http_status = 400;
-      if (it->cb.on_done) it->cb.on_done(r);
-      it = waiting.erase(it);
-      continue;
-    }
-    slot* best = nullptr;
-    if (it->req.id_slot >= 0) {
-      if (!slots[static_cast<size_t>(it->req.id_slot)].req) best = &slots[static_cast<size_t>(it->req.id_slot)];
-    } else {
-      size_t best_lcp = 0;
-      for (slot& s : slots) {
-        if (s.req) continue;
-        const size_t lcp = it->req.cache_prompt ? common_prefix(ctx->seq_tokens(s.seq), it->req.prompt) : 0;
-        if (!best || lcp > best_lcp) {
-          best = &s;
-          best_lcp = lcp;
-        }
-      }
-    }
-    if (!best) {
-      ++it;
-      continue;
-    }
-    start(*best, std::move(*it));
-    it = waiting.erase(it);
+// The free slot a request starts on: its id_slot, else the free slot whose cache shares the
+// longest prefix with its prompt (the first such). `taken`: slots promised earlier in this pass.
+slot* scheduler::impl::pick_slot(const request& r, const std::vector<bool>& taken) {
+  const auto is_free = [&](const slot& s) { return !s.req && !taken[static_cast<size_t>(s.id)]; };
+  if (r.id_slot >= 0) {
+    slot& s = slots[static_cast<size_t>(r.id_slot)];
+    return is_free(s) ? &s : nullptr;
   }
+  slot* best = nullptr;
+  size_t best_lcp = 0;
+  for (slot& s : slots) {
+    if (!is_free(s)) continue;
+    const size_t lcp = r.cache_prompt ? common_prefix(ctx->seq_tokens(s.seq), r.prompt) : 0;
+    if (!best || lcp > best_lcp) {
+      best = &s;
+      best_lcp = lcp;
+    }
+  }
+  return best;
+}
+
+// Pops from the queue, under the lock, exactly the requests that start now (FIFO; a request for
+// a busy id_slot stays queued without holding back the ones behind it) and the ones refused
+// (invalid, or the server is stopping); then starts or answers them outside the lock, where
+// callbacks may run. The queue is the one place a waiting request lives, so its bound is exact.
+void scheduler::impl::admit() {
+  struct refusal {
+    queued q;
+    std::string error;
+    int status;
+  };
+  std::vector<std::pair<slot*, queued>> starting;
+  std::vector<refusal> refused;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    std::vector<bool> taken(slots.size(), false);
+    for (auto it = queue.begin(); it != queue.end();) {
+      const std::string err = stopping ? "server is shutting down" : check_request(it->req);
+      slot* s = err.empty() ? pick_slot(it->req, taken) : nullptr;
+      if (!err.empty()) refused.push_back({std::move(*it), err, stopping ? 503 : 400});
+      else if (s) {
+        taken[static_cast<size_t>(s->id)] = true;
+        starting.emplace_back(s, std::move(*it));
+      } else {
+        ++it;
+        continue;
+      }
+      it = queue.erase(it);
+    }
+    met.requests_waiting = static_cast<int64_t>(queue.size());
+  }
+  for (refusal& r : refused) {
+    request_result res;
+    res.error = r.error;
+    res.http_status = r.status;
+    if (r.q.cb.on_done) r.q.cb.on_done(res);
+  }
+  for (auto& [s, q] : starting) start(*s, std::move(q));
 }
 
 bool scheduler::impl::process_logits(slot& s, const std::vector<float>& logits, int64_t evaluated_len) {
   active& a = *s.req;
-  const tokenizer::vocab& v = m->vocab();
-  runtime::generate_result& g = a.res.gen;
-  const uint64_t step = g.tokens.size();
-  runtime::generated_token t;
-  t.logit_hash = runtime::logit_hash(logits);
-  a.chain.add(t.logit_hash);
-  t.top = runtime::top_logprobs(logits, a.req.n_probs);
-  t.id = runtime::sample_token(logits, a.history, a.req.sampling, step);
-  t.piece = tokenizer::token_to_piece(v, t.id, /*special=*/true);
-  g.tokens.push_back(t);
-  a.history.push_back(t.id);
-  bool done = false;
-  if (v.is_eog(t.id)) {
-    g.finish = runtime::FINISH_STOP;
-    g.stop = runtime::STOP_EOG;
-    done = true;
-  } else if (a.stream->add(tokenizer::token_to_piece(v, t.id, /*special=*/false))) {
-    g.finish = runtime::FINISH_STOP;
-    g.stop = runtime::STOP_WORD;
-    g.stop_word = a.stream->stop_word();
-    done = true;
-  } else if (a.req.n_predict >= 0 && step + 1 >= static_cast<uint64_t>(a.req.n_predict)) {
-    done = true;
-  } else if (evaluated_len >= slot_n_ctx) {
-    g.stop = runtime::STOP_CONTEXT;
-    done = true;
-  }
-  if (done) a.stream->finish();
+  bool done = a.steps->add(logits, evaluated_len, slot_n_ctx);
+  runtime::generated_token t = a.res.gen.tokens.back();
   {
     std::lock_guard<std::mutex> lk(mu);
     ++met.generated_tokens_total;
@@ -316,9 +313,7 @@ void scheduler::impl::finish(slot& s, int64_t keep_len) {
   if (ctx->seq_len(s.seq) > keep_len) ctx->seq_truncate(s.seq, keep_len);
   a.res.n_past = ctx->seq_len(s.seq);
   runtime::generate_result& g = a.res.gen;
-  g.text = a.stream->text();
-  g.chained_hash = a.chain.value();
-  g.timings.n_gen = static_cast<int64_t>(g.tokens.size());
+  a.steps->end();
   g.timings.gen_ms = ms_between(a.t_gen, clock_type::now());
   std::erase_if(g.traces, [&](const runtime::token_trace& t) { return t.pos >= keep_len; });
   std::unique_ptr<active> done = std::move(s.req);
@@ -338,7 +333,7 @@ std::vector<batch_part> scheduler::impl::step_plan() {
       part.room = std::min<int64_t>(p.n_draft, slot_n_ctx - part.base_len - 1);
       if (a.req.n_predict >= 0)
         part.room = std::min<int64_t>(part.room, a.req.n_predict - static_cast<int64_t>(a.res.gen.tokens.size()) - 1);
-      if (p.spec == SPEC_NGRAM) part.drafts = ngram_draft(a.history, part.room);
+      if (p.spec == SPEC_NGRAM) part.drafts = ngram_draft(a.steps->history(), part.room);
       else if (part.room > 0) want_draft.push_back(parts.size());
     }
     parts.push_back(std::move(part));
@@ -355,7 +350,7 @@ void scheduler::impl::draft_propose(std::vector<batch_part>& parts, const std::v
   std::vector<size_t> live;
   for (size_t w : want) {
     const slot& s = *parts[w].s;
-    const std::vector<int32_t>& h = s.req->history;
+    const std::vector<int32_t>& h = s.req->steps->history();
     const int32_t dseq = draft_seqs[static_cast<size_t>(s.id)];
     const size_t keep = std::min(common_prefix(draft_ctx->seq_tokens(dseq), h), h.size() - 1);
     draft_ctx->seq_truncate(dseq, static_cast<int64_t>(keep));
@@ -399,7 +394,7 @@ std::vector<runtime::token_in> scheduler::impl::step_batch(std::vector<batch_par
         batch.push_back({s.seq, a.req.prompt[i], i + 1 == a.req.prompt.size()});
       n_logits += 1;
     } else {
-      batch.push_back({s.seq, a.history.back(), true});
+      batch.push_back({s.seq, a.steps->history().back(), true});
       for (int32_t d : part.drafts) batch.push_back({s.seq, d, true});
       n_logits += 1 + part.drafts.size();
     }
@@ -418,7 +413,7 @@ void scheduler::impl::step_continue(batch_part& part, const std::vector<std::vec
   for (;; ++j) {
     const int64_t evaluated = part.base_len + 1 + static_cast<int64_t>(j);
     done = process_logits(s, out[part.first_logits + j], evaluated);
-    if (done || j >= part.drafts.size() || a.history.back() != part.drafts[j]) break;
+    if (done || j >= part.drafts.size() || a.steps->history().back() != part.drafts[j]) break;
     ++accepted;
   }
   const int64_t keep = part.base_len + 1 + static_cast<int64_t>(j);
@@ -471,7 +466,6 @@ void scheduler::impl::step() {
     a.res.gen.timings.prompt_ms = ms_between(t0, t1);
     a.t_gen = t1;
     if (a.req.n_predict == 0) {  // the prompt is evaluated (and cached); no token is drawn
-      a.stream->finish();
       finish(s, ctx->seq_len(s.seq));
     } else if (process_logits(s, out[part.first_logits], ctx->seq_len(s.seq))) {
       finish(s, ctx->seq_len(s.seq));
@@ -499,61 +493,25 @@ void scheduler::impl::publish() {
     n_active += info[i].busy ? 1 : 0;
   }
   met.requests_active = n_active;
-  met.requests_waiting = static_cast<int64_t>(queue.size() + n_held);
+  met.requests_waiting = static_cast<int64_t>(queue.size());
 }
 
 void scheduler::impl::loop() {
-  std::deque<queued> waiting;  // taken from `queue`; only this thread touches it
+  const auto any_active = [&] { return std::any_of(slots.begin(), slots.end(), [](const slot& s) { return s.req != nullptr; }); };
+  const auto any_free = [&] { return std::any_of(slots.begin(), slots.end(), [](const slot& s) { return !s.req; }); };
   for (;;) {
     std::deque<std::function<void()>> todo;
-    bool stop_now = false;
     {
       std::unique_lock<std::mutex> lk(mu);
-      const auto has_free = [&] {
-        return std::any_of(slots.begin(), slots.end(), [](const slot& s) { return !s.req; });
-      };
-      const bool any_active = std::any_of(slots.begin(), slots.end(), [](const slot& s) { return s.req != nullptr; });
-      cv.wait(lk, [&] {
-        return stopping || !tasks.empty() || any_active || (!queue.empty() && has_free()) ||
-               (!waiting.empty() && has_free());
-      });
+      cv.wait(lk, [&] { return stopping || !tasks.empty() || any_active() || (!queue.empty() && any_free()); });
       todo.swap(tasks);
-      while (!queue.empty()) {
-        waiting.push_back(std::move(queue.front()));
-        queue.pop_front();
-      }
-      n_held = waiting.size();
-      stop_now = stopping;
     }
     for (auto& fn : todo) fn();
-    if (stop_now) {
-      for (queued& q : waiting) {
-        request_result r;
-        r.error = "server is shutting down";
-        r.http_status = 503;
-        if (q.cb.on_done) q.cb.on_done(r);
-      }
-      waiting.clear();
-    }
-    admit(waiting);
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      n_held = waiting.size();
-    }
+    admit();
     step();
-    {
-      // requests not yet admitted go back to the front of the queue so it stays bounded and FIFO
-      std::lock_guard<std::mutex> lk(mu);
-      while (!waiting.empty()) {
-        queue.push_front(std::move(waiting.back()));
-        waiting.pop_back();
-      }
-      n_held = 0;
-    }
     publish();
-    const bool any_active = std::any_of(slots.begin(), slots.end(), [](const slot& s) { return s.req != nullptr; });
     std::lock_guard<std::mutex> lk(mu);
-    if (stopping && !any_active && queue.empty() && tasks.empty()) {
+    if (stopping && !any_active() && queue.empty() && tasks.empty()) {
       exited = true;
       return;
     }
@@ -646,13 +604,13 @@ scheduler::~scheduler() { stop(); }
 bool scheduler::submit(request r, request_callbacks cb) {
   {
     std::lock_guard<std::mutex> lk(p_->mu);
-    if (p_->stopping || p_->queue.size() + p_->n_held >= p_->queue_cap) {
+    if (p_->stopping || p_->queue.size() >= p_->queue_cap) {
       ++p_->met.requests_rejected;
       return false;
     }
     ++p_->met.requests_total;
     p_->queue.push_back({std::move(r), std::move(cb)});
-    p_->met.requests_waiting = static_cast<int64_t>(p_->queue.size() + p_->n_held);
+    p_->met.requests_waiting = static_cast<int64_t>(p_->queue.size());
   }
   p_->cv.notify_all();
   return true;

@@ -18,6 +18,7 @@
 #include "reports/output.h"
 #include "runtime/context.h"
 #include "runtime/generate.h"
+#include "runtime/score.h"
 #include "synth_util.h"
 #include "test_reports_util.h"
 #include "test_util.h"
