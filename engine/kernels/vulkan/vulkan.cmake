@@ -44,6 +44,6 @@ add_custom_command(
   COMMENT "embedding SPIR-V into vk_shaders_embedded.cpp"
   VERBATIM)
 
-target_sources(detaudit_engine PRIVATE ${vk_host_sources} ${vk_embedded})
-target_link_libraries(detaudit_engine PUBLIC Vulkan::Vulkan)
-target_compile_definitions(detaudit_engine PUBLIC DETAUDIT_HAVE_VULKAN)
+target_sources(detaudit_kernels PRIVATE ${vk_host_sources} ${vk_embedded})
+target_link_libraries(detaudit_kernels PUBLIC Vulkan::Vulkan)
+target_compile_definitions(detaudit_kernels PUBLIC DETAUDIT_HAVE_VULKAN)
