@@ -2,6 +2,8 @@
 // Everything here is integer arithmetic on the IEEE-754 binary32 bit pattern.
 #include "numerics/exact.h"
 
+#include "numerics/exact_inline.h"
+
 #include <bit>
 #include <stdexcept>
 #include <string>
@@ -38,11 +40,7 @@ int ceil_log2(int64_t v) {
   return 64 - std::countl_zero(static_cast<uint64_t>(v - 1));
 }
 
-float flush(float x) {
-  const uint32_t b = std::bit_cast<uint32_t>(x);
-  if ((b & kExpMask) == 0) return std::bit_cast<float>(b & kSignBit);
-  return x;
-}
+float flush(float x) { return inl::flush(x); }
 
 bool is_subnormal(float x) {
   const uint32_t b = std::bit_cast<uint32_t>(x);

@@ -1,13 +1,122 @@
-// Scalar forms of numerics' exact primitives, inline, for the CPU kernels' hot loops and their
-// portable variants. Each gives its numerics twin's bits on the inputs the kernels pass
-// (tests/unit/test_kernels_cpu_matmul.cpp compares them); included before any target pragma, so
-// they compile for the baseline instruction set.
+// The exact primitives a hot loop needs inline: numerics' own definitions of flush, exp, 1/x and
+// silu (numerics/exact.cpp and elementwise.cpp call these; there is no second copy), and the
+// kernels' fast forms of round_shift and fixed_to_f32 for the inputs their grids guarantee (tests
+// compare them with the general functions).
+//
+// Goals: the CPU kernels' scalar paths are numerics itself, so no element costs a call into
+// another translation unit and no hand copy can drift from the contract.
+// Non-goals: vector forms (kernels/cpu writes the same sequences lane-wise).
+//
+// Every operation is a correctly rounded float +, -, * (no FMA: -ffp-contract=off) or integer
+// arithmetic on the bits. Included before any target pragma, so it compiles for the baseline ISA.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 
-namespace detaudit::kernels::cpu {
+namespace detaudit::numerics::inl {
+
+constexpr uint32_t SIGN_BIT = 0x80000000u;
+constexpr uint32_t EXP_MASK = 0x7f800000u;
+constexpr uint32_t FRAC_MASK = 0x007fffffu;
+
+inline float bits_f(uint32_t b) { return std::bit_cast<float>(b); }
+inline uint32_t f_bits(float f) { return std::bit_cast<uint32_t>(f); }
+
+// numerics::flush: a subnormal becomes a zero of its sign.
+inline float flush(float x) {
+  const uint32_t b = f_bits(x);
+  if ((b & EXP_MASK) == 0) return bits_f(b & SIGN_BIT);
+  return x;
+}
+
+// 2^k for k in [-126, 127] (numerics::pow2_f32 without its range check).
+inline float pow2(int k) { return bits_f(static_cast<uint32_t>(k + 127) << 23); }
+
+// y * 2^k as if the exponent were unbounded, then flushed: results below 2^-126 are +0, above
+// the largest float +inf. y in [0.5, 2).
+inline float scale_pow2(float y, int k) {
+  if (k > 127) return (y * pow2(127)) * pow2(k - 127);
+  if (k < -126 || (k == -126 && y < 1.0f)) return 0.0f;
+  return y * pow2(k);
+}
+
+// The nearest integer to t (ties to even) for |t| < 2^22: adding 1.5 * 2^23 leaves no fraction
+// bits, so the rounded sum is the rounded t.
+inline float round_even_small(float t) {
+  const float magic = 12582912.0f;  // 1.5 * 2^23
+  return (t + magic) - magic;
+}
+
+// Dekker's exact product without FMA: a * b == *hi + *lo exactly (a, b in [2^-10, 2^10]).
+inline void two_prod(float a, float b, float* hi, float* lo) {
+  const float split = 4097.0f;  // 2^12 + 1 (Veltkamp)
+  const float ca = split * a;
+  const float ah = ca - (ca - a);
+  const float al = a - ah;
+  const float cb = split * b;
+  const float bh = cb - (cb - b);
+  const float bl = b - bh;
+  const float p = a * b;
+  *hi = p;
+  *lo = (((ah * bh - p) + ah * bl) + al * bh) + al * bl;
+}
+
+// 1/m for m in [1, 2): a bit-trick seed, four Newton steps y*(2 - m*y), and one step with the
+// exact residual 1 - m*y (two_prod), which makes the result correctly rounded or nearly so.
+inline float recip_unit(float m) {
+  float y = bits_f(0x7EF311C3u - f_bits(m));
+  for (int i = 0; i < 4; ++i) y = y * (2.0f - m * y);
+  float p, pl;
+  two_prod(m, y, &p, &pl);
+  const float e = (1.0f - p) - pl;
+  return y + y * e;
+}
+
+// numerics::exp_f32: Cody-Waite reduction and the Cephes expf polynomial (Horner, separate
+// multiply and add).
+inline float exp(float x) {
+  if (x != x) return x;
+  if (x > 100.0f) return bits_f(EXP_MASK);
+  if (x < -104.0f) return 0.0f;
+  const float log2e = 1.44269504088896341f;
+  const float c1 = 0.693359375f;     // ln 2 high part: 9 bits, so kf * c1 is exact
+  const float c2 = -2.12194440e-4f;  // ln 2 - c1
+  const float kf = round_even_small(x * log2e);
+  const float r = (x - kf * c1) - kf * c2;
+  const float z = r * r;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = ((p * z) + r) + 1.0f;
+  return scale_pow2(y, static_cast<int>(kf));
+}
+
+// numerics::recip_f32.
+inline float recip(float x) {
+  x = flush(x);
+  if (x != x) return x;
+  const uint32_t b = f_bits(x);
+  const uint32_t sign = b & SIGN_BIT;
+  const uint32_t ex = (b & EXP_MASK) >> 23;
+  if (ex == 0) return bits_f(sign | EXP_MASK);  // 1/+-0
+  if (ex == 255) return bits_f(sign);           // 1/+-inf
+  const float m = bits_f((b & FRAC_MASK) | 0x3f800000u);  // [1, 2)
+  const float y = recip_unit(m);                          // (0.5, 1]
+  const float r = scale_pow2(y, 127 - static_cast<int>(ex));
+  return bits_f(f_bits(r) | sign);
+}
+
+// numerics::silu_f32: x / (1 + e^-x), each step flushed.
+inline float silu(float x) {
+  x = flush(x);
+  const float d = flush(1.0f + exp(-x));
+  return flush(x * recip(d));
+}
 
 // numerics::round_shift(v, s) when the result fits int64 (the callers' grids guarantee it):
 // v * 2^s, a right shift rounding half to even (on the signed value: floor division with the
@@ -38,13 +147,5 @@ inline float fixed_to_f32_fast(int64_t v, int32_t e) {
   return r;
 }
 
-// numerics::flush: a subnormal becomes a zero of its sign.
-inline float flush_fast(float x) {
-  uint32_t b;
-  std::memcpy(&b, &x, sizeof b);
-  if ((b & 0x7f800000u) == 0) b &= 0x80000000u;
-  std::memcpy(&x, &b, sizeof x);
-  return x;
-}
 
-}  // namespace detaudit::kernels::cpu
+}  // namespace detaudit::numerics::inl

@@ -1,4 +1,4 @@
-// The AVX2 variant of the three attention passes (exact_inline.h).
+// The AVX2 variant of the three attention passes (numerics/exact_inline.h).
 //
 // Scores: per position and block, two vpmaddwd give 16 int32 pair sums (each < 2^31), widened to
 // int64 and summed; the block sums are rounded onto the position's grid and the total converted
@@ -54,14 +54,14 @@ inline int64_t dot_block(const int16_t* a, const int16_t* b) {
 float score_one(const attn_query& q, const int16_t* kq, const int32_t* ke, int clog, float scale) {
   int32_t ek_max = kExpZero;
   for (int64_t b = 0; b < q.n_blocks; ++b) ek_max = ke[b] > ek_max ? ke[b] : ek_max;
-  if (ek_max == kExpZero) return flush_fast(0.0f * scale);
+  if (ek_max == kExpZero) return numerics::inl::flush(0.0f * scale);
   const int32_t g = q.max_exp + ek_max - kShiftConst + clog;
   int64_t acc = 0;
   for (int64_t b = 0; b < q.n_blocks; ++b) {
     if (q.exp[b] == kExpZero || ke[b] == kExpZero) continue;
     acc += round_shift_fast(dot_block(q.q + b * kBlock, kq + b * kBlock), q.exp[b] + ke[b] - g);
   }
-  return flush_fast(fixed_to_f32_fast(acc, g) * scale);
+  return numerics::inl::flush(fixed_to_f32_fast(acc, g) * scale);
 }
 
 inline __m256 flush_v(__m256 x) {

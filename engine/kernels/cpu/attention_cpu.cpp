@@ -39,14 +39,14 @@ inline int64_t dot_block(const int16_t* a, const int16_t* b) {
 float score_one(const attn_query& q, const int16_t* kq, const int32_t* ke, int clog, float scale) {
   int32_t ek_max = EXP_ZERO;
   for (int64_t b = 0; b < q.n_blocks; ++b) ek_max = ke[b] > ek_max ? ke[b] : ek_max;
-  if (ek_max == EXP_ZERO) return flush_fast(0.0f * scale);
+  if (ek_max == EXP_ZERO) return numerics::inl::flush(0.0f * scale);
   const int32_t g = q.max_exp + ek_max - kScoreShiftConst + clog;
   int64_t acc = 0;
   for (int64_t b = 0; b < q.n_blocks; ++b) {
     if (q.exp[b] == EXP_ZERO || ke[b] == EXP_ZERO) continue;
     acc += round_shift_fast(dot_block(q.q + b * QBLOCK, kq + b * QBLOCK), q.exp[b] + ke[b] - g);
   }
-  return flush_fast(fixed_to_f32_fast(acc, g) * scale);
+  return numerics::inl::flush(fixed_to_f32_fast(acc, g) * scale);
 }
 
 // rne(w * 2^30) for w = exp_f32(...) in [0, 1]: w * 2^30 is exact, and below 2^23 adding and

@@ -22,10 +22,13 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/cpu/exact_inline.h"
+#include "numerics/exact_inline.h"
 #include "kernels/ref/ref.h"
 
 namespace detaudit::kernels::cpu {
+
+using numerics::inl::fixed_to_f32_fast;
+using numerics::inl::round_shift_fast;
 
 // The quantized query as plain pointers (what the SIMD files may touch: no std:: code there).
 struct attn_query {

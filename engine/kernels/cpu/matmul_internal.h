@@ -23,9 +23,12 @@
 #include <cstdint>
 
 #include "kernels/cpu/cpu.h"
-#include "kernels/cpu/exact_inline.h"
+#include "numerics/exact_inline.h"
 
 namespace detaudit::kernels::cpu {
+
+using numerics::inl::fixed_to_f32_fast;
+using numerics::inl::round_shift_fast;
 
 constexpr int PANEL_ROWS = 16;
 constexpr int32_t NARROW_CODE_MAX = 2047;
