@@ -62,6 +62,12 @@ struct gen_request {
   json extra = json::object();         // merged into the request body last (from --config "request")
 };
 
+// The request's generation settings under llama.cpp's /completion field names (n_predict,
+// temperature, seed, top_p, top_k, cache_prompt, speculative, id_slot, stop), each only when set;
+// the one owner of these names for the llamacpp dialect and the engine target. The prompt or
+// messages, n_probs and transport fields are the caller's.
+json llamacpp_settings(const gen_request& r);
+
 struct capabilities {
   bool reachable = false;
   bool token_ids = false;        // responses carry token ids

@@ -22,6 +22,20 @@ void run_interrupt() noexcept { g_interrupted.store(true, std::memory_order_rela
 bool run_interrupted() noexcept { return g_interrupted.load(std::memory_order_relaxed); }
 void run_interrupt_reset() noexcept { g_interrupted.store(false, std::memory_order_relaxed); }
 
+json llamacpp_settings(const gen_request& r) {
+  json b = json::object();
+  b["n_predict"] = r.n_predict;
+  b["temperature"] = r.temperature;
+  if (r.seed) b["seed"] = *r.seed;
+  if (r.top_p) b["top_p"] = *r.top_p;
+  if (r.top_k) b["top_k"] = *r.top_k;
+  if (r.cache_prompt) b["cache_prompt"] = *r.cache_prompt;
+  if (r.speculative) b["speculative"] = *r.speculative;
+  if (r.id_slot >= 0) b["id_slot"] = r.id_slot;
+  if (!r.stop.empty()) b["stop"] = r.stop;
+  return b;
+}
+
 json capabilities_to_json(const capabilities& c) {
   return {{"reachable", c.reachable},
           {"token_ids", c.token_ids},

@@ -177,7 +177,7 @@ capabilities engine_target::probe() {
 // The request as the engine takes it: llama.cpp /completion field names, plus "messages" for a
 // chat and the engine's settings; gen_request::extra merged last.
 json engine_target::body_make(const gen_request& r) const {
-  json b = json::object();
+  json b = llamacpp_settings(r);
   if (!r.messages.empty()) {
     json msgs = json::array();
     for (const chat_message& m : r.messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
@@ -185,16 +185,7 @@ json engine_target::body_make(const gen_request& r) const {
   } else {
     b["prompt"] = r.prompt;
   }
-  b["n_predict"] = r.n_predict;
-  b["temperature"] = r.temperature;
-  if (r.seed) b["seed"] = *r.seed;
-  if (r.top_p) b["top_p"] = *r.top_p;
-  if (r.top_k) b["top_k"] = *r.top_k;
   b["n_probs"] = r.n_probs;
-  if (r.cache_prompt) b["cache_prompt"] = *r.cache_prompt;
-  if (r.speculative) b["speculative"] = *r.speculative;
-  if (r.id_slot >= 0) b["id_slot"] = r.id_slot;
-  if (!r.stop.empty()) b["stop"] = r.stop;
   if (r.extra.is_object()) b.update(r.extra);
   b["engine"] = settings_json();
   return b;
