@@ -22,8 +22,11 @@ namespace {
 std::string bin() { return shell_quote(detaudit::test::detaudit_bin()); }
 std::string stories() { return shell_quote(detaudit::test::fixture("models/stories260K.gguf")); }
 
+// tests/golden, beside tests/data. Not found from __FILE__: with ccache's base_dir that path is
+// relative to the build folder, and CTest runs the tests in build/tests.
 std::string golden_path(const std::string& name) {
-  return (std::filesystem::path(__FILE__).parent_path().parent_path() / "golden" / name).string();
+  const std::string data = detaudit::test::setting("DETAUDIT_TEST_DATA", DETAUDIT_TEST_DATA_DEFAULT);
+  return (std::filesystem::path(data) / ".." / "golden" / name).lexically_normal().string();
 }
 
 size_t count_lines(const std::string& s) {
