@@ -3,8 +3,8 @@
 #
 #   scripts/test.sh              set up, configure (warnings are errors), build, run all tests
 #   scripts/test.sh --sanitize   the same suite built with AddressSanitizer + UndefinedBehaviorSanitizer
-#   scripts/test.sh --tsan       the runtime, scheduler, server and run-loop tests, and the load test,
-#                                built with ThreadSanitizer
+#   scripts/test.sh --tsan       the runtime, scheduler, server and run-loop tests (unit and e2e), and
+#                                the load test, built with ThreadSanitizer
 #   scripts/test.sh -L unit      extra arguments go to ctest (here: only tests labelled unit)
 #
 # The Vulkan backend is built and tested on mesa's lavapipe (label vulkan). The CUDA backend is
@@ -25,7 +25,7 @@ for a in "$@"; do
     --sanitize) build=build-sanitize; cmake_args+=(-DDETAUDIT_SANITIZE=ON -DDETAUDIT_VULKAN=ON) ;;
     --tsan) build=build-tsan
             cmake_args+=(-DDETAUDIT_TSAN=ON "-DDETAUDIT_TEST_FILTER=runtime|serve|scheduler|probes_run|sampling")
-            ctest_args+=(-L 'unit|load') ;;
+            ctest_args+=(-L 'unit|e2e|load') ;;
     -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) ctest_args+=("$a") ;;
   esac

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
-
+#include <filesystem>
 #include <string>
+#include <system_error>
+#include <unistd.h>
 
 #include "model/synth.h"
 #include "test_util.h"
@@ -57,6 +59,26 @@ inline std::string byte_token_model() {
     return p;
   }();
   return path;
+}
+
+// The small Q8_0 model (n_embd 256, 2 layers, 4 heads, 2 KV heads, head_dim 64), written once per
+// process into its own folder (test cases may run as parallel processes), removed at exit: the
+// bench tests' model (tests/unit/test_bench.cpp, tests/e2e/test_bench.cpp).
+struct bench_model {
+  std::string dir, path;
+  uint64_t n_params = 0;
+  bench_model() : dir(scratch_dir("bench_model_" + std::to_string(::getpid()))), path(dir + "/small-q8_0.gguf") {
+    n_params = model::synth_write(small_model(model::ARCH_LLAMA, gguf::DTYPE_Q8_0), path);
+  }
+  ~bench_model() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
+inline const bench_model& q8_model() {
+  static const bench_model m;
+  return m;
 }
 
 }  // namespace detaudit::test

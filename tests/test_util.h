@@ -1,16 +1,21 @@
-// Helpers shared by the tests: where the fixtures, the built binary and scratch space are.
+// Helpers shared by the tests: where the fixtures, the built binary and scratch space are; small
+// text helpers; the search for API keys; running a command.
 #pragma once
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <poll.h>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <unistd.h>
+#include <utility>
+#include <vector>
 
 namespace detaudit::test {
 
@@ -113,6 +118,16 @@ inline std::string read_first_line(int fd, int timeout_s) {
   return out;
 }
 
+// Whether `part` occurs in `s`.
+inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// How many times `what` occurs in `s` (overlapping occurrences count).
+inline size_t count_of(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
 // A fresh scratch directory for one test, removed and recreated on each call.
 inline std::string scratch_dir(const std::string& name) {
   std::string t = setting("DETAUDIT_TEST_TMP", DETAUDIT_TEST_TMP_DEFAULT);
@@ -129,6 +144,52 @@ inline std::string scratch_dir(const std::string& name) {
 inline std::string process_scratch_dir(const std::string& name) {
   return scratch_dir(name + "_" + std::to_string(::getpid()));
 }
+
+// API keys and the search for them in everything a run wrote or printed (test_secrets.cpp in
+// tests/unit and tests/e2e).
+namespace secrets {
+
+// "sk-" + 40 random hex digits: a string no fixture or output contains by chance.
+inline std::string random_key(const char* tag, bool upper = false) {
+  std::random_device rd;
+  std::string k = std::string("sk-") + tag + "-";
+  const char* hex = upper ? "0123456789ABCDEF" : "0123456789abcdef";
+  for (int i = 0; i < 40; ++i) k += hex[rd() % 16];
+  return k;
+}
+
+// The key, "Bearer KEY", and its first and last 16 characters (a truncated copy is a leak too).
+inline std::vector<std::string> needles(const std::string& key) {
+  return {key, "Bearer " + key, key.substr(0, 16), key.substr(key.size() - 16)};
+}
+
+inline std::string lowered(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Names each text that contains a needle, or, in any case, any 12 consecutive characters of a key
+// (the redaction rule: reports/redact.h).
+inline std::vector<std::string> leaks(const std::vector<std::pair<std::string, std::string>>& texts, const std::vector<std::string>& keys) {
+  std::vector<std::string> found;
+  for (const auto& [name, text] : texts) {
+    for (const std::string& k : keys)
+      for (const std::string& n : needles(k))
+        if (text.find(n) != std::string::npos) found.push_back(name + " contains '" + n + "'");
+    const std::string low = lowered(text);
+    for (const std::string& k : keys) {
+      const std::string lk = lowered(k);
+      for (size_t i = 0; i + 12 <= lk.size(); ++i)
+        if (low.find(lk.substr(i, 12)) != std::string::npos) {
+          found.push_back(name + " contains '" + lk.substr(i, 12) + "' (12 characters of a key, any case)");
+          break;
+        }
+    }
+  }
+  return found;
+}
+
+}  // namespace secrets
 
 }  // namespace detaudit::test
 

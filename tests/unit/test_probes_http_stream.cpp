@@ -1,48 +1,23 @@
-// Streamed answers (`detaudit run --stream`): against the real `detaudit serve` a streamed answer
-// makes the same record as the whole answer; scripted servers end streams early, send error
-// events and events that are not JSON, or cut the connection inside a chunked stream.
+// Streamed answers (`detaudit run --stream`): scripted servers end streams early, send error events
+// and events that are not JSON, or cut the connection inside a chunked stream. Against the real
+// `detaudit serve` (a streamed answer makes the same record as the whole answer):
+// tests/e2e/test_probes_http_stream.cpp.
 #include <doctest/doctest.h>
 
 #include "probes/target.h"
 #include "test_probes_http_util.h"
 #include "util/error.h"
 
-using detaudit::probes::gen_request;
 using detaudit::probes::target_make;
 using detaudit::probes::target_options;
 using detaudit::probes::unreachable_error;
 using detaudit::reports::record;
 using detaudit::test::responder;
+using detaudit::test::stream_test::opts;
+using detaudit::test::stream_test::request;
 using json = nlohmann::json;
 
 namespace {
-
-target_options opts(const std::string& api, bool stream) {
-  target_options o;
-  o.api = api;
-  o.timeout_s = 30;
-  o.retries = 0;
-  o.stream = stream;
-  return o;
-}
-
-gen_request request(bool chat) {
-  gen_request r;
-  if (chat) r.messages = {{"system", "Be brief."}, {"user", "Tell me a story."}};
-  else r.prompt = "Once upon a time";
-  r.n_predict = 12;
-  r.seed = 42;
-  r.n_probs = 3;
-  r.cache_prompt = false;  // the second request must not differ by what the cache held
-  return r;
-}
-
-// A record's content: everything but when it ran, what was sent and the target's description.
-json content_of(const record& r) {
-  json j = detaudit::reports::record_to_json(r);
-  for (const char* k : {"timings", "request", "target"}) j.erase(k);
-  return j;
-}
 
 record scripted(const std::string& path, const std::string& body, const std::string& type, const std::string& api) {
   responder srv;
@@ -101,31 +76,6 @@ struct cut_listener {
 };
 
 }  // namespace
-
-TEST_CASE("probes_http_stream: a streamed answer makes the same record as the whole answer in every SSE dialect") {
-  detaudit::test::serve_proc srv({"-np", "2", "-c", "512", "--chat-template", "chatml"});
-  struct route {
-    const char* api;
-    bool chat;
-  };
-  for (const route& rt : {route{"llamacpp", false}, route{"llamacpp", true}, route{"openai-completions", false},
-                          route{"openai-chat", true}}) {
-    CAPTURE(rt.api);
-    CAPTURE(rt.chat);
-    const record whole = target_make(srv.url(), opts(rt.api, false))->complete(request(rt.chat));
-    const record streamed = target_make(srv.url(), opts(rt.api, true))->complete(request(rt.chat));
-    INFO("whole: " << content_of(whole).dump());
-    INFO("streamed: " << content_of(streamed).dump());
-    REQUIRE(whole.error.empty());
-    REQUIRE(streamed.error.empty());
-    CHECK(streamed.request["stream"] == true);
-    CHECK(whole.request["stream"] == false);
-    CHECK(streamed.request.contains("stream_options") == (std::string(rt.api) != "llamacpp" || rt.chat));
-    CHECK(streamed.tokens.size() == 12);
-    CHECK(streamed.logit_hashes.size() == 12);
-    CHECK(content_of(streamed) == content_of(whole));
-  }
-}
 
 TEST_CASE("probes_http_stream: a stream that ends early or carries an error is that item's error") {
   struct bad {

@@ -1,6 +1,7 @@
 // The HTML report on hand-built reports whose divergences are known: self-contained (no network
 // reference), the summary, the four plots (also when nothing diverged), the highlighted token and
-// its alternatives, escaping; then the page loaded in headless Chromium, its script run.
+// its alternatives, escaping; then the page loaded in headless Chromium, its script run. The page
+// `detaudit report --format html` writes: tests/e2e/test_reports_html.cpp.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -12,6 +13,8 @@
 #include "test_util.h"
 
 using namespace detaudit::reports;
+using detaudit::test::check_plots_present;
+using detaudit::test::contains;
 using detaudit::test::graded;
 using detaudit::test::rec;
 using detaudit::test::words;
@@ -29,8 +32,6 @@ void add_control(std::vector<record>& v) {
     }
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
 report sample_report() {
   return compare_run(detaudit::test::sample_records(), {{"run_id", "run-42"}, {"tool_version", "0.1.0"},
                                                         {"targets", {{{"label", "A"}, {"spec", "engine:test.gguf"}}}}});
@@ -46,11 +47,6 @@ report quiet_report() {
   }
   add_control(v);
   return compare_run(std::move(v), {{"run_id", "run-quiet"}});
-}
-
-void check_plots_present(const std::string& h) {
-  for (const char* id : {"plot-token-index", "plot-margin", "plot-conditions", "plot-flips"})
-    CHECK_MESSAGE(contains(h, std::string("<svg id=\"") + id + "\""), id);
 }
 
 // The item ids of the item table's rows, in page order.
@@ -170,33 +166,6 @@ TEST_CASE("reports_html: html_escape shows control characters and bad bytes") {
         "a\\nb\\t\\\\&lt;\\x01\xc3\xa9\\xff\\u0085&#39;&amp;");
   CHECK(html_escape("\xed\xa0\x80") == "\\xed\\xa0\\x80");
   CHECK(html_escape("\xf0\x9f\x98\x80") == "\xf0\x9f\x98\x80");
-}
-
-TEST_CASE("reports_html: detaudit report --format html writes the page") {
-  const std::string dir = detaudit::test::scratch_dir("reports_html_cli");
-  {
-    record_writer w(dir + "/records.jsonl");
-    w.write(rec("q1", "alone", words("one two")));
-    w.write(rec("q1", "control", words("one two")));
-    w.write(rec("q1", "concurrent-8", words("one three"), "concurrency"));
-  }
-  const std::string out = dir + "/report.html";
-  const auto r = detaudit::test::run_cmd(detaudit::test::detaudit_bin() + " report " + detaudit::test::shell_quote(dir) +
-                                         " --format html -o " + detaudit::test::shell_quote(out));
-  CAPTURE(r.err);
-  REQUIRE(r.exit_code == 0);
-  std::ifstream f(out, std::ios::binary);
-  const std::string h((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  CHECK(h.rfind("<!DOCTYPE html>", 0) == 0);
-  CHECK(contains(h, "<span class=\"before\"><span>one</span></span><span class=\"rest\"><mark> three</mark></span>"));
-  check_plots_present(h);
-
-  const auto c = detaudit::test::run_cmd(detaudit::test::detaudit_bin() + " compare " + detaudit::test::shell_quote(dir) +
-                                         " " + detaudit::test::shell_quote(dir) + " --format html");
-  CAPTURE(c.err);
-  REQUIRE(c.exit_code == 0);
-  CHECK(contains(c.out, "<dt>run A</dt><dd>" + dir + "</dd>"));
-  CHECK(contains(c.out, "<p>No divergence: every pair of responses is identical.</p>"));
 }
 
 TEST_CASE("reports_html: the page loads in headless Chromium and shows the summary") {

@@ -1,5 +1,7 @@
 // lm-evaluation-harness sample files: hand-written pairs with known flips compared item by item,
-// detection by the first line, bad lines rejected, and `detaudit run --export lm-eval` read back.
+// a number out of range rejected, records exported as sample lines and read back. Through the
+// binary (`detaudit compare` on sample files, bad lines, `detaudit run --export lm-eval`):
+// tests/e2e/test_reports_lmeval.cpp.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -14,74 +16,10 @@
 
 using namespace detaudit;
 using json = nlohmann::json;
+using test::lmeval::sample;
+using test::lmeval::write_pair;
 
 namespace {
-
-std::string bin() { return test::shell_quote(test::detaudit_bin()); }
-
-// One gsm8k-style sample line.
-json sample(int64_t doc_id, const std::string& filter, const std::string& resp, const std::string& filtered,
-            double exact_match, const std::string& doc_hash, const std::string& target) {
-  const json gen_args = {{"arg_0", "Question: q" + std::to_string(doc_id)}, {"arg_1", {{"until", {"Question:"}}}}};
-  return {{"doc_id", doc_id},
-          {"doc", {{"question", "q" + std::to_string(doc_id)}}},
-          {"target", target},
-          {"arguments", {{"gen_args_0", gen_args}}},
-          {"resps", {{resp}}},
-          {"filtered_resps", {filtered}},
-          {"filter", filter},
-          {"metrics", {"exact_match"}},
-          {"doc_hash", doc_hash},
-          {"prompt_hash", "p" + std::to_string(doc_id)},
-          {"target_hash", "t" + std::to_string(doc_id)},
-          {"exact_match", exact_match}};
-}
-
-std::string write_lines(const std::string& path, const std::vector<json>& lines) {
-  std::ofstream out(path, std::ios::binary);
-  for (const json& j : lines) out << j.dump() << "\n";
-  return path;
-}
-
-// Six docs, two filters. Per doc (strict-match, flexible-extract):
-//   0: same text, right in both files                     -> identical, no flip
-//   1: A "#### 42" right, B "#### 41" wrong                -> right->wrong in both filters
-//   2: A "I think 7": strict wrong, flex right; B "#### 7" -> strict wrong->right, flex no flip
-//   3: doc_hash differs (A right, B wrong)                 -> not compared, no flip
-//   4: A "#### 3", B "#### 4", target 5                    -> wrong->other wrong in both filters
-//   5: only in A                                           -> left out with a note
-// A lists all strict lines, then all flex lines; B interleaves them per doc (alignment ignores order).
-void write_pair(const std::string& dir) {
-  struct doc {
-    std::string a, a_strict, a_flex, b, b_strict, b_flex, target;
-    double a_ok_s, a_ok_f, b_ok_s, b_ok_f;
-  };
-  const std::vector<doc> docs = {
-      {"so #### 18", "18", "18", "so #### 18", "18", "18", "18", 1, 1, 1, 1},
-      {"so #### 42", "42", "42", "so #### 41", "41", "41", "42", 1, 1, 0, 0},
-      {"I think 7", "[invalid]", "7", "so #### 7", "7", "7", "7", 0, 1, 1, 1},
-      {"so #### 9", "9", "9", "so #### 8", "8", "8", "9", 1, 1, 0, 0},
-      {"so #### 3", "3", "3", "so #### 4", "4", "4", "5", 0, 0, 0, 0},
-      {"so #### 6", "6", "6", "", "", "", "6", 1, 1, 0, 0},
-  };
-  std::vector<json> a, b;
-  for (const char* filter : {"strict-match", "flexible-extract"}) {
-    const bool strict = std::string(filter) == "strict-match";
-    for (size_t i = 0; i < docs.size(); ++i) {
-      const doc& d = docs[i];
-      a.push_back(sample(int64_t(i), filter, d.a, strict ? d.a_strict : d.a_flex, strict ? d.a_ok_s : d.a_ok_f,
-                         "h" + std::to_string(i), d.target));
-    }
-  }
-  for (size_t i = 0; i < 5; ++i) {
-    const doc& d = docs[i];
-    const std::string hash = i == 3 ? "other" : "h" + std::to_string(i);
-    b.push_back(sample(int64_t(i), "flexible-extract", d.b, d.b_flex, d.b_ok_f, hash, d.target));
-    b.push_back(sample(int64_t(i), "strict-match", d.b, d.b_strict, d.b_ok_s, hash, d.target));
-  }
-  write_lines(dir + "/samples_gsm8k_2024-06-01T10-00-00.000001.jsonl", a);
-  write_lines(dir + "/samples_gsm8k_2024-06-02T10-00-00.000001.jsonl", b);
-}
 
 const reports::pair_summary& pair_of(const reports::report& r, const std::string& filter) {
   for (const reports::pair_summary& s : r.pairs)
@@ -150,47 +88,6 @@ TEST_CASE("lmeval compare: two filters, known flips both ways, a doc_hash mismat
   }
   CHECK(only_note);
   CHECK(doc_note);
-}
-
-TEST_CASE("lmeval compare cli: sample files are detected, rendered, and --fail-on flips exits 1") {
-  const std::string dir = test::scratch_dir("lmeval_cli");
-  write_pair(dir);
-  const std::string args = " " + dir + "/samples_gsm8k_2024-06-01T10-00-00.000001.jsonl " + dir +
-                           "/samples_gsm8k_2024-06-02T10-00-00.000001.jsonl";
-  const test::cmd_result j = test::run_cmd(bin() + " compare" + args + " --format json");
-  INFO(j.err);
-  REQUIRE(j.exit_code == 0);
-  const json rep = json::parse(j.out);
-  REQUIRE(rep["pairs"].size() == 2);
-  CHECK(rep["pairs"][0]["right_to_wrong"] == 1);
-  CHECK(rep["pairs"][0]["wrong_to_right"] == 1);
-  const test::cmd_result t = test::run_cmd(bin() + " compare" + args);
-  CHECK(t.exit_code == 0);
-  CHECK(t.out.find("strict-match") != std::string::npos);
-  const test::cmd_result f = test::run_cmd(bin() + " compare" + args + " --fail-on flips");
-  CHECK(f.exit_code == 1);
-  CHECK(f.err.find("right-to-wrong") != std::string::npos);
-}
-
-TEST_CASE("lmeval read: a bad line names the file, line and field") {
-  const std::string dir = test::scratch_dir("lmeval_bad");
-  json bad = sample(0, "strict-match", "x", "x", 1, "h", "x");
-  bad["doc_id"] = "zero";
-  const std::string p1 = write_lines(dir + "/bad_id.jsonl", {sample(1, "none", "x", "x", 1, "h", "x"), bad});
-  CHECK_THROWS_WITH_AS(reports::lmeval_read(p1), doctest::Contains("bad_id.jsonl:2: \"doc_id\": expected an integer"),
-                       input_error);
-  const json dup = sample(0, "none", "x", "x", 1, "h", "x");
-  const std::string p2 = write_lines(dir + "/dup.jsonl", {dup, dup});
-  CHECK_THROWS_WITH_AS(reports::lmeval_read(p2), doctest::Contains("dup.jsonl:2: doc_id 0 with filter \"none\" appears twice"),
-                       input_error);
-  json no_resps = dup;
-  no_resps.erase("resps");
-  const std::string p3 = write_lines(dir + "/no_resps.jsonl", {no_resps});
-  CHECK_FALSE(reports::lmeval_is_samples_file(p3));
-  CHECK_THROWS_WITH_AS(reports::lmeval_read(p3), doctest::Contains("without \"resps\""), input_error);
-  const test::cmd_result mixed = test::run_cmd(bin() + " compare " + p1 + " " + p3);
-  CHECK(mixed.exit_code == 2);
-  CHECK(mixed.err.find("is an lm-eval samples file but") != std::string::npos);
 }
 
 TEST_CASE("lmeval read: a number too large for a double is an input_error naming the line") {
@@ -262,39 +159,3 @@ TEST_CASE("lmeval export: gsm8k records become strict-match and flexible-extract
   CHECK_THROWS_WITH_AS(reports::lmeval_compare(a, moved), doctest::Contains("nothing comparable: every doc"), input_error);
 }
 
-TEST_CASE("lmeval export cli: detaudit run --export lm-eval writes sample files that compare reads") {
-  const std::string dir = test::scratch_dir("lmeval_run_export");
-  {
-    std::ofstream p(dir + "/p.jsonl", std::ios::binary);
-    p << R"({"id": "a", "prompt": "Once upon a time", "answer": "#### 3", "grader": "gsm8k"})" "\n"
-      << R"({"id": "b", "prompt": "The cat sat", "answer": "#### 4", "grader": "gsm8k"})" "\n";
-  }
-  const std::string spec = "engine:" + test::fixture("models/stories260K.gguf") + "?threads=1&np=4";
-  const test::cmd_result run = test::run_cmd(bin() + " run --target '" + spec + "' --prompts " + dir +
-                                             "/p.jsonl --raw --probe repeat --n-predict 6 --fail-on none --export lm-eval --out " +
-                                             dir + "/run --format json");
-  INFO(run.err);
-  REQUIRE(run.exit_code == 0);
-  CHECK(run.err.find("lm-eval samples: 3 file(s)") != std::string::npos);
-  const std::string alone = dir + "/run/lm-eval/samples_base_alone.jsonl";
-  const std::string control = dir + "/run/lm-eval/samples_base_control.jsonl";
-  REQUIRE(std::filesystem::exists(alone));
-  const std::vector<reports::lmeval_sample> a = reports::lmeval_read(alone);
-  REQUIRE(a.size() == 4);
-  const std::vector<reports::record> recs = reports::records_read(dir + "/run");
-  for (const reports::lmeval_sample& s : a) {
-    const std::string item = s.doc_id == 0 ? "a" : "b";
-    for (const reports::record& r : recs)
-      if (r.item_id == item && r.condition == "alone") CHECK(s.response == r.text);
-  }
-  const test::cmd_result cmp = test::run_cmd(bin() + " compare " + alone + " " + control + " --format json");
-  INFO(cmp.err);
-  REQUIRE(cmp.exit_code == 0);
-  const json rep = json::parse(cmp.out);
-  REQUIRE(rep["pairs"].size() == 2);
-  for (const json& p : rep["pairs"]) {
-    CHECK(p["items"] == 2);
-    CHECK(p["differ"] == 0);  // the exact engine repeats itself
-    CHECK(p["graded"] == 2);
-  }
-}

@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "probes/target.h"
 #include "serve_util.h"
 #include "test_util.h"
 
@@ -118,6 +119,32 @@ inline int closed_port() {
   ::close(fd);
   return ntohs(a.sin_port);
 }
+
+// The streaming tests' target options and request (tests/unit/test_probes_http_stream.cpp and
+// tests/e2e/test_probes_http_stream.cpp).
+namespace stream_test {
+
+inline probes::target_options opts(const std::string& api, bool stream) {
+  probes::target_options o;
+  o.api = api;
+  o.timeout_s = 30;
+  o.retries = 0;
+  o.stream = stream;
+  return o;
+}
+
+inline probes::gen_request request(bool chat) {
+  probes::gen_request r;
+  if (chat) r.messages = {{"system", "Be brief."}, {"user", "Tell me a story."}};
+  else r.prompt = "Once upon a time";
+  r.n_predict = 12;
+  r.seed = 42;
+  r.n_probs = 3;
+  r.cache_prompt = false;  // the second request must not differ by what the cache held
+  return r;
+}
+
+}  // namespace stream_test
 
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

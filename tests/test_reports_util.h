@@ -1,0 +1,214 @@
+// Hand-built inputs for the reports tests, in-process (tests/unit) and through the binary
+// (tests/e2e): run records whose token lists are all written out, so each expected divergence point
+// is known before the code under test runs; scored steps for the KL divergence; lm-eval sample
+// files; and the check that an HTML page holds its plots.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "reports/kld.h"
+#include "reports/record.h"
+#include "test_util.h"
+
+namespace detaudit::test {
+
+// One generated token: id (-1: the target gives none) and its text.
+using tok = std::pair<int32_t, std::string>;
+
+// A record whose text is the concatenation of its tokens' texts.
+inline reports::record rec(const std::string& item, const std::string& condition, const std::vector<tok>& toks,
+                           const std::string& probe = "", const std::string& label = "A", int repetition = 0) {
+  reports::record r;
+  r.run_id = "run-test";
+  r.item_id = item;
+  r.condition = condition;
+  r.probe = probe.empty() ? (condition == "alone" || condition == "control" ? "base" : condition) : probe;
+  r.repetition = repetition;
+  r.target = {{"label", label}, {"spec", "engine:test.gguf"}};
+  for (const auto& [id, text] : toks) {
+    reports::token_rec t;
+    t.id = id;
+    t.text = text;
+    r.tokens.push_back(t);
+    r.text += text;
+  }
+  r.finish_reason = "length";
+  return r;
+}
+
+// The same record graded: GSM8K-style reference "... #### N" and the gsm8k grader.
+inline reports::record graded(reports::record r, const std::string& answer) {
+  r.reference = "Work it out.\n#### " + answer;
+  r.grader = "gsm8k";
+  return r;
+}
+
+// A token id that depends only on the token's text (FNV-1a, folded below 100000).
+inline int32_t word_id(const std::string& text) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : text) h = (h ^ c) * 16777619u;
+  return static_cast<int32_t>(h % 100000u);
+}
+
+// Tokens of a text split before each space (the space starts the next token), ids from word_id.
+inline std::vector<tok> words(const std::string& text) {
+  std::vector<tok> out;
+  size_t start = 0;
+  for (size_t i = 1; i <= text.size(); ++i)
+    if (i == text.size() || text[i] == ' ') {
+      out.push_back({word_id(text.substr(start, i - start)), text.substr(start, i - start)});
+      start = i;
+    }
+  return out;
+}
+
+// alone vs concurrent-8 over seven items, each also sent again alone as the control (identical):
+// q1 (token 2, margins 0.5 / 0.125, hash step 2), q2 (token 2, graded right -> wrong), q3 (token 0,
+// no ids) and q7 (token 1, markup and bad bytes) differ; q4 failed; q5 (token 1) not exercised
+// (no overlap); q6 drifted (same tokens, a logit hash differs).
+inline std::vector<reports::record> sample_records() {
+  using reports::record;
+  std::vector<record> v;
+  record a1 = rec("q1", "alone", {{1, "a"}, {2, " b"}, {3, " c"}, {4, " d"}});
+  record b1 = rec("q1", "concurrent-8", {{1, "a"}, {2, " b"}, {9, " X"}, {4, " d"}}, "concurrency");
+  a1.top_logprobs = {{}, {}, {{3, " c", -0.25}, {9, " X", -0.75}}, {}};
+  b1.top_logprobs = {{}, {}, {{9, " X", -0.5}, {3, " c", -0.625}}, {}};
+  a1.logit_hashes = {1, 2, 3, 4};
+  b1.logit_hashes = {1, 2, 5, 6};
+  v.push_back(a1);
+  v.push_back(b1);
+  v.push_back(graded(rec("q2", "alone", words("so #### 18")), "18"));
+  v.push_back(graded(rec("q2", "concurrent-8", words("so #### 17"), "concurrency"), "18"));
+  v.push_back(rec("q3", "alone", {{-1, "line one\nline two"}}));
+  v.push_back(rec("q3", "concurrent-8", {{-1, "line one\nline 2"}}, "concurrency"));
+  v.push_back(rec("q4", "alone", words("fine")));
+  record b4 = rec("q4", "concurrent-8", {}, "concurrency");
+  b4.error = "HTTP 500: <oops> & \"boom\"";
+  v.push_back(b4);
+  v.push_back(rec("q5", "alone", words("p q")));
+  record b5 = rec("q5", "concurrent-8", words("p r"), "concurrency");
+  b5.evidence = {{"overlap", false}};
+  v.push_back(b5);
+  record a6 = rec("q6", "alone", words("same text"));
+  record b6 = rec("q6", "concurrent-8", words("same text"), "concurrency");
+  a6.logit_hashes = {7, 8};
+  b6.logit_hashes = {7, 9};
+  v.push_back(a6);
+  v.push_back(b6);
+  v.push_back(rec("q7", "alone", {{-1, "x<&>\"y"}, {-1, "\x01" "\xff" "z"}}));
+  v.push_back(rec("q7", "concurrent-8", {{-1, "x<&>\"y"}, {-1, "\x02" "]]>"}}, "concurrency"));
+  for (record& r : v)  // the evidence that the item shared forward steps with the others
+    if (r.condition == "concurrent-8" && r.evidence.empty()) r.evidence = {{"overlap", true}, {"batch_width", 8}};
+  const std::vector<record> base = v;
+  for (const record& r : base)
+    if (r.condition == "alone") {
+      record c = r;
+      c.condition = "control";
+      v.push_back(c);
+    }
+  return v;
+}
+
+// The KL divergence tests (tests/unit and tests/e2e test_reports_kld.cpp).
+namespace kld {
+
+// A scored step: token `id`, its top alternatives as (token, probability), and its own log-prob
+// when it is among them.
+inline reports::kld_step_in step(int32_t id, std::vector<std::pair<int32_t, double>> top_probs) {
+  reports::kld_step_in s;
+  s.id = id;
+  for (auto& [t, p] : top_probs) {
+    s.top.push_back({t, std::log(p)});
+    if (t == id) s.logprob = std::log(p);
+  }
+  return s;
+}
+
+}  // namespace kld
+
+// lm-evaluation-harness sample files (tests/unit and tests/e2e test_reports_lmeval.cpp).
+namespace lmeval {
+
+using json = nlohmann::json;
+
+// One gsm8k-style sample line.
+inline json sample(int64_t doc_id, const std::string& filter, const std::string& resp, const std::string& filtered,
+                   double exact_match, const std::string& doc_hash, const std::string& target) {
+  const json gen_args = {{"arg_0", "Question: q" + std::to_string(doc_id)}, {"arg_1", {{"until", {"Question:"}}}}};
+  return {{"doc_id", doc_id},
+          {"doc", {{"question", "q" + std::to_string(doc_id)}}},
+          {"target", target},
+          {"arguments", {{"gen_args_0", gen_args}}},
+          {"resps", {{resp}}},
+          {"filtered_resps", {filtered}},
+          {"filter", filter},
+          {"metrics", {"exact_match"}},
+          {"doc_hash", doc_hash},
+          {"prompt_hash", "p" + std::to_string(doc_id)},
+          {"target_hash", "t" + std::to_string(doc_id)},
+          {"exact_match", exact_match}};
+}
+
+inline std::string write_lines(const std::string& path, const std::vector<json>& lines) {
+  std::ofstream out(path, std::ios::binary);
+  for (const json& j : lines) out << j.dump() << "\n";
+  return path;
+}
+
+// Six docs, two filters. Per doc (strict-match, flexible-extract):
+//   0: same text, right in both files                     -> identical, no flip
+//   1: A "#### 42" right, B "#### 41" wrong                -> right->wrong in both filters
+//   2: A "I think 7": strict wrong, flex right; B "#### 7" -> strict wrong->right, flex no flip
+//   3: doc_hash differs (A right, B wrong)                 -> not compared, no flip
+//   4: A "#### 3", B "#### 4", target 5                    -> wrong->other wrong in both filters
+//   5: only in A                                           -> left out with a note
+// A lists all strict lines, then all flex lines; B interleaves them per doc (alignment ignores order).
+inline void write_pair(const std::string& dir) {
+  struct doc {
+    std::string a, a_strict, a_flex, b, b_strict, b_flex, target;
+    double a_ok_s, a_ok_f, b_ok_s, b_ok_f;
+  };
+  const std::vector<doc> docs = {
+      {"so #### 18", "18", "18", "so #### 18", "18", "18", "18", 1, 1, 1, 1},
+      {"so #### 42", "42", "42", "so #### 41", "41", "41", "42", 1, 1, 0, 0},
+      {"I think 7", "[invalid]", "7", "so #### 7", "7", "7", "7", 0, 1, 1, 1},
+      {"so #### 9", "9", "9", "so #### 8", "8", "8", "9", 1, 1, 0, 0},
+      {"so #### 3", "3", "3", "so #### 4", "4", "4", "5", 0, 0, 0, 0},
+      {"so #### 6", "6", "6", "", "", "", "6", 1, 1, 0, 0},
+  };
+  std::vector<json> a, b;
+  for (const char* filter : {"strict-match", "flexible-extract"}) {
+    const bool strict = std::string(filter) == "strict-match";
+    for (size_t i = 0; i < docs.size(); ++i) {
+      const doc& d = docs[i];
+      a.push_back(sample(int64_t(i), filter, d.a, strict ? d.a_strict : d.a_flex, strict ? d.a_ok_s : d.a_ok_f,
+                         "h" + std::to_string(i), d.target));
+    }
+  }
+  for (size_t i = 0; i < 5; ++i) {
+    const doc& d = docs[i];
+    const std::string hash = i == 3 ? "other" : "h" + std::to_string(i);
+    b.push_back(sample(int64_t(i), "flexible-extract", d.b, d.b_flex, d.b_ok_f, hash, d.target));
+    b.push_back(sample(int64_t(i), "strict-match", d.b, d.b_strict, d.b_ok_s, hash, d.target));
+  }
+  write_lines(dir + "/samples_gsm8k_2024-06-01T10-00-00.000001.jsonl", a);
+  write_lines(dir + "/samples_gsm8k_2024-06-02T10-00-00.000001.jsonl", b);
+}
+
+}  // namespace lmeval
+
+// The HTML report's four plots are all on the page `h`.
+inline void check_plots_present(const std::string& h) {
+  for (const char* id : {"plot-token-index", "plot-margin", "plot-conditions", "plot-flips"})
+    CHECK_MESSAGE(contains(h, std::string("<svg id=\"") + id + "\""), id);
+}
+
+}  // namespace detaudit::test
