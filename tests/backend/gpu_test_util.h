@@ -4,11 +4,7 @@
 // with a message saying so: a backend test never passes without having run.
 #pragma once
 
-#include <cstdint>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <vector>
 #include <memory>
 #include <string>
 
@@ -45,24 +41,6 @@ inline kernels::gpu::device& gpu_test_device() {
     if (!dev) FAIL("NO " << std::string(kernels::gpu::api_name(a)) << " DEVICE: the backend tests did not run: " << why);
   }
   return *dev;
-}
-
-// "" when a and b hold the same bits; else the first differing index, both values, their bits
-// and their distance in units in the last place.
-inline std::string first_difference(const std::vector<float>& ref, const std::vector<float>& got) {
-  if (ref.size() != got.size()) return "sizes " + std::to_string(ref.size()) + " vs " + std::to_string(got.size());
-  for (size_t i = 0; i < ref.size(); ++i) {
-    uint32_t a, b;
-    std::memcpy(&a, &ref[i], 4);
-    std::memcpy(&b, &got[i], 4);
-    if (a == b) continue;
-    auto ordered = [](uint32_t u) { return (u & 0x80000000u) ? -static_cast<int64_t>(u & 0x7fffffffu) : static_cast<int64_t>(u); };
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "index %zu: ref %.9g (0x%08x), device %.9g (0x%08x), %lld ulp", i, ref[i], a,
-                  got[i], b, static_cast<long long>(std::llabs(ordered(a) - ordered(b))));
-    return buf;
-  }
-  return "";
 }
 
 }  // namespace detaudit::test

@@ -1,13 +1,18 @@
 // The fast exact matmul (kernels/cpu) against the reference (kernels/ref) by memcmp, on every
-// supported instruction set and every integer weight type, with weight blocks of random bytes
-// (every code and sub-block scale a type can hold, fp16 scales from subnormal to 2^15) and
-// activations whose block exponents spread over 2^-40 .. 2^20, so that block terms land on
-// both sides of the accumulator grid and every rounding branch runs.
+// supported instruction set: every matmul case of the op table (tests/op_cases.h) whose weight
+// type has a fast path (the ten integer block types; the CPU backend runs F32/F16/BF16 through
+// kernels/ref), over all rows and over row ranges. The table's weight blocks include random bytes
+// (every code and sub-block scale a type can hold, fp16 scales from subnormal to 2^15) and its
+// activations block exponents over 2^-120 .. 2^110, so that block terms land on both sides of the
+// accumulator grid and every rounding branch runs. Also: the helpers of the fast path
+// (act_pack, fixed_to_f32_fast, round_shift_fast, row bounds) against their numerics twins.
 #include <doctest/doctest.h>
 
+#include "op_cases.h"
 #include "test_util.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -24,89 +29,23 @@
 using namespace detaudit;
 using namespace detaudit::kernels;
 using gguf::dtype;
+using test::op_case;
 
 namespace {
 
 using rng = detaudit::test::test_rng;
 
-const dtype kFastTypes[] = {gguf::DTYPE_Q4_0, gguf::DTYPE_Q4_1, gguf::DTYPE_Q5_0, gguf::DTYPE_Q5_1,
-                            gguf::DTYPE_Q8_0, gguf::DTYPE_Q2_K, gguf::DTYPE_Q3_K, gguf::DTYPE_Q4_K,
-                            gguf::DTYPE_Q5_K, gguf::DTYPE_Q6_K};
+bool cpu_matmul_case(const op_case& c) { return c.op == test::op_kind::matmul && cpu::matmul_fast_type(c.type); }
 
-// Offsets of the fp16 scale fields in one block (super-block) of t (ggml's block layouts).
-std::vector<int> fp16_fields(dtype t) {
-  switch (t) {
-    case gguf::DTYPE_Q4_1: case gguf::DTYPE_Q5_1: case gguf::DTYPE_Q4_K: case gguf::DTYPE_Q5_K: return {0, 2};
-    case gguf::DTYPE_Q2_K: return {80, 82};
-    case gguf::DTYPE_Q3_K: return {108};
-    case gguf::DTYPE_Q6_K: return {208};
-    default: return {0};
-  }
-}
-
-// A finite fp16: zero (1 in 16), subnormal (1 in 16) or normal with any exponent; either sign.
-uint16_t random_fp16(rng& r, int spread) {
-  const uint16_t sign = r.range(0, 1) ? 0x8000 : 0;
-  const int64_t kind = r.range(0, 15);
-  if (kind == 0) return sign;
-  const uint16_t frac = static_cast<uint16_t>(r.range(0, 1023));
-  if (kind == 1) return static_cast<uint16_t>(sign | (frac | 1));
-  const int64_t e = spread ? r.range(1, 30) : r.range(14, 15);
-  return static_cast<uint16_t>(sign | e << 10 | frac);
-}
-
-// n_out rows of n_in elements of type t: random bytes with finite fp16 scales.
-std::vector<uint8_t> random_matrix(rng& r, dtype t, int64_t n_in, int64_t n_out, bool spread) {
-  const gguf::dtype_traits& tr = gguf::dtype_get(t);
-  std::vector<uint8_t> w(gguf::dtype_row_bytes(t, n_in) * static_cast<uint64_t>(n_out));
-  for (auto& b : w) b = static_cast<uint8_t>(r.next());
-  for (uint64_t off = 0; off < w.size(); off += tr.type_size) {
-    for (int f : fp16_fields(t)) {
-      const uint16_t h = random_fp16(r, spread);
-      std::memcpy(&w[off + static_cast<uint64_t>(f)], &h, 2);
-    }
-  }
-  return w;
-}
-
-// Activations with block scales 2^-40 .. 2^20 (spread) or 2^-2 .. 2^2, some zero blocks.
-std::vector<float> random_acts(rng& r, int64_t n_tokens, int64_t n_in, bool spread) {
-  std::vector<float> x(static_cast<size_t>(n_tokens * n_in));
-  for (int64_t b = 0; b * 32 < n_tokens * n_in; ++b) {
-    const int sc = static_cast<int>(spread ? r.range(-40, 20) : r.range(-2, 2));
-    const bool zero = r.range(0, 11) == 0;
-    for (int64_t i = b * 32; i < b * 32 + 32; ++i) {
-      const float v = r.normal();
-      x[static_cast<size_t>(i)] = zero ? 0.0f : v * static_cast<float>(1ull << (sc + 40)) / static_cast<float>(1ull << 40);
-    }
-  }
-  return x;
-}
-
-struct case_result {
-  std::vector<float> ref, fast;
-};
-
-// Runs the reference and the fast kernel over rows [r0, r1) of the same inputs; entries outside
-// the range keep a sentinel in both.
-case_result run_case(cpu::isa isa, dtype t, const std::vector<uint8_t>& w, const std::vector<float>& x,
-                     int64_t n_tokens, int64_t n_in, int64_t n_out, int64_t r0, int64_t r1) {
-  std::vector<numerics::qvec> xs(static_cast<size_t>(n_tokens));
-  for (int64_t k = 0; k < n_tokens; ++k) numerics::quantize_act(x.data() + k * n_in, n_in, xs[static_cast<size_t>(k)]);
-  case_result res;
-  res.ref.assign(static_cast<size_t>(n_tokens * n_out), -7.0f);
-  res.fast.assign(static_cast<size_t>(n_tokens * n_out), -7.0f);
-  matmul_exact_ref(xs.data(), n_tokens, t, w.data(), n_in, n_out, res.ref.data(), r0, r1);
+// matmul_exact_cpu at isa over rows [r0, r1) of case c, into a guarded output buffer.
+std::vector<float> cpu_matmul(const op_case& c, const test::op_inputs& in, cpu::isa isa, int64_t r0, int64_t r1) {
   cpu::act_pack p;
-  cpu::act_pack_build(x.data(), n_tokens, n_in, p);
-  std::vector<int32_t> bounds(static_cast<size_t>(n_out));
-  cpu::weight_row_bounds(t, w.data(), n_in, 0, n_out, bounds.data());
-  cpu::matmul_exact_cpu(isa, p, t, w.data(), n_out, bounds.data(), res.fast.data(), r0, r1);
-  return res;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  cpu::act_pack_build(in.x.data(), c.n_tok, c.n_in, p);
+  std::vector<int32_t> bounds(static_cast<size_t>(c.n_out));
+  cpu::weight_row_bounds(c.type, in.w.data(), c.n_in, 0, c.n_out, bounds.data());
+  std::vector<float> out = test::output_buffer(c, in);
+  cpu::matmul_exact_cpu(isa, p, c.type, in.w.data(), c.n_out, bounds.data(), out.data() + test::k_guard, r0, r1);
+  return out;
 }
 
 }  // namespace
@@ -206,119 +145,96 @@ TEST_CASE("cpu round_shift_fast: the reference's bits for every shift direction,
 }
 
 TEST_CASE("cpu matmul: row bounds equal the decoded blocks' exponent bound on every type") {
-  rng r{11};
-  for (dtype t : kFastTypes) {
-    const std::string type_s = gguf::dtype_get(t).name;
-    CAPTURE(type_s);
-    const int64_t n_in = 512, n_out = 9;
-    const std::vector<uint8_t> w = random_matrix(r, t, n_in, n_out, true);
-    std::vector<int32_t> bounds(n_out);
-    cpu::weight_row_bounds(t, w.data(), n_in, 0, n_out, bounds.data());
-    std::vector<numerics::wblock> blocks(n_in / 32);
-    for (int64_t row = 0; row < n_out; ++row) {
-      weight_decode_row(t, w.data() + row * gguf::dtype_row_bytes(t, n_in), n_in, blocks.data());
-      CHECK(bounds[static_cast<size_t>(row)] == numerics::wblock_exp_bound(blocks.data(), n_in / 32));
+  int64_t n = 0;
+  for (const op_case& c : test::op_cases()) {
+    if (!cpu_matmul_case(c) || c.gpu_scale) continue;
+    CAPTURE(c.name);
+    const test::op_inputs in = test::make_inputs(c);
+    std::vector<int32_t> bounds(static_cast<size_t>(c.n_out));
+    cpu::weight_row_bounds(c.type, in.w.data(), c.n_in, 0, c.n_out, bounds.data());
+    std::vector<numerics::wblock> blocks(static_cast<size_t>(c.n_in / 32));
+    bool same = true;
+    for (int64_t row = 0; row < c.n_out; ++row) {
+      weight_decode_row(c.type, in.w.data() + row * gguf::dtype_row_bytes(c.type, c.n_in), c.n_in, blocks.data());
+      same = same && bounds[static_cast<size_t>(row)] == numerics::wblock_exp_bound(blocks.data(), c.n_in / 32);
     }
+    CHECK(same);
+    ++n;
   }
+  MESSAGE(n << " matmul cases of the op table");
 }
 
 TEST_CASE("cpu matmul: bit-identical to matmul_exact_ref on every type and instruction set") {
-  for (cpu::isa isa : cpu::isa_all_supported()) {
-    rng r{static_cast<uint64_t>(100 + static_cast<int>(isa))};
-    for (dtype t : kFastTypes) {
-      for (bool spread : {false, true}) {
-        const std::string isa_s = cpu::isa_name(isa), type_s = gguf::dtype_get(t).name;
-        CAPTURE(isa_s);
-        CAPTURE(type_s);
-        CAPTURE(spread);
-        const int64_t n_in = gguf::dtype_get(t).block_size == 256 ? 768 : 352;
-        const int64_t n_out = 37, n_tokens = 7;
-        const std::vector<uint8_t> w = random_matrix(r, t, n_in, n_out, spread);
-        const std::vector<float> x = random_acts(r, n_tokens, n_in, spread);
-        const case_result c = run_case(isa, t, w, x, n_tokens, n_in, n_out, 0, n_out);
-        CHECK(same_bits(c.ref, c.fast));
-      }
+  test::table_tally tally;
+  for (const op_case& c : test::op_cases()) {
+    if (c.op != test::op_kind::matmul) continue;
+    if (!cpu::matmul_fast_type(c.type)) {
+      tally.skip("f32/f16/bf16: the CPU backend runs kernels/ref for them");
+      continue;
+    }
+    CAPTURE(c.name);
+    const auto p = test::prepare_for(c, {test::op_kind::matmul}, test::skips_none, tally);
+    for (cpu::isa isa : cpu::isa_all_supported()) {
+      const auto m = test::mismatch(*p, [&] { return cpu_matmul(c, p->in, isa, 0, c.n_out); });
+      CHECK_MESSAGE(!m, std::string(cpu::isa_name(isa)) << ": " << *m);
     }
   }
-}
-
-TEST_CASE("cpu matmul: one to five tokens (the generation path) give the reference bits") {
-  rng r{13};
-  for (cpu::isa isa : cpu::isa_all_supported()) {
-    for (dtype t : kFastTypes) {
-      for (int64_t n_tokens : {1, 2, 4, 5}) {
-        const std::string isa_s = cpu::isa_name(isa), type_s = gguf::dtype_get(t).name;
-        CAPTURE(isa_s);
-        CAPTURE(type_s);
-        CAPTURE(n_tokens);
-        const int64_t n_in = gguf::dtype_get(t).block_size == 256 ? 1024 : 288, n_out = 21;
-        const std::vector<uint8_t> w = random_matrix(r, t, n_in, n_out, n_tokens % 2 == 1);
-        const std::vector<float> x = random_acts(r, n_tokens, n_in, n_tokens % 2 == 1);
-        const case_result c = run_case(isa, t, w, x, n_tokens, n_in, n_out, 2, 19);
-        CHECK(same_bits(c.ref, c.fast));
-      }
-    }
-  }
+  std::string isas;
+  for (cpu::isa i : cpu::isa_all_supported()) isas += std::string(" ") + cpu::isa_name(i);
+  MESSAGE(tally.to_string("matmul_exact_cpu on" + isas));
 }
 
 TEST_CASE("cpu matmul: token tiles, partial panels and row ranges give the reference bits") {
-  rng r{7};
-  for (cpu::isa isa : cpu::isa_all_supported()) {
-    for (dtype t : {gguf::DTYPE_Q8_0, gguf::DTYPE_Q4_K, gguf::DTYPE_Q6_K}) {
-      const std::string isa_s = cpu::isa_name(isa), type_s = gguf::dtype_get(t).name;
-      CAPTURE(isa_s);
-      CAPTURE(type_s);
-      const int64_t n_in = 512, n_out = 50, n_tokens = 70;  // 70 tokens: two tiles of 64, groups of 4 and a rest
-      const std::vector<uint8_t> w = random_matrix(r, t, n_in, n_out, true);
-      const std::vector<float> x = random_acts(r, n_tokens, n_in, true);
-      for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 50}, {3, 37}, {16, 32}, {49, 50}, {20, 20}}) {
-        CAPTURE(r0);
-        CAPTURE(r1);
-        const case_result c = run_case(isa, t, w, x, n_tokens, n_in, n_out, r0, r1);
-        CHECK(same_bits(c.ref, c.fast));
+  // Row ranges that start and end inside panels, a single last row and an empty range; the rows
+  // outside a range keep their sentinels.
+  int64_t n = 0;
+  for (const op_case& c : test::op_cases()) {
+    if (!cpu_matmul_case(c)) continue;
+    CAPTURE(c.name);
+    const test::prepared_case p = test::prepare(c);
+    REQUIRE(p.refused.empty());
+    std::vector<std::pair<int64_t, int64_t>> ranges = {{c.n_out - 1, c.n_out}, {c.n_out / 2, c.n_out / 2}};
+    if (c.n_out > 4) ranges.emplace_back(2, c.n_out - 2);
+    if (c.n_out > 16) ranges.emplace_back(3, c.n_out - 13);
+    if (c.n_out >= 32) ranges.emplace_back(16, 32);
+    for (auto [r0, r1] : ranges) {
+      std::vector<float> want = p.want;
+      for (int64_t tok = 0; tok < c.n_tok; ++tok)
+        for (int64_t row = 0; row < c.n_out; ++row)
+          if (row < r0 || row >= r1) want[test::k_guard + static_cast<size_t>(tok * c.n_out + row)] = test::float_of(test::k_sentinel);
+      for (cpu::isa isa : cpu::isa_all_supported()) {
+        const auto diff = test::first_difference(want, cpu_matmul(c, p.in, isa, r0, r1));
+        CHECK_MESSAGE(!diff, std::string(cpu::isa_name(isa)) << " rows " << r0 << ".." << r1 << ": " << diff->to_string());
       }
     }
+    ++n;
   }
-}
-
-TEST_CASE("cpu matmul: quantized weights and activations of a real scale match the reference") {
-  rng r{3};
-  for (cpu::isa isa : cpu::isa_all_supported()) {
-    for (dtype t : kFastTypes) {
-      const std::string isa_s = cpu::isa_name(isa), type_s = gguf::dtype_get(t).name;
-      CAPTURE(isa_s);
-      CAPTURE(type_s);
-      const int64_t n_in = 1024, n_out = 20, n_tokens = 5;
-      std::vector<float> wf(static_cast<size_t>(n_in * n_out));
-      for (auto& v : wf) v = 0.05f * r.normal();
-      std::vector<uint8_t> w(gguf::dtype_row_bytes(t, n_in) * n_out);
-      for (int64_t row = 0; row < n_out; ++row)
-        gguf::quants_quantize_row(t, wf.data() + row * n_in, w.data() + row * gguf::dtype_row_bytes(t, n_in), n_in);
-      const std::vector<float> x = random_acts(r, n_tokens, n_in, false);
-      const case_result c = run_case(isa, t, w, x, n_tokens, n_in, n_out, 0, n_out);
-      CHECK(same_bits(c.ref, c.fast));
-    }
-  }
+  MESSAGE(n << " matmul cases of the op table, each over several row ranges");
 }
 
 TEST_CASE("cpu matmul: zero rows, zero tokens and non-finite scales") {
+  // The table's edge cases (zero rows and tokens) are compared above; here, their outputs are +0
+  // and a non-finite fp16 scale is refused.
   rng r{5};
   const dtype t = gguf::DTYPE_Q8_0;
-  const int64_t n_in = 256, n_out = 18, n_tokens = 3;
-  std::vector<uint8_t> w = random_matrix(r, t, n_in, n_out, true);
+  const int64_t n_in = 256, n_out = 18, n_tok = 3;
+  std::vector<uint8_t> w = test::weight_rows(r, t, n_in, n_out, test::weights::random_bytes);
   std::memset(w.data() + 2 * gguf::dtype_row_bytes(t, n_in), 0, gguf::dtype_row_bytes(t, n_in));  // row 2 all zero
-  std::vector<float> x = random_acts(r, n_tokens, n_in, true);
+  std::vector<float> x = test::draw(r, test::d_mixed, n_tok * n_in);
   std::fill(x.begin() + n_in, x.begin() + 2 * n_in, 0.0f);  // token 1 all zero
+  cpu::act_pack p;
+  cpu::act_pack_build(x.data(), n_tok, n_in, p);
+  std::vector<int32_t> bounds(n_out);
+  cpu::weight_row_bounds(t, w.data(), n_in, 0, n_out, bounds.data());
   for (cpu::isa isa : cpu::isa_all_supported()) {
     const std::string isa_s = cpu::isa_name(isa);
     CAPTURE(isa_s);
-    const case_result c = run_case(isa, t, w, x, n_tokens, n_in, n_out, 0, n_out);
-    CHECK(same_bits(c.ref, c.fast));
-    CHECK(c.fast[static_cast<size_t>(1 * n_out + 5)] == 0.0f);
-    CHECK(c.fast[2] == 0.0f);
+    std::vector<float> y(static_cast<size_t>(n_tok * n_out), -7.0f);
+    cpu::matmul_exact_cpu(isa, p, t, w.data(), n_out, bounds.data(), y.data(), 0, n_out);
+    CHECK(std::bit_cast<uint32_t>(y[static_cast<size_t>(1 * n_out + 5)]) == 0u);
+    CHECK(std::bit_cast<uint32_t>(y[2]) == 0u);
   }
   const uint16_t inf = 0x7c00;
   std::memcpy(w.data() + 34 * 3, &inf, 2);  // block 3 of row 0
-  std::vector<int32_t> bounds(n_out);
   CHECK_THROWS_AS(cpu::weight_row_bounds(t, w.data(), n_in, 0, n_out, bounds.data()), input_error);
 }

@@ -2,6 +2,7 @@
 // accuracy against double-precision dots, odd lengths and every weight type.
 #include <doctest/doctest.h>
 
+#include "op_cases.h"
 #include "test_util.h"
 
 #include <algorithm>
@@ -23,11 +24,6 @@ using gguf::dtype;
 namespace {
 
 using rng = detaudit::test::test_rng;
-
-const dtype kAllTypes[] = {gguf::DTYPE_F32,  gguf::DTYPE_F16,  gguf::DTYPE_BF16, gguf::DTYPE_Q4_0,
-                           gguf::DTYPE_Q4_1, gguf::DTYPE_Q5_0, gguf::DTYPE_Q5_1, gguf::DTYPE_Q8_0,
-                           gguf::DTYPE_Q2_K, gguf::DTYPE_Q3_K, gguf::DTYPE_Q4_K, gguf::DTYPE_Q5_K,
-                           gguf::DTYPE_Q6_K};
 
 std::string name_of(dtype t) { return gguf::dtype_get(t).name; }
 
@@ -63,23 +59,11 @@ int64_t row_multiple(dtype t) {
 
 uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
 
-// Offsets of the fp16 scale fields within one block of t.
-std::vector<int> fp16_fields(dtype t) {
-  switch (t) {
-    case gguf::DTYPE_Q4_1: case gguf::DTYPE_Q5_1: return {0, 2};
-    case gguf::DTYPE_Q2_K: return {80, 82};
-    case gguf::DTYPE_Q3_K: return {108};
-    case gguf::DTYPE_Q4_K: case gguf::DTYPE_Q5_K: return {0, 2};
-    case gguf::DTYPE_Q6_K: return {208};
-    default: return {0};
-  }
-}
-
 }  // namespace
 
 TEST_CASE("dot_exact: any permutation and split of the block sum gives the same bits") {
   rng r{21};
-  for (dtype t : kAllTypes) {
+  for (dtype t : test::k_weight_types) {
     for (int trial = 0; trial < 20; ++trial) {
       const int64_t n = row_multiple(t) * r.range(1, 6) * (row_multiple(t) == 1 ? 97 : 1);
       std::vector<float> deq;
@@ -128,7 +112,7 @@ TEST_CASE("dot_exact: any permutation and split of the block sum gives the same 
 // error relative to sum |x w| on rows without outliers (the typical figure).
 TEST_CASE("dot_exact: accuracy against a double-precision dot for every type") {
   rng r{22};
-  for (dtype t : kAllTypes) {
+  for (dtype t : test::k_weight_types) {
     double worst_q = 0;  // against the exact dot of the quantized operands, / sum |a w|
     double worst_f = 0;  // against double(float x, dequantized w), / sum |x w|, no outliers
     double worst_bound = 0;  // |error| / the element-wise bound, all rows
@@ -193,7 +177,7 @@ TEST_CASE("dot_exact: odd lengths partial blocks zero rows and bad input") {
       CHECK(bits(dot_exact_ref(xq, t, tight.data(), n)) == bits(got));
     }
   }
-  for (dtype t : kAllTypes) {
+  for (dtype t : test::k_weight_types) {
     const int64_t n = row_multiple(t) == 1 ? 64 : row_multiple(t);
     std::vector<float> zero(static_cast<size_t>(n), 0.0f);
     std::vector<uint8_t> zrow(gguf::dtype_row_bytes(t, n));
@@ -224,7 +208,7 @@ TEST_CASE("dot_exact: block terms stay below 2^44 at the extremes of every type"
   // code -4), with every fp16 scale field set to -65504 (|d_mant| = 2047, the largest), and
   // activations of +-32767 with the signs that make the sums largest.
   rng r{25};
-  for (dtype t : kAllTypes) {
+  for (dtype t : test::k_weight_types) {
     if (t == gguf::DTYPE_F32 || t == gguf::DTYPE_F16 || t == gguf::DTYPE_BF16) continue;
     const int64_t n = row_multiple(t);
     int64_t worst1 = 0, worst2 = 0;
@@ -232,7 +216,7 @@ TEST_CASE("dot_exact: block terms stay below 2^44 at the extremes of every type"
       std::vector<uint8_t> row(gguf::dtype_row_bytes(t, n));
       const uint8_t fills[] = {0x00, 0xff, 0x80, 0x55, 0xaa, 0x7f};
       for (auto& b : row) b = pattern < 6 ? fills[pattern] : static_cast<uint8_t>(r.next());
-      for (int off : fp16_fields(t)) {
+      for (int off : test::fp16_fields(t)) {
         const uint16_t h = 0xfbff;
         std::memcpy(row.data() + off, &h, 2);
       }
@@ -266,54 +250,50 @@ TEST_CASE("dot_exact: block terms stay below 2^44 at the extremes of every type"
 }
 
 TEST_CASE("matmul_exact: any split of the rows gives identical bits with sentinels intact") {
-  rng r{24};
-  for (dtype t : kAllTypes) {
-    const int64_t n_in = row_multiple(t) == 1 ? 172 : row_multiple(t) * 2;
-    const int64_t n_out = 37, n_tok = 3;
-    std::vector<uint8_t> w;
-    std::vector<float> deq;
-    for (int64_t o = 0; o < n_out; ++o) {
-      const std::vector<uint8_t> row = make_row(r, t, n_in, &deq);
-      w.insert(w.end(), row.begin(), row.end());
-    }
-    std::vector<qvec> xs(static_cast<size_t>(n_tok));
-    for (auto& xq : xs) {
-      const std::vector<float> x = make_act(r, n_in);
-      quantize_act(x.data(), n_in, xq);
-    }
-    const float sentinel = std::bit_cast<float>(0x7fc0dead);
-    const size_t pad = 8;
-    auto run = [&](const std::vector<int64_t>& cuts) {
-      std::vector<float> y(static_cast<size_t>(n_tok * n_out) + 2 * pad, sentinel);
-      for (size_t c = 0; c + 1 < cuts.size(); ++c) {
-        kernels::matmul_exact_ref(xs.data(), n_tok, t, w.data(), n_in, n_out, y.data() + pad, cuts[c], cuts[c + 1]);
-      }
-      for (size_t i = 0; i < pad; ++i) {
-        REQUIRE(bits(y[i]) == bits(sentinel));
-        REQUIRE(bits(y[y.size() - 1 - i]) == bits(sentinel));
-      }
-      return std::vector<float>(y.begin() + pad, y.end() - pad);
-    };
-    const std::vector<float> whole = run({0, n_out});
-    for (float v : whole) REQUIRE_FALSE(is_subnormal(v));
+  // Every matmul case of the op table: all rows at once, in three splits (the threads of the CPU
+  // backend), each output the single dot of its row, and a batch of one token the same bits as
+  // that token in the batch.
+  int64_t n = 0;
+  for (const test::op_case& c : test::op_cases()) {
+    if (c.op != test::op_kind::matmul) continue;
+    CAPTURE(c.name);
+    const test::prepared_case p = test::prepare(c);
+    REQUIRE(p.refused.empty());
+    std::vector<qvec> xs(static_cast<size_t>(c.n_tok));
+    for (int64_t k = 0; k < c.n_tok; ++k) quantize_act(p.in.x.data() + k * c.n_in, c.n_in, xs[static_cast<size_t>(k)]);
     std::vector<int64_t> each;
-    for (int64_t o = 0; o <= n_out; ++o) each.push_back(o);
-    for (const std::vector<int64_t>& cuts : {std::vector<int64_t>{0, 5, n_out}, each,
-                                             std::vector<int64_t>{0, 0, 18, 19, n_out}}) {
-      const std::vector<float> y = run(cuts);
-      REQUIRE(std::memcmp(y.data(), whole.data(), whole.size() * sizeof(float)) == 0);
+    for (int64_t o = 0; o <= c.n_out; ++o) each.push_back(o);
+    for (const std::vector<int64_t>& cuts : {std::vector<int64_t>{0, std::min<int64_t>(5, c.n_out), c.n_out}, each,
+                                             std::vector<int64_t>{0, 0, c.n_out / 2, c.n_out / 2 + 1, c.n_out}}) {
+      std::vector<float> y = test::output_buffer(c, p.in);
+      for (size_t k = 0; k + 1 < cuts.size(); ++k)
+        kernels::matmul_exact_ref(xs.data(), c.n_tok, c.type, p.in.w.data(), c.n_in, c.n_out, y.data() + test::k_guard,
+                                  cuts[k], cuts[k + 1]);
+      const auto diff = test::first_difference(p.want, y);
+      CHECK_MESSAGE(!diff, (cuts.size() - 1) << " parts: " << diff->to_string());
     }
-    for (int64_t tok = 0; tok < n_tok; ++tok) {
-      for (int64_t o = 0; o < n_out; ++o) {
-        const float d = dot_exact_ref(xs[static_cast<size_t>(tok)], t, w.data() + o * gguf::dtype_row_bytes(t, n_in), n_in);
-        REQUIRE(bits(d) == bits(whole[static_cast<size_t>(tok * n_out + o)]));
+    if (c.gpu_scale) continue;
+    bool dots = true;
+    for (int64_t tok = 0; tok < c.n_tok; ++tok)
+      for (int64_t o = 0; o < c.n_out; ++o) {
+        const float d = dot_exact_ref(xs[static_cast<size_t>(tok)], c.type, p.in.w.data() + o * gguf::dtype_row_bytes(c.type, c.n_in), c.n_in);
+        dots = dots && bits(d) == bits(p.want[test::k_guard + static_cast<size_t>(tok * c.n_out + o)]);
       }
-    }
-    // A batch of one token gives the same bits as that token inside a batch of three.
-    std::vector<float> y1(static_cast<size_t>(n_out));
-    kernels::matmul_exact_ref(xs.data() + 1, 1, t, w.data(), n_in, n_out, y1.data(), 0, n_out);
-    CHECK(std::memcmp(y1.data(), whole.data() + n_out, y1.size() * sizeof(float)) == 0);
-    CHECK_THROWS_AS(kernels::matmul_exact_ref(xs.data(), n_tok, t, w.data(), n_in, n_out, y1.data(), 3, n_out + 1),
-                    input_error);
+    CHECK(dots);
+    std::vector<float> y1(static_cast<size_t>(c.n_out));
+    const int64_t tok = c.n_tok - 1;
+    kernels::matmul_exact_ref(xs.data() + tok, 1, c.type, p.in.w.data(), c.n_in, c.n_out, y1.data(), 0, c.n_out);
+    CHECK(!test::first_difference(y1.data(), p.want.data() + test::k_guard + tok * c.n_out, y1.size()));
+    ++n;
   }
+  MESSAGE(n << " matmul cases of the op table");
+  // Rows past the end are refused.
+  rng r{24};
+  std::vector<float> deq;
+  const std::vector<uint8_t> w = make_row(r, gguf::DTYPE_Q8_0, 64, &deq);
+  std::vector<qvec> xs(1);
+  const std::vector<float> x = make_act(r, 64);
+  quantize_act(x.data(), 64, xs[0]);
+  std::vector<float> y(2);
+  CHECK_THROWS_AS(kernels::matmul_exact_ref(xs.data(), 1, gguf::DTYPE_Q8_0, w.data(), 64, 1, y.data(), 0, 2), input_error);
 }

@@ -21,6 +21,7 @@
 #include "gguf/gguf.h"
 #include "gguf/quants.h"
 #include "numerics/wblock.h"
+#include "op_cases.h"
 #include "test_util.h"
 #include "util/error.h"
 
@@ -32,26 +33,8 @@ namespace {
 
 using rng = detaudit::test::test_rng;
 
-const dtype kQuantTypes[] = {gguf::DTYPE_Q4_0, gguf::DTYPE_Q4_1, gguf::DTYPE_Q5_0, gguf::DTYPE_Q5_1,
-                             gguf::DTYPE_Q8_0, gguf::DTYPE_Q2_K, gguf::DTYPE_Q3_K, gguf::DTYPE_Q4_K,
-                             gguf::DTYPE_Q5_K, gguf::DTYPE_Q6_K};
-const dtype kFloatTypes[] = {gguf::DTYPE_F32, gguf::DTYPE_F16, gguf::DTYPE_BF16};
-
-bool is_float_type(dtype t) {
-  return t == gguf::DTYPE_F32 || t == gguf::DTYPE_F16 || t == gguf::DTYPE_BF16;
-}
-
-// Offsets of the fp16 scale fields within one block of t.
-std::vector<int> fp16_fields(dtype t) {
-  switch (t) {
-    case gguf::DTYPE_Q4_1: case gguf::DTYPE_Q5_1: return {0, 2};
-    case gguf::DTYPE_Q2_K: return {80, 82};
-    case gguf::DTYPE_Q3_K: return {108};
-    case gguf::DTYPE_Q4_K: case gguf::DTYPE_Q5_K: return {0, 2};
-    case gguf::DTYPE_Q6_K: return {208};
-    default: return {0};
-  }
-}
+using test::fp16_fields;
+using test::is_float_type;
 
 // Decodes every 32-block of a row and compares it with the dequantizer's floats. Returns the
 // number of elements checked; reports the first mismatch.
@@ -98,7 +81,7 @@ int64_t check_row(dtype t, const uint8_t* row, int64_t n, const std::string& whe
 
 TEST_CASE("wblock: every quantized type agrees with quants_dequantize_row on random rows") {
   rng r{11};
-  for (dtype t : kQuantTypes) {
+  for (dtype t : test::k_quant_types) {
     const std::string name = gguf::dtype_get(t).name;
     for (int trial = 0; trial < 24; ++trial) {
       const int64_t n = 512;
@@ -116,7 +99,7 @@ TEST_CASE("wblock: every quantized type agrees with quants_dequantize_row on ran
 
 TEST_CASE("wblock: every quantized type agrees with quants_dequantize_row on random bytes") {
   rng r{12};
-  for (dtype t : kQuantTypes) {
+  for (dtype t : test::k_quant_types) {
     const std::string name = gguf::dtype_get(t).name;
     const int64_t n = 1024;
     const uint64_t row_bytes = gguf::dtype_row_bytes(t, n);
@@ -141,7 +124,7 @@ TEST_CASE("wblock: every quantized type agrees with quants_dequantize_row on ran
 
 TEST_CASE("wblock: f32 f16 bf16 rows become int16 blocks incl partial blocks") {
   rng r{13};
-  for (dtype t : kFloatTypes) {
+  for (dtype t : test::k_float_types) {
     for (int64_t n : {1, 8, 31, 32, 33, 172, 200, 257, 1024}) {
       std::vector<float> x(static_cast<size_t>(n));
       for (size_t i = 0; i < x.size(); ++i) x[i] = std::ldexp(r.normal(), static_cast<int>(i % 7) * 3 - 10);
