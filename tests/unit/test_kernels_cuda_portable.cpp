@@ -139,7 +139,7 @@ TEST_CASE("cuda portable: quantize_block matches numerics incl partial blocks an
 
 TEST_CASE("cuda portable: weight blocks of every type decode as numerics::weight_decode_block") {
   rng r{804};
-  for (dtype t : test::k_weight_types) {
+  for (dtype t : test::WEIGHT_TYPES) {
     const std::string name = gguf::dtype_get(t).name;
     const std::vector<int64_t> lens = is_float_type(t) ? std::vector<int64_t>{1, 31, 33, 100, 256}
                                                        : std::vector<int64_t>{256, 512};
@@ -219,7 +219,7 @@ TEST_CASE("cuda portable: dp4a twins give the signed and signed-unsigned byte do
 TEST_CASE("cuda portable: the int8 block terms match numerics dot_block_terms for every integer type") {
   rng r{812};
   const std::vector<std::vector<int16_t>> acts = int8_act_blocks(r);
-  for (dtype t : test::k_weight_types) {
+  for (dtype t : test::WEIGHT_TYPES) {
     if (is_float_type(t)) continue;
     const std::string name = gguf::dtype_get(t).name;
     const int64_t n = 512;
@@ -265,7 +265,7 @@ TEST_CASE("cuda portable: the int8 block terms match numerics dot_block_terms fo
 namespace {
 
 // The host twin of matmul_kernel for one launch shape: decoded blocks in steps of `step` (the
-// kernel's kDecodeBlocks is 8), each (token, row) summing its terms; `order` 0 forward,
+// kernel's DECODE_BLOCKS is 8), each (token, row) summing its terms; `order` 0 forward,
 // 1 backward, 2 two partial sums (a split-K) added at the end. int8: the kernel's dp4a path
 // (activation blocks packed once, codes packed after each decode); integer block types only.
 void matmul_twin(dtype t, const uint8_t* w, int64_t n_in, int64_t n_out, const int32_t* bounds, const float* x,
@@ -320,7 +320,7 @@ TEST_CASE("cuda portable: the matmul kernel's dot matches matmul_exact_ref for e
   test::table_tally tally;
   for (const op_case& c : test::op_cases()) {
     CAPTURE(c.name);
-    const auto p = test::prepare_for(c, {op_kind::matmul}, test::k_gpu_skips, tally);
+    const auto p = test::prepare_for(c, {op_kind::matmul}, test::GPU_SKIPS, tally);
     if (!p) continue;
     std::vector<int32_t> bounds(static_cast<size_t>(c.n_out));
     kernels::cpu::weight_row_bounds(c.type, p->in.w.data(), c.n_in, 0, c.n_out, bounds.data());
@@ -330,7 +330,7 @@ TEST_CASE("cuda portable: the matmul kernel's dot matches matmul_exact_ref for e
         for (int order : {0, 1, 2}) {
           std::vector<float> got = test::output_buffer(c, p->in);
           matmul_twin(c.type, p->in.w.data(), c.n_in, c.n_out, bounds.data(), p->in.x.data(), c.n_tok, step, order,
-                      int8, got.data() + test::k_guard);
+                      int8, got.data() + test::GUARD);
           const auto diff = test::first_difference(p->want, got);
           CHECK_MESSAGE(!diff, "step " << step << " order " << order << " int8 " << int8 << ": " << diff->to_string());
         }
@@ -364,7 +364,7 @@ void rms_twin(const float* x, int64_t n, const float* w, float eps, int threads,
 // reversed; swiglu backwards; add, add_bias forwards; rope's pair index backwards).
 std::vector<float> elementwise_twin(const op_case& c, const test::op_inputs& in, int threads, bool reverse) {
   std::vector<float> out = test::output_buffer(c, in);
-  float* y = out.data() + test::k_guard;
+  float* y = out.data() + test::GUARD;
   switch (c.op) {
     case op_kind::rms_norm:
       for (int64_t s = 0; s < c.rows * c.cols; s += c.group)
@@ -396,18 +396,12 @@ std::vector<float> elementwise_twin(const op_case& c, const test::op_inputs& in,
 
 }  // namespace
 
-// expected_failures(8): CUDA's add_bias (bias_one in kernels/cuda/exact_device.h) computes
-// flush(x + b) with its inputs unflushed, while kernels/ref's add_f32_ref (which the CPU backend's
-// add_bias calls) and Vulkan's add_bias.comp read x and b through flush: the op table's 8 add_bias
-// cases with subnormal inputs differ (an engine bug the table found; engine/ is outside this
-// change). Every other case of these ops must match, and a fixed bias_one makes the count wrong
-// too: then drop the decorator.
-TEST_CASE("cuda portable: rms_norm swiglu add add_bias rope match kernels/ref" * doctest::expected_failures(8)) {
+TEST_CASE("cuda portable: rms_norm swiglu add add_bias rope match kernels/ref") {
   test::table_tally tally;
   for (const op_case& c : test::op_cases()) {
     CAPTURE(c.name);
     const auto p = test::prepare_for(c, {op_kind::rms_norm, op_kind::swiglu, op_kind::add, op_kind::add_bias, op_kind::rope},
-                                     test::k_gpu_skips, tally);
+                                     test::GPU_SKIPS, tally);
     if (!p) continue;
     for (int threads : {256, 3}) {
       for (bool reverse : {false, true}) {
@@ -492,12 +486,12 @@ TEST_CASE("cuda portable: kv cells and attention match numerics and attention_ex
   test::table_tally tally;
   for (const op_case& c : test::op_cases()) {
     CAPTURE(c.name);
-    const auto p = test::prepare_for(c, {op_kind::kv_quantize, op_kind::attention}, test::k_gpu_skips, tally);
+    const auto p = test::prepare_for(c, {op_kind::kv_quantize, op_kind::attention}, test::GPU_SKIPS, tally);
     if (!p) continue;
     if (c.op == op_kind::kv_quantize) {
       const std::vector<uint8_t> cells = kv_twin(p->in.x.data(), p->in.y.data(), c.rows, c.n_head_kv, c.head_dim);
       std::vector<float> got = test::output_buffer(c, p->in);
-      std::memcpy(got.data() + test::k_guard, cells.data(), cells.size());
+      std::memcpy(got.data() + test::GUARD, cells.data(), cells.size());
       const auto diff = test::first_difference(p->want, got);
       CHECK_MESSAGE(!diff, diff->to_string());
       continue;
@@ -509,7 +503,7 @@ TEST_CASE("cuda portable: kv cells and attention match numerics and attention_ex
           const int64_t g = h / (c.n_head / c.n_head_kv), at = (static_cast<int64_t>(row) * c.n_head + h) * c.head_dim;
           attention_twin(p->in.q.data() + at, c.head_dim, test::cell_view(p->in.cells.data(), c.n_head_kv, c.head_dim, g, 0),
                          test::cell_view(p->in.cells.data(), c.n_head_kv, c.head_dim, g, 1), c.n_kv[row], c.kq_scale,
-                         threads, got.data() + test::k_guard + at);
+                         threads, got.data() + test::GUARD + at);
         }
       const auto diff = test::first_difference(p->want, got);
       CHECK_MESSAGE(!diff, "threads " << threads << ": " << diff->to_string());

@@ -156,7 +156,7 @@ struct matmul_scratch {
 // integer block types), into a guarded buffer.
 std::vector<float> emu_run(const op_case& c, const test::op_inputs& in, bool int8, matmul_scratch& m) {
   std::vector<float> out = test::output_buffer(c, in);
-  float* y = out.data() + test::k_guard;
+  float* y = out.data() + test::GUARD;
   switch (c.op) {
     case op_kind::matmul: {
       const int64_t nb = (c.n_in + 31) / 32;
@@ -196,7 +196,7 @@ void compare_ops(std::initializer_list<op_kind> ops, const char* what) {
   test::table_tally tally;
   for (const op_case& c : test::op_cases()) {
     CAPTURE(c.name);
-    const auto p = test::prepare_for(c, ops, test::k_gpu_skips | test::skips_gpu_scale, tally);
+    const auto p = test::prepare_for(c, ops, test::GPU_SKIPS | test::skips_gpu_scale, tally);
     if (!p) continue;
     // Without a pack buffer: plain products; with one: the dp4a path for integer block types.
     for (bool int8 : {false, true}) {
@@ -224,13 +224,7 @@ TEST_CASE("cuda portable emu: quantize and matmul kernels give matmul_exact_ref 
   compare_ops({op_kind::matmul}, "the emulated quantize and matmul kernels");
 }
 
-// expected_failures(8): CUDA's add_bias (bias_one in kernels/cuda/exact_device.h) computes
-// flush(x + b) with its inputs unflushed, while kernels/ref's add_f32_ref (which the CPU backend's
-// add_bias calls) and Vulkan's add_bias.comp read x and b through flush: the op table's 8 add_bias
-// cases with subnormal inputs differ (an engine bug the table found; engine/ is outside this
-// change). Every other case of these ops must match, and a fixed bias_one makes the count wrong
-// too: then drop the decorator.
-TEST_CASE("cuda portable emu: rms_norm swiglu add add_bias rope kernels give the reference bits" * doctest::expected_failures(8)) {
+TEST_CASE("cuda portable emu: rms_norm swiglu add add_bias rope kernels give the reference bits") {
   compare_ops({op_kind::rms_norm, op_kind::swiglu, op_kind::add, op_kind::add_bias, op_kind::rope},
               "the emulated element-wise kernels");
 }

@@ -262,8 +262,9 @@ DETAUDIT_HD float silu_f32(float x) {
 
 DETAUDIT_HD float swiglu_one(float g, float u) { return flush(fmul(silu_f32(g), flush(u))); }
 DETAUDIT_HD float add_one(float a, float b) { return flush(fadd(flush(a), flush(b))); }
-// The bias add of gpu::device::add_bias (and of the CPU backend): flush(x + b), inputs unflushed.
-DETAUDIT_HD float bias_one(float x, float b) { return flush(fadd(x, b)); }
+// The bias add of gpu::device::add_bias: add_f32_ref's, as the CPU backend and Vulkan compute it
+// (inputs flushed too: a subnormal bias read from a model file must not reach the sum).
+DETAUDIT_HD float bias_one(float x, float b) { return add_one(x, b); }
 
 // The RMS norm's pieces: exponent of x's square term (EXP_ZERO for a zero), the grid from the
 // largest one, one element's term on it, and the final scale of one element.
