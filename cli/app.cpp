@@ -15,7 +15,7 @@ namespace detaudit::cli {
 namespace {
 
 // llama.cpp's multi-letter short flags and the long options detaudit knows them by.
-const std::map<std::string, std::string> k_llamacpp_flags = {
+const std::map<std::string, std::string> LLAMACPP_FLAGS = {
     {"-np", "--parallel"},      {"-ub", "--ubatch"},         {"-ngl", "--n-gpu-layers"},
     {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},  {"-fa", "--flash-attn"},
     {"-tb", "--threads-batch"}, {"-md", "--model-draft"},    {"-ngld", "--n-gpu-layers-draft"},
@@ -169,7 +169,7 @@ std::string did_you_mean(const CLI::App* sub, const std::string& typed) {
 // CLI11 names an option by its long name, and sees llama.cpp's short flags already rewritten to
 // their long names: put back what the user typed.
 std::string as_typed(std::string msg, const std::vector<std::string>& typed, const CLI::App* sub) {
-  std::vector<std::pair<std::string, std::string>> names(k_llamacpp_flags.begin(), k_llamacpp_flags.end());
+  std::vector<std::pair<std::string, std::string>> names(LLAMACPP_FLAGS.begin(), LLAMACPP_FLAGS.end());
   for (const CLI::Option* o : sub->get_options())  // "-m" typed, "--model" in CLI11's message
     if (!o->get_snames().empty() && !o->get_lnames().empty())
       names.emplace_back("-" + o->get_snames().front(), "--" + o->get_lnames().front());
@@ -198,7 +198,7 @@ int report_parse_error(CLI::App& app, const CLI::ParseError& e, const std::vecto
       if (a == "--") break;
       if (a.size() < 2 || a[0] != '-' || std::isdigit(static_cast<unsigned char>(a[1])) || a[1] == '.') continue;
       const std::string name = a.substr(0, a.find('='));
-      if (where->get_option_no_throw(name) || k_llamacpp_flags.count(name) || name == "--help" || name == "-h") continue;
+      if (where->get_option_no_throw(name) || LLAMACPP_FLAGS.count(name) || name == "--help" || name == "-h") continue;
       const std::string m = did_you_mean(where, name);
       unknown += (unknown.empty() ? "" : "; ") + ("unknown option " + name) + (m.empty() ? "" : " (did you mean " + m + "?)");
     }
@@ -216,8 +216,8 @@ std::vector<std::string> cli_rewrite_args(const std::vector<std::string>& args) 
   bool passthrough = false;
   for (const std::string& a : args) {
     if (a == "--") passthrough = true;
-    auto it = passthrough ? k_llamacpp_flags.end() : k_llamacpp_flags.find(a);
-    out.push_back(it == k_llamacpp_flags.end() ? a : it->second);
+    auto it = passthrough ? LLAMACPP_FLAGS.end() : LLAMACPP_FLAGS.find(a);
+    out.push_back(it == LLAMACPP_FLAGS.end() ? a : it->second);
   }
   return out;
 }

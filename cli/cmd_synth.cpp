@@ -20,7 +20,7 @@ struct synth_cmd_options {
 
 namespace {
 
-const char* k_types = "f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k";
+const char* TYPES = "f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k";
 
 // Applies --preset, then lets every shape flag given explicitly override it.
 void resolve(CLI::App* sub, synth_cmd_options& o) {
@@ -28,14 +28,14 @@ void resolve(CLI::App* sub, synth_cmd_options& o) {
   if (!a) throw input_error("synth: --arch '" + o.arch + "' is not one of llama, qwen2, qwen3");
   o.synth.arch = *a;
   const gguf::dtype_traits* t = gguf::dtype_from_name(o.type);
-  if (!t) throw input_error("synth: --type '" + o.type + "' is not one of " + k_types);
+  if (!t) throw input_error("synth: --type '" + o.type + "' is not one of " + TYPES);
   o.synth.type = t->type;
   for (const std::string& nt : o.tensor_types) {
     const size_t eq = nt.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == nt.size())
       throw input_error("synth: --tensor-type '" + nt + "' is not NAME=TYPE (e.g. attn_v=q6_k)");
     const gguf::dtype_traits* tt = gguf::dtype_from_name(nt.substr(eq + 1));
-    if (!tt) throw input_error("synth: --tensor-type '" + nt + "': '" + nt.substr(eq + 1) + "' is not one of " + k_types);
+    if (!tt) throw input_error("synth: --tensor-type '" + nt + "': '" + nt.substr(eq + 1) + "' is not one of " + TYPES);
     o.synth.tensor_types.emplace_back(nt.substr(0, eq), tt->type);
   }
   if (o.preset.empty()) return;
@@ -60,7 +60,7 @@ void setup_synth(CLI::App& app) {
   model::synth_options& s = opt->synth;
   sub->add_option("-o,--output", opt->out, "Output GGUF file")->required();
   sub->add_option("--arch", opt->arch, "Architecture: llama, qwen2 (q/k/v biases), qwen3 (q/k norms)")->capture_default_str();
-  sub->add_option("--type", opt->type, std::string("Weight matrix type: ") + k_types)->capture_default_str();
+  sub->add_option("--type", opt->type, std::string("Weight matrix type: ") + TYPES)->capture_default_str();
   sub->add_option("--tensor-type", opt->tensor_types,
                   "NAME=TYPE: write the matrices NAME names in TYPE instead (repeatable; a later one wins). NAME is a "
                   "whole tensor name (output.weight, blk.1.attn_v.weight) or a name inside every block (attn_v)");

@@ -29,7 +29,7 @@ struct item_ctx {
 namespace {
 
 // Short filler prompts for the concurrency probe when the run has too few items of its own.
-const char* const k_fillers[] = {
+const char* const FILLERS[] = {
     "Write a short story about a lighthouse keeper.",
     "List five facts about octopuses.",
     "Explain how a hash table handles collisions.",
@@ -194,7 +194,7 @@ std::vector<std::string> filler_prompts(const std::vector<item>& items, size_t i
   std::vector<std::string> pool;
   for (size_t k = 1; k < items.size(); ++k) pool.push_back(items[(index + k) % items.size()].prompt);
   if (static_cast<int>(pool.size()) < n)
-    for (const char* f : k_fillers) pool.push_back(f);
+    for (const char* f : FILLERS) pool.push_back(f);
   std::vector<std::string> out;
   for (int i = 0; i < n; ++i) out.push_back(pool[static_cast<size_t>(i) % pool.size()]);
   return out;

@@ -66,7 +66,7 @@ struct pattern {
   const char* why;
 };
 
-const pattern k_patterns[] = {
+const pattern PATTERNS[] = {
     {"timestamp", R"(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?|\b\d{2}:\d{2}:\d{2}\b)",
      "a timestamp: a prompt that changes with the clock defeats the prompt cache and makes runs incomparable"},
     {"uuid", R"(\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b)",
@@ -76,14 +76,14 @@ const pattern k_patterns[] = {
 const reports::regex& compiled(size_t i) {
   static const std::vector<std::unique_ptr<reports::regex>> re = [] {
     std::vector<std::unique_ptr<reports::regex>> v;
-    for (const pattern& p : k_patterns) v.push_back(std::make_unique<reports::regex>(p.re, std::string("lint pattern ") + p.code));
+    for (const pattern& p : PATTERNS) v.push_back(std::make_unique<reports::regex>(p.re, std::string("lint pattern ") + p.code));
     return v;
   }();
   return *re[i];
 }
 
 // Zero-width and invisible characters, by their UTF-8 bytes.
-const std::pair<const char*, const char*> k_invisible[] = {
+const std::pair<const char*, const char*> INVISIBLE[] = {
     {"\xE2\x80\x8B", "U+200B ZERO WIDTH SPACE"},      {"\xE2\x80\x8C", "U+200C ZERO WIDTH NON-JOINER"},
     {"\xE2\x80\x8D", "U+200D ZERO WIDTH JOINER"},     {"\xE2\x81\xA0", "U+2060 WORD JOINER"},
     {"\xEF\xBB\xBF", "U+FEFF ZERO WIDTH NO-BREAK SPACE"}, {"\xC2\xAD", "U+00AD SOFT HYPHEN"},
@@ -96,7 +96,7 @@ void lint_item(const item& it, std::vector<lint_finding>& out) {
     out.push_back({"warning", "bom", it.id,
                    "the prompt starts with a byte-order mark (U+FEFF): it is sent and tokenized as text; save the file "
                    "without a BOM"});
-  for (const auto& [bytes, name] : k_invisible) {
+  for (const auto& [bytes, name] : INVISIBLE) {
     const size_t at = p.find(bytes, p.rfind(bom, 0) == 0 && std::string(bytes) == bom ? bom.size() : 0);
     if (at != std::string::npos)
       out.push_back({"warning", "zero-width", it.id,
@@ -107,10 +107,10 @@ void lint_item(const item& it, std::vector<lint_finding>& out) {
     out.push_back({"warning", "crlf", it.id,
                    std::string(p.compare(at, 2, "\r\n") == 0 ? "CRLF" : "CR") + " line ending at byte " + std::to_string(at) +
                        ": \\r\\n and \\n tokenize differently; normalise line endings before comparing runs"});
-  for (size_t i = 0; i < std::size(k_patterns); ++i)
+  for (size_t i = 0; i < std::size(PATTERNS); ++i)
     if (const auto m = compiled(i).first(p))
-      out.push_back({"warning", k_patterns[i].code, it.id,
-                     "'" + m->second + "' at byte " + std::to_string(m->first) + ": " + k_patterns[i].why});
+      out.push_back({"warning", PATTERNS[i].code, it.id,
+                     "'" + m->second + "' at byte " + std::to_string(m->first) + ": " + PATTERNS[i].why});
 }
 
 }  // namespace

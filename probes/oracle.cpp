@@ -113,7 +113,7 @@ class piece_map {
 
 // Below this a reported log-prob stands for "impossible" (a server writing -inf as -1e308), not a
 // value to measure: no model gives a token e^-10000.
-constexpr double k_lowest_logprob = -1e4;
+constexpr double LOWEST_LOGPROB = -1e4;
 
 // One response prepared for the trie.
 struct prepared {
@@ -474,7 +474,7 @@ oracle_response response_fill(const prepared& p, const item_eval& ev, const toke
     for (const auto& a : vals) chosen_listed = chosen_listed || a.first == p.ids[k];
     if (p.chosen_lp[k] && !chosen_listed) vals.emplace_back(p.ids[k], *p.chosen_lp[k]);
     for (const auto& [id, server_lp] : vals) {
-      if (!std::isfinite(server_lp) || server_lp < k_lowest_logprob) continue;  // "-inf" written as a huge number
+      if (!std::isfinite(server_lp) || server_lp < LOWEST_LOGPROB) continue;  // "-inf" written as a huge number
       const double exact = d.lookup.at(id).first;
       const double diff = std::fabs(server_lp - exact);
       ++o.fid_n;
@@ -483,8 +483,8 @@ oracle_response response_fill(const prepared& p, const item_eval& ev, const toke
       if (server_lp == exact) ++o.fid_equal;
     }
     const bool finite_alts = std::all_of(p.alts[k].begin(), p.alts[k].end(), [](const auto& a) {
-      return std::isfinite(a.second) && a.second >= k_lowest_logprob;
-    }) && (!p.chosen_lp[k] || (std::isfinite(*p.chosen_lp[k]) && *p.chosen_lp[k] >= k_lowest_logprob));
+      return std::isfinite(a.second) && a.second >= LOWEST_LOGPROB;
+    }) && (!p.chosen_lp[k] || (std::isfinite(*p.chosen_lp[k]) && *p.chosen_lp[k] >= LOWEST_LOGPROB));
     if (finite_alts && !p.alts[k].empty() && (p.chosen_lp[k] || chosen_listed)) {
       reports::kld_step_in a, b;
       a.id = b.id = p.ids[k];

@@ -11,15 +11,15 @@ namespace {
 // What an answer may cost per token, far above what llama.cpp, OpenAI or ollama send (a
 // llama.cpp entry with 16-byte tokens and its "bytes" arrays is about 150 bytes and 30 values per
 // alternative; a streamed event adds about 400 bytes and 15 values).
-constexpr size_t k_body_base = size_t(1) << 20;           // headers of the answer, ids, timings, settings
-constexpr size_t k_body_per_token = 2048;                 // the token's text, its entry, a stream event
-constexpr size_t k_body_per_alt = 1024;                   // one alternative with its bytes
-constexpr size_t k_body_max = size_t(256) << 20;          // the most any answer may take
-constexpr size_t k_values_base = 8192;
-constexpr size_t k_values_per_token = 64;
-constexpr size_t k_values_per_alt = 48;
-constexpr size_t k_get_body = size_t(8) << 20;            // /props, /v1/models, /slots, /metrics
-constexpr size_t k_get_values = size_t(1) << 19;
+constexpr size_t BODY_BASE = size_t(1) << 20;           // headers of the answer, ids, timings, settings
+constexpr size_t BODY_PER_TOKEN = 2048;                 // the token's text, its entry, a stream event
+constexpr size_t BODY_PER_ALT = 1024;                   // one alternative with its bytes
+constexpr size_t BODY_MAX = size_t(256) << 20;          // the most any answer may take
+constexpr size_t VALUES_BASE = 8192;
+constexpr size_t VALUES_PER_TOKEN = 64;
+constexpr size_t VALUES_PER_ALT = 48;
+constexpr size_t GET_BODY = size_t(8) << 20;            // /props, /v1/models, /slots, /metrics
+constexpr size_t GET_VALUES = size_t(1) << 19;
 
 // The first integer among body[keys] (and body.options[keys]): what the request asked.
 std::optional<int64_t> asked_int(const json& body, std::initializer_list<const char*> keys) {
@@ -139,17 +139,17 @@ response_limits response_limits_for(const json& body) {
   response_limits l;
   const std::optional<int64_t> n_predict = asked_int(body, {"n_predict", "max_tokens", "max_completion_tokens", "num_predict"});
   const std::optional<int64_t> n_probs = asked_int(body, {"n_probs", "top_logprobs", "logprobs"});
-  const size_t tokens = n_predict && *n_predict >= 0 ? static_cast<size_t>(std::min<int64_t>(*n_predict, 1 << 24)) : k_tokens_unlimited;
+  const size_t tokens = n_predict && *n_predict >= 0 ? static_cast<size_t>(std::min<int64_t>(*n_predict, 1 << 24)) : TOKENS_UNLIMITED;
   const size_t alts = n_probs && *n_probs > 0 ? static_cast<size_t>(std::min<int64_t>(*n_probs, 1 << 16)) : 0;
-  l.max_tokens = tokens + k_token_margin;
-  l.max_alts = alts + k_alt_margin;
+  l.max_tokens = tokens + TOKEN_MARGIN;
+  l.max_alts = alts + ALT_MARGIN;
   l.max_events = l.max_tokens + 64;  // a role event, the final events, usage, [DONE]
   const size_t prompt = prompt_bytes(body);
-  l.max_body = std::min(k_body_max, k_body_base + 6 * prompt + l.max_tokens * (k_body_per_token + (alts + 1) * k_body_per_alt));
+  l.max_body = std::min(BODY_MAX, BODY_BASE + 6 * prompt + l.max_tokens * (BODY_PER_TOKEN + (alts + 1) * BODY_PER_ALT));
   // A server may echo the prompt's tokens (ollama's "context"): at most one value per byte.
-  l.max_values = k_values_base + prompt + l.max_tokens * (k_values_per_token + (alts + 1) * k_values_per_alt);
-  l.max_text = prompt + l.max_tokens * k_text_per_token;  // prompt: an "echo" the request may ask for
-  l.max_depth = k_answer_max_depth;
+  l.max_values = VALUES_BASE + prompt + l.max_tokens * (VALUES_PER_TOKEN + (alts + 1) * VALUES_PER_ALT);
+  l.max_text = prompt + l.max_tokens * TEXT_PER_TOKEN;  // prompt: an "echo" the request may ask for
+  l.max_depth = ANSWER_MAX_DEPTH;
   l.asked = std::string("n_predict ") + (n_predict && *n_predict >= 0 ? std::to_string(*n_predict) : "unlimited") + ", n_probs " +
             std::to_string(alts);
   return l;
@@ -157,10 +157,10 @@ response_limits response_limits_for(const json& body) {
 
 response_limits response_limits_get() {
   response_limits l;
-  l.max_body = k_get_body;
-  l.max_values = k_get_values;
+  l.max_body = GET_BODY;
+  l.max_values = GET_VALUES;
   l.max_events = 0;
-  l.max_depth = k_answer_max_depth;
+  l.max_depth = ANSWER_MAX_DEPTH;
   l.asked = "a capability probe";
   return l;
 }
@@ -181,16 +181,16 @@ json json_parse_bounded(const std::string& text, const response_limits& l, size_
 void record_limits_check(const reports::record& rec, const response_limits& l) {
   if (rec.tokens.size() > l.max_tokens || rec.top_logprobs.size() > l.max_tokens)
     throw response_error("the answer holds " + std::to_string(std::max(rec.tokens.size(), rec.top_logprobs.size())) +
-                         " tokens, more than the " + std::to_string(l.max_tokens - k_token_margin) + " asked (" + l.asked + ") + " +
-                         std::to_string(k_token_margin));
+                         " tokens, more than the " + std::to_string(l.max_tokens - TOKEN_MARGIN) + " asked (" + l.asked + ") + " +
+                         std::to_string(TOKEN_MARGIN));
   if (rec.text.size() > l.max_text)
     throw response_error("the answer's text holds " + std::to_string(rec.text.size()) + " bytes, more than " +
-                         std::to_string(k_text_per_token) + " a token for what was asked (" + l.asked + ")");
+                         std::to_string(TEXT_PER_TOKEN) + " a token for what was asked (" + l.asked + ")");
   for (size_t i = 0; i < rec.top_logprobs.size(); ++i)
     if (rec.top_logprobs[i].size() > l.max_alts)
       throw response_error("step " + std::to_string(i) + " holds " + std::to_string(rec.top_logprobs[i].size()) +
-                           " alternatives, more than the " + std::to_string(l.max_alts - k_alt_margin) + " asked (" + l.asked + ") + " +
-                           std::to_string(k_alt_margin));
+                           " alternatives, more than the " + std::to_string(l.max_alts - ALT_MARGIN) + " asked (" + l.asked + ") + " +
+                           std::to_string(ALT_MARGIN));
 }
 
 json json_bounded(const json& j, size_t max_bytes, int max_depth) {

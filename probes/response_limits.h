@@ -36,28 +36,28 @@ struct response_limits {
 
 // Tokens and alternatives a server may add to what was asked (llama.cpp and OpenAI give exactly
 // what was asked; the margin keeps a server that counts differently from being refused).
-inline constexpr size_t k_token_margin = 16;
-inline constexpr size_t k_alt_margin = 16;
+inline constexpr size_t TOKEN_MARGIN = 16;
+inline constexpr size_t ALT_MARGIN = 16;
 // Tokens assumed when a request sets no limit (n_predict < 0: until the end of the context).
-inline constexpr size_t k_tokens_unlimited = 32768;
+inline constexpr size_t TOKENS_UNLIMITED = 32768;
 // How deep an answer may nest JSON. What llama.cpp, OpenAI and ollama send nests fewer than ten
 // levels; a record stores parts of an answer a few levels down (timings.server, usage), and every
 // reader refuses JSON deeper than reports::JSON_MAX_DEPTH (128), so an answer this deep still
 // leaves a readable record.
-inline constexpr size_t k_answer_max_depth = 64;
+inline constexpr size_t ANSWER_MAX_DEPTH = 64;
 // The most bytes a token's text may take (real vocabularies stay under a few dozen).
-inline constexpr size_t k_text_per_token = 1024;
+inline constexpr size_t TEXT_PER_TOKEN = 1024;
 // Sizes of server metadata as stored (compact JSON text, about): a record's timings.server and
 // usage, an error message quoted from the server, a string naming the server (build, fingerprint,
 // model, model hash), and run.json's capabilities.raw (the probe's /props, /v1/models, ...).
-inline constexpr size_t k_stored_timings = 16 << 10;
-inline constexpr size_t k_stored_usage = 4 << 10;
-inline constexpr size_t k_stored_message = 1 << 10;
-inline constexpr size_t k_stored_name = 256;
-inline constexpr size_t k_stored_raw = 64 << 10;
+inline constexpr size_t STORED_TIMINGS = 16 << 10;
+inline constexpr size_t STORED_USAGE = 4 << 10;
+inline constexpr size_t STORED_MESSAGE = 1 << 10;
+inline constexpr size_t STORED_NAME = 256;
+inline constexpr size_t STORED_RAW = 64 << 10;
 // How deep stored server metadata may nest (deeper parts are left out, saying so): run.json is
 // written indented, two spaces a level.
-inline constexpr int k_stored_depth = 16;
+inline constexpr int STORED_DEPTH = 16;
 
 // The bounds of the answer to a generation request with this body (as sent, --request included).
 response_limits response_limits_for(const json& body);
@@ -78,7 +78,7 @@ void record_limits_check(const reports::record& rec, const response_limits& l);
 // left is cut (saying how long it was), an array or object ends where the budget does (a last
 // entry says how many were left out), containers deeper than max_depth are replaced by a note.
 // `j` as it is when it fits.
-json json_bounded(const json& j, size_t max_bytes, int max_depth = k_stored_depth);
+json json_bounded(const json& j, size_t max_bytes, int max_depth = STORED_DEPTH);
 // `s` cut to at most max_bytes (on a UTF-8 boundary), saying how long it was.
 std::string text_bounded(const std::string& s, size_t max_bytes);
 

@@ -31,7 +31,7 @@
 namespace detaudit::probes {
 namespace {
 
-constexpr int64_t k_slot_ctx_max = 2048;  // default context per slot: min(trained, this)
+constexpr int64_t SLOT_CTX_MAX = 2048;  // default context per slot: min(trained, this)
 
 // The settings of one engine spec, in the order they were given (a variant rewrites one).
 struct engine_settings {
@@ -43,7 +43,7 @@ struct engine_settings {
   int threads = 1;
   int64_t ubatch = 512;
   bool spec_ngram = false;
-  int64_t ctx = 0;  // total context; 0: np * min(trained, k_slot_ctx_max)
+  int64_t ctx = 0;  // total context; 0: np * min(trained, SLOT_CTX_MAX)
   int np = 8;
   std::string chat_template;  // "" = detected from the model
 };
@@ -104,8 +104,8 @@ class engine_target : public target {
     p.ctx.device = s_.device;
     p.ctx.n_threads = s_.threads;
     p.ctx.n_ubatch = s_.ubatch;
-    const int64_t trained = m_->hp().n_ctx_train > 0 ? m_->hp().n_ctx_train : k_slot_ctx_max;
-    p.ctx.n_ctx = s_.ctx > 0 ? s_.ctx : s_.np * std::min(trained, k_slot_ctx_max);
+    const int64_t trained = m_->hp().n_ctx_train > 0 ? m_->hp().n_ctx_train : SLOT_CTX_MAX;
+    p.ctx.n_ctx = s_.ctx > 0 ? s_.ctx : s_.np * std::min(trained, SLOT_CTX_MAX);
     p.n_slots = s_.np;
     p.n_queue = 64 * s_.np;
     p.spec = s_.spec_ngram ? serve::SPEC_NGRAM : serve::SPEC_NONE;

@@ -210,7 +210,7 @@ std::string str_at(const json& j, const char* key) {
 }
 
 // A string naming the server (build, fingerprint, model) as stored in run.json and every record.
-std::string name_at(const json& j, const char* key) { return text_bounded(str_at(j, key), k_stored_name); }
+std::string name_at(const json& j, const char* key) { return text_bounded(str_at(j, key), STORED_NAME); }
 
 std::string first_model(const probe_reads& p) {
   if (p.models.is_object() && !p.models["data"].empty()) {
@@ -222,7 +222,7 @@ std::string first_model(const probe_reads& p) {
     if (!name.empty()) return name;
   }
   const std::string path = str_at(p.props, "model_path");
-  return text_bounded(path.substr(path.find_last_of('/') + 1), k_stored_name);
+  return text_bounded(path.substr(path.find_last_of('/') + 1), STORED_NAME);
 }
 
 capabilities caps_from(const probe_reads& p, http_api api, const target_options& opt) {
@@ -249,8 +249,8 @@ capabilities caps_from(const probe_reads& p, http_api api, const target_options&
   c.chat_template = str_at(p.props, "chat_template");
   c.chat_template_fallback = name_at(p.props, "chat_template_fallback");
   // What the server said, as run.json keeps it: each route's answer cut to its share of
-  // k_stored_raw and k_stored_depth levels (run.json is indented), the key redacted.
-  const size_t share = k_stored_raw / 4;
+  // STORED_RAW and STORED_DEPTH levels (run.json is indented), the key redacted.
+  const size_t share = STORED_RAW / 4;
   c.raw = {{"props", json_bounded(p.props, share)}, {"api_version", json_bounded(p.version, share)},
            {"v1_models", json_bounded(p.models, share)}, {"health_status", p.health_status}, {"metrics", p.metrics}};
   if (!p.tags.is_null()) c.raw["api_tags"] = json_bounded(p.tags, share);
@@ -293,7 +293,7 @@ void extensions_parse(const json& j, reports::record& rec) {
 
 // "HTTP 500: <the server's message>" from an OpenAI ({"error": {"message"}}), ollama
 // ({"error": "..."}) or plain-text error body.
-// The server's message is cut to k_stored_message bytes.
+// The server's message is cut to STORED_MESSAGE bytes.
 std::string http_error_message(const http_response& r, const response_limits& l) {
   std::string msg;
   json j;
@@ -307,7 +307,7 @@ std::string http_error_message(const http_response& r, const response_limits& l)
     else if (const json* m = json_get(*e, "message"); m && m->is_string()) msg = m->get<std::string>();
   }
   if (msg.empty()) msg = r.body.substr(0, 200);
-  return "HTTP " + std::to_string(r.status) + (msg.empty() ? "" : ": " + text_bounded(msg, k_stored_message));
+  return "HTTP " + std::to_string(r.status) + (msg.empty() ? "" : ": " + text_bounded(msg, STORED_MESSAGE));
 }
 
 http_client_options client_options(const target_options& opt) {
@@ -487,12 +487,12 @@ void answer_read(const dialect_def& d, bool chat, bool events, const std::string
     answer_clear(rec);
   }
   // Server metadata as the record keeps it: bounded in size and depth.
-  if (const auto t = rec.timings.find("server"); t != rec.timings.end()) *t = json_bounded(*t, k_stored_timings);
-  rec.usage = json_bounded(rec.usage, k_stored_usage);
-  rec.finish_reason = text_bounded(rec.finish_reason, k_stored_name);
-  rec.chained_hash = text_bounded(rec.chained_hash, k_stored_name);
+  if (const auto t = rec.timings.find("server"); t != rec.timings.end()) *t = json_bounded(*t, STORED_TIMINGS);
+  rec.usage = json_bounded(rec.usage, STORED_USAGE);
+  rec.finish_reason = text_bounded(rec.finish_reason, STORED_NAME);
+  rec.chained_hash = text_bounded(rec.chained_hash, STORED_NAME);
   if (const json* fp = json_get(j, "system_fingerprint"); fp && fp->is_string())
-    rec.target["fingerprint"] = text_bounded(fp->get<std::string>(), k_stored_name);
+    rec.target["fingerprint"] = text_bounded(fp->get<std::string>(), STORED_NAME);
 }
 
 namespace {
@@ -565,7 +565,7 @@ json http_target::metrics() {
   } catch (const unreachable_error&) {
     return json::object();
   }
-  return r.ok() ? reports::redact_json(json_bounded(metrics_parse(r.body), k_stored_raw), opt_.api_key) : json::object();
+  return r.ok() ? reports::redact_json(json_bounded(metrics_parse(r.body), STORED_RAW), opt_.api_key) : json::object();
 }
 
 // "http(s)://host[:port][/prefix]" without a trailing "/" or "/v1" (an OpenAI base URL works).

@@ -27,7 +27,7 @@ std::string sq(const std::string& s) {
   return out + "'";
 }
 
-const char* const k_repro_py = R"PY(#!/usr/bin/env python3
+const char* const REPRO_PY = R"PY(#!/usr/bin/env python3
 """Replays the pair of requests of a detaudit bundle and says whether the two responses agree.
 
 Prints "identical" (exit 0) or "different: ..." with the first differing token, then "differed K
@@ -237,7 +237,7 @@ if __name__ == "__main__":
     sys.exit(main())
 )PY";
 
-const char* const k_repro_sh_http = R"SH(
+const char* const REPRO_SH_HTTP = R"SH(
 # Sends side A, then side B (the concurrent side beside the filler bodies as background jobs), and
 # compares the generated texts. Usage: sh repro.sh [URL]. A key: export DETAUDIT_REPRO_KEY=...
 set -u
@@ -298,7 +298,7 @@ echo "B: $(text_of "$tmp/b.json")"
 exit 1
 )SH";
 
-const char* const k_repro_sh_engine = R"SH(
+const char* const REPRO_SH_ENGINE = R"SH(
 # Runs `detaudit run` on item.jsonl under the pair's probes and reads its JSON report.
 # Usage: sh repro.sh [DETAUDIT_BINARY] (default: $DETAUDIT, else detaudit on PATH). Run it from the
 # folder the audit ran in when the spec's model path is relative.
@@ -370,7 +370,7 @@ json bundle_manifest(const bundle_ctx& c) {
   return m;
 }
 
-std::string bundle_repro_py() { return k_repro_py; }
+std::string bundle_repro_py() { return REPRO_PY; }
 
 std::string bundle_repro_sh(const bundle_ctx& c) {
   // A comment ends at a newline: what a record says is escaped onto one line before it goes there.
@@ -381,12 +381,12 @@ std::string bundle_repro_sh(const bundle_ctx& c) {
     out += "run_it() {  # BINARY OUT_DIR\n  \"$1\" run --target " + sq(c.engine_spec) + " --prompts \"$HERE/item.jsonl\"";
     for (const std::string& a : c.engine_args) out += " " + sq(a);
     out += " --out \"$2\"\n}\n";
-    return out + k_repro_sh_engine;
+    return out + REPRO_SH_ENGINE;
   }
   out += "URL_A=" + sq(c.a.url) + "\nURL_B=" + sq(c.b.url) + "\nPATH_A=" + sq(c.a.path) + "\nPATH_B=" + sq(c.b.path) + "\n";
   out += "N_A=" + std::to_string(c.a.n_concurrent) + "\nN_B=" + std::to_string(c.b.n_concurrent) + "\n";
   out += "WARM_A=" + std::string(c.a.warm ? "1" : "0") + "\nWARM_B=" + std::string(c.b.warm ? "1" : "0") + "\n";
-  return out + k_repro_sh_http;
+  return out + REPRO_SH_HTTP;
 }
 
 }  // namespace detaudit::reports

@@ -29,7 +29,7 @@ std::string count_text(double v) {
   return buf;
 }
 
-const char* k_no_cache_report = "the target does not report cached tokens (how many prompt tokens came from its cache)";
+const char* NO_CACHE_REPORT = "the target does not report cached tokens (how many prompt tokens came from its cache)";
 
 std::string judge_concurrent(const record& base, const record& r) {
   const json& e = r.evidence;
@@ -55,14 +55,14 @@ std::string judge_concurrent(const record& base, const record& r) {
 
 std::string judge_cache_off(const record&, const record& r) {
   const std::optional<double> cached = num(r.evidence, "cached_tokens");
-  if (!cached) return k_no_cache_report;
+  if (!cached) return NO_CACHE_REPORT;
   if (*cached > 0) return count_text(*cached) + " prompt tokens came from the cache although cache_prompt was false";
   return "";
 }
 
 std::string judge_cache_on(const record&, const record& r) {
   const std::optional<double> cached = num(r.evidence, "cached_tokens");
-  if (!cached) return k_no_cache_report;
+  if (!cached) return NO_CACHE_REPORT;
   if (*cached <= 0) return "no tokens were served from the cache";
   return "";
 }

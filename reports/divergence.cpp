@@ -12,8 +12,8 @@
 namespace detaudit::reports {
 namespace {
 
-constexpr size_t k_before_chars = 40;
-constexpr size_t k_after_chars = 60;
+constexpr size_t BEFORE_CHARS = 40;
+constexpr size_t AFTER_CHARS = 60;
 
 // Whether two tokens are the same token: the same bytes when both sides' bytes are known, else
 // the same id when both have one, else the same string. A token with neither bytes nor a string
@@ -49,8 +49,8 @@ std::optional<double> margin_at(const record& r, size_t k) {
 
 void context_at(const std::string& text, size_t offset, std::string* before, std::string* after) {
   const size_t p = utf8_char_start(text, std::min(offset, text.size()));
-  const size_t b = utf8_back(text, p, k_before_chars);
-  const size_t e = utf8_forward(text, p, k_after_chars);
+  const size_t b = utf8_back(text, p, BEFORE_CHARS);
+  const size_t e = utf8_forward(text, p, AFTER_CHARS);
   *before = text.substr(b, p - b);
   *after = text.substr(p, e - p);
 }

@@ -24,10 +24,10 @@
 namespace detaudit::reports {
 namespace {
 
-constexpr size_t k_before_chars = 40;
-constexpr size_t k_after_chars = 60;
+constexpr size_t BEFORE_CHARS = 40;
+constexpr size_t AFTER_CHARS = 60;
 
-const char* const k_style = R"css(
+const char* const STYLE = R"css(
 body{font:14px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:75em;padding:0 1em;color:#1b1b1b}
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ccc}
 table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ccc;padding:.2em .5em;text-align:left;vertical-align:top}
@@ -53,7 +53,7 @@ mark.end{background:#eee;outline:1px dashed #888;font-style:italic}
 .noisy{color:#8a5a00;font-size:12px}svg.drift .bar{fill:#c77d2e}svg.drift .bar.zero{fill:#ccc}svg.drift .cut{stroke:#b00;stroke-dasharray:3 2}
 )css";
 
-const char* const k_script = R"js(
+const char* const SCRIPT = R"js(
 (function () {
   var box = document.getElementById('js-error');
   function fail(msg) {
@@ -289,7 +289,7 @@ std::optional<cut> cut_at_token(const record& r, size_t k) {
   const std::string& t = r.text;
   if (t.compare(0, prefix.size(), prefix) != 0 || t.compare(prefix.size(), tok.size(), tok) != 0) return std::nullopt;
   const size_t off = prefix.size(), end = off + tok.size();
-  const size_t b = utf8_back(t, off, k_before_chars), e = utf8_forward(t, end, k_after_chars);
+  const size_t b = utf8_back(t, off, BEFORE_CHARS), e = utf8_forward(t, end, AFTER_CHARS);
   cut c;
   c.before = t.substr(b, off - b);
   c.mark = tok;
@@ -498,7 +498,7 @@ std::string render_html(const report& r) {
      << "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
      << "script-src 'unsafe-inline'\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
      << "<title>detaudit report" << (run_id.empty() ? "" : " \xe2\x80\x94 " + html_escape(run_id)) << "</title>\n"
-     << "<style>" << k_style << "</style>\n</head>\n<body>\n<h1>detaudit report</h1>\n"
+     << "<style>" << STYLE << "</style>\n</head>\n<body>\n<h1>detaudit report</h1>\n"
      << "<p id=\"js-error\" class=\"js-error\" hidden></p>\n";
   manifest_section(os, r.manifest);
   summary_section(os, r);
@@ -511,7 +511,7 @@ std::string render_html(const report& r) {
     for (const std::string& n : r.notes) os << "<li>" << html_escape(n) << "</li>\n";
     os << "</ul>\n";
   }
-  os << "<script>" << k_script << "</script>\n</body>\n</html>\n";
+  os << "<script>" << SCRIPT << "</script>\n</body>\n</html>\n";
   return os.str();
 }
 

@@ -14,9 +14,9 @@
 namespace detaudit::reports {
 namespace {
 
-constexpr int k_width = 480;
-constexpr int k_height = 230;
-constexpr int k_left = 44, k_right = 12, k_top = 22, k_bottom = 48;
+constexpr int WIDTH = 480;
+constexpr int HEIGHT = 230;
+constexpr int LEFT = 44, k_right = 12, k_top = 22, k_bottom = 48;
 
 std::string num(double v) {
   char buf[32];
@@ -43,9 +43,9 @@ void svg_close(std::ostringstream& os, const std::string& caption) {
 }
 
 void y_axis(std::ostringstream& os, int64_t y_max, double plot_h) {
-  const double x0 = k_left, y0 = k_top + plot_h;
+  const double x0 = LEFT, y0 = k_top + plot_h;
   os << "<line class=\"axis\" x1=\"" << x0 << "\" y1=\"" << k_top << "\" x2=\"" << x0 << "\" y2=\"" << num(y0) << "\"/>\n"
-     << "<line class=\"axis\" x1=\"" << x0 << "\" y1=\"" << num(y0) << "\" x2=\"" << k_width - k_right << "\" y2=\""
+     << "<line class=\"axis\" x1=\"" << x0 << "\" y1=\"" << num(y0) << "\" x2=\"" << WIDTH - k_right << "\" y2=\""
      << num(y0) << "\"/>\n";
   std::vector<int64_t> ticks = {0, y_max};
   if (y_max >= 4) ticks.push_back(y_max / 2);
@@ -59,8 +59,8 @@ void y_axis(std::ostringstream& os, int64_t y_max, double plot_h) {
 // the plot when every count is zero.
 std::string histogram_svg(const histogram& h, const std::string& empty_label) {
   std::ostringstream os;
-  svg_open(os, h.id, h.title, k_width, k_height);
-  const double plot_w = k_width - k_left - k_right, plot_h = k_height - k_top - k_bottom;
+  svg_open(os, h.id, h.title, WIDTH, HEIGHT);
+  const double plot_w = WIDTH - LEFT - k_right, plot_h = HEIGHT - k_top - k_bottom;
   const int64_t peak = h.counts.empty() ? 0 : *std::max_element(h.counts.begin(), h.counts.end());
   const int64_t y_max = std::max<int64_t>(peak, 1);
   y_axis(os, y_max, plot_h);
@@ -69,7 +69,7 @@ std::string histogram_svg(const histogram& h, const std::string& empty_label) {
   const size_t label_every = (n + 11) / 12;
   for (size_t i = 0; i < h.counts.size(); ++i) {
     const double bh = plot_h * static_cast<double>(h.counts[i]) / static_cast<double>(y_max);
-    const double x = k_left + slot * static_cast<double>(i) + slot * 0.1, y = k_top + plot_h - bh;
+    const double x = LEFT + slot * static_cast<double>(i) + slot * 0.1, y = k_top + plot_h - bh;
     os << "<rect class=\"bar\" x=\"" << num(x) << "\" y=\"" << num(y) << "\" width=\"" << num(slot * 0.8)
        << "\" height=\"" << num(bh) << "\"><title>" << html_escape(h.labels[i]) << ": " << h.counts[i]
        << "</title></rect>\n"
@@ -79,10 +79,10 @@ std::string histogram_svg(const histogram& h, const std::string& empty_label) {
       os << "<text class=\"tick\" x=\"" << num(x + slot * 0.4) << "\" y=\"" << num(k_top + plot_h + 14)
          << "\" text-anchor=\"middle\">" << html_escape(h.labels[i]) << "</text>\n";
   }
-  os << "<text class=\"axis-label\" x=\"" << num(k_left + plot_w / 2) << "\" y=\"" << k_height - 8
+  os << "<text class=\"axis-label\" x=\"" << num(LEFT + plot_w / 2) << "\" y=\"" << HEIGHT - 8
      << "\" text-anchor=\"middle\">" << html_escape(h.x_label) << "</text>\n";
   if (peak == 0)
-    os << "<text class=\"empty\" x=\"" << num(k_left + plot_w / 2) << "\" y=\"" << num(k_top + plot_h / 2)
+    os << "<text class=\"empty\" x=\"" << num(LEFT + plot_w / 2) << "\" y=\"" << num(k_top + plot_h / 2)
        << "\" text-anchor=\"middle\">" << html_escape(empty_label) << "</text>\n";
   svg_close(os, h.caption);
   return os.str();
@@ -154,8 +154,8 @@ std::string html_plot_conditions(const report& r) {
   const int row_h = 22, label_w = 220, count_w = 60;
   const int h = k_top + row_h * static_cast<int>(std::max<size_t>(r.pairs.size(), 1)) + 30;
   std::ostringstream os;
-  svg_open(os, "plot-conditions", "Divergent items per pair", k_width, h);
-  const double bar_w = k_width - label_w - count_w - k_right;
+  svg_open(os, "plot-conditions", "Divergent items per pair", WIDTH, h);
+  const double bar_w = WIDTH - label_w - count_w - k_right;
   int64_t peak = 1;
   for (const pair_summary& s : r.pairs) peak = std::max(peak, s.differ);
   os << "<line class=\"axis\" x1=\"" << label_w << "\" y1=\"" << k_top - 4 << "\" x2=\"" << label_w << "\" y2=\""
@@ -174,7 +174,7 @@ std::string html_plot_conditions(const report& r) {
        << judged << "</text>\n";
   }
   if (r.pairs.empty())
-    os << "<text class=\"empty\" x=\"" << k_width / 2 << "\" y=\"" << k_top + 14
+    os << "<text class=\"empty\" x=\"" << WIDTH / 2 << "\" y=\"" << k_top + 14
        << "\" text-anchor=\"middle\">no pairs to compare</text>\n";
   os << "<text class=\"axis-label\" x=\"" << label_w + bar_w / 2 << "\" y=\"" << h - 8
      << "\" text-anchor=\"middle\">items that differ / items judged</text>\n";
@@ -217,7 +217,7 @@ std::string html_plot_flips(const report& r) {
   const flip_counts c = flips_count(r);
   const int x0 = 110, y0 = 40, cw = 180, ch = 80;
   std::ostringstream os;
-  svg_open(os, "plot-flips", "Flip matrix (graded items, every pair but the control)", k_width, y0 + 2 * ch + 20);
+  svg_open(os, "plot-flips", "Flip matrix (graded items, every pair but the control)", WIDTH, y0 + 2 * ch + 20);
   os << "<text class=\"axis-label\" x=\"" << x0 + cw / 2 << "\" y=\"" << y0 - 10 << "\" text-anchor=\"middle\">B right</text>\n"
      << "<text class=\"axis-label\" x=\"" << x0 + cw + cw / 2 << "\" y=\"" << y0 - 10
      << "\" text-anchor=\"middle\">B wrong</text>\n"

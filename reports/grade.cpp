@@ -58,7 +58,7 @@ std::string reference_number(const std::string& reference) {
   return n;
 }
 
-const char* k_invalid = "[invalid]";
+const char* INVALID = "[invalid]";
 
 }  // namespace
 
@@ -108,8 +108,8 @@ std::string decimal_canonical(const std::string& s) {
 }
 
 std::string grade_answer(const std::string& grader, const std::string& response) {
-  if (grader == "gsm8k") return gsm8k_normalize(gsm8k_extract_strict(response).value_or(k_invalid));
-  if (grader == "gsm8k-flex") return gsm8k_normalize(gsm8k_extract_flexible(response).value_or(k_invalid));
+  if (grader == "gsm8k") return gsm8k_normalize(gsm8k_extract_strict(response).value_or(INVALID));
+  if (grader == "gsm8k-flex") return gsm8k_normalize(gsm8k_extract_flexible(response).value_or(INVALID));
   if (grader == "numeric") return last_number(response);
   if (grader == "exact" || grader.rfind("regex:", 0) == 0) return trim(response);
   throw input_error("unknown grader '" + grader + "': expected gsm8k, gsm8k-flex, exact, numeric or regex:PATTERN");

@@ -8,7 +8,7 @@
 namespace detaudit::reports {
 namespace {
 
-const std::string k_replacement = "\xEF\xBF\xBD";  // U+FFFD
+const std::string REPLACEMENT = "\xEF\xBF\xBD";  // U+FFFD
 
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -69,14 +69,14 @@ std::optional<std::string> token_string_bytes(const std::string& s) {
       out += s[i++];
     }
   }
-  if (out.find(k_replacement) != std::string::npos) return std::nullopt;
+  if (out.find(REPLACEMENT) != std::string::npos) return std::nullopt;
   return out;
 }
 
 std::optional<std::string> token_bytes(const token_rec& t) {
   if (!t.bytes.empty()) {
     std::string b(t.bytes.begin(), t.bytes.end());
-    if (b.find(k_replacement) == std::string::npos) return b;
+    if (b.find(REPLACEMENT) == std::string::npos) return b;
   }
   return token_string_bytes(t.text);
 }

@@ -11,7 +11,7 @@
 //   - kernels/ref itself split into row ranges: tests/unit/test_kernels_ref.cpp.
 // Each compares with first_difference: bits, never a tolerance; on a mismatch it names the first
 // differing index, both values as floats and as bits, and their distance in ulps. Outputs carry
-// k_guard sentinel words on each side, written by nobody and compared too.
+// GUARD sentinel words on each side, written by nobody and compared too.
 //
 // A case may be skipped by a backend only for a reason it states in its test's output: the GPU
 // backends and the CUDA twins leave NaN payloads to the hardware (gpu.h), so they skip cases with
@@ -45,18 +45,18 @@ namespace detaudit::test {
 
 // ---- weight types ----
 
-inline constexpr gguf::dtype k_float_types[] = {gguf::DTYPE_F32, gguf::DTYPE_F16, gguf::DTYPE_BF16};
-inline constexpr gguf::dtype k_legacy_types[] = {gguf::DTYPE_Q4_0, gguf::DTYPE_Q4_1, gguf::DTYPE_Q5_0,
+inline constexpr gguf::dtype FLOAT_TYPES[] = {gguf::DTYPE_F32, gguf::DTYPE_F16, gguf::DTYPE_BF16};
+inline constexpr gguf::dtype LEGACY_TYPES[] = {gguf::DTYPE_Q4_0, gguf::DTYPE_Q4_1, gguf::DTYPE_Q5_0,
                                                  gguf::DTYPE_Q5_1, gguf::DTYPE_Q8_0};
-inline constexpr gguf::dtype k_kquant_types[] = {gguf::DTYPE_Q2_K, gguf::DTYPE_Q3_K, gguf::DTYPE_Q4_K,
+inline constexpr gguf::dtype KQUANT_TYPES[] = {gguf::DTYPE_Q2_K, gguf::DTYPE_Q3_K, gguf::DTYPE_Q4_K,
                                                  gguf::DTYPE_Q5_K, gguf::DTYPE_Q6_K};
 // The ten integer block types (kernels/cpu's fast matmul types).
-inline constexpr gguf::dtype k_quant_types[] = {gguf::DTYPE_Q4_0, gguf::DTYPE_Q4_1, gguf::DTYPE_Q5_0,
+inline constexpr gguf::dtype QUANT_TYPES[] = {gguf::DTYPE_Q4_0, gguf::DTYPE_Q4_1, gguf::DTYPE_Q5_0,
                                                 gguf::DTYPE_Q5_1, gguf::DTYPE_Q8_0, gguf::DTYPE_Q2_K,
                                                 gguf::DTYPE_Q3_K, gguf::DTYPE_Q4_K, gguf::DTYPE_Q5_K,
                                                 gguf::DTYPE_Q6_K};
 // Every weight type kernels/ref decodes.
-inline constexpr gguf::dtype k_weight_types[] = {gguf::DTYPE_F32,  gguf::DTYPE_F16,  gguf::DTYPE_BF16, gguf::DTYPE_Q4_0,
+inline constexpr gguf::dtype WEIGHT_TYPES[] = {gguf::DTYPE_F32,  gguf::DTYPE_F16,  gguf::DTYPE_BF16, gguf::DTYPE_Q4_0,
                                                  gguf::DTYPE_Q4_1, gguf::DTYPE_Q5_0, gguf::DTYPE_Q5_1, gguf::DTYPE_Q8_0,
                                                  gguf::DTYPE_Q2_K, gguf::DTYPE_Q3_K, gguf::DTYPE_Q4_K, gguf::DTYPE_Q5_K,
                                                  gguf::DTYPE_Q6_K};
@@ -104,7 +104,7 @@ struct difference {
 };
 
 // Sentinel words on each side of every output of the table (output_buffer).
-inline constexpr size_t k_guard = 4;
+inline constexpr size_t GUARD = 4;
 
 inline int64_t ordered_bits(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
@@ -122,7 +122,7 @@ inline std::optional<difference> first_difference(const float* a, const float* b
   return std::nullopt;
 }
 
-// The same for two guarded outputs (k_guard sentinel words, the output, k_guard words): the
+// The same for two guarded outputs (GUARD sentinel words, the output, GUARD words): the
 // message also says whether the index is an output element or in a guard.
 inline std::optional<difference> first_difference(const std::vector<float>& a, const std::vector<float>& b) {
   if (a.size() != b.size()) {
@@ -133,10 +133,10 @@ inline std::optional<difference> first_difference(const std::vector<float>& a, c
     return d;
   }
   std::optional<difference> d = first_difference(a.data(), b.data(), a.size());
-  if (d && a.size() >= 2 * k_guard) {
-    d->where = d->index < k_guard ? " (in the guard before the output)"
-               : d->index >= a.size() - k_guard ? " (in the guard after the output)"
-                                                : " (output element " + std::to_string(d->index - k_guard) + ")";
+  if (d && a.size() >= 2 * GUARD) {
+    d->where = d->index < GUARD ? " (in the guard before the output)"
+               : d->index >= a.size() - GUARD ? " (in the guard after the output)"
+                                                : " (output element " + std::to_string(d->index - GUARD) + ")";
   }
   return d;
 }
@@ -571,15 +571,15 @@ inline void matmul_cases(std::vector<op_case>& t) {
           add(t, matmul(ty, n_in, n_out, n_tok, weights::random_bytes, d_moderate));
         }
   };
-  for (gguf::dtype ty : k_legacy_types) {
+  for (gguf::dtype ty : LEGACY_TYPES) {
     shapes(ty, {32, 64, 256, 4096});
     add(t, matmul(ty, 256, 7, 3, weights::quantized_real, d_normal));
   }
-  for (gguf::dtype ty : k_kquant_types) {
+  for (gguf::dtype ty : KQUANT_TYPES) {
     shapes(ty, {256, 4096});
     add(t, matmul(ty, 512, 7, 3, weights::quantized_real, d_normal));
   }
-  for (gguf::dtype ty : k_float_types) shapes(ty, {8, 33, 172, 32, 64, 256, 4096});
+  for (gguf::dtype ty : FLOAT_TYPES) shapes(ty, {8, 33, 172, 32, 64, 256, 4096});
   // Activation exponents far apart, near underflow, near overflow.
   for (gguf::dtype ty : {gguf::DTYPE_Q4_0, gguf::DTYPE_Q5_1, gguf::DTYPE_Q8_0, gguf::DTYPE_Q2_K, gguf::DTYPE_Q4_K,
                          gguf::DTYPE_Q6_K, gguf::DTYPE_F32, gguf::DTYPE_BF16}) {
@@ -599,9 +599,9 @@ inline void matmul_cases(std::vector<op_case>& t) {
     add(t, matmul(ty, 256, 9, 4, weights::random_bytes, d_moderate4, d_normal, pattern::edges));
   add(t, matmul(gguf::DTYPE_Q8_0, 256, 18, 3, weights::random_bytes, d_mixed, d_normal, pattern::edges));
   // Shapes of the Vulkan int8 dot-product path: quantized rows and random bytes, by type.
-  for (const auto* types : {k_legacy_types, k_kquant_types}) {
+  for (const auto* types : {LEGACY_TYPES, KQUANT_TYPES}) {
     for (int k = 0; k < 5; ++k) {
-      const int64_t n_in = types == k_legacy_types ? 96 : 512;
+      const int64_t n_in = types == LEGACY_TYPES ? 96 : 512;
       for (auto [n_out, n_tok] : {std::pair<int64_t, int64_t>{7, 1}, {33, 9}, {5, 3}})
         add(t, matmul(types[k], n_in, n_out, n_tok, k % 2 == 0 ? weights::quantized_real : weights::random_bytes,
                       d_moderate12));
@@ -610,12 +610,12 @@ inline void matmul_cases(std::vector<op_case>& t) {
   // kernels/cpu's shapes: panels of 37 rows and 7 tokens with fp16 scales near 1 or of any
   // exponent; one to five tokens (the generation path); 70 tokens (two tiles of 64, groups of 4
   // and a rest) and 50 rows; quantized rows of a real scale.
-  for (gguf::dtype ty : k_quant_types) {
-    const bool k_quant = gguf::dtype_get(ty).block_size == 256;
-    add(t, matmul(ty, k_quant ? 768 : 352, 37, 7, weights::random_bytes_narrow, d_normal));
-    add(t, matmul(ty, k_quant ? 768 : 352, 37, 7, weights::random_bytes, d_mixed));
+  for (gguf::dtype ty : QUANT_TYPES) {
+    const bool QUANT = gguf::dtype_get(ty).block_size == 256;
+    add(t, matmul(ty, QUANT ? 768 : 352, 37, 7, weights::random_bytes_narrow, d_normal));
+    add(t, matmul(ty, QUANT ? 768 : 352, 37, 7, weights::random_bytes, d_mixed));
     for (int64_t n_tok : {1, 2, 4, 5}) {
-      add(t, matmul(ty, k_quant ? 1024 : 288, 21, n_tok,
+      add(t, matmul(ty, QUANT ? 1024 : 288, 21, n_tok,
                     n_tok % 2 ? weights::random_bytes : weights::random_bytes_narrow, n_tok % 2 ? d_mixed : d_normal));
     }
     add(t, matmul(ty, 1024, 20, 5, weights::quantized_real, d_normal));
@@ -625,7 +625,7 @@ inline void matmul_cases(std::vector<op_case>& t) {
   // The CUDA twins' shapes: odd lengths of the float types, long rows, quantized rows and random
   // bytes, activations with outliers, a zero row and a zero token; the emulated kernels' token
   // counts (one warp, several, 130: two thread blocks).
-  for (gguf::dtype ty : k_weight_types) {
+  for (gguf::dtype ty : WEIGHT_TYPES) {
     const bool fl = is_float_type(ty);
     for (int64_t n_in : fl ? std::vector<int64_t>{33, 200, 512} : std::vector<int64_t>{256, 768, 2048}) {
       add(t, matmul(ty, n_in, 7, 5, weights::quantized_real, d_outliers, d_normal, pattern::edges));
@@ -654,7 +654,7 @@ inline op_case rms(int64_t rows, int64_t cols, int64_t group, float eps, const d
   return c;
 }
 
-inline constexpr int64_t k_lengths[] = {1, 7, 16, 31, 32, 33, 100, 2048, 5632};  // around the vector widths
+inline constexpr int64_t LENGTHS[] = {1, 7, 16, 31, 32, 33, 100, 2048, 5632};  // around the vector widths
 
 inline void elementwise_cases(std::vector<op_case>& t) {
   // add and swiglu: kernels/cpu's lengths, every pair of five spreads (non-finite values among
@@ -663,7 +663,7 @@ inline void elementwise_cases(std::vector<op_case>& t) {
   const dist binary[] = {elem(-140, 120, true, true), elem(-3, 3, false), elem(-8, 8, true, true),
                          elem(-130, -100), elem(3, 7)};
   for (op_kind k : {op_kind::add, op_kind::swiglu}) {
-    for (int64_t n : k_lengths)
+    for (int64_t n : LENGTHS)
       for (const dist& a : binary)
         for (const dist& b : binary) add(t, elementwise(k, 1, n, a, b));
     for (int64_t n : {1, 31, 33, 100, 4096, 100003}) {
@@ -698,7 +698,7 @@ inline void elementwise_cases(std::vector<op_case>& t) {
   // rms_norm: kernels/cpu's lengths x five spreads x five eps, with and without a weight.
   const dist rms_x[] = {elem(-140, 120), elem(-3, 3, false), elem(-130, -100), elem(60, 120, false), elem(-20, 20)};
   const dist rms_w = elem(-4, 4), rms_w_nonfinite = elem(-4, 4, true, true);
-  for (int64_t n : k_lengths)
+  for (int64_t n : LENGTHS)
     for (const dist& x : rms_x)
       for (float eps : {1e-5f, 1e-6f, 1e30f, 1e-44f, INFINITY}) {
         add(t, rms(1, n, n, eps, x, nullptr));
@@ -706,7 +706,7 @@ inline void elementwise_cases(std::vector<op_case>& t) {
       }
   // Tied squares, and weights with inf and NaN.
   add(t, rms(1, 2, 2, 1e-5f, d_unit, nullptr, pattern::tie_pair));
-  for (int64_t n : k_lengths) {
+  for (int64_t n : LENGTHS) {
     add(t, rms(1, n, n, 1e-6f, d_unit, nullptr, pattern::ties));
     add(t, rms(1, n, n, 1e-6f, d_unit, &rms_w_nonfinite, pattern::ties));
   }
@@ -932,10 +932,10 @@ inline kernels::kv_head_view cell_view(const uint8_t* cells, int64_t n_head_kv, 
 
 namespace op_detail {
 
-// kTieA * kTieB = (2^24 - 1) * 2^-150 = 2^-126 (1 - 2^-24), halfway between the largest subnormal
+// TIE_A * TIE_B = (2^24 - 1) * 2^-150 = 2^-126 (1 - 2^-24), halfway between the largest subnormal
 // and 2^-126: IEEE gradual underflow rounds it (ties to even) to 2^-126. Both factors are normal.
-inline constexpr float kTieA = 0x1.fffffep-64f;
-inline constexpr float kTieB = 0x1p-63f;
+inline constexpr float TIE_A = 0x1.fffffep-64f;
+inline constexpr float TIE_B = 0x1p-63f;
 
 inline void matmul_inputs(const op_case& c, test_rng& r, op_inputs& in) {
   in.w = weight_rows(r, c.type, c.n_in, c.n_out, c.wkind, c.d1);
@@ -978,8 +978,8 @@ inline void elementwise_inputs(const op_case& c, test_rng& r, op_inputs& in) {
                 1.0f, 1.0f, 1e30f};
       } else {  // rms_norm: ties in the squares; zero and subnormal-only groups; magnitudes near 2^-64
         in.x = {1.0f, std::ldexp(1.0f + std::ldexp(1.0f, -10), -20), 0.0f, -0.0f, 0x1p-140f, -0x1p-149f,
-                kTieA, kTieA, -kTieA, kTieA};
-        if (c.weighted) in.y = {1.0f, kTieB};
+                TIE_A, TIE_A, -TIE_A, TIE_A};
+        if (c.weighted) in.y = {1.0f, TIE_B};
       }
       return;
     case pattern::silu_range: case pattern::silu_bits:
@@ -1031,8 +1031,8 @@ inline void rope_inputs(const op_case& c, test_rng& r, op_inputs& in) {
   if (c.pat == pattern::sentinels) {
     // x0 * c on the tie just below 2^-126 (either sign) with x1 = 0; huge values; signed zeros; a
     // subnormal input. The table rows are made by hand.
-    in.x = {kTieA, 0.0f, -kTieA, -0.0f, 3e38f, -3e38f, -0.0f, 0x1p-130f};
-    in.tables = {kTieB, 1.0f, -kTieB, 0.5f, kTieB, 1.0f, -kTieB, 0.5f};
+    in.x = {TIE_A, 0.0f, -TIE_A, -0.0f, 3e38f, -3e38f, -0.0f, 0x1p-130f};
+    in.tables = {TIE_B, 1.0f, -TIE_B, 0.5f, TIE_B, 1.0f, -TIE_B, 0.5f};
     return;
   }
   in.tables.resize(static_cast<size_t>(c.rows * c.n_rot));
@@ -1146,27 +1146,27 @@ inline op_inputs make_inputs(const op_case& c) {
 
 // ---- outputs ----
 
-inline constexpr uint32_t k_sentinel = 0x7fc0dead;
+inline constexpr uint32_t SENTINEL = 0x7fc0dead;
 
-// An output buffer of case c: k_guard sentinels, the payload, k_guard sentinels. The payload is
+// An output buffer of case c: GUARD sentinels, the payload, GUARD sentinels. The payload is
 // sentinels too, or a copy of the input for the ops that work in place (add_bias, rope).
 inline std::vector<float> output_buffer(const op_case& c, const op_inputs& in) {
-  std::vector<float> out(static_cast<size_t>(output_size(c)) + 2 * k_guard, float_of(k_sentinel));
-  if (c.op == op_kind::add_bias || c.op == op_kind::rope) std::copy(in.x.begin(), in.x.end(), out.begin() + k_guard);
+  std::vector<float> out(static_cast<size_t>(output_size(c)) + 2 * GUARD, float_of(SENTINEL));
+  if (c.op == op_kind::add_bias || c.op == op_kind::rope) std::copy(in.x.begin(), in.x.end(), out.begin() + GUARD);
   return out;
 }
 
 // The same buffer with its payload set to `payload` (an input an op runs in place on).
 inline std::vector<float> output_buffer_with(const std::vector<float>& payload) {
-  std::vector<float> out(payload.size() + 2 * k_guard, float_of(k_sentinel));
-  std::copy(payload.begin(), payload.end(), out.begin() + k_guard);
+  std::vector<float> out(payload.size() + 2 * GUARD, float_of(SENTINEL));
+  std::copy(payload.begin(), payload.end(), out.begin() + GUARD);
   return out;
 }
 
 // kernels/ref's output of case c, guarded (throws what kernels/ref throws).
 inline std::vector<float> reference_output(const op_case& c, const op_inputs& in) {
   std::vector<float> out = output_buffer(c, in);
-  float* y = out.data() + k_guard;
+  float* y = out.data() + GUARD;
   switch (c.op) {
     case op_kind::matmul: {
       std::vector<numerics::qvec> xs(static_cast<size_t>(c.n_tok));
@@ -1293,7 +1293,7 @@ enum skips : unsigned {
   skips_refused = 2,    // no input checks of kernels/ref's: the devices and CUDA's twins
   skips_gpu_scale = 4,  // one std::thread per CUDA thread: the thread emulation
 };
-inline constexpr unsigned k_gpu_skips = skips_nonfinite | skips_refused;
+inline constexpr unsigned GPU_SKIPS = skips_nonfinite | skips_refused;
 
 // Case c prepared for a backend that runs the ops `ops` (counted as compared), or nullopt where c
 // is of another op or the backend skips it. A backend that does not skip refused cases gets them

@@ -42,11 +42,11 @@ inline std::string setting(const char* env, const char* dflt) {
 #endif
 
 // The exit status CTest counts as "skipped" for every test of this project (SKIP_RETURN_CODE).
-inline constexpr int k_skip_exit = 77;
+inline constexpr int SKIP_EXIT = 77;
 
 // A public fixture (docs/fixtures.md), such as "models/stories260K.gguf": a file with a public
 // source that scripts/fixtures.sh finds or downloads. When it is not there (no copy, no network)
-// the test cannot run: it says which file is missing and exits with k_skip_exit, which CTest
+// the test cannot run: it says which file is missing and exits with SKIP_EXIT, which CTest
 // reports as "Not Run (Skipped)" and counts. It never passes without having run.
 inline std::string fixture(const std::string& rel) {
   const std::string dir = setting("DETAUDIT_FIXTURES", DETAUDIT_FIXTURES_DEFAULT);
@@ -55,7 +55,7 @@ inline std::string fixture(const std::string& rel) {
     std::fprintf(stderr, "SKIPPED: public fixture %s is not available (%s); scripts/fixtures.sh downloads it\n",
                  rel.c_str(), dir.empty() ? "no fixtures folder is known" : ("not in " + dir).c_str());
     std::fflush(stderr);
-    std::_Exit(k_skip_exit);
+    std::_Exit(SKIP_EXIT);
   }
   return p.string();
 }

@@ -158,20 +158,20 @@ class ops_exact final : public ops_storage<float> {
 
   void swiglu(model::act gate, model::act up, model::act out) override {
     const writer o = write(out);
-    for_ranges(gate.rows * gate.cols, kElementChunk, [&](int64_t i0, int64_t i1) {
+    for_ranges(gate.rows * gate.cols, ELEMENT_CHUNK, [&](int64_t i0, int64_t i1) {
       kernels::cpu::swiglu_f32_cpu(isa_, data(gate) + i0, data(up) + i0, i1 - i0, o.data() + i0);
     });
   }
 
   void add(model::act a, model::act b, model::act out) override {
     const writer o = write(out);
-    for_ranges(a.rows * a.cols, kElementChunk, [&](int64_t i0, int64_t i1) {
+    for_ranges(a.rows * a.cols, ELEMENT_CHUNK, [&](int64_t i0, int64_t i1) {
       kernels::cpu::add_f32_cpu(isa_, data(a) + i0, data(b) + i0, i1 - i0, o.data() + i0);
     });
   }
 
  private:
-  static constexpr int64_t kElementChunk = 2048;  // element-wise work below this stays on one thread
+  static constexpr int64_t ELEMENT_CHUNK = 2048;  // element-wise work below this stays on one thread
 
   // Runs fn(begin, end) over [0, n) split into at most n_threads() contiguous ranges of at least
   // min_items items each (element-wise work: any split gives the same bits).

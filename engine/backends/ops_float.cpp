@@ -25,8 +25,8 @@
 namespace detaudit::backends {
 namespace {
 
-constexpr int64_t k_gemm_min_tokens = 32;  // llama.cpp's switch to the batched kernel
-constexpr int64_t k_gemm_tile = 64;        // K tile of the GEMM path
+constexpr int64_t GEMM_MIN_TOKENS = 32;  // llama.cpp's switch to the batched kernel
+constexpr int64_t GEMM_TILE = 64;        // K tile of the GEMM path
 
 const float* fp16_table() {
   static const std::vector<float> t = [] {
@@ -46,7 +46,7 @@ struct dot_act {
   std::vector<float> d;
 };
 
-void to_q8(const float* x, int64_t n, int64_t block, bool k_style, dot_act& out) {
+void to_q8(const float* x, int64_t n, int64_t block, bool STYLE, dot_act& out) {
   out.block = block;
   out.v.assign(static_cast<size_t>(n), 0.0f);
   out.d.assign(static_cast<size_t>(n / block), 0.0f);
@@ -56,7 +56,7 @@ void to_q8(const float* x, int64_t n, int64_t block, bool k_style, dot_act& out)
     for (int64_t i = 0; i < block; ++i)
       if (std::fabs(xb[i]) > amax) amax = std::fabs(xb[i]), vmax = xb[i];
     if (amax == 0) continue;
-    if (k_style) {  // quantize_row_q8_K_ref
+    if (STYLE) {  // quantize_row_q8_K_ref
       const float iscale = -127.0f / vmax;
       for (int64_t i = 0; i < block; ++i) out.v[b * block + i] = std::min(127.0f, std::nearbyint(iscale * xb[i]));
       out.d[b] = 1.0f / iscale;
@@ -111,7 +111,7 @@ class ops_float final : public ops_storage<float> {
   }
 
   void matmul(const model::weight& w, model::act x, model::act y) override {
-    if (x.rows < k_gemm_min_tokens) matmul_vec(w, x, y);
+    if (x.rows < GEMM_MIN_TOKENS) matmul_vec(w, x, y);
     else matmul_gemm(w, x, y);
   }
 
@@ -207,9 +207,9 @@ void ops_float::matmul_gemm(const model::weight& w, model::act x, model::act y) 
       for (int64_t t = 0; t < x.rows; ++t) {
         const float* a = row(x, t);
         float sum = 0;
-        for (int64_t k0 = 0; k0 < w.n_in; k0 += k_gemm_tile) {
+        for (int64_t k0 = 0; k0 < w.n_in; k0 += GEMM_TILE) {
           float s = 0;
-          for (int64_t i = k0; i < std::min(k0 + k_gemm_tile, w.n_in); ++i) s += wf[i] * a[i];
+          for (int64_t i = k0; i < std::min(k0 + GEMM_TILE, w.n_in); ++i) s += wf[i] * a[i];
           sum += s;
         }
         o.row(t)[r] = sum;

@@ -7,8 +7,8 @@ namespace detaudit::backends {
 
 namespace {
 
-constexpr int kPauseIterations = 256;  // busy-wait first (a few microseconds)
-constexpr int kYieldIterations = 64;   // then yield: on a busy machine the thread we wait for runs
+constexpr int PAUSE_ITERATIONS = 256;  // busy-wait first (a few microseconds)
+constexpr int YIELD_ITERATIONS = 64;   // then yield: on a busy machine the thread we wait for runs
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -19,11 +19,11 @@ inline void cpu_relax() {
 // Waits until done() for a bounded time; true when done() held.
 template <class F>
 bool spin_until(F&& done) {
-  for (int i = 0; i < kPauseIterations; ++i) {
+  for (int i = 0; i < PAUSE_ITERATIONS; ++i) {
     if (done()) return true;
     cpu_relax();
   }
-  for (int i = 0; i < kYieldIterations; ++i) {
+  for (int i = 0; i < YIELD_ITERATIONS; ++i) {
     if (done()) return true;
     std::this_thread::yield();
   }

@@ -52,17 +52,17 @@ void check_roles(const std::vector<chat_message>& messages) {
       throw input_error("chat: role '" + m.role + "' is not supported (system, user, assistant)");
 }
 
-const char* const k_im_start = "<|im_start|>";
-const char* const k_im_end = "<|im_end|>\n";
+const char* const IM_START = "<|im_start|>";
+const char* const IM_END = "<|im_end|>\n";
 
 std::string render_chatml(const std::vector<chat_message>& ms, bool gen, const chat_options& opt) {
   std::string out;
   const bool first_system = !ms.empty() && ms[0].role == "system";
-  if (first_system) out += std::string(k_im_start) + "system\n" + ms[0].content + k_im_end;
-  else if (!opt.default_system.empty()) out += std::string(k_im_start) + "system\n" + opt.default_system + k_im_end;
+  if (first_system) out += std::string(IM_START) + "system\n" + ms[0].content + IM_END;
+  else if (!opt.default_system.empty()) out += std::string(IM_START) + "system\n" + opt.default_system + IM_END;
   for (size_t i = first_system ? 1 : 0; i < ms.size(); ++i)
-    out += k_im_start + ms[i].role + "\n" + ms[i].content + k_im_end;
-  if (gen) out += std::string(k_im_start) + "assistant\n";
+    out += IM_START + ms[i].role + "\n" + ms[i].content + IM_END;
+  if (gen) out += std::string(IM_START) + "assistant\n";
   return out;
 }
 
@@ -79,18 +79,18 @@ std::string qwen3_assistant(const chat_message& m, bool after_last_query, bool i
     content = lstrip(after_last(m.content, "</think>"), "\n");
     reasoning = lstrip(after_last(rstrip(before_first(m.content, "</think>"), "\n"), "<think>"), "\n");
   }
-  std::string out = std::string(k_im_start) + "assistant\n";
+  std::string out = std::string(IM_START) + "assistant\n";
   if (after_last_query && (is_last || !reasoning.empty()))
     out += "<think>\n" + strip(reasoning, "\n") + "\n</think>\n\n" + lstrip(content, "\n");
   else
     out += content;
-  return out + k_im_end;
+  return out + IM_END;
 }
 
 std::string render_qwen3(const std::vector<chat_message>& ms, bool gen, const chat_options& opt) {
   std::string out;
   const bool first_system = !ms.empty() && ms[0].role == "system";
-  if (first_system) out += std::string(k_im_start) + "system\n" + ms[0].content + k_im_end;
+  if (first_system) out += std::string(IM_START) + "system\n" + ms[0].content + IM_END;
   size_t last_query = ms.empty() ? 0 : ms.size() - 1;
   for (size_t i = ms.size(); i-- > 0;)
     if (ms[i].role == "user" && !is_tool_response(ms[i].content)) {
@@ -99,10 +99,10 @@ std::string render_qwen3(const std::vector<chat_message>& ms, bool gen, const ch
     }
   for (size_t i = first_system ? 1 : 0; i < ms.size(); ++i) {
     if (ms[i].role == "assistant") out += qwen3_assistant(ms[i], i > last_query, i + 1 == ms.size());
-    else out += k_im_start + ms[i].role + "\n" + ms[i].content + k_im_end;
+    else out += IM_START + ms[i].role + "\n" + ms[i].content + IM_END;
   }
   if (gen) {
-    out += std::string(k_im_start) + "assistant\n";
+    out += std::string(IM_START) + "assistant\n";
     if (!opt.enable_thinking) out += "<think>\n\n</think>\n\n";
   }
   return out;

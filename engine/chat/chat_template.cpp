@@ -11,7 +11,7 @@ struct family_row {
 
 // Checked in order: more specific families first (Qwen3 and DeepSeek-R1 also contain ChatML-like
 // or generic markers).
-const family_row k_families[] = {
+const family_row FAMILIES[] = {
     {TEMPLATE_QWEN3, "qwen3", {"<|im_start|>", "enable_thinking", nullptr}},
     {TEMPLATE_DEEPSEEK_R1, "deepseek-r1", {"<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>", nullptr, nullptr}},
     {TEMPLATE_CHATML, "chatml", {"<|im_start|>", "<|im_end|>", nullptr}},
@@ -23,19 +23,19 @@ const family_row k_families[] = {
 }  // namespace
 
 const char* template_family_name(template_family f) {
-  for (const family_row& r : k_families)
+  for (const family_row& r : FAMILIES)
     if (r.family == f) return r.name;
   return "unknown";
 }
 
 std::optional<template_family> template_family_from_name(std::string_view name) {
-  for (const family_row& r : k_families)
+  for (const family_row& r : FAMILIES)
     if (name == r.name) return r.family;
   return std::nullopt;
 }
 
 std::optional<template_family> chat_detect_family(std::string_view jinja) {
-  for (const family_row& r : k_families) {
+  for (const family_row& r : FAMILIES) {
     bool all = true;
     for (const char* m : r.markers)
       if (m && jinja.find(m) == std::string_view::npos) all = false;

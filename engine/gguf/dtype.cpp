@@ -10,7 +10,7 @@ namespace detaudit::gguf {
 namespace {
 
 // Block sizes and bytes per block follow the block structs of ggml-common.h.
-constexpr std::array<dtype_traits, 31> k_traits = {{
+constexpr std::array<dtype_traits, 31> TRAITS = {{
     {DTYPE_F32, "f32", 1, 4},
     {DTYPE_F16, "f16", 1, 2},
     {DTYPE_Q4_0, "q4_0", 32, 18},
@@ -57,7 +57,7 @@ bool iequals(std::string_view a, std::string_view b) {
 }  // namespace
 
 const dtype_traits* dtype_find(uint32_t id) {
-  for (const dtype_traits& t : k_traits) {
+  for (const dtype_traits& t : TRAITS) {
     if (t.type == id) return &t;
   }
   return nullptr;
@@ -70,7 +70,7 @@ const dtype_traits& dtype_get(dtype t) {
 }
 
 const dtype_traits* dtype_from_name(std::string_view name) {
-  for (const dtype_traits& t : k_traits) {
+  for (const dtype_traits& t : TRAITS) {
     if (iequals(t.name, name)) return &t;
   }
   return nullptr;

@@ -12,11 +12,11 @@
 
 namespace detaudit::gguf::detail {
 
-inline constexpr uint64_t k_default_alignment = 32;
-inline constexpr uint64_t k_max_key_bytes = 64 * 1024;
-inline constexpr int k_max_array_depth = 8;  // an array of arrays is depth 2
-inline constexpr uint32_t k_max_dims = 4;
-inline constexpr char k_alignment_key[] = "general.alignment";
+inline constexpr uint64_t DEFAULT_ALIGNMENT = 32;
+inline constexpr uint64_t MAX_KEY_BYTES = 64 * 1024;
+inline constexpr int MAX_ARRAY_DEPTH = 8;  // an array of arrays is depth 2
+inline constexpr uint32_t MAX_DIMS = 4;
+inline constexpr char ALIGNMENT_KEY[] = "general.alignment";
 
 struct string_hash {
   using is_transparent = void;
@@ -30,7 +30,7 @@ struct image {
   const uint8_t* base = nullptr;
   uint64_t size = 0;
   uint32_t version = 0;
-  uint64_t alignment = k_default_alignment;
+  uint64_t alignment = DEFAULT_ALIGNMENT;
   uint64_t data_offset = 0;
   std::vector<kv> kvs;
   std::vector<tensor_info> tensors;

@@ -14,14 +14,14 @@ namespace detaudit::gguf::detail {
 namespace {
 
 // name (8) + n_dims (4) + one dimension (8) + type (4) + offset (8)
-constexpr uint64_t k_min_tensor_info_bytes = 8 + 4 + 8 + 4 + 8;
+constexpr uint64_t MIN_TENSOR_INFO_BYTES = 8 + 4 + 8 + 4 + 8;
 // key (8) + type (4) + smallest value (1)
-constexpr uint64_t k_min_kv_bytes = 8 + 4 + 1;
+constexpr uint64_t MIN_KV_BYTES = 8 + 4 + 1;
 // All array elements of one file, nested ones included. An element costs about 100 bytes in memory
 // (a gguf::value) however few it takes in the file, so this caps what metadata can make the reader
 // allocate beyond the strings' own bytes at about 400 MiB. Real files hold under a million
 // (vocabulary, scores, token types, merges).
-constexpr uint64_t k_max_array_elems = uint64_t(1) << 22;
+constexpr uint64_t MAX_ARRAY_ELEMS = uint64_t(1) << 22;
 
 std::string str(uint64_t v) { return std::to_string(v); }
 
@@ -129,15 +129,15 @@ void parser::read_header(uint64_t* n_tensors, uint64_t* n_kv) {
   }
   *n_tensors = read<uint64_t>("the tensor count", none);
   *n_kv = read<uint64_t>("the metadata count", none);
-  check_count(*n_kv, k_min_kv_bytes, 16, "metadata count", "entry");
-  check_count(*n_tensors, k_min_tensor_info_bytes, 8, "tensor count", "tensor info");
+  check_count(*n_kv, MIN_KV_BYTES, 16, "metadata count", "entry");
+  check_count(*n_tensors, MIN_TENSOR_INFO_BYTES, 8, "tensor count", "tensor info");
 }
 
 void parser::read_kvs(uint64_t n_kv) {
   img_.kvs.reserve(n_kv);
   for (uint64_t i = 0; i < n_kv; ++i) {
     uint64_t at = pos_;
-    std::string key = read_string("the key", "metadata entry " + str(i), k_max_key_bytes);
+    std::string key = read_string("the key", "metadata entry " + str(i), MAX_KEY_BYTES);
     std::string ctx = "key '" + printable(key) + "'";
     auto dup = img_.kv_index.find(key);
     if (dup != img_.kv_index.end()) {
@@ -147,7 +147,7 @@ void parser::read_kvs(uint64_t n_kv) {
     uint64_t type_at = pos_;
     uint32_t type = read<uint32_t>("the value type", ctx);
     value v = read_value(type, type_at, ctx, 0);
-    if (key == k_alignment_key) apply_alignment(v, at);
+    if (key == ALIGNMENT_KEY) apply_alignment(v, at);
     img_.kv_index.emplace(key, img_.kvs.size());
     img_.kvs.push_back(kv{std::move(key), std::move(v)});
   }
@@ -177,9 +177,9 @@ value parser::read_value(uint32_t type, uint64_t type_at, const std::string& ctx
 }
 
 value parser::read_array(const std::string& ctx, int depth) {
-  if (depth > k_max_array_depth) {
+  if (depth > MAX_ARRAY_DEPTH) {
     fail("arrays nested too deep at offset " + str(pos_) + " in " + ctx + ": expected at most " +
-         str(k_max_array_depth) + " levels, found " + str(depth));
+         str(MAX_ARRAY_DEPTH) + " levels, found " + str(depth));
   }
   uint64_t type_at = pos_;
   uint32_t elem_type = read<uint32_t>("an array element type", ctx);
@@ -192,9 +192,9 @@ value parser::read_array(const std::string& ctx, int depth) {
   uint64_t count = read<uint64_t>("an array count", ctx);
   check_count(count, min_each, count_at, "array count of " + ctx, type_label(elem_type) + " element");
   n_array_elems_ += count;
-  if (n_array_elems_ > k_max_array_elems) {
+  if (n_array_elems_ > MAX_ARRAY_ELEMS) {
     fail("too many array elements at offset " + str(count_at) + " in " + ctx + ": expected at most " +
-         str(k_max_array_elems) + " in the whole file, found " + str(n_array_elems_));
+         str(MAX_ARRAY_ELEMS) + " in the whole file, found " + str(n_array_elems_));
   }
   value v;
   v.type = VALUE_ARRAY;
@@ -206,17 +206,17 @@ value parser::read_array(const std::string& ctx, int depth) {
 
 void parser::apply_alignment(const value& v, uint64_t at) {
   if (v.type != VALUE_UINT32) {
-    fail(std::string(k_alignment_key) + " at offset " + str(at) + ": expected a uint32, found " + type_label(v.type));
+    fail(std::string(ALIGNMENT_KEY) + " at offset " + str(at) + ": expected a uint32, found " + type_label(v.type));
   }
   if (v.u == 0 || (v.u & (v.u - 1)) != 0) {
-    fail(std::string(k_alignment_key) + " at offset " + str(at) + ": expected a nonzero power of two, found " +
+    fail(std::string(ALIGNMENT_KEY) + " at offset " + str(at) + ": expected a nonzero power of two, found " +
          str(v.u));
   }
   img_.alignment = v.u;
 }
 
 void parser::read_tensor_infos(uint64_t n_tensors) {
-  check_count(n_tensors, k_min_tensor_info_bytes, 8, "tensor count", "tensor info");
+  check_count(n_tensors, MIN_TENSOR_INFO_BYTES, 8, "tensor count", "tensor info");
   img_.tensors.reserve(n_tensors);
   for (uint64_t i = 0; i < n_tensors; ++i) {
     tensor_info t = read_tensor_info(i);
@@ -228,7 +228,7 @@ void parser::read_tensor_infos(uint64_t n_tensors) {
 tensor_info parser::read_tensor_info(uint64_t index) {
   tensor_info t;
   t.info_offset = pos_;
-  t.name = read_string("the name", "tensor " + str(index), k_max_key_bytes);
+  t.name = read_string("the name", "tensor " + str(index), MAX_KEY_BYTES);
   std::string ctx = "tensor '" + printable(t.name) + "'";
   auto dup = img_.tensor_index.find(t.name);
   if (dup != img_.tensor_index.end()) {
@@ -237,8 +237,8 @@ tensor_info parser::read_tensor_info(uint64_t index) {
   }
   uint64_t dims_at = pos_;
   uint32_t n_dims = read<uint32_t>("n_dims", ctx);
-  if (n_dims == 0 || n_dims > k_max_dims) {
-    fail(ctx + ": n_dims at offset " + str(dims_at) + ": expected 1 to " + str(k_max_dims) + ", found " + str(n_dims));
+  if (n_dims == 0 || n_dims > MAX_DIMS) {
+    fail(ctx + ": n_dims at offset " + str(dims_at) + ": expected 1 to " + str(MAX_DIMS) + ", found " + str(n_dims));
   }
   for (uint32_t d = 0; d < n_dims; ++d) {
     uint64_t at = pos_;

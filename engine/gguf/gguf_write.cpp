@@ -13,7 +13,7 @@ namespace detaudit::gguf {
 namespace {
 
 // llama.cpp refuses tensor names of GGML_MAX_NAME (64) bytes or more.
-constexpr size_t k_max_tensor_name_bytes = 63;
+constexpr size_t MAX_TENSOR_NAME_BYTES = 63;
 
 void put_bytes(std::vector<uint8_t>& out, const void* p, size_t n) {
   const auto* b = static_cast<const uint8_t*>(p);
@@ -55,9 +55,9 @@ void put_payload(std::vector<uint8_t>& out, const value& v) {
 void check_value(const value& v, const std::string& key, int depth) {
   if (!value_type_name(v.type)) throw std::invalid_argument("gguf writer: key '" + key + "': unknown value type");
   if (v.type != VALUE_ARRAY) return;
-  if (depth + 1 > detail::k_max_array_depth) {
+  if (depth + 1 > detail::MAX_ARRAY_DEPTH) {
     throw std::invalid_argument("gguf writer: key '" + key + "': arrays nested deeper than " +
-                                std::to_string(detail::k_max_array_depth) + " levels");
+                                std::to_string(detail::MAX_ARRAY_DEPTH) + " levels");
   }
   if (!value_type_name(v.elem_type)) throw std::invalid_argument("gguf writer: key '" + key + "': unknown element type");
   for (const value& e : v.arr) {
@@ -76,7 +76,7 @@ uint64_t align_or_throw(uint64_t x, uint64_t a) {
 }
 
 uint64_t expected_bytes(const std::string& name, dtype type, const std::vector<int64_t>& ne) {
-  if (ne.empty() || ne.size() > detail::k_max_dims) {
+  if (ne.empty() || ne.size() > detail::MAX_DIMS) {
     throw std::invalid_argument("gguf writer: tensor '" + name + "': expected 1 to 4 dimensions, found " +
                                 std::to_string(ne.size()));
   }
@@ -106,7 +106,7 @@ void writer::set(std::string key, value v) {
     if (e.key == key) throw std::invalid_argument("gguf writer: duplicate key '" + key + "'");
   }
   check_value(v, key, 0);
-  if (key == detail::k_alignment_key && (v.type != VALUE_UINT32 || v.u != alignment_)) {
+  if (key == detail::ALIGNMENT_KEY && (v.type != VALUE_UINT32 || v.u != alignment_)) {
     throw std::invalid_argument("gguf writer: general.alignment must be the uint32 " + std::to_string(alignment_) +
                                 " given to the writer");
   }
@@ -115,7 +115,7 @@ void writer::set(std::string key, value v) {
 
 void writer::add_tensor(std::string name, dtype type, std::vector<int64_t> ne, const void* data, uint64_t n_bytes) {
   if (!dtype_find(type)) throw std::invalid_argument("gguf writer: tensor '" + name + "': unknown type");
-  if (name.empty() || name.size() > k_max_tensor_name_bytes) {
+  if (name.empty() || name.size() > MAX_TENSOR_NAME_BYTES) {
     throw std::invalid_argument("gguf writer: tensor name '" + name + "': expected 1 to 63 bytes");
   }
   for (const pending_tensor& t : tensors_) {
@@ -132,8 +132,8 @@ void writer::add_tensor(std::string name, dtype type, std::vector<int64_t> ne, c
 
 std::vector<uint8_t> writer::meta_bytes(std::vector<uint64_t>* offsets, uint64_t* data_bytes) const {
   bool has_alignment = false;
-  for (const kv& e : kvs_) has_alignment = has_alignment || e.key == detail::k_alignment_key;
-  bool add_alignment = !has_alignment && alignment_ != detail::k_default_alignment;
+  for (const kv& e : kvs_) has_alignment = has_alignment || e.key == detail::ALIGNMENT_KEY;
+  bool add_alignment = !has_alignment && alignment_ != detail::DEFAULT_ALIGNMENT;
   std::vector<uint8_t> out;
   put_bytes(out, "GGUF", 4);
   put<uint32_t>(out, 3);
@@ -145,7 +145,7 @@ std::vector<uint8_t> writer::meta_bytes(std::vector<uint64_t>* offsets, uint64_t
     put_payload(out, e.val);
   }
   if (add_alignment) {
-    put_string(out, detail::k_alignment_key);
+    put_string(out, detail::ALIGNMENT_KEY);
     put<uint32_t>(out, VALUE_UINT32);
     put<uint32_t>(out, static_cast<uint32_t>(alignment_));
   }

@@ -32,7 +32,7 @@ struct row_layout {
   int64_t type_size;   // bytes per block
 };
 
-constexpr row_layout kLayouts[] = {
+constexpr row_layout LAYOUTS[] = {
     {DTYPE_F32, "f32", 1, 4},       {DTYPE_F16, "f16", 1, 2},       {DTYPE_BF16, "bf16", 1, 2},
     {DTYPE_Q4_0, "q4_0", 32, 18},   {DTYPE_Q4_1, "q4_1", 32, 20},   {DTYPE_Q5_0, "q5_0", 32, 22},
     {DTYPE_Q5_1, "q5_1", 32, 24},   {DTYPE_Q8_0, "q8_0", 32, 34},   {DTYPE_Q2_K, "q2_K", 256, 84},
@@ -41,7 +41,7 @@ constexpr row_layout kLayouts[] = {
 };
 
 const row_layout* find_layout(dtype t) {
-  for (const row_layout& l : kLayouts) {
+  for (const row_layout& l : LAYOUTS) {
     if (l.type == t) return &l;
   }
   return nullptr;
@@ -128,9 +128,9 @@ int round_clamp(float v, int lo, int hi) {
 }
 
 uint16_t fp16_scale(float d) {
-  constexpr float kMaxHalf = 65504.0f;
-  if (d > kMaxHalf) d = kMaxHalf;
-  if (d < -kMaxHalf) d = -kMaxHalf;
+  constexpr float MAX_HALF = 65504.0f;
+  if (d > MAX_HALF) d = MAX_HALF;
+  if (d < -MAX_HALF) d = -MAX_HALF;
   return f32_to_fp16(d);
 }
 

@@ -41,7 +41,7 @@ namespace detaudit::gguf::quants_detail {
 
 namespace {
 
-constexpr int kQK = 256;
+constexpr int QK = 256;
 
 struct block_q2_k {
   uint8_t scales[16];
@@ -90,7 +90,7 @@ static_assert(sizeof(block_q8_k) == 292 && offsetof(block_q8_k, bsums) == 260);
 
 void pack_2bit(const uint8_t* u, uint8_t* qs) {  // (256) codes -> (64) bytes
   std::memset(qs, 0, 64);
-  for (int e = 0; e < kQK; ++e) {
+  for (int e = 0; e < QK; ++e) {
     const int h = e / 128, g = (e / 32) % 4, l = e % 32;
     qs[32 * h + l] |= uint8_t((u[e] & 3) << (2 * g));
   }
@@ -103,14 +103,14 @@ int read_2bit(const uint8_t* qs, int e) {
 
 void pack_bit_plane(const uint8_t* u, int bit, uint8_t* plane) {  // (256) codes -> (32) bytes
   std::memset(plane, 0, 32);
-  for (int e = 0; e < kQK; ++e) plane[e % 32] |= uint8_t(((u[e] >> bit) & 1) << (e / 32));
+  for (int e = 0; e < QK; ++e) plane[e % 32] |= uint8_t(((u[e] >> bit) & 1) << (e / 32));
 }
 
 int read_bit_plane(const uint8_t* plane, int e) { return (plane[e % 32] >> (e / 32)) & 1; }
 
 void pack_nibbles(const uint8_t* u, uint8_t* qs) {  // (256) codes -> (128) bytes
   std::memset(qs, 0, 128);
-  for (int e = 0; e < kQK; ++e) {
+  for (int e = 0; e < QK; ++e) {
     const int c = e / 64, s = (e / 32) % 2, l = e % 32;
     qs[32 * c + l] |= uint8_t((u[e] & 15) << (4 * s));
   }
@@ -155,8 +155,8 @@ int read_scale_q3(const uint8_t* s, int i) {
 
 // ---- Fitting ---------------------------------------------------------------------------------
 
-constexpr int kSearchSteps = 10;      // candidates at nmax + k/10 for k in [-10, 10]
-constexpr float kSearchDelta = 0.1f;
+constexpr int SEARCH_STEPS = 10;      // candidates at nmax + k/10 for k in [-10, 10]
+constexpr float SEARCH_DELTA = 0.1f;
 
 // Affine super-block, unpacked: element e decodes to (d * sc[j]) * u[e] - dmin * m[j] where
 // j = e / sub_len.
@@ -165,14 +165,14 @@ struct affine_superblock {
   uint16_t dmin16 = 0;
   uint8_t sc[16] = {};
   uint8_t m[16] = {};
-  uint8_t u[kQK] = {};
+  uint8_t u[QK] = {};
 };
 
 // Symmetric super-block, unpacked: element e decodes to (d * sc[j]) * q[e], j = e / 16.
 struct symmetric_superblock {
   uint16_t d16 = 0;
   int sc[16] = {};
-  int q[kQK] = {};
+  int q[QK] = {};
 };
 
 // Best codes in [0, nmax] for x ~= dl * q - ml; writes them to q (n) and returns the squared error.
@@ -214,8 +214,8 @@ affine_fit fit_affine(const float* x, int n, int nmax) {
   affine_fit best = {(hi - lo) / float(nmax), -lo};
   uint8_t q[32];
   float best_err = affine_codes(x, n, nmax, best.scale, best.min, q);
-  for (int k = -kSearchSteps; k <= kSearchSteps; ++k) {
-    const float iscale = (float(nmax) + kSearchDelta * float(k)) / (hi - lo);
+  for (int k = -SEARCH_STEPS; k <= SEARCH_STEPS; ++k) {
+    const float iscale = (float(nmax) + SEARCH_DELTA * float(k)) / (hi - lo);
     double sq = 0, sqq = 0, sx = 0, sxq = 0;
     for (int i = 0; i < n; ++i) {
       q[i] = uint8_t(round_clamp((x[i] - lo) * iscale, 0, nmax));
@@ -259,8 +259,8 @@ float fit_symmetric(const float* x, int n, int qlo, int qhi) {
   float best = vmax / float(qlo);
   float best_err = symmetric_codes(x, n, qlo, qhi, best, q);
   for (const int side : {qlo, qhi}) {
-    for (int k = -kSearchSteps; k <= kSearchSteps; ++k) {
-      const float iscale = (float(side) + kSearchDelta * float(k)) / vmax;
+    for (int k = -SEARCH_STEPS; k <= SEARCH_STEPS; ++k) {
+      const float iscale = (float(side) + SEARCH_DELTA * float(k)) / vmax;
       double sxq = 0, sqq = 0;
       for (int i = 0; i < n; ++i) {
         q[i] = round_clamp(x[i] * iscale, qlo, qhi);
@@ -283,7 +283,7 @@ float fit_symmetric(const float* x, int n, int qlo, int qhi) {
 // [0, nmax], sub-block scale and min codes in [0, scale_max].
 void quantize_affine_superblock(const float* x, int sub_len, int nmax, int scale_max,
                                 affine_superblock* out) {
-  const int n_sub = kQK / sub_len;
+  const int n_sub = QK / sub_len;
   affine_fit fits[16];
   float smax = 0.0f, mmax = 0.0f;
   for (int j = 0; j < n_sub; ++j) {
@@ -351,7 +351,7 @@ void quantize_symmetric_superblock(const float* x, int qlo, int qhi, int sc_lo, 
 void decode_affine(const affine_superblock& sb, int sub_len, float* y) {
   const float d = fp16_to_f32(sb.d16);
   const float dmin = fp16_to_f32(sb.dmin16);
-  for (int e = 0; e < kQK; ++e) {
+  for (int e = 0; e < QK; ++e) {
     const int j = e / sub_len;
     y[e] = d * float(sb.sc[j]) * float(sb.u[e]) - dmin * float(sb.m[j]);
   }
@@ -359,7 +359,7 @@ void decode_affine(const affine_superblock& sb, int sub_len, float* y) {
 
 void decode_symmetric(const symmetric_superblock& sb, float* y) {
   const float d = fp16_to_f32(sb.d16);
-  for (int e = 0; e < kQK; ++e) y[e] = d * float(sb.sc[e / 16]) * float(sb.q[e]);
+  for (int e = 0; e < QK; ++e) y[e] = d * float(sb.sc[e / 16]) * float(sb.q[e]);
 }
 
 // ---- Per type --------------------------------------------------------------------------------
@@ -396,7 +396,7 @@ void decode_q2_k(const uint8_t* p, float* y) {
     sb.sc[j] = b.scales[j] & 15;
     sb.m[j] = b.scales[j] >> 4;
   }
-  for (int e = 0; e < kQK; ++e) sb.u[e] = uint8_t(read_2bit(b.qs, e));
+  for (int e = 0; e < QK; ++e) sb.u[e] = uint8_t(read_2bit(b.qs, e));
   decode_affine(sb, 16, y);
 }
 
@@ -404,8 +404,8 @@ void encode_q3_k(const float* x, uint8_t* p) {
   symmetric_superblock sb;
   quantize_symmetric_superblock(x, -4, 3, -32, 31, &sb);
   block_q3_k b{};
-  uint8_t u[kQK];
-  for (int e = 0; e < kQK; ++e) u[e] = uint8_t(sb.q[e] + 4);
+  uint8_t u[QK];
+  for (int e = 0; e < QK; ++e) u[e] = uint8_t(sb.q[e] + 4);
   pack_2bit(u, b.qs);
   pack_bit_plane(u, 2, b.hmask);
   uint8_t v[16];
@@ -420,7 +420,7 @@ void decode_q3_k(const uint8_t* p, float* y) {
   symmetric_superblock sb;
   sb.d16 = b.d;
   for (int j = 0; j < 16; ++j) sb.sc[j] = read_scale_q3(b.scales, j) - 32;
-  for (int e = 0; e < kQK; ++e) sb.q[e] = read_2bit(b.qs, e) - (read_bit_plane(b.hmask, e) ? 0 : 4);
+  for (int e = 0; e < QK; ++e) sb.q[e] = read_2bit(b.qs, e) - (read_bit_plane(b.hmask, e) ? 0 : 4);
   decode_symmetric(sb, y);
 }
 
@@ -441,7 +441,7 @@ void decode_q45_k(uint16_t d, uint16_t dmin, const uint8_t* scales, const uint8_
   sb.d16 = d;
   sb.dmin16 = dmin;
   read_scales_k4(scales, sb.sc, sb.m);
-  for (int e = 0; e < kQK; ++e) {
+  for (int e = 0; e < QK; ++e) {
     sb.u[e] = uint8_t(read_nibble(qs, e) | (qh ? read_bit_plane(qh, e) << 4 : 0));
   }
   decode_affine(sb, 32, y);
@@ -451,7 +451,7 @@ void encode_q6_k(const float* x, uint8_t* p) {
   symmetric_superblock sb;
   quantize_symmetric_superblock(x, -32, 31, -128, 127, &sb);
   block_q6_k b{};
-  for (int e = 0; e < kQK; ++e) {
+  for (int e = 0; e < QK; ++e) {
     const int u = sb.q[e] + 32;
     const int h = e / 128, g = (e / 32) % 4, l = e % 32;
     b.ql[64 * h + 32 * (g & 1) + l] |= uint8_t((u & 15) << (4 * (g >> 1)));
@@ -467,7 +467,7 @@ void decode_q6_k(const uint8_t* p, float* y) {
   symmetric_superblock sb;
   sb.d16 = b.d;
   for (int j = 0; j < 16; ++j) sb.sc[j] = b.scales[j];
-  for (int e = 0; e < kQK; ++e) {
+  for (int e = 0; e < QK; ++e) {
     const int h = e / 128, g = (e / 32) % 4, l = e % 32;
     const int low = (b.ql[64 * h + 32 * (g & 1) + l] >> (4 * (g >> 1))) & 15;
     const int high = (b.qh[32 * h + l] >> (2 * g)) & 3;
@@ -480,12 +480,12 @@ void decode_q6_k(const uint8_t* p, float* y) {
 void encode_q8_k(const float* x, uint8_t* p) {
   block_q8_k b{};
   float amax = 0.0f;
-  for (int e = 0; e < kQK; ++e) {
+  for (int e = 0; e < QK; ++e) {
     const float a = x[e] < 0 ? -x[e] : x[e];
     if (a > amax) amax = a;
   }
   b.d = amax / 127.0f;
-  for (int e = 0; e < kQK; ++e) {
+  for (int e = 0; e < QK; ++e) {
     b.qs[e] = int8_t(b.d != 0.0f ? round_clamp(x[e] / b.d, -127, 127) : 0);
     b.bsums[e / 16] = int16_t(b.bsums[e / 16] + b.qs[e]);
   }
@@ -494,7 +494,7 @@ void encode_q8_k(const float* x, uint8_t* p) {
 
 void decode_q8_k(const uint8_t* p, float* y) {
   const block_q8_k b = load<block_q8_k>(p);
-  for (int e = 0; e < kQK; ++e) y[e] = b.d * float(b.qs[e]);
+  for (int e = 0; e < QK; ++e) y[e] = b.d * float(b.qs[e]);
 }
 
 void encode_q4_k(const float* x, uint8_t* p) {
@@ -526,14 +526,14 @@ struct k_format {
   void (*decode)(const uint8_t* p, float* y);
 };
 
-constexpr k_format kFormats[] = {
+constexpr k_format FORMATS[] = {
     {DTYPE_Q2_K, 84, encode_q2_k, decode_q2_k},   {DTYPE_Q3_K, 110, encode_q3_k, decode_q3_k},
     {DTYPE_Q4_K, 144, encode_q4_k, decode_q4_k},  {DTYPE_Q5_K, 176, encode_q5_k, decode_q5_k},
     {DTYPE_Q6_K, 210, encode_q6_k, decode_q6_k},  {DTYPE_Q8_K, 292, encode_q8_k, decode_q8_k},
 };
 
 const k_format* find_format(dtype t) {
-  for (const k_format& f : kFormats) {
+  for (const k_format& f : FORMATS) {
     if (f.type == t) return &f;
   }
   return nullptr;
@@ -544,14 +544,14 @@ const k_format* find_format(dtype t) {
 bool k_quantize(dtype t, const float* src, uint8_t* dst, int64_t n_blocks) {
   const k_format* f = find_format(t);
   if (!f) return false;
-  for (int64_t i = 0; i < n_blocks; ++i) f->encode(src + i * kQK, dst + i * f->type_size);
+  for (int64_t i = 0; i < n_blocks; ++i) f->encode(src + i * QK, dst + i * f->type_size);
   return true;
 }
 
 bool k_dequantize(dtype t, const uint8_t* src, float* dst, int64_t n_blocks) {
   const k_format* f = find_format(t);
   if (!f) return false;
-  for (int64_t i = 0; i < n_blocks; ++i) f->decode(src + i * f->type_size, dst + i * kQK);
+  for (int64_t i = 0; i < n_blocks; ++i) f->decode(src + i * f->type_size, dst + i * QK);
   return true;
 }
 

@@ -26,7 +26,7 @@ namespace detaudit::gguf::quants_detail {
 
 namespace {
 
-constexpr int kBlock = 32;
+constexpr int BLOCK = 32;
 
 struct legacy_format {
   dtype type;
@@ -38,7 +38,7 @@ struct legacy_format {
   int off_qs() const { return off_qh() + (bits == 5 ? 4 : 0); }
 };
 
-constexpr legacy_format kFormats[] = {
+constexpr legacy_format FORMATS[] = {
     {DTYPE_Q4_0, 4, false, 18},
     {DTYPE_Q4_1, 4, true, 20},
     {DTYPE_Q5_0, 5, false, 22},
@@ -46,7 +46,7 @@ constexpr legacy_format kFormats[] = {
 };
 
 const legacy_format* find_format(dtype t) {
-  for (const legacy_format& f : kFormats) {
+  for (const legacy_format& f : FORMATS) {
     if (f.type == t) return &f;
   }
   return nullptr;
@@ -56,7 +56,7 @@ const legacy_format* find_format(dtype t) {
 void quantize_symmetric(const float* x, int half, uint16_t* d16, uint8_t* u) {
   float amax = 0.0f;
   float vmax = 0.0f;  // the signed value of largest magnitude (first one on ties)
-  for (int j = 0; j < kBlock; ++j) {
+  for (int j = 0; j < BLOCK; ++j) {
     const float a = x[j] < 0 ? -x[j] : x[j];
     if (a > amax) {
       amax = a;
@@ -65,7 +65,7 @@ void quantize_symmetric(const float* x, int half, uint16_t* d16, uint8_t* u) {
   }
   *d16 = fp16_scale(vmax / float(-half));
   const float d = fp16_to_f32(*d16);
-  for (int j = 0; j < kBlock; ++j) {
+  for (int j = 0; j < BLOCK; ++j) {
     u[j] = uint8_t(d != 0.0f ? round_clamp(x[j] / d, -half, half - 1) + half : half);
   }
 }
@@ -74,7 +74,7 @@ void quantize_symmetric(const float* x, int half, uint16_t* d16, uint8_t* u) {
 void quantize_affine(const float* x, int nmax, uint16_t* d16, uint16_t* m16, uint8_t* u) {
   float lo = x[0] == x[0] ? x[0] : 0.0f;
   float hi = lo;
-  for (int j = 1; j < kBlock; ++j) {
+  for (int j = 1; j < BLOCK; ++j) {
     if (x[j] < lo) lo = x[j];
     if (x[j] > hi) hi = x[j];
   }
@@ -83,13 +83,13 @@ void quantize_affine(const float* x, int nmax, uint16_t* d16, uint16_t* m16, uin
   const float span = hi - m;
   *d16 = fp16_scale(span > 0.0f ? span / float(nmax) : 0.0f);
   const float d = fp16_to_f32(*d16);
-  for (int j = 0; j < kBlock; ++j) {
+  for (int j = 0; j < BLOCK; ++j) {
     u[j] = uint8_t(d > 0.0f ? round_clamp((x[j] - m) / d, 0, nmax) : 0);
   }
 }
 
 void encode_block(const legacy_format& f, const float* x, uint8_t* b) {
-  uint8_t u[kBlock];
+  uint8_t u[BLOCK];
   uint16_t d16 = 0;
   uint16_t m16 = 0;
   if (f.has_min) {
@@ -101,11 +101,11 @@ void encode_block(const legacy_format& f, const float* x, uint8_t* b) {
   std::memcpy(b, &d16, 2);
   if (f.bits == 5) {
     uint32_t qh = 0;
-    for (int j = 0; j < kBlock; ++j) qh |= uint32_t(u[j] >> 4) << j;
+    for (int j = 0; j < BLOCK; ++j) qh |= uint32_t(u[j] >> 4) << j;
     std::memcpy(b + f.off_qh(), &qh, 4);
   }
   uint8_t* qs = b + f.off_qs();
-  for (int j = 0; j < kBlock / 2; ++j) qs[j] = uint8_t((u[j] & 0xf) | ((u[j + 16] & 0xf) << 4));
+  for (int j = 0; j < BLOCK / 2; ++j) qs[j] = uint8_t((u[j] & 0xf) | ((u[j + 16] & 0xf) << 4));
 }
 
 void decode_block(const legacy_format& f, const uint8_t* b, float* y) {
@@ -119,7 +119,7 @@ void decode_block(const legacy_format& f, const uint8_t* b, float* y) {
   if (f.bits == 5) std::memcpy(&qh, b + f.off_qh(), 4);
   const uint8_t* qs = b + f.off_qs();
   const int offset = f.has_min ? 0 : 1 << (f.bits - 1);
-  for (int j = 0; j < kBlock; ++j) {
+  for (int j = 0; j < BLOCK; ++j) {
     const int nibble = j < 16 ? (qs[j] & 0xf) : (qs[j - 16] >> 4);
     const int q = (nibble | int((qh >> j) & 1u) << 4) - offset;
     y[j] = f.has_min ? float(q) * d + m : float(q) * d;
@@ -129,14 +129,14 @@ void decode_block(const legacy_format& f, const uint8_t* b, float* y) {
 // q8_0: x ~= q * d with q in [-127, 127] and d = max|x| / 127.
 void encode_q8_0(const float* x, uint8_t* b) {
   float amax = 0.0f;
-  for (int j = 0; j < kBlock; ++j) {
+  for (int j = 0; j < BLOCK; ++j) {
     const float a = x[j] < 0 ? -x[j] : x[j];
     if (a > amax) amax = a;
   }
   const uint16_t d16 = fp16_scale(amax / 127.0f);
   const float d = fp16_to_f32(d16);
   std::memcpy(b, &d16, 2);
-  for (int j = 0; j < kBlock; ++j) {
+  for (int j = 0; j < BLOCK; ++j) {
     const int q = d != 0.0f ? round_clamp(x[j] / d, -127, 127) : 0;
     b[2 + j] = uint8_t(int8_t(q));
   }
@@ -146,30 +146,30 @@ void decode_q8_0(const uint8_t* b, float* y) {
   uint16_t d16;
   std::memcpy(&d16, b, 2);
   const float d = fp16_to_f32(d16);
-  for (int j = 0; j < kBlock; ++j) y[j] = float(int8_t(b[2 + j])) * d;
+  for (int j = 0; j < BLOCK; ++j) y[j] = float(int8_t(b[2 + j])) * d;
 }
 
 }  // namespace
 
 bool legacy_quantize(dtype t, const float* src, uint8_t* dst, int64_t n_blocks) {
   if (t == DTYPE_Q8_0) {
-    for (int64_t i = 0; i < n_blocks; ++i) encode_q8_0(src + i * kBlock, dst + i * 34);
+    for (int64_t i = 0; i < n_blocks; ++i) encode_q8_0(src + i * BLOCK, dst + i * 34);
     return true;
   }
   const legacy_format* f = find_format(t);
   if (!f) return false;
-  for (int64_t i = 0; i < n_blocks; ++i) encode_block(*f, src + i * kBlock, dst + i * f->type_size);
+  for (int64_t i = 0; i < n_blocks; ++i) encode_block(*f, src + i * BLOCK, dst + i * f->type_size);
   return true;
 }
 
 bool legacy_dequantize(dtype t, const uint8_t* src, float* dst, int64_t n_blocks) {
   if (t == DTYPE_Q8_0) {
-    for (int64_t i = 0; i < n_blocks; ++i) decode_q8_0(src + i * 34, dst + i * kBlock);
+    for (int64_t i = 0; i < n_blocks; ++i) decode_q8_0(src + i * 34, dst + i * BLOCK);
     return true;
   }
   const legacy_format* f = find_format(t);
   if (!f) return false;
-  for (int64_t i = 0; i < n_blocks; ++i) decode_block(*f, src + i * f->type_size, dst + i * kBlock);
+  for (int64_t i = 0; i < n_blocks; ++i) decode_block(*f, src + i * f->type_size, dst + i * BLOCK);
   return true;
 }
 

@@ -20,14 +20,14 @@ struct arch_row {
 };
 
 // The architectures, one row each.
-const arch_row k_arches[] = {
+const arch_row ARCHES[] = {
     {ARCH_LLAMA, "llama", ROPE_NORM, false, false, true},
     {ARCH_QWEN2, "qwen2", ROPE_NEOX, true, false, false},
     {ARCH_QWEN3, "qwen3", ROPE_NEOX, false, true, false},
 };
 
 const arch_row& row_of(arch_id a) {
-  for (const arch_row& r : k_arches)
+  for (const arch_row& r : ARCHES)
     if (r.id == a) return r;
   throw std::logic_error("unknown arch id");
 }
@@ -35,11 +35,11 @@ const arch_row& row_of(arch_id a) {
 std::string key(const hparams& hp, const char* suffix) { return std::string(arch_name(hp.arch)) + "." + suffix; }
 
 // Upper bounds far beyond any real model, so a corrupted count cannot drive a huge allocation.
-constexpr int64_t k_max_count = int64_t(1) << 27;
+constexpr int64_t MAX_COUNT = int64_t(1) << 27;
 // Linear RoPE scaling divides positions by the factor; real files use 2 to 32.
-constexpr double k_min_rope_factor = 1.0 / 65536, k_max_rope_factor = 65536;
+constexpr double MIN_ROPE_FACTOR = 1.0 / 65536, k_max_rope_factor = 65536;
 
-int64_t positive(const gguf::file& f, const std::string& k, int64_t v, int64_t max = k_max_count) {
+int64_t positive(const gguf::file& f, const std::string& k, int64_t v, int64_t max = MAX_COUNT) {
   if (v <= 0 || v > max)
     throw input_error(f.path() + ": key '" + k + "': expected a count from 1 to " + std::to_string(max) + ", found " +
                       std::to_string(v));
@@ -77,7 +77,7 @@ void check_consistency(const gguf::file& f, const hparams& hp) {
 const char* arch_name(arch_id a) { return row_of(a).name; }
 
 std::optional<arch_id> arch_from_name(const std::string& name) {
-  for (const arch_row& r : k_arches)
+  for (const arch_row& r : ARCHES)
     if (name == r.name) return r.id;
   return std::nullopt;
 }
@@ -115,7 +115,7 @@ hparams hparams_from_gguf(const gguf::file& f) {
   std::string scaling = f.get_string(key(hp, "rope.scaling.type"), "none");
   if (scaling == "linear") {
     const std::string k = key(hp, "rope.scaling.factor");
-    hp.rope_scale_linear = 1.0 / float_key(f, k, f.get_float(k, 1.0), k_min_rope_factor, k_max_rope_factor,
+    hp.rope_scale_linear = 1.0 / float_key(f, k, f.get_float(k, 1.0), MIN_ROPE_FACTOR, k_max_rope_factor,
                                            "a number from 1/65536 to 65536 (positions are divided by it)");
   } else if (scaling != "none") {
     throw input_error(f.path() + ": rope.scaling.type '" + gguf::printable(scaling) + "' is not supported (none, linear)");

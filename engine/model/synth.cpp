@@ -10,7 +10,7 @@
 namespace detaudit::model {
 namespace {
 
-const synth_preset k_presets[] = {
+const synth_preset PRESETS[] = {
     {"tiny", "n_embd 256, 2 layers, 4 heads (2 KV), n_ff 768: the shape of the synthetic fixtures", 256, 2, 4, 2, 768, 2048},
     {"small", "n_embd 512, 4 layers, 8 heads (4 KV), n_ff 1536", 512, 4, 8, 4, 1536, 4096},
     {"medium", "n_embd 1024, 8 layers, 16 heads (4 KV), n_ff 2816", 1024, 8, 16, 4, 2816, 4096},
@@ -41,8 +41,8 @@ class normal_rng {
     uint64_t r = splitmix64(state_);
     int64_t sum = int64_t(r & 0xffff) + int64_t((r >> 16) & 0xffff) + int64_t((r >> 32) & 0xffff) + int64_t(r >> 48);
     // Four U(0, 65535) have mean 131070 and variance 4 * (65536^2 - 1) / 12.
-    constexpr double k_scale = 1.0 / 37837.226;  // 1 / sqrt(4 * (65536^2 - 1) / 12)
-    return static_cast<float>(static_cast<double>(sum - 131070) * k_scale);
+    constexpr double SCALE = 1.0 / 37837.226;  // 1 / sqrt(4 * (65536^2 - 1) / 12)
+    return static_cast<float>(static_cast<double>(sum - 131070) * SCALE);
   }
 
  private:
@@ -146,14 +146,14 @@ void write_vocab(gguf::writer& w, const vocab_source& src) {
 }  // namespace
 
 const synth_preset* synth_find_preset(const std::string& name) {
-  for (const synth_preset& p : k_presets)
+  for (const synth_preset& p : PRESETS)
     if (name == p.name) return &p;
   return nullptr;
 }
 
 std::string synth_preset_names() {
   std::string s;
-  for (const synth_preset& p : k_presets) s += (s.empty() ? "" : ", ") + std::string(p.name);
+  for (const synth_preset& p : PRESETS) s += (s.empty() ? "" : ", ") + std::string(p.name);
   return s;
 }
 

@@ -14,10 +14,10 @@ namespace detaudit::numerics {
 
 namespace {
 
-constexpr uint32_t kSignBit = 0x80000000u;
-constexpr uint32_t kAbsMask = 0x7fffffffu;
-constexpr uint32_t kExpMask = 0x7f800000u;
-constexpr uint32_t kFracMask = 0x007fffffu;
+constexpr uint32_t SIGN_BIT = 0x80000000u;
+constexpr uint32_t ABS_MASK = 0x7fffffffu;
+constexpr uint32_t EXP_MASK = 0x7f800000u;
+constexpr uint32_t FRAC_MASK = 0x007fffffu;
 
 // a / 2^s rounded half to even, for s >= 1 and a <= 2^63.
 uint64_t rne_shift_right(uint64_t a, int s) {
@@ -44,13 +44,13 @@ float flush(float x) { return inl::flush(x); }
 
 bool is_subnormal(float x) {
   const uint32_t b = std::bit_cast<uint32_t>(x);
-  return (b & kExpMask) == 0 && (b & kFracMask) != 0;
+  return (b & EXP_MASK) == 0 && (b & FRAC_MASK) != 0;
 }
 
 void f32_decompose(float x, int32_t* m, int* e) {
   const uint32_t b = std::bit_cast<uint32_t>(x);
-  const uint32_t ex = (b & kExpMask) >> 23;
-  const uint32_t frac = b & kFracMask;
+  const uint32_t ex = (b & EXP_MASK) >> 23;
+  const uint32_t frac = b & FRAC_MASK;
   if (ex == 255) throw_non_finite(x);
   int32_t mag;
   if (ex == 0) {
@@ -60,7 +60,7 @@ void f32_decompose(float x, int32_t* m, int* e) {
     mag = static_cast<int32_t>(frac | 0x00800000u);
     *e = static_cast<int>(ex) - 150;
   }
-  *m = (b & kSignBit) ? -mag : mag;
+  *m = (b & SIGN_BIT) ? -mag : mag;
 }
 
 int64_t round_shift(int64_t v, int shift) {
@@ -97,10 +97,10 @@ float fixed_to_f32(int64_t v, int e) {
   }
   // a in [2^23, 2^24): value = 1.f * 2^(ex + 23), biased exponent ex + 150.
   const int64_t biased = ex + 150;
-  const uint32_t sign = neg ? kSignBit : 0u;
+  const uint32_t sign = neg ? SIGN_BIT : 0u;
   if (biased < 1) return std::bit_cast<float>(sign);
-  if (biased > 254) return std::bit_cast<float>(sign | kExpMask);
-  const uint32_t b = sign | static_cast<uint32_t>(biased) << 23 | (static_cast<uint32_t>(a) & kFracMask);
+  if (biased > 254) return std::bit_cast<float>(sign | EXP_MASK);
+  const uint32_t b = sign | static_cast<uint32_t>(biased) << 23 | (static_cast<uint32_t>(a) & FRAC_MASK);
   return std::bit_cast<float>(b);
 }
 
@@ -112,8 +112,8 @@ float pow2_f32(int k) {
 int32_t quantize_block(const float* x, int n, int16_t* q) {
   uint32_t amax = 0;
   for (int i = 0; i < n; ++i) {
-    const uint32_t a = std::bit_cast<uint32_t>(x[i]) & kAbsMask;
-    if (a >= kExpMask) throw_non_finite(x[i]);
+    const uint32_t a = std::bit_cast<uint32_t>(x[i]) & ABS_MASK;
+    if (a >= EXP_MASK) throw_non_finite(x[i]);
     if (a < 0x00800000u) continue;  // zero or subnormal: read as zero
     if (a > amax) amax = a;
   }

@@ -29,8 +29,8 @@ double scale_f64(double y, int k) {
   return y * pow2_f64(k);
 }
 
-constexpr double kLn2Hi = 6.93147180369123816490e-01;  // 0x3fe62e42 fee00000
-constexpr double kLn2Lo = 1.90821492927058770002e-10;  // 0x3dea39ef 35793c76
+constexpr double LN2_HI = 6.93147180369123816490e-01;  // 0x3fe62e42 fee00000
+constexpr double LN2_LO = 1.90821492927058770002e-10;  // 0x3dea39ef 35793c76
 
 double kernel_sin(double x, double y) {
   const double s1 = -1.66666666666666324348e-01;
@@ -105,8 +105,8 @@ double exp_f64(double x) {
   const double t = invln2 * x;
   const int k = static_cast<int>(t < 0 ? t - 0.5 : t + 0.5);
   const double dk = static_cast<double>(k);
-  const double hi = x - dk * kLn2Hi;
-  const double lo = dk * kLn2Lo;
+  const double hi = x - dk * LN2_HI;
+  const double lo = dk * LN2_LO;
   const double r = hi - lo;
   const double rr = r * r;
   const double c = r - rr * (p1 + rr * (p2 + rr * (p3 + rr * (p4 + rr * p5))));
@@ -148,7 +148,7 @@ double log_f64(double x) {
   const double t1 = w * (lg2 + w * (lg4 + w * lg6));
   const double t2 = z * (lg1 + w * (lg3 + w * (lg5 + w * lg7)));
   const double rr = t2 + t1;
-  return dk * kLn2Hi - ((hfsq - (s * (hfsq + rr) + dk * kLn2Lo)) - f);
+  return dk * LN2_HI - ((hfsq - (s * (hfsq + rr) + dk * LN2_LO)) - f);
 }
 
 void sincos_f64(double x, double* s, double* c) {

@@ -18,7 +18,7 @@ struct sequence {
   backends::kv_cache cache;
 };
 
-constexpr int64_t k_max_ctx = int64_t(1) << 24;
+constexpr int64_t MAX_CTX = int64_t(1) << 24;
 
 }  // namespace
 
@@ -56,11 +56,11 @@ context::context(std::shared_ptr<const model::model> m, const context_params& p)
   if (p.n_ubatch < 1) throw input_error("n_ubatch must be at least 1, found " + std::to_string(p.n_ubatch));
   if (p.n_threads < 1 || p.n_threads > 1024)
     throw input_error("n_threads must be from 1 to 1024, found " + std::to_string(p.n_threads));
-  if (p.n_ctx < 0 || p.n_ctx > k_max_ctx)
-    throw input_error("n_ctx must be from 0 to " + std::to_string(k_max_ctx) + ", found " + std::to_string(p.n_ctx));
+  if (p.n_ctx < 0 || p.n_ctx > MAX_CTX)
+    throw input_error("n_ctx must be from 0 to " + std::to_string(MAX_CTX) + ", found " + std::to_string(p.n_ctx));
   p_->m = std::move(m);
   p_->p = p;
-  if (p_->p.n_ctx == 0) p_->p.n_ctx = std::min(p_->m->hp().n_ctx_train, k_max_ctx);
+  if (p_->p.n_ctx == 0) p_->p.n_ctx = std::min(p_->m->hp().n_ctx_train, MAX_CTX);
   if (p.n_threads > 1) p_->pool = std::make_unique<backends::thread_pool>(p.n_threads);
   if (p.backend == BACKEND_CPU) {
     p_->ops = backends::ops_create(p.numerics, *p_->m, p_->pool.get());

@@ -111,7 +111,7 @@ generate_result generate(context& ctx, std::span<const int32_t> prompt, const ge
 }
 
 std::vector<std::vector<int32_t>> generate_filler_prompts(const tokenizer::vocab& v, int n) {
-  static const char* const k_fillers[] = {
+  static const char* const FILLERS[] = {
       "Tell a short story about a lighthouse keeper and a storm.",
       "List ten facts about octopuses.",
       "Explain how a hash table handles collisions.",
@@ -122,7 +122,7 @@ std::vector<std::vector<int32_t>> generate_filler_prompts(const tokenizer::vocab
   };
   std::vector<std::vector<int32_t>> out;
   for (int i = 0; i < n; ++i) {
-    const char* text = k_fillers[static_cast<size_t>(i) % std::size(k_fillers)];
+    const char* text = FILLERS[static_cast<size_t>(i) % std::size(FILLERS)];
     out.push_back(tokenizer::encode(v, std::string(text) + (i >= 7 ? " (" + std::to_string(i) + ")" : ""), true, false));
   }
   return out;

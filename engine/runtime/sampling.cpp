@@ -14,7 +14,7 @@ namespace {
 
 __extension__ typedef unsigned __int128 u128;
 
-constexpr uint64_t k_gamma = 0x9E3779B97F4A7C15ull;
+constexpr uint64_t GAMMA = 0x9E3779B97F4A7C15ull;
 
 // SplitMix64's output function (Steele, Lea, Flood 2014).
 uint64_t mix64(uint64_t z) {
@@ -121,8 +121,8 @@ void sampling_check_params(const sampling_params& p) {
 }
 
 uint64_t sampling_rng_u64(uint64_t seed, uint64_t step) {
-  const uint64_t state = mix64(seed + k_gamma);
-  return mix64(state + (step + 1) * k_gamma);
+  const uint64_t state = mix64(seed + GAMMA);
+  return mix64(state + (step + 1) * GAMMA);
 }
 
 int32_t sample_greedy(std::span<const float> logits) {

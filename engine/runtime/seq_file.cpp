@@ -15,8 +15,8 @@
 namespace detaudit::runtime {
 namespace {
 
-constexpr char k_magic[8] = {'D', 'A', 'S', 'E', 'Q', 'K', 'V', '\0'};
-constexpr size_t k_header_bytes = 112;
+constexpr char MAGIC[8] = {'D', 'A', 'S', 'E', 'Q', 'K', 'V', '\0'};
+constexpr size_t HEADER_BYTES = 112;
 
 template <class T>
 void put(std::vector<uint8_t>& b, size_t off, T v) {
@@ -53,8 +53,8 @@ uint64_t payload_hash(const std::vector<int32_t>& tokens, const backends::kv_cac
 
 void seq_file_write(const std::string& path, const seq_file_header& h, const std::vector<int32_t>& tokens,
                     const backends::kv_cache& cache) {
-  std::vector<uint8_t> head(k_header_bytes, 0);
-  std::memcpy(head.data(), k_magic, 8);
+  std::vector<uint8_t> head(HEADER_BYTES, 0);
+  std::memcpy(head.data(), MAGIC, 8);
   put<uint32_t>(head, 8, SEQ_FILE_VERSION);
   put<uint32_t>(head, 12, static_cast<uint32_t>(h.numerics));
   std::memcpy(head.data() + 16, h.model_sha256.data(), std::min<size_t>(64, h.model_sha256.size()));
@@ -94,11 +94,11 @@ void seq_file_read(const std::string& path, const seq_file_header& want, int64_t
                    std::vector<int32_t>& tokens, backends::kv_cache& cache) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw input_error(path + ": cannot open saved sequence");
-  std::vector<uint8_t> head(k_header_bytes);
+  std::vector<uint8_t> head(HEADER_BYTES);
   f.read(reinterpret_cast<char*>(head.data()), static_cast<std::streamsize>(head.size()));
-  if (f.gcount() != static_cast<std::streamsize>(k_header_bytes))
-    fail(path, "header: expected " + std::to_string(k_header_bytes) + " bytes, found " + std::to_string(f.gcount()));
-  if (std::memcmp(head.data(), k_magic, 8) != 0) fail(path, "magic: expected \"DASEQKV\"");
+  if (f.gcount() != static_cast<std::streamsize>(HEADER_BYTES))
+    fail(path, "header: expected " + std::to_string(HEADER_BYTES) + " bytes, found " + std::to_string(f.gcount()));
+  if (std::memcmp(head.data(), MAGIC, 8) != 0) fail(path, "magic: expected \"DASEQKV\"");
   expect(path, "version", std::to_string(SEQ_FILE_VERSION), std::to_string(get<uint32_t>(head, 8)));
   const uint32_t num = get<uint32_t>(head, 12);
   expect(path, "numerics", numerics_name(want.numerics),
@@ -110,7 +110,7 @@ void seq_file_read(const std::string& path, const seq_file_header& want, int64_t
   const uint64_t n = get<uint64_t>(head, 96);
   if (n > static_cast<uint64_t>(n_ctx))
     fail(path, "n_tokens: expected at most n_ctx " + std::to_string(n_ctx) + ", found " + std::to_string(n));
-  const uint64_t want_size = k_header_bytes + 4 * n + n * want.cell_bytes * static_cast<uint64_t>(want.n_layer);
+  const uint64_t want_size = HEADER_BYTES + 4 * n + n * want.cell_bytes * static_cast<uint64_t>(want.n_layer);
   std::error_code ec;
   const uint64_t size = std::filesystem::file_size(path, ec);
   if (ec || size != want_size)

@@ -34,12 +34,12 @@ thread_local int t_request_socket = -1;
 
 // Requests on one connection before the server closes it (httplib's default is 5; a connection
 // no longer holds a pooled thread, so there is no need to turn connections over that often).
-constexpr size_t k_keep_alive_max = 100;
+constexpr size_t KEEP_ALIVE_MAX = 100;
 // A refused connection is read and dropped for at most this long, or this many bytes, then closed.
-constexpr auto k_linger_time = std::chrono::seconds(2);
-constexpr size_t k_linger_bytes = size_t{64} << 20;
+constexpr auto LINGER_TIME = std::chrono::seconds(2);
+constexpr size_t LINGER_BYTES = size_t{64} << 20;
 // The most refused connections lingering at once; beyond it the oldest is closed at once.
-constexpr size_t k_linger_max = 64;
+constexpr size_t LINGER_MAX = 64;
 
 // poll() on one descriptor, retried on EINTR; > 0 when ready.
 int poll_one(int fd, short events, int timeout_ms) {
@@ -282,13 +282,13 @@ head_status conn_server::impl::head_read(int fd, std::string& pending, std::stri
   for (;;) {
     const size_t at = pending.find("\r\n\r\n", scanned >= 3 ? scanned - 3 : 0);
     if (at != std::string::npos) {
-      if (at + 4 > k_max_head) return HEAD_TOO_LARGE;
+      if (at + 4 > MAX_HEAD) return HEAD_TOO_LARGE;
       head = pending.substr(0, at + 4);
       pending.erase(0, at + 4);
       return HEAD_OK;
     }
     scanned = pending.size();
-    if (pending.size() >= k_max_head) return HEAD_TOO_LARGE;
+    if (pending.size() >= MAX_HEAD) return HEAD_TOO_LARGE;
     if (stopping && pending.empty()) return HEAD_NONE;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now()).count();
     if (left <= 0) return pending.empty() ? HEAD_NONE : HEAD_TIMEOUT;
@@ -316,14 +316,14 @@ void conn_server::impl::connection_run(int fd) {
   };
   std::string pending;
   bool clean = true;
-  for (size_t n = 0; n < k_keep_alive_max; ++n) {
+  for (size_t n = 0; n < KEEP_ALIVE_MAX; ++n) {
     std::string head;
     const head_status hs = head_read(fd, pending, head);
     if (hs == HEAD_NONE) break;
     if (hs != HEAD_OK) {
       refuse(fd, hs == HEAD_TIMEOUT ? 408 : 431,
              hs == HEAD_TIMEOUT ? "request head not complete within " + std::to_string(p.header_timeout_s) + " s (--header-timeout)"
-                                : "request head larger than " + std::to_string(k_max_head) + " bytes");
+                                : "request head larger than " + std::to_string(MAX_HEAD) + " bytes");
       return;
     }
     const head_verdict v = conn_head_check(head, p);
@@ -332,7 +332,7 @@ void conn_server::impl::connection_run(int fd) {
       return;
     }
     conn_stream strm(fd, pending, std::move(head), v.body_len, p.io_timeout_s);
-    const bool last = v.close_after || n + 1 == k_keep_alive_max || stopping;
+    const bool last = v.close_after || n + 1 == KEEP_ALIVE_MAX || stopping;
     bool closed = false;
     t_request_socket = fd;
     const bool ok = owner.process_request(strm, last, closed, setup);
@@ -351,11 +351,11 @@ void conn_server::impl::connection_run(int fd) {
 }
 
 void conn_server::impl::lingers_add(int fd) {
-  if (lingers.size() >= k_linger_max) {
+  if (lingers.size() >= LINGER_MAX) {
     ::close(lingers.front().fd);
     lingers.erase(lingers.begin());
   }
-  lingers.push_back({fd, clock_type::now() + k_linger_time, 0});
+  lingers.push_back({fd, clock_type::now() + LINGER_TIME, 0});
 }
 
 // Reads and drops what lingering clients send; closes each at its end of input, error, time or
@@ -370,7 +370,7 @@ void conn_server::impl::lingers_run(std::vector<pollfd>& fds, int n_ready) {
       char buf[65536];
       const ssize_t n = ::recv(l.fd, buf, sizeof buf, MSG_DONTWAIT);
       if (n > 0) l.n_read += static_cast<size_t>(n);
-      done = n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) || l.n_read >= k_linger_bytes;
+      done = n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) || l.n_read >= LINGER_BYTES;
     }
     if (done) ::close(l.fd);
     else keep.push_back(l);
@@ -379,7 +379,7 @@ void conn_server::impl::lingers_run(std::vector<pollfd>& fds, int n_ready) {
 }
 
 conn_server::conn_server(const conn_params& p) : d_(std::make_unique<impl>(*this, p)) {
-  set_keep_alive_max_count(k_keep_alive_max);
+  set_keep_alive_max_count(KEEP_ALIVE_MAX);
   set_keep_alive_timeout(p.header_timeout_s);
   set_read_timeout(p.io_timeout_s, 0);
   set_write_timeout(p.io_timeout_s, 0);

@@ -6,7 +6,7 @@
 //     delays /health or /metrics on another connection (a fixed pool was starved by them).
 //   - Connections are bounded per client address and in total; the one beyond gets 503 at once.
 //   - A request head must arrive whole within header_timeout_s of its first byte, in all (not per
-//     byte; 408 after), and hold at most k_max_head bytes (431). A connection with no request
+//     byte; 408 after), and hold at most MAX_HEAD bytes (431). A connection with no request
 //     begun is closed after header_timeout_s idle.
 //   - Each read and write of an admitted request waits at most io_timeout_s (SO_RCVTIMEO,
 //     SO_SNDTIMEO and poll), so a client that stops reading its answer loses the connection.
@@ -45,7 +45,7 @@ struct conn_params {
 };
 
 // The most bytes of a request head (request line, headers, blank line).
-inline constexpr size_t k_max_head = 64 * 1024;
+inline constexpr size_t MAX_HEAD = 64 * 1024;
 
 // What a complete request head decides before any body byte is read.
 struct head_verdict {

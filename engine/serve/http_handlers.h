@@ -49,9 +49,9 @@ std::string value_quote(const json& v);
 std::string text_quote(std::string_view s);
 
 // The deepest nesting of arrays and objects a request body may have.
-inline constexpr int k_max_body_depth = 64;
+inline constexpr int MAX_BODY_DEPTH = 64;
 // The request body as a JSON object, whatever its Content-Type. Throws http_error 400 for
-// malformed JSON, nesting deeper than k_max_body_depth, or a non-object.
+// malformed JSON, nesting deeper than MAX_BODY_DEPTH, or a non-object.
 json body_parse(const httplib::Request& req);
 // Field readers: the default when the key is absent or null; http_error 400 naming the key when
 // the value has the wrong type or lies outside [lo, hi].

@@ -48,9 +48,9 @@ bool nesting_exceeds(std::string_view text, int max_depth) {
 }  // namespace
 
 std::string text_quote(std::string_view s) {
-  constexpr size_t k_shown = 40;
-  if (s.size() <= k_shown) return json_text(json(std::string(s)));
-  size_t n = k_shown;
+  constexpr size_t SHOWN = 40;
+  if (s.size() <= SHOWN) return json_text(json(std::string(s)));
+  size_t n = SHOWN;
   while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;  // not inside a character
   return json_text(json(std::string(s.substr(0, n)))) + "... (" + std::to_string(s.size()) + " bytes)";
 }
@@ -79,8 +79,8 @@ void error_send(httplib::Response& res, int status, const std::string& message) 
 std::string sse_event(const json& j) { return "data: " + json_text(j) + "\n\n"; }
 
 json body_parse(const httplib::Request& req) {
-  if (nesting_exceeds(req.body, k_max_body_depth))
-    throw http_error(400, "request body: arrays and objects nested deeper than " + std::to_string(k_max_body_depth) + " levels");
+  if (nesting_exceeds(req.body, MAX_BODY_DEPTH))
+    throw http_error(400, "request body: arrays and objects nested deeper than " + std::to_string(MAX_BODY_DEPTH) + " levels");
   json b = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
   if (b.is_discarded())
     throw http_error(400, "request body: not valid JSON (the body is one JSON object, whatever its Content-Type; form fields "
@@ -237,7 +237,7 @@ bool not_text_format(const json& v) {
   return v.is_object() && v.contains("type") && !(v["type"].is_string() && v["type"].get<std::string>() == "text");
 }
 
-const unsupported_field k_unsupported[] = {
+const unsupported_field UNSUPPORTED[] = {
     {"grammar", KIND_STRING, nonempty},
     {"json_schema", KIND_OBJECT, nonempty},
     {"response_format", KIND_OBJECT, not_text_format},
@@ -273,10 +273,10 @@ const unsupported_field k_unsupported[] = {
 
 // llama.cpp's sampler names (common/sampling.cpp) as the letters of its one-letter form.
 char sampler_letter(const std::string& name) {
-  static const std::pair<const char*, char> k_names[] = {{"penalties", 'e'}, {"dry", 'd'},   {"top_k", 'k'},
+  static const std::pair<const char*, char> NAMES[] = {{"penalties", 'e'}, {"dry", 'd'},   {"top_k", 'k'},
                                                          {"typ_p", 'y'},     {"top_p", 'p'}, {"min_p", 'm'},
                                                          {"xtc", 'x'},       {"temperature", 't'}, {"infill", 'i'}};
-  for (const auto& [n, c] : k_names)
+  for (const auto& [n, c] : NAMES)
     if (name == n) return c;
   return '?';
 }
@@ -311,7 +311,7 @@ void samplers_check(const json& b) {
 }  // namespace
 
 void fields_reject_unsupported(const json& b) {
-  for (const unsupported_field& f : k_unsupported) {
+  for (const unsupported_field& f : UNSUPPORTED) {
     auto it = b.find(f.key);
     if (it == b.end() || it->is_null()) continue;
     if (!kind_ok(f.kind, *it)) field_fail(f.key, kind_name(f.kind), *it);
@@ -381,12 +381,12 @@ bool utf8_is_valid(std::string_view s) {
 
 std::string token_text_openai(const std::string& piece) {
   if (utf8_is_valid(piece)) return piece;
-  static const char k_hex[] = "0123456789abcdef";
+  static const char HEX[] = "0123456789abcdef";
   std::string out = "bytes:";
   for (unsigned char c : piece) {
     out += "\\x";
-    out += k_hex[c >> 4];
-    out += k_hex[c & 0x0F];
+    out += HEX[c >> 4];
+    out += HEX[c & 0x0F];
   }
   return out;
 }

@@ -44,7 +44,7 @@ void prompt_check(const http_state& st, const request& r) {
                               std::to_string(n_ctx) + " (one token is left for generation)");
 }
 
-const char* k_busy = "server busy: request queue full";
+const char* BUSY = "server busy: request queue full";
 
 }  // namespace
 
@@ -55,7 +55,7 @@ request_result completion_run(http_state& st, request r) {
   const int sock = conn_request_socket();
   std::optional<request_result> out =
       st.sched.run(std::move(r), [sock](const token_event&) { return sock < 0 || !conn_peer_closed(sock); });
-  if (!out) throw http_error(503, k_busy);
+  if (!out) throw http_error(503, BUSY);
   request_result res = std::move(*out);
   if (!res.error.empty()) throw http_error(res.http_status >= 400 ? res.http_status : 500, res.error);
   return res;
@@ -94,7 +94,7 @@ void completion_stream(http_state& st, request r, stream_format fmt, httplib::Re
     else
       push(fmt.done(out), true);
   };
-  if (!st.sched.submit(std::move(r), std::move(cb))) throw http_error(503, k_busy);
+  if (!st.sched.submit(std::move(r), std::move(cb))) throw http_error(503, BUSY);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",

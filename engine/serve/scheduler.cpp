@@ -109,14 +109,14 @@ bool filename_ok(const std::string& f) {
 
 // A client's file name in a message: at most its first 40 bytes, control bytes and quotes as \xHH.
 std::string name_quote(const std::string& f) {
-  static const char k_hex[] = "0123456789abcdef";
+  static const char HEX[] = "0123456789abcdef";
   std::string out = "'";
   for (size_t i = 0; i < f.size() && i < 40; ++i) {
     const unsigned char c = static_cast<unsigned char>(f[i]);
     if (c < 0x20 || c == 0x7f || c == '\'' || c == '\\') {
       out += "\\x";
-      out += k_hex[c >> 4];
-      out += k_hex[c & 0x0F];
+      out += HEX[c >> 4];
+      out += HEX[c & 0x0F];
     } else {
       out += static_cast<char>(c);
     }

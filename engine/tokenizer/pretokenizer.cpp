@@ -12,53 +12,53 @@ namespace detaudit::tokenizer {
 namespace {
 
 // Regex strings as in llama.cpp llama-vocab.cpp (llm_tokenizer_bpe), per pre type.
-constexpr std::string_view k_gpt2 =
+constexpr std::string_view GPT2 =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
-constexpr std::string_view k_llama3 =
+constexpr std::string_view LLAMA3 =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?"
     "[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-constexpr std::string_view k_qwen2 =
+constexpr std::string_view QWEN2 =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?"
     "[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-constexpr std::string_view k_split_punct = " ?[^(\\s|.,!?…。，、।۔،)]+";
-constexpr std::string_view k_digit = "\\p{N}";
+constexpr std::string_view SPLIT_PUNCT = " ?[^(\\s|.,!?…。，、।۔،)]+";
+constexpr std::string_view DIGIT = "\\p{N}";
 
 const std::vector<pre_tokenizer_row>& table() {
   static const std::vector<pre_tokenizer_row> rows = {
       {{"default"},
-       {"[\\p{P}\\$\\+<=>\\^~\\|]+", k_gpt2, "\\p{N}+", "[0-9][0-9][0-9]"}},
+       {"[\\p{P}\\$\\+<=>\\^~\\|]+", GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}},
       {{"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v1-en", "jina-v2-es", "jina-v2-de",
         "jina-v2-code", "roberta-bpe", "mpt", "olmo", "jais"},
-       {k_gpt2}},
-      {{"llama3", "llama-v3", "llama-bpe", "falcon3"}, {k_llama3}, true, true},
-      {{"dbrx", "smaug-bpe"}, {k_llama3}},
-      {{"qwen2", "deepseek-r1-qwen"}, {k_qwen2}, false, false, false},
-      {{"megrez", "stablelm2"}, {k_qwen2}},
+       {GPT2}},
+      {{"llama3", "llama-v3", "llama-bpe", "falcon3"}, {LLAMA3}, true, true},
+      {{"dbrx", "smaug-bpe"}, {LLAMA3}},
+      {{"qwen2", "deepseek-r1-qwen"}, {QWEN2}, false, false, false},
+      {{"megrez", "stablelm2"}, {QWEN2}},
       {{"deepseek-llm"},
        {"[\r\n]",
         "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
         "\\s?[!-/:-~！-／：-～‘-‟　-。]+", "\\s+$", "[一-龥ࠀ-一가-퟿]+", "\\p{N}+"},
        false, false, false},
-      {{"deepseek-coder"}, {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[一-龥ࠀ-一가-퟿]+", k_digit}, false, false, false},
+      {{"deepseek-coder"}, {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[一-龥ࠀ-一가-퟿]+", DIGIT}, false, false, false},
       {{"deepseek-v3"},
        {"\\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+",
         "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?"
         "[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"},
        false, false, false},
-      {{"falcon"}, {"[\\p{P}\\$\\+<=>\\^~\\|`]+", k_gpt2, "[0-9][0-9][0-9]"}},
-      {{"starcoder", "refact", "codeshell", "exaone", "minerva-7b"}, {k_digit, k_gpt2}},
-      {{"command-r", "smollm"}, {k_digit, k_gpt2}, false, false, false},
-      {{"poro-chat"}, {k_split_punct}, false, false, false},
-      {{"bloom", "gpt3-finnish"}, {k_split_punct}},
-      {{"viking"}, {k_split_punct, k_digit}, false, false, false},
-      {{"chatglm-bpe"}, {k_llama3}, false, false, true, false},
+      {{"falcon"}, {"[\\p{P}\\$\\+<=>\\^~\\|`]+", GPT2, "[0-9][0-9][0-9]"}},
+      {{"starcoder", "refact", "codeshell", "exaone", "minerva-7b"}, {DIGIT, GPT2}},
+      {{"command-r", "smollm"}, {DIGIT, GPT2}, false, false, false},
+      {{"poro-chat"}, {SPLIT_PUNCT}, false, false, false},
+      {{"bloom", "gpt3-finnish"}, {SPLIT_PUNCT}},
+      {{"viking"}, {SPLIT_PUNCT, DIGIT}, false, false, false},
+      {{"chatglm-bpe"}, {LLAMA3}, false, false, true, false},
       {{"tekken"},
        {"[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])"
         "([^a-z]))+((?=[\\p{L}])([^A-Z]))*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
        true, true, false},
       {{"chameleon"},
-       {"<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", "([\\t\\n]|    |  )", k_digit,
-        "[\\p{P}!-/:-@\\[-`{-~]", k_gpt2},
+       {"<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", "([\\t\\n]|    |  )", DIGIT,
+        "[\\p{P}!-/:-@\\[-`{-~]", GPT2},
        false, true, false},
   };
   return rows;

@@ -14,9 +14,9 @@ namespace {
 
 // Token texts llama.cpp treats as ending generation (and forces to CONTROL), and which of them
 // it takes as the EOT / EOM token when the file names none.
-const std::vector<std::string_view> k_eog_texts = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+const std::vector<std::string_view> EOG_TEXTS = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
                                                    "<|endoftext|>", "<|eom_id|>", "<EOT>"};
-const std::vector<std::string_view> k_eot_texts = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+const std::vector<std::string_view> EOT_TEXTS = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
                                                    "<|endoftext|>", "<EOT>", "<｜end▁of▁sentence｜>"};
 
 uint32_t attr_of_type(int32_t type) {
@@ -129,7 +129,7 @@ void check_ids(vocab_data& d, const std::string& origin) {
 void apply_text_rules(vocab_data& d) {
   auto force_control = [&](int32_t id) { d.attrs[id] |= ATTR_CONTROL; };
   if (d.ids.eot == TOKEN_NONE)
-    for (std::string_view t : k_eot_texts)
+    for (std::string_view t : EOT_TEXTS)
       if (int32_t id = d.find(t); id != TOKEN_NONE) {
         d.ids.eot = id;
         force_control(id);
@@ -140,7 +140,7 @@ void apply_text_rules(vocab_data& d) {
       d.ids.eom = id;
       force_control(id);
     }
-  for (std::string_view t : k_eog_texts)
+  for (std::string_view t : EOG_TEXTS)
     if (int32_t id = d.find(t); id != TOKEN_NONE) {
       d.eog.insert(id);
       force_control(id);

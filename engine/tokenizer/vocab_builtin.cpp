@@ -9,11 +9,11 @@
 namespace detaudit::tokenizer {
 namespace {
 
-constexpr int k_max_tokens = 768;  // byte tokens + merges, before the two control tokens
+constexpr int MAX_TOKENS = 768;  // byte tokens + merges, before the two control tokens
 
 // Written for this project. Word problems in the style of grade-school maths benchmarks, so
 // prompts of that kind split into whole words and numbers.
-constexpr std::string_view k_training_text =
+constexpr std::string_view TRAINING_TEXT =
     "Question: Maria has 12 apples. She gives 3 apples to her brother and buys 5 more at the store. "
     "How many apples does Maria have now? Answer: Maria starts with 12 apples. After giving away 3, "
     "she has 12 - 3 = 9 apples. After buying 5 more, she has 9 + 5 = 14 apples. The answer is 14.\n\n"
@@ -102,8 +102,8 @@ struct trainer {
 
 vocab train() {
   trainer t;
-  t.load_words(k_training_text);
-  while (static_cast<int>(t.tokens.size()) < k_max_tokens) {
+  t.load_words(TRAINING_TEXT);
+  while (static_cast<int>(t.tokens.size()) < MAX_TOKENS) {
     auto [pair, count] = t.best_pair();
     if (count < 2) break;
     t.merge(pair);

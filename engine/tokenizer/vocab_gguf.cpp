@@ -24,7 +24,7 @@ struct id_key {
   int32_t special_ids::*field;
 };
 
-const id_key k_id_keys[] = {
+const id_key ID_KEYS[] = {
     {"tokenizer.ggml.bos_token_id", &special_ids::bos},
     {"tokenizer.ggml.eos_token_id", &special_ids::eos},
     {"tokenizer.ggml.unknown_token_id", &special_ids::unk},
@@ -85,7 +85,7 @@ vocab vocab_load(const gguf::file& f) {
   }
   const auto n = static_cast<int64_t>(s.tokens.size());
   s.ids = default_ids(s.kind, s.pre, n);
-  for (const id_key& k : k_id_keys) {
+  for (const id_key& k : ID_KEYS) {
     if (!f.find(k.key)) continue;
     int64_t id = f.get_int(k.key);
     if (id >= 0 && id < n) s.ids.*k.field = static_cast<int32_t>(id);  // else keep the default, as llama.cpp
@@ -108,7 +108,7 @@ void vocab_write(gguf::writer& w, const vocab& v) {
   if (types.empty()) types.assign(s.tokens.size(), TOKEN_TYPE_NORMAL);
   w.set("tokenizer.ggml.token_type", gguf::value::of_i32s(types));
   if (s.kind == VOCAB_BPE) w.set("tokenizer.ggml.merges", gguf::value::of_strings(s.merges));
-  for (const id_key& k : k_id_keys) {
+  for (const id_key& k : ID_KEYS) {
     int32_t id = v.ids().*k.field;
     if (id != TOKEN_NONE) w.set(k.key, gguf::value::of_u32(static_cast<uint32_t>(id)));
   }

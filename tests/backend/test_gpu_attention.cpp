@@ -25,13 +25,13 @@ using test::op_case;
 
 namespace {
 
-constexpr float kSentinel = -7.25f;
+constexpr float SENTINEL = -7.25f;
 
 std::vector<float> gpu_attention(const op_case& c, const test::op_inputs& in) {
   std::vector<float> out = test::output_buffer(c, in);
   test::gpu_test_device().attention(in.q.data(), static_cast<int64_t>(c.n_kv.size()), c.n_kv.data(), c.n_head,
                                     c.n_head_kv, c.head_dim, in.cells.data(), c.n_cells, c.kq_scale,
-                                    out.data() + test::k_guard);
+                                    out.data() + test::GUARD);
   return out;
 }
 
@@ -40,7 +40,7 @@ void compare_attention(bool (*pick)(const op_case&), const char* what) {
   for (const op_case& c : test::op_cases()) {
     if (!pick(c)) continue;
     CAPTURE(c.name);
-    const auto p = test::prepare_for(c, {test::op_kind::attention}, test::k_gpu_skips, tally);
+    const auto p = test::prepare_for(c, {test::op_kind::attention}, test::GPU_SKIPS, tally);
     if (!p) continue;
     const auto diff = test::first_difference(p->want, gpu_attention(c, p->in));
     CHECK_MESSAGE(!diff, diff->to_string());
@@ -62,15 +62,15 @@ TEST_CASE("gpu attention: no position, all-zero q, and non-finite q") {
                                    [](const op_case& o) { return o.pat == test::pattern::zero_q_rows; });
   test::op_inputs in = test::make_inputs(c);
   const std::vector<float> out = gpu_attention(c, in);
-  CHECK(out[test::k_guard + static_cast<size_t>(c.n_head * c.head_dim)] == 0.0f);  // row 1 attends nothing
+  CHECK(out[test::GUARD + static_cast<size_t>(c.n_head * c.head_dim)] == 0.0f);  // row 1 attends nothing
   in.q[3] = std::numeric_limits<float>::quiet_NaN();
   CHECK_THROWS_AS(gpu_attention(c, in), input_error);
   in.q[3] = 0.0f;
   op_case more = c;
   more.n_kv = {5, 6, 1};  // more positions than cells
   CHECK_THROWS_AS(gpu_attention(more, in), input_error);
-  std::vector<float> none(2, kSentinel);
+  std::vector<float> none(2, SENTINEL);
   test::gpu_test_device().attention(in.q.data(), 0, c.n_kv.data(), c.n_head, c.n_head_kv, c.head_dim, in.cells.data(),
                                     c.n_cells, c.kq_scale, none.data());
-  CHECK(none == std::vector<float>(2, kSentinel));
+  CHECK(none == std::vector<float>(2, SENTINEL));
 }

@@ -34,7 +34,7 @@ kernels::gpu::device& dev() { return detaudit::test::gpu_test_device(); }
 std::vector<float> gpu_run(const op_case& c, const test::op_inputs& in, bool in_place) {
   const std::vector<float>& aliased = c.op == op_kind::swiglu ? in.y : in.x;
   std::vector<float> out = in_place ? test::output_buffer_with(aliased) : test::output_buffer(c, in);
-  float* y = out.data() + test::k_guard;
+  float* y = out.data() + test::GUARD;
   const float* x = in_place && c.op != op_kind::swiglu ? y : in.x.data();
   const float* u = in_place && c.op == op_kind::swiglu ? y : in.y.data();
   switch (c.op) {
@@ -56,7 +56,7 @@ void compare_op(op_kind k) {
   test::table_tally tally;
   for (const op_case& c : test::op_cases()) {
     CAPTURE(c.name);
-    const auto p = test::prepare_for(c, {k}, test::k_gpu_skips, tally);
+    const auto p = test::prepare_for(c, {k}, test::GPU_SKIPS, tally);
     if (!p) continue;
     for (bool in_place : {false, true}) {
       if (in_place && k != op_kind::add && k != op_kind::swiglu && k != op_kind::rms_norm) continue;

@@ -32,13 +32,13 @@ namespace {
 
 using rng = detaudit::test::test_rng;
 
-constexpr float kSentinel = -7.25f;
+constexpr float SENTINEL = -7.25f;
 
 // Case c on a device, into a guarded buffer.
 std::vector<float> gpu_matmul(const op_case& c, const test::op_inputs& in, kernels::gpu::device& dev) {
   const kernels::gpu::weight_handle h = dev.upload_weight(c.type, in.w.data(), c.n_in, c.n_out);
   std::vector<float> out = test::output_buffer(c, in);
-  dev.matmul(h, in.x.data(), c.n_tok, out.data() + test::k_guard);
+  dev.matmul(h, in.x.data(), c.n_tok, out.data() + test::GUARD);
   return out;
 }
 
@@ -48,7 +48,7 @@ void compare_matmul(bool (*pick)(const op_case&), kernels::gpu::device& dev, con
   for (const op_case& c : test::op_cases()) {
     if (!pick(c)) continue;
     CAPTURE(c.name);
-    const auto p = test::prepare_for(c, {test::op_kind::matmul}, test::k_gpu_skips, tally);
+    const auto p = test::prepare_for(c, {test::op_kind::matmul}, test::GPU_SKIPS, tally);
     if (!p) continue;
     const auto diff = test::first_difference(p->want, gpu_matmul(c, p->in, dev));
     CHECK_MESSAGE(!diff, diff->to_string());
@@ -56,8 +56,8 @@ void compare_matmul(bool (*pick)(const op_case&), kernels::gpu::device& dev, con
   MESSAGE(tally.to_string(what + " on " + dev.desc().name));
 }
 
-bool legacy(const op_case& c) { return std::ranges::count(test::k_legacy_types, c.type) == 1; }
-bool kquant(const op_case& c) { return std::ranges::count(test::k_kquant_types, c.type) == 1; }
+bool legacy(const op_case& c) { return std::ranges::count(test::LEGACY_TYPES, c.type) == 1; }
+bool kquant(const op_case& c) { return std::ranges::count(test::KQUANT_TYPES, c.type) == 1; }
 bool floats(const op_case& c) { return test::is_float_type(c.type); }
 
 }  // namespace
@@ -83,14 +83,14 @@ TEST_CASE("gpu matmul: zero tokens, zero rows, all-zero tokens and subnormal inp
   const std::vector<uint8_t> w = test::weight_rows(r, gguf::DTYPE_Q8_0, 256, 9, test::weights::random_bytes);
   const kernels::gpu::weight_handle h = dev.upload_weight(gguf::DTYPE_Q8_0, w.data(), 256, 9);
   const std::vector<float> x(256, 1.0f);
-  std::vector<float> none(3, kSentinel);
+  std::vector<float> none(3, SENTINEL);
   dev.matmul(h, x.data(), 0, none.data());
-  CHECK(none == std::vector<float>(3, kSentinel));
+  CHECK(none == std::vector<float>(3, SENTINEL));
   const std::vector<uint8_t> zero_w;
   const kernels::gpu::weight_handle h0 = dev.upload_weight(gguf::DTYPE_Q8_0, zero_w.data(), 64, 0);
-  std::vector<float> x2(128, 1.0f), y(2, kSentinel);
+  std::vector<float> x2(128, 1.0f), y(2, SENTINEL);
   dev.matmul(h0, x2.data(), 2, y.data());
-  CHECK(y == std::vector<float>(2, kSentinel));
+  CHECK(y == std::vector<float>(2, SENTINEL));
 }
 
 TEST_CASE("gpu matmul: the errors of the reference (type, non-finite scale or input) are thrown") {
@@ -107,7 +107,7 @@ TEST_CASE("gpu matmul: the errors of the reference (type, non-finite scale or in
   CHECK_THROWS_AS(dev.upload_weight(gguf::DTYPE_F32, reinterpret_cast<const uint8_t*>(fw.data()), 33, 1), input_error);
   std::memcpy(w.data() + 34, w.data(), 2);
   const kernels::gpu::weight_handle h = dev.upload_weight(gguf::DTYPE_Q8_0, w.data(), 64, 3);
-  std::vector<float> x(128, 0.5f), y(6, kSentinel);
+  std::vector<float> x(128, 0.5f), y(6, SENTINEL);
   x[70] = std::numeric_limits<float>::infinity();
   CHECK_THROWS_AS(dev.matmul(h, x.data(), 2, y.data()), input_error);
 }

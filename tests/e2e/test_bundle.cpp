@@ -50,7 +50,7 @@ test::cmd_result bundle(const std::string& run_dir, const std::string& item, con
 
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
-const char* const k_files[] = {"README.md",       "bundle.json", "request-A.json", "request-B.json", "response-A.json",
+const char* const FILES[] = {"README.md",       "bundle.json", "request-A.json", "request-B.json", "response-A.json",
                                "response-B.json", "target.json", "repro.py",       "repro.sh"};
 
 // README facts for a differing row, as the run's own report gives them.
@@ -90,7 +90,7 @@ TEST_CASE("bundle: float serve with an API key, a diverged and an identical item
   const test::cmd_result b = bundle(dir + "/run", diverged["item_id"], out);
   INFO(b.err);
   REQUIRE(b.exit_code == 0);
-  for (const char* f : k_files) CHECK_MESSAGE(fs::is_regular_file(out + "/" + f), f);
+  for (const char* f : FILES) CHECK_MESSAGE(fs::is_regular_file(out + "/" + f), f);
   for (int k = 1; k <= 7; ++k) CHECK(fs::is_regular_file(out + "/fillers/filler-" + std::to_string(k) + ".json"));
   check_readme_diverged(test::file_text(out + "/README.md"), diverged, "alone", "concurrent-8");
   CHECK(test::file_text(out + "/README.md").find("the same request sent with 7 others at once") != std::string::npos);
@@ -105,7 +105,7 @@ TEST_CASE("bundle: float serve with an API key, a diverged and an identical item
   std::set<std::string> listed;
   std::istringstream lines(listing.out);
   for (std::string l; std::getline(lines, l);) listed.insert(l);
-  for (const char* f : k_files) CHECK_MESSAGE(listed.count(std::string("bug/") + f), f);
+  for (const char* f : FILES) CHECK_MESSAGE(listed.count(std::string("bug/") + f), f);
   CHECK(listed.count("bug/fillers/filler-7.json"));
   const test::cmd_result unpacked = test::run_cmd("tar xzOf " + out + ".tar.gz");
   CHECK(unpacked.out.find(key) == std::string::npos);

@@ -30,7 +30,7 @@ std::string stories_with_template(const std::string& name, const std::string& ji
   return path;
 }
 
-const char* const k_chatml_jinja =
+const char* const CHATML_JINJA =
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
     "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
@@ -42,31 +42,31 @@ json get_json(int port, const std::string& path) {
   return json::parse(r->body);
 }
 
-const json k_messages = {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}};
-// k_messages as chatml writes them (no default system message: chat_options_from_template("")).
-const char* const k_messages_chatml =
+const json MESSAGES = {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}};
+// MESSAGES as chatml writes them (no default system message: chat_options_from_template("")).
+const char* const MESSAGES_CHATML =
     "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
 
-const char* const k_note = "has no chat template; chat requests are rendered with chatml, as llama-server does";
+const char* const NOTE = "has no chat template; chat requests are rendered with chatml, as llama-server does";
 
 }  // namespace
 
 TEST_CASE("chat_fallback: serve renders chat with chatml for a model without a template and says so") {
   test::serve_child srv({"-np", "1", "-c", "256"});
   const std::string err = test::file_text(srv.err_path);
-  CHECK(err.find("serve: " + test::fixture("models/stories260K.gguf") + " " + k_note) != std::string::npos);
+  CHECK(err.find("serve: " + test::fixture("models/stories260K.gguf") + " " + NOTE) != std::string::npos);
   const json props = get_json(srv.port, "/props");
   CHECK(props["chat_template"] == "");
   CHECK(props.value("chat_template_fallback", "") == "chatml");
 
   // the chat answer is the completion of the chatml text
-  const json plain = test::post_json(srv.port, "/completion", {{"prompt", k_messages_chatml}, {"n_predict", 8}});
-  const json chat = test::post_json(srv.port, "/v1/chat/completions", {{"messages", k_messages}, {"max_tokens", 8}});
+  const json plain = test::post_json(srv.port, "/completion", {{"prompt", MESSAGES_CHATML}, {"n_predict", 8}});
+  const json chat = test::post_json(srv.port, "/v1/chat/completions", {{"messages", MESSAGES}, {"max_tokens", 8}});
   REQUIRE(chat.contains("choices"));
   CHECK(chat["choices"][0]["message"]["content"] == plain["content"]);
   CHECK(chat["usage"]["prompt_tokens"] == plain["tokens_evaluated"]);
   const json ollama = test::post_json(srv.port, "/api/chat",
-                                      {{"messages", k_messages}, {"stream", false}, {"options", {{"num_predict", 8}}}});
+                                      {{"messages", MESSAGES}, {"stream", false}, {"options", {{"num_predict", 8}}}});
   REQUIRE(ollama.contains("message"));
   CHECK(ollama["message"]["content"] == plain["content"]);
   CHECK(ollama["prompt_eval_count"] == plain["tokens_evaluated"]);
@@ -77,15 +77,15 @@ TEST_CASE("chat_fallback: /props names the fallback only when it is used") {
   {  // --chat-template decides: no fallback
     test::serve_child srv({"-np", "1", "-c", "256", "--chat-template", "chatml"});
     CHECK_FALSE(get_json(srv.port, "/props").contains("chat_template_fallback"));
-    CHECK(test::file_text(srv.err_path).find(k_note) == std::string::npos);
+    CHECK(test::file_text(srv.err_path).find(NOTE) == std::string::npos);
   }
   {  // the file's own template decides
-    test::serve_child srv({"-np", "1", "-c", "256"}, stories_with_template("chatml", k_chatml_jinja));
+    test::serve_child srv({"-np", "1", "-c", "256"}, stories_with_template("chatml", CHATML_JINJA));
     const json props = get_json(srv.port, "/props");
-    CHECK(props["chat_template"] == k_chatml_jinja);
+    CHECK(props["chat_template"] == CHATML_JINJA);
     CHECK_FALSE(props.contains("chat_template_fallback"));
-    CHECK(test::file_text(srv.err_path).find(k_note) == std::string::npos);
-    const json chat = test::post_json(srv.port, "/v1/chat/completions", {{"messages", k_messages}, {"max_tokens", 2}});
+    CHECK(test::file_text(srv.err_path).find(NOTE) == std::string::npos);
+    const json chat = test::post_json(srv.port, "/v1/chat/completions", {{"messages", MESSAGES}, {"max_tokens", 2}});
     CHECK(chat.contains("choices"));
   }
 }
@@ -94,10 +94,10 @@ TEST_CASE("chat_fallback: a template that is present but not recognised is still
   const std::string model = stories_with_template("unknown", "{{ messages }}");
   test::serve_child srv({"-np", "1", "-c", "256"}, model);
   CHECK_FALSE(get_json(srv.port, "/props").contains("chat_template_fallback"));
-  CHECK(test::file_text(srv.err_path).find(k_note) == std::string::npos);
+  CHECK(test::file_text(srv.err_path).find(NOTE) == std::string::npos);
   for (const char* route : {"/v1/chat/completions", "/api/chat"}) {
     CAPTURE(route);
-    const json e = test::post_json(srv.port, route, {{"messages", k_messages}, {"stream", false}}, 400);
+    const json e = test::post_json(srv.port, route, {{"messages", MESSAGES}, {"stream", false}}, 400);
     REQUIRE(e.contains("error"));
     CHECK(e["error"]["message"] == model + ": chat template not recognised; pass --chat-template "
                                            "chatml|qwen3|deepseek-r1|llama3|llama2|phi3");
@@ -113,7 +113,7 @@ TEST_CASE("chat_fallback: generate --chat renders a model without a template wit
   REQUIRE(chat.exit_code == 0);
   CHECK(chat.err == "generate: " + stories + " has no chat template; --chat renders the prompt with chatml, as "
                                              "llama-server does\n");
-  const test::cmd_result plain = test::run_cmd(base + "-p " + test::shell_quote(k_messages_chatml));
+  const test::cmd_result plain = test::run_cmd(base + "-p " + test::shell_quote(MESSAGES_CHATML));
   REQUIRE(plain.exit_code == 0);
   CHECK(json::parse(chat.out)["prompt_tokens"] == json::parse(plain.out)["prompt_tokens"]);
   CHECK(json::parse(chat.out)["tokens"] == json::parse(plain.out)["tokens"]);

@@ -21,7 +21,7 @@ struct expected_file {
   bool runnable;
 };
 
-const expected_file k_files[] = {
+const expected_file FILES[] = {
     {"models/stories260K.gguf", "llama", 5, 512, true},
     {"models/llama-2-tiny-random.gguf", "llama", 1, 32000, true},
     {"vocab/ggml-vocab-llama-spm.gguf", "llama", 32, 32000, false},
@@ -39,7 +39,7 @@ nlohmann::json inspect_json(const std::string& path, const std::string& extra = 
 }  // namespace
 
 TEST_CASE("inspect: real fixture files") {
-  for (const expected_file& e : k_files) {
+  for (const expected_file& e : FILES) {
     CAPTURE(e.path);
     nlohmann::json info = inspect_json(fixture(e.path));
     CHECK(info["architecture"] == e.arch);

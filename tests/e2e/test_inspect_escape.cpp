@@ -18,7 +18,7 @@ using test::shell_quote;
 
 namespace {
 
-const std::string k_evil = "x\x1b[2J\x1b]0;pwned\x07\r";
+const std::string EVIL = "x\x1b[2J\x1b]0;pwned\x07\r";
 
 // The first control byte other than a newline in `s`, or -1.
 int first_control(const std::string& s) {
@@ -54,12 +54,12 @@ void check_clean(const std::string& what, const test::cmd_result& r) {
 
 TEST_CASE("terminal: control bytes from a model file reach the terminal escaped") {
   const std::string bin = shell_quote(test::detaudit_bin());
-  const std::string named = model_with("name", "general.name", "tiny" + k_evil);
+  const std::string named = model_with("name", "general.name", "tiny" + EVIL);
   const test::cmd_result inspect = run_cmd(bin + " inspect " + shell_quote(named));
   CHECK(inspect.exit_code == 0);
   check_clean("inspect general.name", inspect);
-  for (const auto& [key, value] : {std::pair<std::string, std::string>{"tokenizer.ggml.model", "llama" + k_evil},
-                                   {"llama.rope.scaling.type", "linear" + k_evil}}) {
+  for (const auto& [key, value] : {std::pair<std::string, std::string>{"tokenizer.ggml.model", "llama" + EVIL},
+                                   {"llama.rope.scaling.type", "linear" + EVIL}}) {
     CAPTURE(key);
     const std::string path = model_with("bad", key, value);
     check_clean("inspect " + key, run_cmd(bin + " inspect " + shell_quote(path)));
@@ -76,13 +76,13 @@ TEST_CASE("terminal: condition names and run.json strings reach the report's ter
   const std::string dir = test::scratch_dir("report_escape");
   std::string lines;
   const std::pair<std::string, std::string> recs[] = {
-      {"alone", "x y"}, {"control", "x z"}, {"concurrent-8" + k_evil, "x q"}, {"alone" + k_evil, "x w"}, {"control" + k_evil, "x v"}};
+      {"alone", "x y"}, {"control", "x z"}, {"concurrent-8" + EVIL, "x q"}, {"alone" + EVIL, "x w"}, {"control" + EVIL, "x v"}};
   for (const auto& [cond, text] : recs) {
-    const nlohmann::json r = {{"schema", 1}, {"item_id", "1" + k_evil}, {"probe", "repeat" + k_evil}, {"condition", cond}, {"text", text},
-                              {"tokens", {{{"id", -1}, {"text", text}}}}, {"target", {{"label", "A" + k_evil}}}};
+    const nlohmann::json r = {{"schema", 1}, {"item_id", "1" + EVIL}, {"probe", "repeat" + EVIL}, {"condition", cond}, {"text", text},
+                              {"tokens", {{{"id", -1}, {"text", text}}}}, {"target", {{"label", "A" + EVIL}}}};
     lines += r.dump() + "\n";
   }
-  const nlohmann::json manifest = {{"run_id", "r" + k_evil}, {"targets", {{{"label", "A" + k_evil}, {"spec", "http://h" + k_evil}}}}};
+  const nlohmann::json manifest = {{"run_id", "r" + EVIL}, {"targets", {{{"label", "A" + EVIL}, {"spec", "http://h" + EVIL}}}}};
   for (const char* side : {"/a", "/b"}) {
     std::filesystem::create_directories(dir + side);
     test::write_file(dir + side + "/records.jsonl", lines);

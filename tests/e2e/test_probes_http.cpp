@@ -18,8 +18,8 @@ using json = nlohmann::json;
 
 namespace {
 
-const std::vector<std::string> k_serve_args = {"-np", "4", "-c", "1024", "--chat-template", "chatml"};
-constexpr int64_t k_n_predict = 6;
+const std::vector<std::string> SERVE_ARGS = {"-np", "4", "-c", "1024", "--chat-template", "chatml"};
+constexpr int64_t N_PREDICT = 6;
 
 target_options opts(const std::string& api) {
   target_options o;
@@ -32,7 +32,7 @@ target_options opts(const std::string& api) {
 gen_request raw_request() {
   gen_request r;
   r.prompt = "Once upon a time";
-  r.n_predict = k_n_predict;
+  r.n_predict = N_PREDICT;
   r.temperature = 0;
   r.seed = 42;
   r.n_probs = 3;
@@ -53,7 +53,7 @@ void check_answer(const record& rec, const std::string& dialect) {
   REQUIRE(rec.error.empty());
   CHECK(rec.http_status == 200);
   CHECK(!rec.text.empty());
-  REQUIRE(rec.tokens.size() == static_cast<size_t>(k_n_predict));
+  REQUIRE(rec.tokens.size() == static_cast<size_t>(N_PREDICT));
   REQUIRE(rec.top_logprobs.size() == rec.tokens.size());
   std::string joined;
   for (size_t i = 0; i < rec.tokens.size(); ++i) {
@@ -69,10 +69,10 @@ void check_answer(const record& rec, const std::string& dialect) {
   }
   CHECK(joined == rec.text);
   CHECK(rec.finish_reason == "length");
-  CHECK(rec.usage["completion_tokens"] == k_n_predict);
+  CHECK(rec.usage["completion_tokens"] == N_PREDICT);
   CHECK(rec.usage["prompt_tokens"].get<int64_t>() > 0);
   CHECK(rec.logprobs_kind == "pre-sampling");
-  CHECK(rec.logit_hashes.size() == static_cast<size_t>(k_n_predict));
+  CHECK(rec.logit_hashes.size() == static_cast<size_t>(N_PREDICT));
   CHECK(rec.chained_hash.size() == 16);
   CHECK(rec.timings["t_end"].get<double>() >= rec.timings["t_start"].get<double>());
   CHECK(rec.timings["t_start"].get<double>() > 1.6e9);
@@ -91,7 +91,7 @@ void check_ids(const record& rec) {
 }  // namespace
 
 TEST_CASE("probes_http: each dialect answers the same greedy request identically twice") {
-  detaudit::test::serve_proc srv(k_serve_args);
+  detaudit::test::serve_proc srv(SERVE_ARGS);
   struct dialect_case {
     const char* api;
     bool chat;
@@ -132,13 +132,13 @@ TEST_CASE("probes_http: each dialect answers the same greedy request identically
   CHECK(raw[0].request["n_probs"] == 3);
   CHECK(raw[0].request["return_tokens"] == true);
   CHECK(raw[0].request["logit_hashes"] == true);
-  CHECK(raw[2].request["options"]["num_predict"] == k_n_predict);
+  CHECK(raw[2].request["options"]["num_predict"] == N_PREDICT);
   CHECK(chat[0].request["top_logprobs"] == 3);
   CHECK(srv.stop() == 0);
 }
 
 TEST_CASE("probes_http: detection picks llamacpp for detaudit serve and the probe reads its capabilities") {
-  detaudit::test::serve_proc srv(k_serve_args);
+  detaudit::test::serve_proc srv(SERVE_ARGS);
   auto t = target_make(srv.url() + "/", opts(""));
   CHECK(t->dialect() == "llamacpp");
   CHECK(t->spec() == srv.url() + "/");
@@ -180,7 +180,7 @@ TEST_CASE("probes_http: detection picks llamacpp for detaudit serve and the prob
 }
 
 TEST_CASE("probes_http: a request kind the dialect cannot carry, a bad --api and a bad URL are input errors") {
-  detaudit::test::serve_proc srv(k_serve_args);
+  detaudit::test::serve_proc srv(SERVE_ARGS);
   CHECK_THROWS_AS(target_make(srv.url(), opts("openai-chat"))->complete(raw_request()), detaudit::input_error);
   CHECK_THROWS_AS(target_make(srv.url(), opts("openai-completions"))->complete(chat_request()), detaudit::input_error);
   CHECK_THROWS_WITH_AS(target_make(srv.url(), opts("vllm")), doctest::Contains("'vllm'"), detaudit::input_error);
@@ -197,7 +197,7 @@ TEST_CASE("probes_http: a request kind the dialect cannot carry, a bad --api and
 }
 
 TEST_CASE("probes_http: complete() from many threads at once gives the answer of one request alone") {
-  detaudit::test::serve_proc srv(k_serve_args);
+  detaudit::test::serve_proc srv(SERVE_ARGS);
   auto t = target_make(srv.url(), opts("llamacpp"));
   gen_request req = raw_request();
   req.cache_prompt = false;
@@ -218,7 +218,7 @@ TEST_CASE("probes_http: complete() from many threads at once gives the answer of
 
 TEST_CASE("probes_http: an API key authenticates every request and never reaches a record") {
   const std::string key = "sk-test-SECRET123";
-  detaudit::test::serve_proc srv(k_serve_args, key.c_str());
+  detaudit::test::serve_proc srv(SERVE_ARGS, key.c_str());
   target_options o = opts("");
   o.api_key = key;
   auto t = target_make(srv.url(), o);

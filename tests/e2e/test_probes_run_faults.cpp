@@ -146,8 +146,8 @@ std::string run_cmd_line(const std::string& target, const std::string& prompts, 
          std::to_string(n_predict) + " --n-probs 2 --out " + run_dir + " " + extra;
 }
 
-constexpr int k_items = 6;
-constexpr size_t k_keys = k_items * 3;  // alone, control, repeat
+constexpr int ITEMS = 6;
+constexpr size_t KEYS = ITEMS * 3;  // alone, control, repeat
 
 }  // namespace
 
@@ -160,7 +160,7 @@ TEST_CASE("probes_run_faults: HTTP errors, malformed answers and cut streams are
     return it == faults.end() ? PASS : it->second;
   });
   const std::string dir = test::scratch_dir("run_faults_errors");
-  const std::string prompts = prompts_file(dir, k_items);
+  const std::string prompts = prompts_file(dir, ITEMS);
   const std::string run_dir = dir + "/run";
   const std::string cmd = run_cmd_line(proxy.url(), prompts, run_dir, "--stream --retries 0 --timeout 30");
 
@@ -173,7 +173,7 @@ TEST_CASE("probes_run_faults: HTTP errors, malformed answers and cut streams are
   REQUIRE_FALSE(text.empty());
   CHECK(text.back() == '\n');
   size_t n_errors = 0;
-  CHECK(usable_per_key(run_dir, &n_errors).size() == k_keys - 4);
+  CHECK(usable_per_key(run_dir, &n_errors).size() == KEYS - 4);
   CHECK(n_errors == 4);
   std::vector<std::string> errors;
   for (const reports::record& r : reports::records_read(run_dir))
@@ -192,7 +192,7 @@ TEST_CASE("probes_run_faults: HTTP errors, malformed answers and cut streams are
   CHECK(second.exit_code == 0);
   CHECK(proxy.n_gen - sent_before == 4);  // only the failed keys were sent again
   const std::map<std::string, int> usable = usable_per_key(run_dir);
-  CHECK(usable.size() == k_keys);
+  CHECK(usable.size() == KEYS);
   for (const auto& [key, n] : usable) {
     CAPTURE(key);
     CHECK(n == 1);
@@ -206,14 +206,14 @@ TEST_CASE("probes_run_faults: 5xx and 429 answers are retried and the run comple
   const std::string dir = test::scratch_dir("run_faults_retries");
   const std::string run_dir = dir + "/run";
   const test::cmd_result r =
-      test::run_cmd(run_cmd_line(proxy.url(), prompts_file(dir, k_items), run_dir, "--retries 2 --timeout 30"));
+      test::run_cmd(run_cmd_line(proxy.url(), prompts_file(dir, ITEMS), run_dir, "--retries 2 --timeout 30"));
   INFO(r.err);
   CHECK(r.exit_code == 0);
-  CHECK(proxy.n_gen == static_cast<int>(k_keys) + 3);
+  CHECK(proxy.n_gen == static_cast<int>(KEYS) + 3);
   size_t n_errors = 0;
   const std::map<std::string, int> usable = usable_per_key(run_dir, &n_errors);
   CHECK(n_errors == 0);
-  CHECK(usable.size() == k_keys);
+  CHECK(usable.size() == KEYS);
   int retried = 0;
   for (const reports::record& rec : reports::records_read(run_dir)) retried += rec.timings.value("attempts", 1) == 2;
   CHECK(retried == 3);
@@ -224,7 +224,7 @@ TEST_CASE("probes_run_faults: a target that hangs is a timeout, the run stops wi
   fault_proxy proxy(srv.port);
   proxy.set_plan([](int k) { return k == 5 ? HANG : PASS; });
   const std::string dir = test::scratch_dir("run_faults_hang");
-  const std::string prompts = prompts_file(dir, k_items);
+  const std::string prompts = prompts_file(dir, ITEMS);
   const std::string run_dir = dir + "/run";
   const std::string cmd = run_cmd_line(proxy.url(), prompts, run_dir, "--retries 0 --timeout 1");
   const test::cmd_result first = test::run_cmd(cmd);
@@ -239,7 +239,7 @@ TEST_CASE("probes_run_faults: a target that hangs is a timeout, the run stops wi
   INFO(second.err);
   CHECK(second.exit_code == 0);
   const std::map<std::string, int> usable = usable_per_key(run_dir);
-  CHECK(usable.size() == k_keys);
+  CHECK(usable.size() == KEYS);
   for (const auto& [key, n] : usable) CHECK(n == 1);
 }
 

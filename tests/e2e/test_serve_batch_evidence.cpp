@@ -25,7 +25,7 @@ struct route_case {
   bool stream;
 };
 
-const route_case k_routes[] = {
+const route_case ROUTES[] = {
     {"/completion", false},      {"/completion", true},  {"/v1/completions", false}, {"/v1/completions", true},
     {"/v1/chat/completions", false}, {"/v1/chat/completions", true}, {"/api/generate", false}, {"/api/generate", true},
     {"/api/chat", false},        {"/api/chat", true},
@@ -127,7 +127,7 @@ struct background_stream {
 
 TEST_CASE("serve_evidence: a request served alone reports max_seqs_in_step 1 on every route") {
   test::serve_child srv({"-np", "2", "-c", "512", "--chat-template", "chatml"});
-  for (const route_case& rc : k_routes) {
+  for (const route_case& rc : ROUTES) {
     auto c = test::http_client(srv.port);
     auto r = c.Post(rc.path, body_for(rc, "Once upon a time", 8).dump(), "application/json");
     REQUIRE(r);
@@ -137,7 +137,7 @@ TEST_CASE("serve_evidence: a request served alone reports max_seqs_in_step 1 on 
 }
 
 TEST_CASE("serve_evidence: requests that run together report max_seqs_in_step >= 2 on every route") {
-  const int n = static_cast<int>(std::size(k_routes));
+  const int n = static_cast<int>(std::size(ROUTES));
   test::serve_child srv({"-np", std::to_string(n + 1), "-c", std::to_string(512 * (n + 1)), "--chat-template", "chatml"});
   // A long greedy generation (stories260K does not stop within 2000 tokens of this prompt): every
   // request below starts while it is generating, so each shares forward steps with it
@@ -148,7 +148,7 @@ TEST_CASE("serve_evidence: requests that run together report max_seqs_in_step >=
   std::vector<std::thread> clients;
   for (int i = 0; i < n; ++i)
     clients.emplace_back([&, i] {
-      const route_case& rc = k_routes[i];
+      const route_case& rc = ROUTES[i];
       const std::string body = body_for(rc, i % 2 ? "The cat" : "Lily and Ben went", 16).dump();
       start.wait();
       auto c = test::http_client(srv.port);
@@ -162,7 +162,7 @@ TEST_CASE("serve_evidence: requests that run together report max_seqs_in_step >=
   for (std::thread& t : clients) t.join();
   anchor.join();
   for (int i = 0; i < n; ++i)
-    CHECK(evidence_of(k_routes[i], statuses[static_cast<size_t>(i)], bodies[static_cast<size_t>(i)]) >= 2);
+    CHECK(evidence_of(ROUTES[i], statuses[static_cast<size_t>(i)], bodies[static_cast<size_t>(i)]) >= 2);
   const int64_t anchor_seqs = evidence_of({"/completion", true}, anchor.status, anchor.body);
   CHECK(anchor_seqs >= 2);
   CHECK(anchor_seqs <= n + 1);

@@ -22,7 +22,7 @@ using namespace detaudit;
 
 namespace {
 
-const char* k_post_head = "POST /completion HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n";
+const char* POST_HEAD = "POST /completion HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n";
 
 // Sends `total` bytes of filler on fd, 1 MiB at a time, until the server stops taking them or
 // 10 s pass; returns the bytes sent.
@@ -64,7 +64,7 @@ TEST_CASE("serve_conn: a body with neither Content-Length nor chunked encoding i
   test::serve_child srv({"-np", "1", "-c", "128"});
   const int fd = test::connect_loopback(srv.port);
   // The client keeps the connection open: a server that reads to the end of the connection never answers.
-  REQUIRE(test::raw_send(fd, std::string(k_post_head) + "\r\n{\"prompt\": \"a\", \"n_predict\": 1}"));
+  REQUIRE(test::raw_send(fd, std::string(POST_HEAD) + "\r\n{\"prompt\": \"a\", \"n_predict\": 1}"));
   const test::raw_reply r = test::raw_read_reply(fd, 10000, /*wait_close=*/true);
   ::close(fd);
   INFO(r.head << "\n" << r.body);
@@ -78,7 +78,7 @@ TEST_CASE("serve_conn: a body with neither Content-Length nor chunked encoding i
 TEST_CASE("serve_conn: 256 MiB sent without Content-Length leave the server's memory flat") {
   test::serve_child srv({"-np", "1", "-c", "128"});
   const int fd = test::connect_loopback(srv.port);
-  REQUIRE(test::raw_send(fd, std::string(k_post_head) + "\r\n"));
+  REQUIRE(test::raw_send(fd, std::string(POST_HEAD) + "\r\n"));
   check_memory_flat(srv, fd, size_t{256} << 20);
   ::close(fd);
   CHECK(get_status(srv.port, "/health") == 200);
@@ -90,7 +90,7 @@ TEST_CASE("serve_conn: without the API key no body byte is kept: 401 at once, me
   for (const bool with_length : {true, false}) {
     CAPTURE(with_length);
     const int fd = test::connect_loopback(srv.port);
-    const std::string head = std::string(k_post_head) + (with_length ? "Content-Length: 209715200\r\n" : "") + "\r\n";
+    const std::string head = std::string(POST_HEAD) + (with_length ? "Content-Length: 209715200\r\n" : "") + "\r\n";
     REQUIRE(test::raw_send(fd, head));
     const test::raw_reply r = test::raw_read_reply(fd, 10000);
     CHECK(r.status == 401);
@@ -104,7 +104,7 @@ TEST_CASE("serve_conn: without the API key no body byte is kept: 401 at once, me
 TEST_CASE("serve_conn: an oversized Content-Length is answered 413 before any body byte, and the connection closed") {
   test::serve_child srv({"-np", "1", "-c", "128", "--max-body", "4096"});
   const int fd = test::connect_loopback(srv.port);
-  REQUIRE(test::raw_send(fd, std::string(k_post_head) + "Content-Length: 1073741824\r\n\r\n"));
+  REQUIRE(test::raw_send(fd, std::string(POST_HEAD) + "Content-Length: 1073741824\r\n\r\n"));
   const test::raw_reply r = test::raw_read_reply(fd, 10000, /*wait_close=*/true);
   ::close(fd);
   INFO(r.head << "\n" << r.body);
@@ -124,7 +124,7 @@ TEST_CASE("serve_conn: unfinished request heads are cut off and never block /hea
   for (const char* prompt : {"Once upon a time", "The cat"}) {
     busy.push_back(test::connect_loopback(port));
     const std::string body = json{{"prompt", prompt}, {"n_predict", -1}, {"stream", true}}.dump();
-    REQUIRE(test::raw_send(busy.back(), std::string(k_post_head) + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body));
+    REQUIRE(test::raw_send(busy.back(), std::string(POST_HEAD) + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body));
     // The first must hold the slot before the second comes: while it still waits in the queue of
     // one, the second finds the queue full and is refused (a race a loaded machine loses).
     if (busy.size() == 1) REQUIRE(test::wait_until(30, [&] { return test::metric_of(port, "requests_active") == 1; }));

@@ -24,7 +24,7 @@ json get(int port, const std::string& path) {
   return json::parse(r->body);
 }
 
-const json k_options = {{"num_predict", 6}, {"temperature", 0}, {"seed", 7}};
+const json OPTIONS = {{"num_predict", 6}, {"temperature", 0}, {"seed", 7}};
 
 }  // namespace
 
@@ -40,7 +40,7 @@ TEST_CASE("serve_ollama: version, tags, and generate in ollama's shape with the 
 
   const json g = post(port, "/api/generate",
                       {{"model", "stories260K.gguf"}, {"prompt", "Once upon a time"}, {"raw", true}, {"stream", false},
-                       {"options", k_options}, {"logprobs", true}, {"top_logprobs", 2}, {"logit_hashes", true}});
+                       {"options", OPTIONS}, {"logprobs", true}, {"top_logprobs", 2}, {"logit_hashes", true}});
   CHECK(g["model"] == "stories260K.gguf");
   CHECK(g["done"] == true);
   CHECK(g["done_reason"] == "length");
@@ -69,7 +69,7 @@ TEST_CASE("serve_ollama: version, tags, and generate in ollama's shape with the 
   }
 
   // a stop string in options ends generation there
-  json stop_opts = k_options;
+  json stop_opts = OPTIONS;
   stop_opts["num_predict"] = 20;
   stop_opts["stop"] = {g["response"]};
   const json s = post(port, "/api/generate", {{"prompt", "Once upon a time"}, {"raw", true}, {"stream", false}, {"options", stop_opts}});
@@ -90,7 +90,7 @@ TEST_CASE("serve_ollama: chat and templated generate render as /v1/chat/completi
   const json msgs = {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}};
   const json oa = post(port, "/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", true},
                                                       {"top_logprobs", 2}});
-  const json ch = post(port, "/api/chat", {{"model", "m"}, {"messages", msgs}, {"stream", false}, {"options", k_options},
+  const json ch = post(port, "/api/chat", {{"model", "m"}, {"messages", msgs}, {"stream", false}, {"options", OPTIONS},
                                            {"logprobs", true}, {"top_logprobs", 2}});
   CHECK(ch["message"]["role"] == "assistant");
   CHECK(ch["message"]["content"] == oa["choices"][0]["message"]["content"]);
@@ -99,12 +99,12 @@ TEST_CASE("serve_ollama: chat and templated generate render as /v1/chat/completi
   CHECK(ch["logprobs"][0] == oa["choices"][0]["logprobs"]["content"][0]);
 
   // without raw, generate renders {system, prompt} as a conversation
-  const json tg = post(port, "/api/generate", {{"prompt", "Hi"}, {"system", "Be brief."}, {"stream", false}, {"options", k_options}});
+  const json tg = post(port, "/api/generate", {{"prompt", "Hi"}, {"system", "Be brief."}, {"stream", false}, {"options", OPTIONS}});
   CHECK(tg["response"] == oa["choices"][0]["message"]["content"]);
 
   // ollama's default is streaming: one NDJSON line holding the whole answer
   auto c = client(port);
-  auto r = c.Post("/api/chat", json({{"messages", msgs}, {"options", k_options}}).dump(), "application/json");
+  auto r = c.Post("/api/chat", json({{"messages", msgs}, {"options", OPTIONS}}).dump(), "application/json");
   REQUIRE(r);
   CHECK(r->status == 200);
   CHECK(r->get_header_value("Content-Type") == "application/x-ndjson");

@@ -28,7 +28,7 @@ namespace rp = detaudit::reports;
 
 namespace {
 
-const std::string k_key = "sk-Fuzz0123456789abcdefKEY";
+const std::string KEY = "sk-Fuzz0123456789abcdefKEY";
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -37,14 +37,14 @@ std::string lower(std::string s) {
 
 // Whether any REDACT_MIN_MATCH characters of the key appear in `text`, ignoring case.
 bool leaks_key(const std::string& text) {
-  const std::string t = lower(text), k = lower(k_key);
+  const std::string t = lower(text), k = lower(KEY);
   for (size_t i = 0; i + rp::REDACT_MIN_MATCH <= k.size(); ++i)
     if (t.find(k.substr(i, rp::REDACT_MIN_MATCH)) != std::string::npos) return true;
   return false;
 }
 
 // A few dozen bytes per level over the stored bound (response_limits.h: json_bounded).
-constexpr size_t k_bounded_slack = 64 * (pr::k_stored_depth + 1);
+constexpr size_t BOUNDED_SLACK = 64 * (pr::STORED_DEPTH + 1);
 
 }  // namespace
 
@@ -94,11 +94,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     __builtin_trap();  // a refused answer leaves nothing of itself as an answer
   }
   if (const auto t = rec.timings.find("server"); t != rec.timings.end())
-    if (t->dump().size() > pr::k_stored_timings + k_bounded_slack) __builtin_trap();
-  if (rec.usage.dump().size() > pr::k_stored_usage + k_bounded_slack) __builtin_trap();
+    if (t->dump().size() > pr::STORED_TIMINGS + BOUNDED_SLACK) __builtin_trap();
+  if (rec.usage.dump().size() > pr::STORED_USAGE + BOUNDED_SLACK) __builtin_trap();
 
   rp::record_normalise(rec);
-  rp::record_redact(rec, k_key);
+  rp::record_redact(rec, KEY);
   const rp::json written = rp::record_to_json(rec);
   const std::string line = written.dump(-1, ' ', false, rp::json::error_handler_t::replace);
   if (leaks_key(line)) __builtin_trap();

@@ -27,7 +27,7 @@ struct spm_piece {
   float score;
 };
 
-constexpr spm_piece k_spm_pieces[] = {
+constexpr spm_piece SPM_PIECES[] = {
     {"\xE2\x96\x81", -1.0f},      {"\xE2\x96\x81" "t", -2.0f},     {"\xE2\x96\x81" "the", -3.0f},
     {"\xE2\x96\x81" "a", -2.5f},     {"he", -4.0f},                {"th", -4.5f},
     {"e", -5.0f},                 {"t", -5.1f},                 {"h", -5.2f},
@@ -52,7 +52,7 @@ tk::vocab spm_vocab() {
     std::snprintf(name, sizeof name, "<0x%02X>", b);
     add(name, 0.0f, tk::TOKEN_TYPE_BYTE);
   }
-  for (const spm_piece& p : k_spm_pieces) add(p.text, p.score, tk::TOKEN_TYPE_NORMAL);
+  for (const spm_piece& p : SPM_PIECES) add(p.text, p.score, tk::TOKEN_TYPE_NORMAL);
   add("<|user|>", 0.0f, tk::TOKEN_TYPE_USER_DEFINED);
   s.ids.unk = 0;
   s.ids.bos = 1;

@@ -69,7 +69,7 @@ class slow_heads {
           continue;
         }
         if (now >= c.next_send) {
-          const char b = k_head[c.sent < k_head.size() ? c.sent : k_head.size() - 1];  // then 's' forever
+          const char b = HEAD[c.sent < HEAD.size() ? c.sent : HEAD.size() - 1];  // then 's' forever
           if (::send(c.fd, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT) == 1) ++c.sent;
           c.next_send = now + std::chrono::milliseconds(interval_ms_);
         }
@@ -87,7 +87,7 @@ class slow_heads {
  private:
   using clock_type = std::chrono::steady_clock;
   // Never ends: after the last byte the header value goes on with 's' and no blank line comes.
-  static inline const std::string k_head = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: s";
+  static inline const std::string HEAD = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: s";
 
   struct conn {
     int fd = -1;
@@ -113,7 +113,7 @@ class slow_heads {
     c.fd = fd;
     c.opened = clock_type::now();
     c.next_send = first_send;
-    if (::send(fd, k_head.data(), 1, MSG_NOSIGNAL) == 1) c.sent = 1;
+    if (::send(fd, HEAD.data(), 1, MSG_NOSIGNAL) == 1) c.sent = 1;
   }
 
   // The server answered or closed: reads what came (briefly) and counts it.

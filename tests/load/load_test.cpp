@@ -58,13 +58,13 @@ struct options {
 
 // The server's --header-timeout, the pause between two bytes of a slow head, and the bounds the
 // slow heads and the /health probe are held to (see the header comment).
-constexpr int k_header_timeout_s = 5;
-constexpr int k_slow_interval_ms = 2000;
-constexpr double k_slow_held_max_s = k_header_timeout_s + 3;
-constexpr int k_probe_every_ms = 250;
-constexpr int k_probe_limit_ms = 1000;
+constexpr int HEADER_TIMEOUT_S = 5;
+constexpr int SLOW_INTERVAL_MS = 2000;
+constexpr double SLOW_HELD_MAX_S = HEADER_TIMEOUT_S + 3;
+constexpr int PROBE_EVERY_MS = 250;
+constexpr int PROBE_LIMIT_MS = 1000;
 
-const char* k_usage =
+const char* USAGE =
     "usage: detaudit_load [--detaudit BIN] [--model FILE] [--connections N] [--seconds S] [--parallel N]\n"
     "                     [--slow M] [--seed N] [--json FILE]\n"
     "  Starts `detaudit serve` on 127.0.0.1 and holds it under N concurrent keep-alive connections\n"
@@ -80,11 +80,11 @@ int options_parse(int argc, char** argv, options& o) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "-h" || a == "--help") {
-      std::fputs(k_usage, stdout);
+      std::fputs(USAGE, stdout);
       return -1;
     }
     if (i + 1 >= argc) {
-      std::fprintf(stderr, "detaudit_load: %s: unknown option or missing value\n%s", a.c_str(), k_usage);
+      std::fprintf(stderr, "detaudit_load: %s: unknown option or missing value\n%s", a.c_str(), USAGE);
       return 2;
     }
     const std::string v = argv[++i];
@@ -102,7 +102,7 @@ int options_parse(int argc, char** argv, options& o) {
       else throw std::invalid_argument("unknown option");
       if (used != v.size() || v.empty()) throw std::invalid_argument("trailing characters");
     } catch (const std::exception&) {
-      std::fprintf(stderr, "detaudit_load: %s: unknown option or bad value '%s'\n%s", a.c_str(), v.c_str(), k_usage);
+      std::fprintf(stderr, "detaudit_load: %s: unknown option or bad value '%s'\n%s", a.c_str(), v.c_str(), USAGE);
       return 2;
     }
   }
@@ -192,14 +192,14 @@ void side_check(httplib::Client& c, int64_t pick, worker_stats& ws, failures& f)
     const char *route, *method, *path, *body;
     int expect;
   };
-  static const side k_sides[] = {
+  static const side SIDES[] = {
       {"GET /health", "GET", "/health", "", 200},
       {"GET /metrics", "GET", "/metrics", "", 200},
       {"GET /props", "GET", "/props", "", 200},
       {"POST /completion (malformed JSON)", "POST", "/completion", "{\"prompt\": \"Once\", \"n_predict\": ", 400},
       {"GET /no-such-route", "GET", "/no-such-route", "", 404},
   };
-  const side& s = k_sides[pick];
+  const side& s = SIDES[pick];
   httplib::Result r = exchange(c, s.method, s.path, s.body, s.route, ws);
   if (!r) return f.add(std::string(s.route) + ": no answer: " + httplib::to_string(r.error()));
   if (r->status != s.expect)
@@ -371,15 +371,15 @@ int64_t report_print(const options& o, const load_result& lr, const rss_record& 
 }
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool k_sanitizer_build = true;
+constexpr bool SANITIZER_BUILD = true;
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool k_sanitizer_build = true;
+constexpr bool SANITIZER_BUILD = true;
 #else
-constexpr bool k_sanitizer_build = false;
+constexpr bool SANITIZER_BUILD = false;
 #endif
 #else
-constexpr bool k_sanitizer_build = false;
+constexpr bool SANITIZER_BUILD = false;
 #endif
 
 // The memory rule of the header comment; appends a failure when it is broken. In a sanitizer
@@ -388,7 +388,7 @@ constexpr bool k_sanitizer_build = false;
 // rule is reported, not applied; under ASan, LeakSanitizer checks the server when it exits (a leak
 // makes its exit status non-zero, which fails the test).
 void rss_judge(const rss_record& rss, failures& f) {
-  if (k_sanitizer_build) {
+  if (SANITIZER_BUILD) {
     std::printf("memory rule: not applied in a sanitizer build (quarantine, shadow memory)\n");
     return;
   }
@@ -407,14 +407,14 @@ void slow_judge(const options& o, const slow_result& sr, const probe_result& pr,
   std::printf("slow heads: %d clients, %" PRId64 " connections: %" PRId64 " answered 408, %" PRId64
               " closed silently, %" PRId64 " other answers, %" PRId64 " failed to connect; longest held %.1f s (bound %.0f s)\n",
               o.slow, sr.connections, sr.answered_408, sr.closed_silent, sr.answered_other, sr.connect_failed,
-              sr.longest_held_s, k_slow_held_max_s);
+              sr.longest_held_s, SLOW_HELD_MAX_S);
   std::printf("GET /health probe: %" PRId64 " probes, slowest %.1f ms (bound %d ms), %" PRId64 " late or failed\n", pr.probes,
-              pr.max_ms, k_probe_limit_ms, pr.late_or_failed);
+              pr.max_ms, PROBE_LIMIT_MS, pr.late_or_failed);
   if (pr.late_or_failed > 0) f.add(pr.first_failure + " (" + std::to_string(pr.late_or_failed) + " such probes)");
   if (pr.probes == 0) f.add("GET /health probe: no probe ran");
-  if (sr.longest_held_s > k_slow_held_max_s)
+  if (sr.longest_held_s > SLOW_HELD_MAX_S)
     f.add("slow heads: a connection whose head never ended stayed open " + std::to_string(sr.longest_held_s) +
-          " s, more than --header-timeout " + std::to_string(k_header_timeout_s) + " s + 3 s");
+          " s, more than --header-timeout " + std::to_string(HEADER_TIMEOUT_S) + " s + 3 s");
   if (sr.answered_other > 0) f.add("slow heads: " + std::to_string(sr.answered_other) + " answers other than 408 to a head that never ended");
   if (sr.connect_failed > 0) f.add("slow heads: " + std::to_string(sr.connect_failed) + " connections could not be opened");
 }
@@ -432,13 +432,13 @@ void load_and_after(const options& o, serve_child& srv, const std::vector<gen_re
   plan.set = &set;
   plan.alone = &alone;
   // The slow heads are open before the first request of the load and stay open until its end.
-  slow_heads slow(srv.port(), o.slow, k_slow_interval_ms);
+  slow_heads slow(srv.port(), o.slow, SLOW_INTERVAL_MS);
   slow_result sr;
   probe_result pr;
   slow.open_all(sr);
   std::atomic<bool> stop_slow{false};
   std::thread slow_thread([&] { slow.run(stop_slow, sr); });
-  std::thread probe_thread([&] { health_probe(srv.port(), k_probe_every_ms, k_probe_limit_ms, stop_slow, pr); });
+  std::thread probe_thread([&] { health_probe(srv.port(), PROBE_EVERY_MS, PROBE_LIMIT_MS, stop_slow, pr); });
   plan.deadline = clock_type::now() + std::chrono::milliseconds(static_cast<int64_t>(o.seconds * 1000));
   const load_result lr = load_phase(o, plan, f);
   stop_slow = true;
@@ -485,7 +485,7 @@ int run(const options& o) {
     const std::string err_path = test::scratch_dir("load_" + std::to_string(::getpid())) + "/serve.stderr";
     const std::string max_conn = std::to_string(2 * (o.connections + o.slow) + 16);
     const std::vector<std::string> extra = {"--parallel", std::to_string(o.parallel), "-t", "1", "--chat-template", "chatml",
-                                            "--header-timeout", std::to_string(k_header_timeout_s), "--max-connections",
+                                            "--header-timeout", std::to_string(HEADER_TIMEOUT_S), "--max-connections",
                                             max_conn, "--max-connections-per-client", max_conn};
     std::string line = "detaudit serve -m " + model + " --host 127.0.0.1 --port 0";
     for (const std::string& a : extra) line += " " + a;

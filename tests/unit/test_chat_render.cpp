@@ -16,10 +16,10 @@ using namespace detaudit::chat;
 
 namespace {
 
-const std::string k_bos_r1 = "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>";
-const std::string k_eos_r1 = "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>";
-const std::string k_user_r1 = "<\xef\xbd\x9cUser\xef\xbd\x9c>";
-const std::string k_asst_r1 = "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>";
+const std::string BOS_R1 = "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>";
+const std::string EOS_R1 = "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>";
+const std::string USER_R1 = "<\xef\xbd\x9cUser\xef\xbd\x9c>";
+const std::string ASST_R1 = "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>";
 
 std::vector<chat_message> sys_user() { return {{"system", "You are terse."}, {"user", "Hi"}}; }
 
@@ -62,17 +62,17 @@ TEST_CASE("chat: qwen3 renders the enable_thinking switch and strips past reason
 
 TEST_CASE("chat: deepseek-r1 puts the system prompt after BOS and opens a think block") {
   chat_options opt;
-  opt.bos_token = k_bos_r1;
+  opt.bos_token = BOS_R1;
   opt.leading_bos = true;
   CHECK(chat_render(TEMPLATE_DEEPSEEK_R1, sys_user(), true, opt) ==
-        k_bos_r1 + "You are terse." + k_user_r1 + "Hi" + k_asst_r1 + "<think>\n");
+        BOS_R1 + "You are terse." + USER_R1 + "Hi" + ASST_R1 + "<think>\n");
   opt.leading_bos = false;  // the tokenizer adds BOS: not doubled
   CHECK(chat_render(TEMPLATE_DEEPSEEK_R1, {{"user", "Hi"}, {"assistant", "<think>x</think>Yes"}, {"user", "Ok"}}, true, opt) ==
-        k_user_r1 + "Hi" + k_asst_r1 + "Yes" + k_eos_r1 + k_user_r1 + "Ok" + k_asst_r1 + "<think>\n");
+        USER_R1 + "Hi" + ASST_R1 + "Yes" + EOS_R1 + USER_R1 + "Ok" + ASST_R1 + "<think>\n");
   opt.open_think = false;  // templates before January 2025
-  CHECK(chat_render(TEMPLATE_DEEPSEEK_R1, {{"user", "Hi"}}, true, opt) == k_user_r1 + "Hi" + k_asst_r1);
-  CHECK(chat_options_from_template("{{'" + k_asst_r1 + "<think>\\n'}}").open_think);
-  CHECK_FALSE(chat_options_from_template("{{'" + k_asst_r1 + "'}}").open_think);
+  CHECK(chat_render(TEMPLATE_DEEPSEEK_R1, {{"user", "Hi"}}, true, opt) == USER_R1 + "Hi" + ASST_R1);
+  CHECK(chat_options_from_template("{{'" + ASST_R1 + "<think>\\n'}}").open_think);
+  CHECK_FALSE(chat_options_from_template("{{'" + ASST_R1 + "'}}").open_think);
 }
 
 TEST_CASE("chat: llama3 renders headers, trims content and writes BOS only when asked") {

@@ -86,7 +86,7 @@ json read_json(const std::string& path) {
 
 std::vector<int32_t> ids_of(const json& j) { return j.get<std::vector<int32_t>>(); }
 
-const char* k_synthetic[] = {"llama-f16",  "llama-bf16", "llama-q8_0",   "llama-q4_0",   "llama-q4_1",   "llama-q5_0",
+const char* SYNTHETIC[] = {"llama-f16",  "llama-bf16", "llama-q8_0",   "llama-q4_0",   "llama-q4_1",   "llama-q5_0",
                              "llama-q5_1", "llama-q2_k", "llama-q3_k_m", "llama-q4_k_m", "llama-q5_k_m", "llama-q6_k",
                              "qwen2-f16",  "qwen2-q8_0", "qwen2-q4_0",   "qwen2-q4_k_m", "qwen2-q5_k_m", "qwen2-q6_k"};
 
@@ -155,7 +155,7 @@ TEST_CASE("fidelity: exact vs float64 reference on stories260K and every synthet
   MESSAGE("stories260K: exact vs reference mean " << st.mean() << " max " << st.max << " nats over " << st.n);
   CHECK(st.mean() <= 0.005);
   CHECK(st.max <= 0.05);
-  for (const char* k : k_synthetic) {
+  for (const char* k : SYNTHETIC) {
     CAPTURE(std::string(k));
     lp_stats s = exact_vs_reference(test::generated(std::string("models/synthetic/tiny-") + k + ".gguf"),
                                     test::test_data(std::string("llamacpp-b4748/tiny-") + k + ".json"), 4);
@@ -185,7 +185,7 @@ TEST_CASE("fidelity: exact and float vs llama.cpp on stories260K, short and ~650
 
 TEST_CASE("fidelity: exact and float vs llama.cpp on every synthetic model") {
   for (const char* build : {"llamacpp-b4748", "llamacpp-2026-08"}) {
-    for (const char* k : k_synthetic) {
+    for (const char* k : SYNTHETIC) {
       for (auto mode : {runtime::NUMERICS_EXACT, runtime::NUMERICS_FLOAT}) {
         CAPTURE(std::string(build));
         CAPTURE(std::string(k));

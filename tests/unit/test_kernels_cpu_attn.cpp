@@ -43,12 +43,12 @@ std::vector<float> cpu_attention(const op_case& c, const test::op_inputs& in, cp
       const int64_t at = (static_cast<int64_t>(row) * c.n_head + g * per) * hd;
       if (grouped) {
         cpu::attention_exact_cpu_heads(isa, in.q.data() + at, per, hd, k, v, c.n_kv[row], c.kq_scale,
-                                       out.data() + test::k_guard + at);
+                                       out.data() + test::GUARD + at);
         continue;
       }
       for (int64_t h = 0; h < per; ++h)
         cpu::attention_exact_cpu(isa, in.q.data() + at + h * hd, hd, k, v, c.n_kv[row], c.kq_scale,
-                                 out.data() + test::k_guard + at + h * hd);
+                                 out.data() + test::GUARD + at + h * hd);
     }
   }
   return out;
@@ -143,7 +143,7 @@ TEST_CASE("kv cells written with quantize_block_cpu equal the reference's on eve
     const test::prepared_case p = test::prepare(c);
     REQUIRE(p.refused.empty());
     std::vector<float> out = test::output_buffer(c, p.in);
-    uint8_t* cells = reinterpret_cast<uint8_t*>(out.data() + test::k_guard);
+    uint8_t* cells = reinterpret_cast<uint8_t*>(out.data() + test::GUARD);
     const int64_t nb = (c.head_dim + QBLOCK - 1) / QBLOCK, cb = test::kv_cell_bytes(c.n_head_kv, c.head_dim);
     for (int64_t t = 0; t < c.rows; ++t) {
       int16_t* q = reinterpret_cast<int16_t*>(cells + t * cb);

@@ -34,8 +34,8 @@ namespace {
 
 using rng = detaudit::test::test_rng;
 
-constexpr uint32_t kQuietNan = 0x7fc00000u;
-constexpr int64_t kLengths[] = {1, 7, 16, 31, 32, 33, 100, 2048, 5632};
+constexpr uint32_t QUIET_NAN = 0x7fc00000u;
+constexpr int64_t LENGTHS[] = {1, 7, 16, 31, 32, 33, 100, 2048, 5632};
 
 float from_bits(uint32_t b) { return std::bit_cast<float>(b); }
 uint32_t to_bits(float f) { return std::bit_cast<uint32_t>(f); }
@@ -56,7 +56,7 @@ const char* alias_name(alias a) { return a == alias::none ? "separate output" : 
 std::vector<float> cpu_elementwise(const op_case& c, const test::op_inputs& in, cpu::isa isa, alias a) {
   std::vector<float> out = a == alias::none ? test::output_buffer(c, in)
                                             : test::output_buffer_with(a == alias::in0 ? in.x : in.y);
-  float* o = out.data() + test::k_guard;
+  float* o = out.data() + test::GUARD;
   const float* x = a == alias::in0 ? o : in.x.data();
   const float* y = a == alias::in1 ? o : in.y.data();
   if (c.op == op_kind::rms_norm) {
@@ -120,7 +120,7 @@ TEST_CASE("elem sum of squares of every variant equals the contract's integer su
                                 cpu::elem_sum_squares_avx512};
   const cpu::isa isas[] = {cpu::isa::scalar, cpu::isa::avx2, cpu::isa::avx512};
   int64_t cases = 0;
-  for (int64_t n : kLengths) {
+  for (int64_t n : LENGTHS) {
     for (int trial = 0; trial < 8; ++trial) {
       std::vector<float> x(static_cast<size_t>(n));
       for (float& v : x) {
@@ -144,13 +144,13 @@ TEST_CASE("elem sum of squares of every variant equals the contract's integer su
 TEST_CASE("elem rms_norm_f32_cpu throws the reference's error and writes nothing") {
   rng r{303};
   for (cpu::isa isa : cpu::isa_all_supported()) {
-    for (int64_t n : kLengths) {
+    for (int64_t n : LENGTHS) {
       std::vector<float> x = test::draw(r, test::elem(-10, 10), n);
       x[static_cast<size_t>(r.range(0, n - 1))] = test::nonfinite_value(r);
-      std::vector<float> out = test::output_buffer_with(std::vector<float>(static_cast<size_t>(n), from_bits(test::k_sentinel)));
+      std::vector<float> out = test::output_buffer_with(std::vector<float>(static_cast<size_t>(n), from_bits(test::SENTINEL)));
       const std::vector<float> before = out;
-      CHECK_THROWS_AS(rms_norm_f32_ref(x.data(), nullptr, n, 1e-5f, out.data() + test::k_guard), input_error);
-      CHECK_THROWS_AS(cpu::rms_norm_f32_cpu(isa, x.data(), nullptr, n, 1e-5f, out.data() + test::k_guard), input_error);
+      CHECK_THROWS_AS(rms_norm_f32_ref(x.data(), nullptr, n, 1e-5f, out.data() + test::GUARD), input_error);
+      CHECK_THROWS_AS(cpu::rms_norm_f32_cpu(isa, x.data(), nullptr, n, 1e-5f, out.data() + test::GUARD), input_error);
       const auto diff = test::first_difference(before, out);
       CHECK_MESSAGE(!diff, std::string(cpu::isa_name(isa)) << " non-finite x n " << n << ": " << diff->to_string());
     }
@@ -174,7 +174,7 @@ std::vector<float> sweep_patterns() {
   for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 4099) x.push_back(from_bits(static_cast<uint32_t>(b)));
   const float centres[] = {100.0f, 104.0f, 88.0f, 88.72284f, 87.33654f, 0.5f, 1.0f, 2.0f,
                            0x1p126f, 0x1p127f, 0x1p-126f, 0x1p-125f, 3.4028235e38f, 0.0f, INFINITY,
-                           from_bits(kQuietNan), from_bits(0x7f800001u)};
+                           from_bits(QUIET_NAN), from_bits(0x7f800001u)};
   for (float c : centres) {
     for (uint32_t sign : {0u, 0x80000000u}) {
       const uint32_t cb = to_bits(c);
@@ -197,14 +197,14 @@ void unary_sweep(unary_array f, float (*ref)(float), const char* name) {
   std::vector<float> want(x.size());
   for (size_t i = 0; i < x.size(); ++i) want[i] = ref(x[i]);
   want = test::output_buffer_with(want);
-  const std::vector<float> sentinels(x.size(), from_bits(test::k_sentinel));
+  const std::vector<float> sentinels(x.size(), from_bits(test::SENTINEL));
   for (cpu::isa isa : cpu::isa_all_supported()) {
     std::vector<float> got = test::output_buffer_with(sentinels);
-    f(isa, x.data(), n, got.data() + test::k_guard);
+    f(isa, x.data(), n, got.data() + test::GUARD);
     const auto diff = test::first_difference(want, got);
     CHECK_MESSAGE(!diff, std::string(name) << " " << std::string(cpu::isa_name(isa)) << ": " << diff->to_string());
     std::vector<float> inplace = test::output_buffer_with(x);
-    f(isa, inplace.data() + test::k_guard, n, inplace.data() + test::k_guard);
+    f(isa, inplace.data() + test::GUARD, n, inplace.data() + test::GUARD);
     const auto diff_inplace = test::first_difference(want, inplace);
     CHECK_MESSAGE(!diff_inplace, std::string(name) << " in place " << std::string(cpu::isa_name(isa)) << ": " << diff_inplace->to_string());
   }

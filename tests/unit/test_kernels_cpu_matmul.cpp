@@ -44,7 +44,7 @@ std::vector<float> cpu_matmul(const op_case& c, const test::op_inputs& in, cpu::
   std::vector<int32_t> bounds(static_cast<size_t>(c.n_out));
   cpu::weight_row_bounds(c.type, in.w.data(), c.n_in, 0, c.n_out, bounds.data());
   std::vector<float> out = test::output_buffer(c, in);
-  cpu::matmul_exact_cpu(isa, p, c.type, in.w.data(), c.n_out, bounds.data(), out.data() + test::k_guard, r0, r1);
+  cpu::matmul_exact_cpu(isa, p, c.type, in.w.data(), c.n_out, bounds.data(), out.data() + test::GUARD, r0, r1);
   return out;
 }
 
@@ -201,7 +201,7 @@ TEST_CASE("cpu matmul: token tiles, partial panels and row ranges give the refer
       std::vector<float> want = p.want;
       for (int64_t tok = 0; tok < c.n_tok; ++tok)
         for (int64_t row = 0; row < c.n_out; ++row)
-          if (row < r0 || row >= r1) want[test::k_guard + static_cast<size_t>(tok * c.n_out + row)] = test::float_of(test::k_sentinel);
+          if (row < r0 || row >= r1) want[test::GUARD + static_cast<size_t>(tok * c.n_out + row)] = test::float_of(test::SENTINEL);
       for (cpu::isa isa : cpu::isa_all_supported()) {
         const auto diff = test::first_difference(want, cpu_matmul(c, p.in, isa, r0, r1));
         CHECK_MESSAGE(!diff, std::string(cpu::isa_name(isa)) << " rows " << r0 << ".." << r1 << ": " << diff->to_string());

@@ -36,7 +36,7 @@ TEST_CASE("op table: names are unique and every op, weight type and profile has 
   for (const auto& [op, n] : per_op) counts += std::string(" ") + test::op_name(op) + " " + std::to_string(n);
   MESSAGE(cases.size() << " cases:" << counts);
   CHECK(per_op.size() == 8);
-  CHECK(types.size() == std::size(test::k_weight_types));
+  CHECK(types.size() == std::size(test::WEIGHT_TYPES));
   for (const char* p : {"normal", "moderate", "mixed", "wide", "tiny", "huge", "outliers"})
     CHECK_MESSAGE(profiles.count(p) == 1, "no case of the profile " << std::string(p));
 }
@@ -64,11 +64,11 @@ TEST_CASE("op table: kernels/ref gives no subnormal output on any case") {
       ++refused;
       continue;
     }
-    const size_t payload = p.want.size() - 2 * test::k_guard;
+    const size_t payload = p.want.size() - 2 * test::GUARD;
     for (size_t i = 0; i < payload; ++i) {
       // rope passes dimensions >= n_rot through unchanged
       if (c.op == op_kind::rope && static_cast<int64_t>(i) % c.head_dim >= c.n_rot) continue;
-      if (numerics::is_subnormal(p.want[test::k_guard + i])) {
+      if (numerics::is_subnormal(p.want[test::GUARD + i])) {
         FAIL_CHECK("subnormal output at index " << i);
         break;
       }
@@ -103,7 +103,7 @@ TEST_CASE("op table: first_difference reports index, values, bits and ulps") {
   const std::vector<float> want = test::output_buffer_with(a);
   std::vector<float> got = want;
   CHECK_FALSE(test::first_difference(want, got));
-  got[test::k_guard + 3] = 4.0f;
+  got[test::GUARD + 3] = 4.0f;
   CHECK(test::first_difference(want, got)->to_string() ==
         "first difference at index 7 (output element 3): ref 3 (0x40400000), backend 4 (0x40800000), 4194304 ulp");
   got = want;

@@ -63,7 +63,7 @@ uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
 
 TEST_CASE("dot_exact: any permutation and split of the block sum gives the same bits") {
   rng r{21};
-  for (dtype t : test::k_weight_types) {
+  for (dtype t : test::WEIGHT_TYPES) {
     for (int trial = 0; trial < 20; ++trial) {
       const int64_t n = row_multiple(t) * r.range(1, 6) * (row_multiple(t) == 1 ? 97 : 1);
       std::vector<float> deq;
@@ -112,7 +112,7 @@ TEST_CASE("dot_exact: any permutation and split of the block sum gives the same 
 // error relative to sum |x w| on rows without outliers (the typical figure).
 TEST_CASE("dot_exact: accuracy against a double-precision dot for every type") {
   rng r{22};
-  for (dtype t : test::k_weight_types) {
+  for (dtype t : test::WEIGHT_TYPES) {
     double worst_q = 0;  // against the exact dot of the quantized operands, / sum |a w|
     double worst_f = 0;  // against double(float x, dequantized w), / sum |x w|, no outliers
     double worst_bound = 0;  // |error| / the element-wise bound, all rows
@@ -177,7 +177,7 @@ TEST_CASE("dot_exact: odd lengths partial blocks zero rows and bad input") {
       CHECK(bits(dot_exact_ref(xq, t, tight.data(), n)) == bits(got));
     }
   }
-  for (dtype t : test::k_weight_types) {
+  for (dtype t : test::WEIGHT_TYPES) {
     const int64_t n = row_multiple(t) == 1 ? 64 : row_multiple(t);
     std::vector<float> zero(static_cast<size_t>(n), 0.0f);
     std::vector<uint8_t> zrow(gguf::dtype_row_bytes(t, n));
@@ -208,7 +208,7 @@ TEST_CASE("dot_exact: block terms stay below 2^44 at the extremes of every type"
   // code -4), with every fp16 scale field set to -65504 (|d_mant| = 2047, the largest), and
   // activations of +-32767 with the signs that make the sums largest.
   rng r{25};
-  for (dtype t : test::k_weight_types) {
+  for (dtype t : test::WEIGHT_TYPES) {
     if (t == gguf::DTYPE_F32 || t == gguf::DTYPE_F16 || t == gguf::DTYPE_BF16) continue;
     const int64_t n = row_multiple(t);
     int64_t worst1 = 0, worst2 = 0;
@@ -267,7 +267,7 @@ TEST_CASE("matmul_exact: any split of the rows gives identical bits with sentine
                                              std::vector<int64_t>{0, 0, c.n_out / 2, c.n_out / 2 + 1, c.n_out}}) {
       std::vector<float> y = test::output_buffer(c, p.in);
       for (size_t k = 0; k + 1 < cuts.size(); ++k)
-        kernels::matmul_exact_ref(xs.data(), c.n_tok, c.type, p.in.w.data(), c.n_in, c.n_out, y.data() + test::k_guard,
+        kernels::matmul_exact_ref(xs.data(), c.n_tok, c.type, p.in.w.data(), c.n_in, c.n_out, y.data() + test::GUARD,
                                   cuts[k], cuts[k + 1]);
       const auto diff = test::first_difference(p.want, y);
       CHECK_MESSAGE(!diff, (cuts.size() - 1) << " parts: " << diff->to_string());
@@ -277,13 +277,13 @@ TEST_CASE("matmul_exact: any split of the rows gives identical bits with sentine
     for (int64_t tok = 0; tok < c.n_tok; ++tok)
       for (int64_t o = 0; o < c.n_out; ++o) {
         const float d = dot_exact_ref(xs[static_cast<size_t>(tok)], c.type, p.in.w.data() + o * gguf::dtype_row_bytes(c.type, c.n_in), c.n_in);
-        dots = dots && bits(d) == bits(p.want[test::k_guard + static_cast<size_t>(tok * c.n_out + o)]);
+        dots = dots && bits(d) == bits(p.want[test::GUARD + static_cast<size_t>(tok * c.n_out + o)]);
       }
     CHECK(dots);
     std::vector<float> y1(static_cast<size_t>(c.n_out));
     const int64_t tok = c.n_tok - 1;
     kernels::matmul_exact_ref(xs.data() + tok, 1, c.type, p.in.w.data(), c.n_in, c.n_out, y1.data(), 0, c.n_out);
-    CHECK(!test::first_difference(y1.data(), p.want.data() + test::k_guard + tok * c.n_out, y1.size()));
+    CHECK(!test::first_difference(y1.data(), p.want.data() + test::GUARD + tok * c.n_out, y1.size()));
     ++n;
   }
   MESSAGE(n << " matmul cases of the op table");

@@ -76,7 +76,7 @@ void gguf_copy(const std::string& src, const std::string& dst, const gguf_edit& 
 
 model::synth_options small(model::arch_id a, gguf::dtype t) { return test::small_model(a, t, 7, 256); }
 
-const std::vector<int32_t> k_tokens = {1, 17, 300, 42, 99};
+const std::vector<int32_t> TOKENS = {1, 17, 300, 42, 99};
 
 }  // namespace
 
@@ -93,10 +93,10 @@ TEST_CASE("model: every fixture model loads and evaluates tokens in every numeri
     CHECK(m->layers.size() == static_cast<size_t>(m->hp().n_layer));
     CHECK(m->tok_embd.n_out == m->hp().n_vocab);
     CHECK(m->output.n_in == m->hp().n_embd);
-    auto exact = eval(m, NUMERICS_EXACT, k_tokens);
-    auto flt = eval(m, NUMERICS_FLOAT, k_tokens);
-    auto ref = eval(m, NUMERICS_REFERENCE, k_tokens);
-    REQUIRE(exact.size() == k_tokens.size());
+    auto exact = eval(m, NUMERICS_EXACT, TOKENS);
+    auto flt = eval(m, NUMERICS_FLOAT, TOKENS);
+    auto ref = eval(m, NUMERICS_REFERENCE, TOKENS);
+    REQUIRE(exact.size() == TOKENS.size());
     CHECK(exact[0].size() == static_cast<size_t>(m->hp().n_vocab));
     CHECK(all_finite(exact));
     CHECK(all_finite(flt));
@@ -148,8 +148,8 @@ TEST_CASE("model: qwen3 and qwen2 synth models with tied output load and run") {
     } else {
       CHECK(m->layers[1].bk.size() == static_cast<size_t>(m->hp().n_head_kv * m->hp().head_dim));
     }
-    auto exact = eval(m, NUMERICS_EXACT, k_tokens);
-    auto ref = eval(m, NUMERICS_REFERENCE, k_tokens);
+    auto exact = eval(m, NUMERICS_EXACT, TOKENS);
+    auto ref = eval(m, NUMERICS_REFERENCE, TOKENS);
     for (size_t i = 0; i < exact.size(); ++i) CHECK(argmax(exact[i]) == argmax(ref[i]));
   }
 }
@@ -194,10 +194,10 @@ TEST_CASE("model: rope_freqs factors and linear RoPE scaling reach the forward p
   CHECK(model::model::load(dir + "/linear.gguf")->hp().rope_scale_linear == 0.5);
   for (runtime::numerics_mode mode : {NUMERICS_EXACT, NUMERICS_FLOAT, NUMERICS_REFERENCE}) {
     CAPTURE(runtime::numerics_name(mode));
-    auto l_base = eval(model::model::load(base), mode, k_tokens);
-    auto l_ones = eval(model::model::load(dir + "/ones.gguf"), mode, k_tokens);
-    auto l_twos = eval(m_twos, mode, k_tokens);
-    auto l_linear = eval(model::model::load(dir + "/linear.gguf"), mode, k_tokens);
+    auto l_base = eval(model::model::load(base), mode, TOKENS);
+    auto l_ones = eval(model::model::load(dir + "/ones.gguf"), mode, TOKENS);
+    auto l_twos = eval(m_twos, mode, TOKENS);
+    auto l_linear = eval(model::model::load(dir + "/linear.gguf"), mode, TOKENS);
     CHECK(l_base == l_ones);
     CHECK(l_base[0] == l_twos[0]);  // position 0 does not rotate
     CHECK(l_base.back() != l_twos.back());

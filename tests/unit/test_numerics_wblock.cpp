@@ -81,7 +81,7 @@ int64_t check_row(dtype t, const uint8_t* row, int64_t n, const std::string& whe
 
 TEST_CASE("wblock: every quantized type agrees with quants_dequantize_row on random rows") {
   rng r{11};
-  for (dtype t : test::k_quant_types) {
+  for (dtype t : test::QUANT_TYPES) {
     const std::string name = gguf::dtype_get(t).name;
     for (int trial = 0; trial < 24; ++trial) {
       const int64_t n = 512;
@@ -99,7 +99,7 @@ TEST_CASE("wblock: every quantized type agrees with quants_dequantize_row on ran
 
 TEST_CASE("wblock: every quantized type agrees with quants_dequantize_row on random bytes") {
   rng r{12};
-  for (dtype t : test::k_quant_types) {
+  for (dtype t : test::QUANT_TYPES) {
     const std::string name = gguf::dtype_get(t).name;
     const int64_t n = 1024;
     const uint64_t row_bytes = gguf::dtype_row_bytes(t, n);
@@ -124,7 +124,7 @@ TEST_CASE("wblock: every quantized type agrees with quants_dequantize_row on ran
 
 TEST_CASE("wblock: f32 f16 bf16 rows become int16 blocks incl partial blocks") {
   rng r{13};
-  for (dtype t : test::k_float_types) {
+  for (dtype t : test::FLOAT_TYPES) {
     for (int64_t n : {1, 8, 31, 32, 33, 172, 200, 257, 1024}) {
       std::vector<float> x(static_cast<size_t>(n));
       for (size_t i = 0; i < x.size(); ++i) x[i] = std::ldexp(r.normal(), static_cast<int>(i % 7) * 3 - 10);

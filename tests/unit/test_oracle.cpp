@@ -344,7 +344,7 @@ std::string oracle_model() {
   return path;
 }
 
-const char* const k_prompts[] = {"Once upon a time", "The cat sat on", "Lily liked to play"};
+const char* const PROMPTS[] = {"Once upon a time", "The cat sat on", "Lily liked to play"};
 
 // Each prompt alone, then all of them at once, from an engine target in `numerics`.
 std::vector<record> engine_records(const std::string& numerics, int64_t n_predict = 10, const std::string& model = "") {
@@ -359,7 +359,7 @@ std::vector<record> engine_records(const std::string& numerics, int64_t n_predic
     r.temperature = 0;
     return r;
   };
-  for (const char* p : k_prompts) {
+  for (const char* p : PROMPTS) {
     record r = t->complete(req(p));
     r.item_id = p;
     r.condition = "alone";
@@ -368,17 +368,17 @@ std::vector<record> engine_records(const std::string& numerics, int64_t n_predic
     r.target = {{"label", "A"}};
     out.push_back(r);
   }
-  std::vector<record> together(std::size(k_prompts));
-  std::latch start(static_cast<std::ptrdiff_t>(std::size(k_prompts)));
+  std::vector<record> together(std::size(PROMPTS));
+  std::latch start(static_cast<std::ptrdiff_t>(std::size(PROMPTS)));
   std::vector<std::thread> th;
-  for (size_t i = 0; i < std::size(k_prompts); ++i)
+  for (size_t i = 0; i < std::size(PROMPTS); ++i)
     th.emplace_back([&, i] {
       start.arrive_and_wait();
-      together[i] = t->complete(req(k_prompts[i]));
+      together[i] = t->complete(req(PROMPTS[i]));
     });
   for (std::thread& x : th) x.join();
   for (size_t i = 0; i < together.size(); ++i) {
-    together[i].item_id = k_prompts[i];
+    together[i].item_id = PROMPTS[i];
     together[i].condition = "concurrent-3";
     together[i].probe = "concurrency";
     together[i].temperature = 0.0;
@@ -463,7 +463,7 @@ TEST_CASE("oracle engine: a branch forked from a shared prefix scores as a fresh
   runtime::context_params cp;
   cp.n_ctx = 256;
   runtime::context ctx(m, cp);
-  const std::vector<int32_t> prompt = runtime::generate_tokenize(m->vocab(), k_prompts[0]);
+  const std::vector<int32_t> prompt = runtime::generate_tokenize(m->vocab(), PROMPTS[0]);
   std::vector<int32_t> cont;
   for (const reports::token_rec& t : alt.tokens) cont.push_back(t.id);
   const runtime::score_result s = runtime::score(ctx, prompt, cont, 2);

@@ -24,7 +24,7 @@ using reports::record;
 
 namespace {
 
-const char* const k_prompts[] = {
+const char* const PROMPTS[] = {
     "Once upon a time, there was a little dog",
     "Lily liked to play in the park with her ball",
     "The sun was hot and the boy wanted",
@@ -119,7 +119,7 @@ bool ids_differ(const record& a, const record& b) {
 TEST_CASE("probes_engine: alone and 8 concurrent complete() calls agree bit for bit in exact numerics") {
   auto t = engine("threads=1&np=8");
   std::vector<gen_request> rs;
-  for (const char* p : k_prompts) rs.push_back(raw(p));
+  for (const char* p : PROMPTS) rs.push_back(raw(p));
   std::vector<record> alone;
   for (const gen_request& r : rs) alone.push_back(t->complete(r));
   const int64_t width_alone = t->metrics()["max_seqs_in_step"].get<int64_t>();
@@ -149,9 +149,9 @@ TEST_CASE("probes_engine: a record carries the request, tokens, usage, timings a
   CHECK(t->dialect() == "engine");
   CHECK(t->spec() == "engine:" + model_path("small") + "?threads=1&np=2");
 
-  const record r = t->complete(raw(k_prompts[0], 6));
+  const record r = t->complete(raw(PROMPTS[0], 6));
   REQUIRE(r.error.empty());
-  CHECK(r.request["prompt"] == k_prompts[0]);
+  CHECK(r.request["prompt"] == PROMPTS[0]);
   CHECK(r.request["n_predict"] == 6);
   CHECK(r.request["n_probs"] == 2);
   CHECK(r.request["engine"]["numerics"] == "exact");
@@ -159,7 +159,7 @@ TEST_CASE("probes_engine: a record carries the request, tokens, usage, timings a
   CHECK(r.request["engine"]["np"] == 2);
   CHECK(r.request["engine"]["spec"] == "none");
   auto m = model::model::load(model_path("small"));
-  const std::vector<int32_t> prompt = runtime::generate_tokenize(m->vocab(), k_prompts[0]);
+  const std::vector<int32_t> prompt = runtime::generate_tokenize(m->vocab(), PROMPTS[0]);
   CHECK(r.usage["prompt_tokens"] == prompt.size());
   CHECK(r.usage["completion_tokens"] == 6);
   REQUIRE(r.tokens.size() == 6);
@@ -197,7 +197,7 @@ TEST_CASE("probes_engine: a chat request is rendered with the model's chat templ
 
 TEST_CASE("probes_engine: the warm cache request reports cached tokens and changes nothing") {
   auto t = engine("threads=1&np=2");
-  gen_request r = raw(k_prompts[3]);
+  gen_request r = raw(PROMPTS[3]);
   r.cache_prompt = false;
   const record off = t->complete(r);
   CHECK(off.evidence["cached_tokens"] == 0);
@@ -220,9 +220,9 @@ TEST_CASE("probes_engine: variants ubatch 1 and 8192 and n-gram speculation agre
   CHECK(u1->spec() == t->spec() + "&ubatch=1");
   CHECK(u1->variant("ubatch", "4")->spec() == t->spec() + "&ubatch=4");
   CHECK(t->variant("color", "red") == nullptr);
-  CHECK(u1->complete(raw(k_prompts[0])).request["engine"]["ubatch"] == 1);
+  CHECK(u1->complete(raw(PROMPTS[0])).request["engine"]["ubatch"] == 1);
   const std::string repetitive = "The cat sat on the mat. The cat sat on the mat. The cat sat on the mat.";
-  for (const std::string& p : {std::string(k_prompts[1]), repetitive}) {
+  for (const std::string& p : {std::string(PROMPTS[1]), repetitive}) {
     const record base = t->complete(raw(p, 32));
     CHECK(diff(base, u1->complete(raw(p, 32))) == "");
     CHECK(diff(base, u8k->complete(raw(p, 32))) == "");
@@ -234,7 +234,7 @@ TEST_CASE("probes_engine: variants ubatch 1 and 8192 and n-gram speculation agre
 
 TEST_CASE("probes_engine: a fixed seed repeats at temperature 0.8") {
   auto t = engine("threads=1&np=2");
-  gen_request r = raw(k_prompts[4], 16);
+  gen_request r = raw(PROMPTS[4], 16);
   r.temperature = 0.8;
   r.seed = 42;
   const record a = t->complete(r);
@@ -250,12 +250,12 @@ TEST_CASE("probes_engine: a fixed seed repeats at temperature 0.8") {
 
 TEST_CASE("probes_engine: in float numerics sharing forward steps with other requests changes outputs") {
   auto t = engine("threads=1&np=8&numerics=float", "narrow");
-  CHECK(t->complete(raw(k_prompts[0], 1)).request["engine"]["numerics"] == "float");
+  CHECK(t->complete(raw(PROMPTS[0], 1)).request["engine"]["numerics"] == "float");
   int hash_differ = 0, id_differ = 0;
   for (int round = 0; round < 2; ++round) {
     std::vector<gen_request> rs;
     for (int i = 0; i < 8; ++i) {
-      rs.push_back(raw(std::string(k_prompts[i]) + (round ? " again" : ""), 64));
+      rs.push_back(raw(std::string(PROMPTS[i]) + (round ? " again" : ""), 64));
       rs.back().cache_prompt = false;  // each prefill is evaluated: alone in a step of its own, else beside 7 others
     }
     std::vector<record> alone;

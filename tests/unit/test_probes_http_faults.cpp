@@ -38,7 +38,7 @@ gen_request small_request() {
 }
 
 // A valid answer of llama.cpp's /completion in the newer shape (ids, log-probs).
-const char* k_newer_body = R"({"content": " Hi there", "tokens": [17, 23], "stop_type": "limit", "tokens_evaluated": 2,
+const char* NEWER_BODY = R"({"content": " Hi there", "tokens": [17, 23], "stop_type": "limit", "tokens_evaluated": 2,
   "tokens_predicted": 2, "tokens_cached": 0,
   "completion_probabilities": [
     {"id": 17, "token": " Hi", "bytes": [32, 72, 105], "logprob": -0.5,
@@ -60,7 +60,7 @@ TEST_CASE("probes_http_faults: a 429 with Retry-After is waited out, then the an
       res.set_content(R"({"error": {"message": "slow down", "code": 429}})", "application/json");
       return;
     }
-    res.set_content(k_newer_body, "application/json");
+    res.set_content(NEWER_BODY, "application/json");
   });
   r.start();
   auto t = target_make(r.url(), fast_opts("llamacpp"));

@@ -27,7 +27,7 @@ record scripted(const std::string& path, const std::string& body, const std::str
   return t->complete(request(path != "/completion"));
 }
 
-const char* k_sse = "text/event-stream";
+const char* SSE = "text/event-stream";
 
 // A raw HTTP/1.1 listener: 404 to every GET; to every POST the start of a chunked event stream,
 // then the connection is closed.
@@ -107,7 +107,7 @@ TEST_CASE("probes_http_stream: a stream that ends early or carries an error is t
   };
   for (const bad& c : cases) {
     CAPTURE(c.name);
-    const record r = scripted(c.path, c.body, k_sse, c.api);
+    const record r = scripted(c.path, c.body, SSE, c.api);
     CHECK(r.http_status == 200);
     CHECK(r.error.find(c.expect) != std::string::npos);
     CHECK(r.error.find(std::string("POST http://127.0.0.1:")) == 0);
@@ -123,7 +123,7 @@ TEST_CASE("probes_http_stream: CRLF lines, comments, other fields and split data
       "data:  \"tokens\": [5]}\r\n\r\n"
       "data: {\"content\": \" upon\", \"stop\": false, \"tokens\": [9]}\r\r"
       "data: {\"content\": \"\", \"stop\": true, \"stop_type\": \"limit\", \"tokens\": []}\n\n";
-  const record r = scripted("/completion", body, k_sse, "llamacpp");
+  const record r = scripted("/completion", body, SSE, "llamacpp");
   INFO("error: " << r.error);
   REQUIRE(r.error.empty());
   CHECK(r.text == "Once upon");

@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::vector<item> k_items = {
+const std::vector<item> ITEMS = {
     {"i1", "Once upon a time, there was a little dog", "", ""},
     {"i2", "Lily liked to play in the park with her ball", "", ""},
     {"i3", "The sun was hot and the boy wanted", "", ""},
@@ -120,7 +120,7 @@ TEST_CASE("probes_run: every probe on the engine target writes its conditions pe
   probes::run_options o = options(dir, {"repeat", "concurrency", "cache", "batch", "speculation", "seed"});
   std::vector<std::string> log;
   o.log = [&log](const std::string& s) { log.push_back(s); };
-  const probes::run_result res = probes::run_audit({t.get()}, k_items, o);
+  const probes::run_result res = probes::run_audit({t.get()}, ITEMS, o);
   CHECK_FALSE(res.unreachable);
   CHECK(res.errors == 0);
   CHECK(res.records_written == 42);
@@ -185,7 +185,7 @@ TEST_CASE("probes_run: every probe on the engine target writes its conditions pe
 TEST_CASE("probes_run: a target without cache control or variants gets not-exercised records") {
   const std::string dir = test::scratch_dir("probes_run_echo");
   echo_target t;
-  const probes::run_result res = probes::run_audit({&t}, k_items, options(dir, {"cache", "batch", "speculation"}));
+  const probes::run_result res = probes::run_audit({&t}, ITEMS, options(dir, {"cache", "batch", "speculation"}));
   const std::vector<record> rs = reports::records_read(dir);
   CHECK(count_by_condition(rs) == std::map<std::string, int>{{"alone", 3}, {"control", 3}, {"cache-off", 3}, {"cache-on", 3},
                                                              {"cache-warm", 3}, {"ubatch-1", 3}, {"ubatch-8192", 3}, {"spec-ngram", 3}});
@@ -195,7 +195,7 @@ TEST_CASE("probes_run: a target without cache control or variants gets not-exerc
     const bool sent = r.condition == "alone" || r.condition == "control" || r.condition == "cache-warm";
     CHECK(r.error.empty());
     if (sent) {
-      CHECK(r.text == "echo: " + std::string(r.item_id == "i1" ? k_items[0].prompt : r.item_id == "i2" ? k_items[1].prompt : k_items[2].prompt));
+      CHECK(r.text == "echo: " + std::string(r.item_id == "i1" ? ITEMS[0].prompt : r.item_id == "i2" ? ITEMS[1].prompt : ITEMS[2].prompt));
       continue;
     }
     CHECK(r.evidence["exercised"] == false);
@@ -240,7 +240,7 @@ class rotating_slots_target : public echo_target {
 TEST_CASE("probes_run: cache-on and cache-warm go to the slot that served cache-off") {
   const std::string dir = test::scratch_dir("probes_run_slots");
   rotating_slots_target t;
-  probes::run_audit({&t}, {k_items[0]}, options(dir, {"cache"}));
+  probes::run_audit({&t}, {ITEMS[0]}, options(dir, {"cache"}));
   REQUIRE(t.id_slots.size() == 5);  // alone, control, cache-off, cache-on, cache-warm
   CHECK(t.id_slots[2] == -1);
   CHECK(t.id_slots[3] == 2);  // cache-off was the third request: slot 2
@@ -253,7 +253,7 @@ TEST_CASE("probes_run: cache-on and cache-warm go to the slot that served cache-
 TEST_CASE("probes_run: after the seed check's requests, a server's first recorded request is not cold") {
   const std::string dir = test::scratch_dir("probes_run_seed_cold");
   echo_target t;  // an HTTP dialect: the seed check sends its requests before the items
-  probes::run_audit({&t}, {k_items[0]}, options(dir, {"seed"}));
+  probes::run_audit({&t}, {ITEMS[0]}, options(dir, {"seed"}));
   for (const record& r : reports::records_read(dir)) {
     INFO(r.condition);
     CHECK_FALSE(r.evidence.contains("cold"));
@@ -264,16 +264,16 @@ TEST_CASE("probes_run: after the seed check's requests, a server's first recorde
 TEST_CASE("probes_run: option errors, lint alone and cross") {
   const std::string dir = test::scratch_dir("probes_run_options");
   echo_target a, b("http://127.0.0.1:2/v1");
-  CHECK_THROWS_WITH_AS(probes::run_audit({&a}, k_items, options(dir + "/x", {"cross"})), doctest::Contains("--probe cross needs two --target"),
+  CHECK_THROWS_WITH_AS(probes::run_audit({&a}, ITEMS, options(dir + "/x", {"cross"})), doctest::Contains("--probe cross needs two --target"),
                        input_error);
-  CHECK_THROWS_WITH_AS(probes::run_audit({&a}, k_items, options(dir + "/x", {"jitter"})), doctest::Contains("unknown probe 'jitter'"),
+  CHECK_THROWS_WITH_AS(probes::run_audit({&a}, ITEMS, options(dir + "/x", {"jitter"})), doctest::Contains("unknown probe 'jitter'"),
                        input_error);
   probes::run_options shard = options(dir + "/x", {});
   shard.shard_index = 2;
   shard.shard_count = 2;
-  CHECK_THROWS_WITH_AS(probes::run_audit({&a}, k_items, shard), doctest::Contains("--shard"), input_error);
+  CHECK_THROWS_WITH_AS(probes::run_audit({&a}, ITEMS, shard), doctest::Contains("--shard"), input_error);
 
-  std::vector<item> pitfalls = k_items;
+  std::vector<item> pitfalls = ITEMS;
   pitfalls.push_back({"i4", "Now is 2025-01-01T12:00:00", "", ""});
   std::vector<std::string> log;
   probes::run_options lint_only = options(dir + "/lint", {"lint"});
@@ -288,13 +288,13 @@ TEST_CASE("probes_run: option errors, lint alone and cross") {
   REQUIRE(log.size() == 1);
   CHECK(log[0].find("[timestamp] item i4") != std::string::npos);
 
-  const probes::run_result cr = probes::run_audit({&a, &b}, k_items, options(dir + "/cross", {"cross"}));
+  const probes::run_result cr = probes::run_audit({&a, &b}, ITEMS, options(dir + "/cross", {"cross"}));
   CHECK(cr.records_written == 12);
   std::map<std::string, int> by_label;
   for (const record& r : reports::records_read(dir + "/cross")) by_label[r.target["label"].get<std::string>() + ":" + r.condition]++;
   CHECK(by_label == std::map<std::string, int>{{"A:alone", 3}, {"A:control", 3}, {"B:alone", 3}, {"B:control", 3}});
   CHECK(manifest(dir + "/cross")["targets"][1]["spec"] == "http://127.0.0.1:2/v1");
-  CHECK_THROWS_WITH_AS(probes::run_audit({&a, &b}, k_items, options(dir + "/cross", {"cross"})), doctest::Contains("--resume"), input_error);
+  CHECK_THROWS_WITH_AS(probes::run_audit({&a, &b}, ITEMS, options(dir + "/cross", {"cross"})), doctest::Contains("--resume"), input_error);
 }
 
 TEST_CASE("probes_run: --resume after lost and half-written lines completes every key once") {
@@ -345,12 +345,12 @@ TEST_CASE("probes_run: --resume sends again the keys that only have error record
   const std::string dir = test::scratch_dir("probes_run_resume_errors");
   echo_target t;
   t.error_word = "little dog";
-  const probes::run_result first = probes::run_audit({&t}, k_items, options(dir, {}));
+  const probes::run_result first = probes::run_audit({&t}, ITEMS, options(dir, {}));
   CHECK(first.errors == 2);
   t.error_word.clear();
   probes::run_options o = options(dir, {});
   o.resume = true;
-  const probes::run_result second = probes::run_audit({&t}, k_items, o);
+  const probes::run_result second = probes::run_audit({&t}, ITEMS, o);
   CHECK(second.records_written == 2);
   CHECK(second.errors == 0);
   const std::vector<record> rs = reports::records_read(dir);

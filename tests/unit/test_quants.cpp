@@ -33,7 +33,7 @@ enum distribution {
   DIST_ZERO,
 };
 
-const distribution kRandomDistributions[] = {DIST_NORMAL, DIST_UNIFORM, DIST_POSITIVE,
+const distribution RANDOM_DISTRIBUTIONS[] = {DIST_NORMAL, DIST_UNIFORM, DIST_POSITIVE,
                                              DIST_SMALL,  DIST_LAPLACE, DIST_OUTLIER};
 
 std::string dist_name(distribution d) {
@@ -86,7 +86,7 @@ std::vector<float> dequantize(dtype t, const std::vector<uint8_t>& q, int64_t n)
 struct type_case {
   dtype type;
   std::string name;
-  double max_rel_rms;  // bound for the round trip of one row of any of kRandomDistributions
+  double max_rel_rms;  // bound for the round trip of one row of any of RANDOM_DISTRIBUTIONS
   bool idempotent;     // quantize(dequantize(quantize(x))) == quantize(x), byte for byte
 };
 
@@ -94,7 +94,7 @@ struct type_case {
 // distributions of the round-trip test), plus about 20%. Q8_K's f32 scale is recomputed from its
 // own products on requantization, so it is not promised to reproduce its bytes (it did on these
 // rows); the K-quants search their scales and are not idempotent.
-const type_case kTypes[] = {
+const type_case TYPES[] = {
     {DTYPE_F32, "f32", 0.0, true},         // 0 / 0
     {DTYPE_F16, "f16", 0.0003, true},      // 0.000204 / 0.000213
     {DTYPE_BF16, "bf16", 0.0021, true},    // 0.00167 / 0.00170
@@ -112,7 +112,7 @@ const type_case kTypes[] = {
 };
 
 const type_case& case_of(dtype t) {
-  for (const type_case& c : kTypes) {
+  for (const type_case& c : TYPES) {
     if (c.type == t) return c;
   }
   throw std::logic_error("no test case for type " + std::to_string(uint32_t(t)));
@@ -232,7 +232,7 @@ TEST_CASE("bf16 round trips all 65536 patterns and rounds to nearest, ties to ev
 // ---- Contracts ------------------------------------------------------------------------------
 
 TEST_CASE("quants_can_quantize / quants_can_dequantize name exactly the supported types") {
-  for (const type_case& c : kTypes) {
+  for (const type_case& c : TYPES) {
     CAPTURE(c.name);
     CHECK(quants_can_quantize(c.type));
     CHECK(quants_can_dequantize(c.type));
@@ -260,7 +260,7 @@ TEST_CASE("quantize / dequantize reject a bad type or a length that is not whole
 
 TEST_CASE("quantize writes exactly dtype_row_bytes, every byte, whatever the buffer held") {
   const std::vector<float> x = make_row(DIST_NORMAL, 512, 7);
-  for (const type_case& c : kTypes) {
+  for (const type_case& c : TYPES) {
     CAPTURE(c.name);
     const size_t n_bytes = dtype_row_bytes(c.type, 512);
     std::vector<uint8_t> a(n_bytes + 64, 0x00), b(n_bytes + 64, 0xab);
@@ -335,8 +335,8 @@ TEST_CASE("hand-made blocks decode by ggml's layout rules") {
 
 TEST_CASE("every type round-trips random rows within its error bound") {
   const int64_t n = 4096;
-  for (const type_case& c : kTypes) {
-    for (distribution dist : kRandomDistributions) {
+  for (const type_case& c : TYPES) {
+    for (distribution dist : RANDOM_DISTRIBUTIONS) {
       CAPTURE(c.name);
       CAPTURE(dist_name(dist));
       const std::vector<float> x = make_row(dist, n, 1000 + uint64_t(dist));
@@ -350,7 +350,7 @@ TEST_CASE("every type round-trips random rows within its error bound") {
 
 TEST_CASE("an all-zero row encodes to zero scales and decodes to exact zeros") {
   const std::vector<float> x = make_row(DIST_ZERO, 512, 0);
-  for (const type_case& c : kTypes) {
+  for (const type_case& c : TYPES) {
     CAPTURE(c.name);
     const std::vector<uint8_t> q = quantize(c.type, x);
     const std::vector<float> y = dequantize(c.type, q, 512);
@@ -368,7 +368,7 @@ TEST_CASE("NaN and inf in the input stay inside their own blocks") {
   dirty[5] = NAN;
   dirty[300] = INFINITY;
   dirty[301] = -INFINITY;
-  for (const type_case& c : kTypes) {
+  for (const type_case& c : TYPES) {
     CAPTURE(c.name);
     const int64_t bs = dtype_get(c.type).block_size;
     const std::vector<float> a = dequantize(c.type, quantize(c.type, clean), n);
@@ -384,9 +384,9 @@ TEST_CASE("NaN and inf in the input stay inside their own blocks") {
 }
 
 TEST_CASE("requantizing a decoded row reproduces its bytes") {
-  for (const type_case& c : kTypes) {
+  for (const type_case& c : TYPES) {
     if (!c.idempotent) continue;
-    for (distribution dist : kRandomDistributions) {
+    for (distribution dist : RANDOM_DISTRIBUTIONS) {
       CAPTURE(c.name);
       CAPTURE(dist_name(dist));
       const std::vector<float> x = make_row(dist, 4096, 2000 + uint64_t(dist));
@@ -429,13 +429,13 @@ std::vector<float> our_round_trip(dtype type, const std::vector<float>& x, int64
 // says how it was made): per type, the blocks ggml_quantize_chunk wrote and ggml's own decoding of
 // them. Rows 0-5 are N(0, s) for s = 1, 0.02, 1e-3, 100, 0.3, 3; then zeros, an outlier, all
 // positive, all negative, alternating signs, 1e-8-sized values.
-const char* const kQuantVectors = "llamacpp-quants-b4748.gguf";
-const int kNormalRows = 6;
+const char* const QUANT_VECTORS = "llamacpp-quants-b4748.gguf";
+const int NORMAL_ROWS = 6;
 
 }  // namespace
 
 TEST_CASE("llama.cpp's blocks decode bit for bit as ggml decodes them, for every quantized type") {
-  const file f = file::open(detaudit::test::test_data(kQuantVectors));
+  const file f = file::open(detaudit::test::test_data(QUANT_VECTORS));
   int n_types = 0;
   for (const tensor_info& t : f.tensors()) {
     if (t.type == DTYPE_F32) continue;
@@ -452,7 +452,7 @@ TEST_CASE("llama.cpp's blocks decode bit for bit as ggml decodes them, for every
 }
 
 TEST_CASE("our quantizers come as close to the input as llama.cpp's, for every quantized type") {
-  const file f = file::open(detaudit::test::test_data(kQuantVectors));
+  const file f = file::open(detaudit::test::test_data(QUANT_VECTORS));
   const tensor_info* in = f.find_tensor("input");
   REQUIRE(in != nullptr);
   const int64_t ne0 = in->ne.at(0);
@@ -465,15 +465,15 @@ TEST_CASE("our quantizers come as close to the input as llama.cpp's, for every q
     const std::vector<float> ours = our_round_trip(t.type, x, ne0);
     // The random rows: relative RMS error over them, ours against llama.cpp's.
     double llama = 0, own = 0;
-    for (int r = 0; r < kNormalRows; ++r) {
+    for (int r = 0; r < NORMAL_ROWS; ++r) {
       const size_t o = size_t(r * ne0);
       llama += rel_rms(x.data() + o, theirs.data() + o, size_t(ne0));
       own += rel_rms(x.data() + o, ours.data() + o, size_t(ne0));
     }
-    MESSAGE(t.name << ": mean relative RMS error over " << kNormalRows << " random rows, llama.cpp " << llama / kNormalRows
-                   << ", ours " << own / kNormalRows);
+    MESSAGE(t.name << ": mean relative RMS error over " << NORMAL_ROWS << " random rows, llama.cpp " << llama / NORMAL_ROWS
+                   << ", ours " << own / NORMAL_ROWS);
     CHECK(own <= 1.5 * llama);
-    CHECK(own / kNormalRows <= case_of(t.type).max_rel_rms);  // the round-trip bound of the tests above
+    CHECK(own / NORMAL_ROWS <= case_of(t.type).max_rel_rms);  // the round-trip bound of the tests above
     // The crafted rows: zeros stay exact zeros in both; every value stays finite in ours.
     for (int64_t j = 0; j < ne0; ++j) {
       CHECK(theirs[size_t(6 * ne0 + j)] == 0.0f);

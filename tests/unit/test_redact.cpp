@@ -11,7 +11,7 @@ using namespace detaudit::reports;
 
 namespace {
 
-const std::string k_key = "sk-Live-0123456789AbCdEfGhIjKlMnOp";
+const std::string KEY = "sk-Live-0123456789AbCdEfGhIjKlMnOp";
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -21,26 +21,26 @@ std::string lower(std::string s) {
 }  // namespace
 
 TEST_CASE("redact: the key, lower-cased, cut short or as any 12 characters of it, is replaced") {
-  CHECK(redact_text("Bearer " + k_key, k_key) == "Bearer [REDACTED]");
-  CHECK(redact_text("x" + lower(k_key) + "y", k_key) == "x[REDACTED]y");
-  CHECK(redact_text(k_key.substr(0, k_key.size() - 5) + "!", k_key) == "[REDACTED]!");
-  CHECK(redact_text("[" + k_key.substr(7, 12) + "]", k_key) == "[[REDACTED]]");          // 12 from the middle
-  CHECK(redact_text("[" + k_key.substr(7, 11) + "]", k_key) == "[" + k_key.substr(7, 11) + "]");  // 11: kept
-  CHECK(redact_text(k_key + " and " + k_key, k_key) == "[REDACTED] and [REDACTED]");
-  CHECK(redact_text("nothing here", k_key) == "nothing here");
+  CHECK(redact_text("Bearer " + KEY, KEY) == "Bearer [REDACTED]");
+  CHECK(redact_text("x" + lower(KEY) + "y", KEY) == "x[REDACTED]y");
+  CHECK(redact_text(KEY.substr(0, KEY.size() - 5) + "!", KEY) == "[REDACTED]!");
+  CHECK(redact_text("[" + KEY.substr(7, 12) + "]", KEY) == "[[REDACTED]]");          // 12 from the middle
+  CHECK(redact_text("[" + KEY.substr(7, 11) + "]", KEY) == "[" + KEY.substr(7, 11) + "]");  // 11: kept
+  CHECK(redact_text(KEY + " and " + KEY, KEY) == "[REDACTED] and [REDACTED]");
+  CHECK(redact_text("nothing here", KEY) == "nothing here");
   CHECK(redact_text("anything", "") == "anything");
   // A key shorter than 12 characters is matched whole, in any case.
   CHECK(redact_text("a SHORTkey1 b shortkey c", "shortKey1") == "a [REDACTED] b shortkey c");
 }
 
 TEST_CASE("redact: JSON values and keys at any depth, and credential fields by name") {
-  const json in = {{"a", {{"deep", {lower(k_key), 1, "plain"}}}},
-                   {k_key.substr(3, 20), "a key named after the secret"},
+  const json in = {{"a", {{"deep", {lower(KEY), 1, "plain"}}}},
+                   {KEY.substr(3, 20), "a key named after the secret"},
                    {"X-Api-Key", "whatever"},
                    {"apikey", 7}};
-  const json out = redact_json(in, k_key);
+  const json out = redact_json(in, KEY);
   const std::string text = out.dump();
-  CHECK(text.find(lower(k_key).substr(0, 12)) == std::string::npos);
+  CHECK(text.find(lower(KEY).substr(0, 12)) == std::string::npos);
   CHECK(out["a"]["deep"][0] == "[REDACTED]");
   CHECK(out["a"]["deep"][2] == "plain");
   CHECK(out["X-Api-Key"] == "[REDACTED]");
@@ -49,7 +49,7 @@ TEST_CASE("redact: JSON values and keys at any depth, and credential fields by n
 }
 
 TEST_CASE("redact: every field of a record, token bytes and alternatives included") {
-  const std::string echoed = lower(k_key).substr(0, k_key.size() - 3);
+  const std::string echoed = lower(KEY).substr(0, KEY.size() - 3);
   record r;
   r.target = {{"build", echoed}, {"model", "m " + echoed}};
   r.request = {{"prompt", "p"}, {"authorization", "Bearer x"}};
@@ -66,7 +66,7 @@ TEST_CASE("redact: every field of a record, token bytes and alternatives include
   r.timings = {{"server", {{echoed, {{"x", echoed}}}}}};
   r.evidence = {{"reason", echoed}};
   r.error = "HTTP 500: " + echoed;
-  record_redact(r, k_key);
+  record_redact(r, KEY);
   const std::string all = record_to_json(r).dump();
   CHECK(all.find(echoed.substr(0, 12)) == std::string::npos);
   CHECK(all.find(echoed.substr(echoed.size() - 12)) == std::string::npos);

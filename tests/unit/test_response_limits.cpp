@@ -19,17 +19,17 @@ std::string nested(size_t depth) { return std::string(depth - 1, '[') + "1" + st
 
 TEST_CASE("response_limits: the bounds follow what the request asked") {
   const response_limits l = response_limits_for({{"prompt", "Hello"}, {"n_predict", 4}, {"n_probs", 2}});
-  CHECK(l.max_tokens == 4 + k_token_margin);
-  CHECK(l.max_alts == 2 + k_alt_margin);
+  CHECK(l.max_tokens == 4 + TOKEN_MARGIN);
+  CHECK(l.max_alts == 2 + ALT_MARGIN);
   CHECK(l.max_events == l.max_tokens + 64);
-  CHECK(l.max_depth == k_answer_max_depth);
+  CHECK(l.max_depth == ANSWER_MAX_DEPTH);
   CHECK(l.max_body < (size_t(2) << 20));  // about a megabyte, not the client's 256 MiB
   CHECK(l.asked == "n_predict 4, n_probs 2");
   // OpenAI's names, ollama's options, no limit at all
-  CHECK(response_limits_for({{"max_tokens", 8}, {"top_logprobs", 5}}).max_alts == 5 + k_alt_margin);
-  CHECK(response_limits_for({{"options", {{"num_predict", 3}}}}).max_tokens == 3 + k_token_margin);
+  CHECK(response_limits_for({{"max_tokens", 8}, {"top_logprobs", 5}}).max_alts == 5 + ALT_MARGIN);
+  CHECK(response_limits_for({{"options", {{"num_predict", 3}}}}).max_tokens == 3 + TOKEN_MARGIN);
   const response_limits unlimited = response_limits_for({{"n_predict", -1}});
-  CHECK(unlimited.max_tokens == k_tokens_unlimited + k_token_margin);
+  CHECK(unlimited.max_tokens == TOKENS_UNLIMITED + TOKEN_MARGIN);
   CHECK(unlimited.max_body <= (size_t(256) << 20));
   // a long prompt may be echoed: its bytes are allowed for
   const std::string prompt(100000, 'x');
@@ -67,13 +67,13 @@ TEST_CASE("response_limits: parsing stops at the value budget, shared by a strea
 TEST_CASE("response_limits: tokens, alternatives and text beyond what was asked are refused") {
   const response_limits l = response_limits_for({{"n_predict", 4}, {"n_probs", 2}});
   detaudit::reports::record rec;
-  rec.tokens.resize(4 + k_token_margin);
+  rec.tokens.resize(4 + TOKEN_MARGIN);
   CHECK_NOTHROW(record_limits_check(rec, l));
   rec.tokens.resize(40);
   CHECK_THROWS_WITH_AS(record_limits_check(rec, l), doctest::Contains("holds 40 tokens, more than the 4 asked"), response_error);
   rec.tokens.resize(4);
   rec.top_logprobs.assign(4, std::vector<detaudit::reports::alt_rec>(2));
-  rec.top_logprobs[3].resize(2 + k_alt_margin + 1);
+  rec.top_logprobs[3].resize(2 + ALT_MARGIN + 1);
   CHECK_THROWS_WITH_AS(record_limits_check(rec, l), doctest::Contains("step 3 holds 19 alternatives"), response_error);
   rec.top_logprobs[3].resize(2);
   rec.text.assign(l.max_text + 1, 'x');

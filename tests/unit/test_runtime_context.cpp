@@ -59,7 +59,7 @@ void write_bytes(const std::string& path, const std::vector<uint8_t>& b) {
   f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
 }
 
-const std::vector<int32_t> k_toks = {1, 403, 407, 261, 378, 432};
+const std::vector<int32_t> TOKS = {1, 403, 407, 261, 378, 432};
 
 }  // namespace
 
@@ -116,10 +116,10 @@ TEST_CASE("runtime: seq_truncate then re-evaluation reproduces the logits bit fo
     CAPTURE(runtime::numerics_name(mode));
     runtime::context c(stories(), params(mode));
     const int32_t s = c.seq_new();
-    auto l1 = c.decode(entries(s, k_toks));
+    auto l1 = c.decode(entries(s, TOKS));
     c.seq_truncate(s, 3);
-    CHECK(c.seq_tokens(s) == std::vector<int32_t>(k_toks.begin(), k_toks.begin() + 3));
-    auto l2 = c.decode(entries(s, {k_toks[3], k_toks[4], k_toks[5]}));
+    CHECK(c.seq_tokens(s) == std::vector<int32_t>(TOKS.begin(), TOKS.begin() + 3));
+    auto l2 = c.decode(entries(s, {TOKS[3], TOKS[4], TOKS[5]}));
     for (int i = 0; i < 3; ++i) CHECK(std::memcmp(l1[3 + i].data(), l2[i].data(), 4 * l2[i].size()) == 0);
   }
 }
@@ -130,7 +130,7 @@ TEST_CASE("runtime: seq_restore validates the file and names what is wrong") {
   {
     runtime::context c(stories(), params());
     const int32_t s = c.seq_new();
-    c.decode(entries(s, k_toks));
+    c.decode(entries(s, TOKS));
     c.seq_save(s, good);
   }
   const std::vector<uint8_t> bytes = read_bytes(good);
@@ -186,21 +186,21 @@ TEST_CASE("runtime: layer-hash traces are per token and name the first differing
     runtime::context c(stories(), p);
     const int32_t other = c.seq_new(), s = c.seq_new();
     std::vector<token_in> b;
-    for (size_t i = 0; i < k_toks.size(); ++i) {
-      b.push_back({other, k_toks[k_toks.size() - 1 - i], false});
-      b.push_back({s, k_toks[i], false});
+    for (size_t i = 0; i < TOKS.size(); ++i) {
+      b.push_back({other, TOKS[TOKS.size() - 1 - i], false});
+      b.push_back({s, TOKS[i], false});
     }
     c.decode(b);
     std::vector<runtime::token_trace> mine;
     for (const runtime::token_trace& t : c.last_traces())
       if (t.seq == s) mine.push_back(t);
-    CHECK(c.last_traces().size() == 2 * k_toks.size());
+    CHECK(c.last_traces().size() == 2 * TOKS.size());
     CHECK(c.max_tokens_in_step() == std::min<int64_t>(n_ubatch, 12));
     CHECK(c.max_seqs_in_step() == (n_ubatch == 1 ? 1 : 2));
     return mine;
   };
   auto a = traced(runtime::NUMERICS_EXACT, 512, 1), b = traced(runtime::NUMERICS_EXACT, 1, 2);
-  REQUIRE(a.size() == k_toks.size());
+  REQUIRE(a.size() == TOKS.size());
   for (size_t i = 0; i < a.size(); ++i) {
     CHECK(a[i].pos == static_cast<int64_t>(i));
     CHECK(a[i].layer_hashes.size() == 6);  // 5 blocks and the final norm

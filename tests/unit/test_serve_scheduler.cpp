@@ -51,7 +51,7 @@ serve::scheduler_params sched_params(int n_slots, int64_t total_ctx,
   return p;
 }
 
-const char* const k_texts[] = {
+const char* const TEXTS[] = {
     "Once upon a time, there was a little dog",
     "Lily liked to play in the park with her ball",
     "The sun was hot and the boy wanted",
@@ -181,7 +181,7 @@ std::string diff(const runtime::generate_result& a, const runtime::generate_resu
 TEST_CASE("serve scheduler: 8 requests together equal each alone and runtime::generate bit for bit") {
   auto m = stories();
   std::vector<serve::request> rs;
-  for (const char* t : k_texts) rs.push_back(make_request(*m, t));
+  for (const char* t : TEXTS) rs.push_back(make_request(*m, t));
   rs[3].sampling.temp = 0.8f;
   rs[3].sampling.seed = 42;
   rs[5].stop = {"."};
@@ -217,7 +217,7 @@ TEST_CASE("serve scheduler: 8 requests together equal each alone and runtime::ge
 TEST_CASE("serve scheduler: the prompt cache serves the second run and changes nothing") {
   auto m = stories();
   serve::scheduler s(m, sched_params(1, 512));
-  const serve::request r = make_request(*m, k_texts[0]);
+  const serve::request r = make_request(*m, TEXTS[0]);
   const serve::request_result first = run_alone(s, r);
   CHECK(first.n_cached == 0);
   const serve::request_result second = run_alone(s, r);
@@ -229,7 +229,7 @@ TEST_CASE("serve scheduler: the prompt cache serves the second run and changes n
   CHECK(third.n_cached == 0);
   CHECK(diff(first.gen, third.gen) == "");
   // a request sharing only a prefix reuses that prefix
-  serve::request longer = make_request(*m, std::string(k_texts[0]) + " named Max");
+  serve::request longer = make_request(*m, std::string(TEXTS[0]) + " named Max");
   const serve::request_result fourth = run_alone(s, longer);
   CHECK(fourth.n_cached > 0);
   CHECK(fourth.n_cached < static_cast<int64_t>(longer.prompt.size()));
@@ -244,7 +244,7 @@ TEST_CASE("serve scheduler: slot save, erase and restore keep the cache bit for 
   serve::scheduler_params p = sched_params(2, 512);
   p.slot_save_path = dir;
   serve::scheduler s(m, p);
-  serve::request r = make_request(*m, k_texts[1]);
+  serve::request r = make_request(*m, TEXTS[1]);
   r.id_slot = 0;
   const serve::request_result first = run_alone(s, r);
   CHECK(first.slot == 0);
@@ -271,7 +271,7 @@ TEST_CASE("serve scheduler: slot save, erase and restore keep the cache bit for 
     std::atomic<bool> go_away{false};
     std::promise<void> started;
     std::atomic<bool> started_set{false};
-    serve::request busy = make_request(*m, k_texts[2], -1);
+    serve::request busy = make_request(*m, TEXTS[2], -1);
     busy.id_slot = 1;
     serve::request_callbacks cb = c.callbacks(0);
     cb.on_token = [&](const serve::token_event&) {
@@ -318,7 +318,7 @@ TEST_CASE("serve scheduler: n-gram speculation gives the same output and accepts
     CHECK(c.n_draft_proposed == 0);
     CHECK(diff(a.gen, c.gen) == "");
     // speculation beside other requests in the same steps
-    std::vector<serve::request> rs = {make_request(*m, k_texts[2], 64), make_request(*m, text, 64)};
+    std::vector<serve::request> rs = {make_request(*m, TEXTS[2], 64), make_request(*m, text, 64)};
     rs[1].sampling = r.sampling;
     rs[1].speculative = true;
     const std::vector<serve::request_result> both = run_together(spec, rs);
@@ -352,7 +352,7 @@ TEST_CASE("serve scheduler: draft-model speculation gives the same output, accep
     for (float temp : {0.0f, 0.8f}) {
       CAPTURE(temp);
       CAPTURE(draft == m);
-      serve::request r = make_request(*m, k_texts[0], 40);
+      serve::request r = make_request(*m, TEXTS[0], 40);
       r.sampling.temp = temp;
       r.sampling.seed = 99;
       const serve::request_result a = run_alone(plain, r);
@@ -363,7 +363,7 @@ TEST_CASE("serve scheduler: draft-model speculation gives the same output, accep
       if (draft != m) CHECK(b.n_draft_accepted < b.n_draft_proposed);
       MESSAGE("draft " << std::string(draft == m ? "self" : "random") << ", temp " << temp << ": proposed " << b.n_draft_proposed
                        << ", accepted " << b.n_draft_accepted);
-      std::vector<serve::request> rs = {make_request(*m, k_texts[3], 40), r};
+      std::vector<serve::request> rs = {make_request(*m, TEXTS[3], 40), r};
       const std::vector<serve::request_result> both = run_together(spec, rs);
       CHECK(diff(a.gen, both[1].gen) == "");
     }
@@ -389,8 +389,8 @@ TEST_CASE("serve scheduler: a full queue refuses, stop() answers waiting request
     collector c;
     blocker b;
     b.submit(s, c, 0);
-    CHECK(s.submit(make_request(*m, k_texts[0], 4), c.callbacks(1)));
-    CHECK_FALSE(s.submit(make_request(*m, k_texts[1], 4), c.callbacks(2)));
+    CHECK(s.submit(make_request(*m, TEXTS[0], 4), c.callbacks(1)));
+    CHECK_FALSE(s.submit(make_request(*m, TEXTS[1], 4), c.callbacks(2)));
     CHECK(s.metrics().requests_rejected == 1);
     CHECK(s.metrics().requests_waiting == 1);
     b.release();
@@ -405,14 +405,14 @@ TEST_CASE("serve scheduler: a full queue refuses, stop() answers waiting request
   collector c;
   blocker b;
   b.submit(s, c, 0);
-  CHECK(s.submit(make_request(*m, k_texts[0], 4), c.callbacks(1)));
-  CHECK(s.submit(make_request(*m, k_texts[1], 4), c.callbacks(2)));
+  CHECK(s.submit(make_request(*m, TEXTS[0], 4), c.callbacks(1)));
+  CHECK(s.submit(make_request(*m, TEXTS[1], 4), c.callbacks(2)));
   std::thread stopper([&] { s.stop(); });
   int key = 10;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   bool refused = false;
   while (std::chrono::steady_clock::now() < deadline) {
-    if (!s.submit(make_request(*m, k_texts[2], 4), c.callbacks(key))) {
+    if (!s.submit(make_request(*m, TEXTS[2], 4), c.callbacks(key))) {
       refused = true;
       break;
     }
@@ -428,26 +428,26 @@ TEST_CASE("serve scheduler: a full queue refuses, stop() answers waiting request
     CHECK(r.http_status == 503);
     CHECK(r.error == "server is shutting down");
   }
-  CHECK_FALSE(s.submit(make_request(*m, k_texts[0], 4), c.callbacks(99)));
+  CHECK_FALSE(s.submit(make_request(*m, TEXTS[0], 4), c.callbacks(99)));
 }
 
 TEST_CASE("serve scheduler: bad requests fail alone with 400") {
   auto m = stories();
   serve::scheduler s(m, sched_params(2, 256));
-  serve::request r = make_request(*m, k_texts[0], 4);
+  serve::request r = make_request(*m, TEXTS[0], 4);
   r.prompt.assign(200, 403);
   CHECK(run_alone(s, r).http_status == 400);
-  r = make_request(*m, k_texts[0], 4);
+  r = make_request(*m, TEXTS[0], 4);
   r.stop = {""};
   CHECK(run_alone(s, r).http_status == 400);
-  r = make_request(*m, k_texts[0], 4);
+  r = make_request(*m, TEXTS[0], 4);
   r.prompt.push_back(1 << 20);
   CHECK(run_alone(s, r).http_status == 400);
-  r = make_request(*m, k_texts[0], 4);
+  r = make_request(*m, TEXTS[0], 4);
   r.id_slot = 2;
   CHECK(run_alone(s, r).http_status == 400);
   // a slot's context full ends the request as generate() does
-  r = make_request(*m, k_texts[0], -1);
+  r = make_request(*m, TEXTS[0], -1);
   const serve::request_result full = run_alone(s, r);
   CHECK(full.error == "");
   if (full.gen.stop == runtime::STOP_CONTEXT)
@@ -466,7 +466,7 @@ TEST_CASE("serve scheduler: in float numerics a shared step changes logits") {
   model::synth_write(o, dir + "/synth.gguf");
   std::shared_ptr<const model::model> m = model::model::load(dir + "/synth.gguf");
   std::vector<serve::request> rs;
-  for (int i = 0; i < 16; ++i) rs.push_back(make_request(*m, k_texts[i % 8] + std::string(i >= 8 ? " again" : ""), 4));
+  for (int i = 0; i < 16; ++i) rs.push_back(make_request(*m, TEXTS[i % 8] + std::string(i >= 8 ? " again" : ""), 4));
   const int n = static_cast<int>(rs.size());
   std::vector<serve::request_result> alone;
   {
@@ -495,15 +495,15 @@ TEST_CASE("serve scheduler: in float numerics a shared step changes logits") {
 TEST_CASE("serve scheduler: max_seqs_in_step is 1 for a request alone and N for N requests that shared steps") {
   auto m = stories();
   serve::scheduler s(m, sched_params(4, 1024));
-  const serve::request_result solo = run_alone(s, make_request(*m, k_texts[0]));
+  const serve::request_result solo = run_alone(s, make_request(*m, TEXTS[0]));
   CHECK(solo.error.empty());
   CHECK(solo.max_seqs_in_step == 1);
   std::vector<serve::request> rs;
-  for (int i = 0; i < 4; ++i) rs.push_back(make_request(*m, k_texts[i]));
+  for (int i = 0; i < 4; ++i) rs.push_back(make_request(*m, TEXTS[i]));
   for (const serve::request_result& r : run_together(s, rs)) CHECK(r.max_seqs_in_step == 4);
   CHECK(s.metrics().max_seqs_in_step == 4);
   // one after the other again: each alone
-  CHECK(run_alone(s, make_request(*m, k_texts[5])).max_seqs_in_step == 1);
+  CHECK(run_alone(s, make_request(*m, TEXTS[5])).max_seqs_in_step == 1);
 }
 
 TEST_CASE("serve scheduler: max_seqs_in_step counts a request that joins another mid-generation") {
@@ -521,9 +521,9 @@ TEST_CASE("serve scheduler: max_seqs_in_step counts a request that joins another
     first = false;
     return true;
   };
-  REQUIRE(s.submit(make_request(*m, k_texts[0], 32), cb));
+  REQUIRE(s.submit(make_request(*m, TEXTS[0], 32), cb));
   entered.get_future().wait();
-  REQUIRE(s.submit(make_request(*m, k_texts[1], 4), c.callbacks(1)));
+  REQUIRE(s.submit(make_request(*m, TEXTS[1], 4), c.callbacks(1)));
   gate.set_value();
   CHECK(c.get(0).gen.tokens.size() > 1);
   CHECK(c.get(0).max_seqs_in_step == 2);
@@ -536,7 +536,7 @@ TEST_CASE("serve scheduler: max_seqs_in_step counts forward steps, not decode ca
   p.ctx.n_ubatch = 1;
   serve::scheduler s(m, p);
   std::vector<serve::request> rs;
-  for (int i = 0; i < 3; ++i) rs.push_back(make_request(*m, k_texts[i], 4));
+  for (int i = 0; i < 3; ++i) rs.push_back(make_request(*m, TEXTS[i], 4));
   // one decode() holds all three, but each forward step holds one token of one request
   for (const serve::request_result& r : run_together(s, rs)) CHECK(r.max_seqs_in_step == 1);
   CHECK(s.metrics().max_seqs_in_step == 1);

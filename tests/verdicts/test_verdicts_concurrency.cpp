@@ -13,9 +13,9 @@ using namespace detaudit::verdicts_test;
 
 namespace {
 
-const std::string k_probe = "--probe concurrency --concurrency 4";
+const std::string PROBE = "--probe concurrency --concurrency 4";
 
-const answer k_yes = answer({"Yes", " indeed"}).top(1, {{" indeed", -0.25}, {" maybe", -1.0}});
+const answer YES = answer({"Yes", " indeed"}).top(1, {{" indeed", -0.25}, {" maybe", -1.0}});
 
 // Rule (queue test): no batch width, no slot counts, so the timing decides. The server answers
 // one request at a time, 150 ms each, and the item joins the queue 30 ms late, so it is answered
@@ -25,8 +25,8 @@ const answer k_yes = answer({"Yes", " indeed"}).top(1, {{" indeed", -0.25}, {" m
 TEST_CASE("verdicts openai-chat: a serial server under the concurrency probe is a queue, not exercised") {
   planted p(OPENAI_CHAT);
   p.server("concurrency", "serial").server("delay_ms", 150);
-  p.item("serial server", {k_yes});
-  const outcome r = run_planted(p, k_probe);
+  p.item("serial server", {YES});
+  const outcome r = run_planted(p, PROBE);
   check_verdict(r.row("alone", "concurrent-4"), not_exercised("one after another (a queue)"));
   check_counts(r.pair("alone", "concurrent-4"), 1, 0, 0, 1);
   CHECK(r.exit_code == 0);
@@ -38,8 +38,8 @@ TEST_CASE("verdicts openai-chat: a serial server under the concurrency probe is 
 TEST_CASE("verdicts openai-chat: a parallel server under the concurrency probe is exercised") {
   planted p(OPENAI_CHAT);
   p.server("delay_ms", 150);
-  p.item("parallel server", {k_yes});
-  const outcome r = run_planted(p, k_probe);
+  p.item("parallel server", {YES});
+  const outcome r = run_planted(p, PROBE);
   check_verdict(r.row("alone", "concurrent-4"), {.status = "identical"});
   check_counts(r.pair("alone", "concurrent-4"), 1, 0, 0, 0);
   CHECK(r.exit_code == 0);
@@ -52,8 +52,8 @@ TEST_CASE("verdicts openai-chat: a parallel server under the concurrency probe i
 TEST_CASE("verdicts openai-chat: a concurrent answer that differs on a parallel server is counted") {
   planted p(OPENAI_CHAT);
   p.server("delay_ms", 150);
-  p.item("parallel differs", {k_yes, k_yes, answer({"Yes", " maybe"}).top(1, {{" maybe", -0.5}, {" indeed", -0.625}})});
-  const outcome r = run_planted(p, k_probe);
+  p.item("parallel differs", {YES, YES, answer({"Yes", " maybe"}).top(1, {{" maybe", -0.5}, {" indeed", -0.625}})});
+  const outcome r = run_planted(p, PROBE);
   check_verdict(r.row("alone", "concurrent-4"),
                 {.status = "differs", .token_index = 1, .char_offset = 4, .margin_a = 0.75, .margin_b = 0.125});
   check_counts(r.pair("alone", "concurrent-4"), 1, 1, 0, 0);
@@ -65,8 +65,8 @@ TEST_CASE("verdicts openai-chat: a concurrent answer that differs on a parallel 
 TEST_CASE("verdicts llamacpp: /slots showing several busy slots during the burst is exercised") {
   planted p(LLAMACPP);
   p.server("delay_ms", 300).server("slots", "real");
-  p.item("slots busy", {k_yes});
-  const outcome r = run_planted(p, k_probe);
+  p.item("slots busy", {YES});
+  const outcome r = run_planted(p, PROBE);
   check_verdict(r.row("alone", "concurrent-4"), {.status = "identical"});
   CHECK(r.exit_code == 0);
 }
@@ -76,8 +76,8 @@ TEST_CASE("verdicts llamacpp: /slots showing several busy slots during the burst
 TEST_CASE("verdicts llamacpp: /slots reporting one busy slot is not exercised") {
   planted p(LLAMACPP);
   p.server("delay_ms", 300).server("slots", "one");
-  p.item("slots one", {k_yes});
-  const outcome r = run_planted(p, k_probe);
+  p.item("slots one", {YES});
+  const outcome r = run_planted(p, PROBE);
   const json& row = r.row("alone", "concurrent-4");
   check_verdict(row, not_exercised("at most one slot was busy at a time"));
   CHECK(row.value("reason", "").find("/slots") != std::string::npos);
@@ -89,8 +89,8 @@ TEST_CASE("verdicts llamacpp: /slots reporting one busy slot is not exercised") 
 TEST_CASE("verdicts llamacpp: /metrics reporting one request processing is not exercised") {
   planted p(LLAMACPP);
   p.server("delay_ms", 300).server("metrics", "one");
-  p.item("metrics one", {k_yes});
-  const outcome r = run_planted(p, k_probe);
+  p.item("metrics one", {YES});
+  const outcome r = run_planted(p, PROBE);
   const json& row = r.row("alone", "concurrent-4");
   check_verdict(row, not_exercised("at most one slot was busy at a time"));
   CHECK(row.value("reason", "").find("/metrics") != std::string::npos);
@@ -101,8 +101,8 @@ TEST_CASE("verdicts llamacpp: /metrics reporting one request processing is not e
 TEST_CASE("verdicts llamacpp: a serial server's honest /slots decides before the timing") {
   planted p(LLAMACPP);
   p.server("concurrency", "serial").server("delay_ms", 150).server("slots", "real");
-  p.item("serial slots", {k_yes});
-  const outcome r = run_planted(p, k_probe);
+  p.item("serial slots", {YES});
+  const outcome r = run_planted(p, PROBE);
   const json& row = r.row("alone", "concurrent-4");
   check_verdict(row, not_exercised("at most one slot was busy at a time"));
   CHECK(row.value("reason", "").find("/slots") != std::string::npos);
@@ -113,8 +113,8 @@ TEST_CASE("verdicts llamacpp: a serial server's honest /slots decides before the
 TEST_CASE("verdicts llamacpp: a batch width of 1 is not exercised even when /slots shows several busy") {
   planted p(LLAMACPP);
   p.server("delay_ms", 300).server("slots", "real");
-  p.item("batch width one", {k_yes, k_yes, answer(k_yes).set("max_seqs_in_step", 1)});
-  const outcome r = run_planted(p, k_probe);
+  p.item("batch width one", {YES, YES, answer(YES).set("max_seqs_in_step", 1)});
+  const outcome r = run_planted(p, PROBE);
   check_verdict(r.row("alone", "concurrent-4"), not_exercised("never shared a forward step (batch width 1)"));
 }
 
@@ -123,8 +123,8 @@ TEST_CASE("verdicts llamacpp: a batch width of 1 is not exercised even when /slo
 TEST_CASE("verdicts llamacpp: a batch width of 3 is exercised even when the timing looks like a queue") {
   planted p(LLAMACPP);
   p.server("concurrency", "serial").server("delay_ms", 150);
-  p.item("batch width three", {k_yes, k_yes, answer(k_yes).set("max_seqs_in_step", 3)});
-  const outcome r = run_planted(p, k_probe);
+  p.item("batch width three", {YES, YES, answer(YES).set("max_seqs_in_step", 3)});
+  const outcome r = run_planted(p, PROBE);
   check_verdict(r.row("alone", "concurrent-4"), {.status = "identical"});
   CHECK(r.exit_code == 0);
 }
@@ -140,10 +140,10 @@ TEST_CASE("verdicts llamacpp: a batch width of 3 is exercised even when the timi
 TEST_CASE("verdicts openai-chat: a slow alone request does not make a queue look like batching") {
   planted p(OPENAI_CHAT);
   p.server("concurrency", "serial").server("delay_ms", 100);
-  answer slow = k_yes;
+  answer slow = YES;
   slow.set("delay_ms", 600);
-  p.item("cold item", {slow, k_yes, k_yes});
-  const outcome r = run_planted(p, k_probe);
+  p.item("cold item", {slow, YES, YES});
+  const outcome r = run_planted(p, PROBE);
   check_verdict(r.row("alone", "concurrent-4"), not_exercised("one after another (a queue)"));
   CHECK(r.exit_code == 0);
 }
@@ -155,8 +155,8 @@ TEST_CASE("verdicts openai-chat: a slow alone request does not make a queue look
 TEST_CASE("verdicts llamacpp: a /slots that answers too late to poll does not end the run") {
   planted p(LLAMACPP);
   p.server("delay_ms", 300).server("slots", "real").server("get_delay_ms", 2500);
-  p.item("slow slots", {k_yes});
-  const outcome r = run_planted(p, k_probe);
+  p.item("slow slots", {YES});
+  const outcome r = run_planted(p, PROBE);
   INFO(r.err);
   CHECK(r.err.find("terminate") == std::string::npos);
   CHECK(r.exit_code == 0);

@@ -9,9 +9,9 @@ using namespace detaudit::verdicts_test;
 
 namespace {
 
-const answer k_cached = answer({"Cached", " reply"});
+const answer CACHED = answer({"Cached", " reply"});
 
-answer with_cache(int cached) { return answer(k_cached).set("cached_tokens", cached); }
+answer with_cache(int cached) { return answer(CACHED).set("cached_tokens", cached); }
 
 // Rule (cache): cache-off needs cached_tokens == 0, cache-on and cache-warm > 0. Planted (prompt of
 // 8 tokens): alone 0, control 0, cache-off 0, cache-on 6, cache-warm 6 -> all three exercised.
@@ -72,7 +72,7 @@ TEST_CASE("verdicts llamacpp: zero cached tokens under cache-on and cache-warm a
 // condition not exercised, "the target does not report cached tokens".
 TEST_CASE("verdicts llamacpp: a server that reports no cached tokens exercises no cache condition") {
   planted p(LLAMACPP);
-  p.item("cache unreported", {k_cached});
+  p.item("cache unreported", {CACHED});
   const outcome r = run_planted(p, "--probe cache");
   for (const char* c : {"cache-off", "cache-on", "cache-warm"}) {
     CAPTURE(c);
@@ -99,7 +99,7 @@ TEST_CASE("verdicts llamacpp-chat: timings.cache_n on the chat route exercises t
 // request carries cache_prompt (OpenAI's API rejects unknown fields).
 TEST_CASE("verdicts openai-chat: cached_tokens 0 under cache-warm is not exercised") {
   planted p(OPENAI_CHAT);
-  p.item("openai cache zero", {k_cached, k_cached, with_cache(0)});
+  p.item("openai cache zero", {CACHED, CACHED, with_cache(0)});
   const outcome r = run_planted(p, "--probe cache");
   for (const char* c : {"cache-off", "cache-on"}) {
     CAPTURE(c);
@@ -113,7 +113,7 @@ TEST_CASE("verdicts openai-chat: cached_tokens 0 under cache-warm is not exercis
 // Rule (cache-warm): usage cached_tokens 7 > 0 -> exercised.
 TEST_CASE("verdicts openai-chat: cached_tokens above zero under cache-warm is exercised") {
   planted p(OPENAI_CHAT);
-  p.item("openai cache hit", {k_cached, k_cached, with_cache(7)});
+  p.item("openai cache hit", {CACHED, CACHED, with_cache(7)});
   const outcome r = run_planted(p, "--probe cache");
   check_verdict(r.row("alone", "cache-warm"), {.status = "identical"});
   CHECK(r.exit_code == 0);
@@ -123,7 +123,7 @@ TEST_CASE("verdicts openai-chat: cached_tokens above zero under cache-warm is ex
 // "the target does not report cached tokens".
 TEST_CASE("verdicts ollama: cache-warm on a server without cache counts is not exercised") {
   planted p(OLLAMA);
-  p.item("ollama cache", {k_cached});
+  p.item("ollama cache", {CACHED});
   const outcome r = run_planted(p, "--probe cache");
   check_verdict(r.row("alone", "cache-warm"), not_exercised("does not report cached tokens"));
   check_verdict(r.row("alone", "cache-off"), unsent("no per-request prompt-cache control"));
@@ -135,7 +135,7 @@ TEST_CASE("verdicts ollama: cache-warm on a server without cache counts is not e
 // first: the first three requests are at the seed temperature with seeds 42, 42, 43.
 TEST_CASE("verdicts openai-chat: a server that honours seeds passes the seed check and its seed-fixed rows are identical") {
   planted p(OPENAI_CHAT);
-  p.item("seed honoured", {k_cached}).seeded("seed honoured", answer({"Dice", " say"}), true);
+  p.item("seed honoured", {CACHED}).seeded("seed honoured", answer({"Dice", " say"}), true);
   const outcome r = run_planted(p, "--probe seed --seed 42 --seed-k 3 --seed-temperature 0.7");
   for (const char* k : {"seed-fixed#1", "seed-fixed#2"}) {
     CAPTURE(k);
@@ -155,7 +155,7 @@ TEST_CASE("verdicts openai-chat: a server that honours seeds passes the seed che
 // reason about the seed. Only the three check requests carry a seed.
 TEST_CASE("verdicts openai-chat: a server that ignores seeds fails the seed check and its seed-fixed rows are not exercised") {
   planted p(OPENAI_CHAT);
-  p.item("seed ignored", {k_cached}).seeded("seed ignored", answer({"Dice", " say"}), false);
+  p.item("seed ignored", {CACHED}).seeded("seed ignored", answer({"Dice", " say"}), false);
   const outcome r = run_planted(p, "--probe seed --seed 42 --seed-k 3 --seed-temperature 0.7");
   for (const char* k : {"seed-fixed#1", "seed-fixed#2"}) {
     CAPTURE(k);
@@ -186,7 +186,7 @@ TEST_CASE("verdicts llamacpp: a non-top sampled token is not_argmax at temperatu
 // answers report draft counts. Only alone and control reach the server.
 TEST_CASE("verdicts llamacpp: batch and speculation on an HTTP target are not exercised") {
   planted p(LLAMACPP);
-  p.item("no variants", {answer(k_cached).set("draft_proposed", 5).set("draft_accepted", 3)});
+  p.item("no variants", {answer(CACHED).set("draft_proposed", 5).set("draft_accepted", 3)});
   const outcome r = run_planted(p, "--probe batch,speculation");
   for (const char* c : {"ubatch-1", "ubatch-8192"}) {
     CAPTURE(c);

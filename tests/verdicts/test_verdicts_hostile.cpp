@@ -16,7 +16,7 @@ using namespace detaudit::verdicts_test;
 
 namespace {
 
-const answer k_same = answer({"Same", " answer"});
+const answer SAME = answer({"Same", " answer"});
 
 // One planted server and a scratch folder; `detaudit run --probe repeat` against it.
 struct hostile_bench {
@@ -26,7 +26,7 @@ struct hostile_bench {
 
   explicit hostile_bench(const std::vector<std::string>& prompts, json server = json::object()) {
     for (const auto& [k, v] : server.items()) p.server(k, v);
-    for (const std::string& pr : prompts) p.item(pr, {k_same});
+    for (const std::string& pr : prompts) p.item(pr, {SAME});
     srv = std::make_unique<verdict_server>(p.cases());
   }
   std::string run_line(const std::string& out, const std::string& prompts_file, const std::string& extra) const {
@@ -186,7 +186,7 @@ TEST_CASE("hostile: a server answering JSON nested 100000 levels deep is an erro
 // was asked for. The record carries the temperature the body was sent with.
 TEST_CASE("hostile: a --request temperature is the record's temperature, and no greedy check is made of it") {
   planted p(OPENAI_CHAT);
-  p.item("warm", {k_same}).seeded("warm", answer({"Roll"}).logprob(0, -1.0).top(0, {{"Dice", -0.25}, {"Roll", -1.0}}), true);
+  p.item("warm", {SAME}).seeded("warm", answer({"Roll"}).logprob(0, -1.0).top(0, {{"Dice", -0.25}, {"Roll", -1.0}}), true);
   const outcome r = run_planted(p, "--probe repeat --request '{\"temperature\": 1}'");
   const json& row = r.row("alone", "control");
   CHECK(row.value("not_argmax_a", true) == false);

@@ -11,7 +11,7 @@ using namespace detaudit::verdicts_test;
 
 namespace {
 
-const answer k_same = answer({"Same", " answer"});
+const answer SAME = answer({"Same", " answer"});
 
 // One server and a scratch folder; runs of `detaudit run` against it.
 struct bench {
@@ -21,7 +21,7 @@ struct bench {
 
   explicit bench(const std::vector<std::string>& prompts, const std::string& model = "planted-model", int delay_ms = 0) {
     p.server("model", model).server("delay_ms", delay_ms);
-    for (const std::string& pr : prompts) p.item(pr, {k_same});
+    for (const std::string& pr : prompts) p.item(pr, {SAME});
     srv = std::make_unique<verdict_server>(p.cases());
   }
   // `detaudit run` on `prompts_file` into dir/NAME.
@@ -65,7 +65,7 @@ TEST_CASE("verdicts: --resume against a target that now names another model exit
   const int port = b.srv->port();
   b.srv->stop();
   planted other(OPENAI_CHAT);
-  other.server("model", "model-two").item("resume model", {k_same});
+  other.server("model", "model-two").item("resume model", {SAME});
   b.srv = std::make_unique<verdict_server>(other.cases(), port);
   const test::cmd_result r = b.run("run", prompts, "--resume");
   INFO(r.err);

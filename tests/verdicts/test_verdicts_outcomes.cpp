@@ -7,13 +7,13 @@ using namespace detaudit::verdicts_test;
 
 namespace {
 
-const answer k_fine = answer({"Fine", " thanks"});
+const answer FINE = answer({"Fine", " thanks"});
 
 // Rule (status error first): control's request fails with HTTP 500 (no retries). Its row is an
 // error: counted in errors, never in differ. A failed request leaves the run incomplete: exit 3.
 TEST_CASE("verdicts openai-chat: a failed control request is an error row and the run exits 3") {
   planted p(OPENAI_CHAT);
-  p.item("control fails", {k_fine, answer(k_fine).error(500, "planted failure")});
+  p.item("control fails", {FINE, answer(FINE).error(500, "planted failure")});
   const outcome r = run_planted(p, "--probe repeat");
   check_verdict(r.row("alone", "control"), {.status = "error"});
   check_verdict(r.row("alone", "repeat"), {.status = "identical"});
@@ -26,7 +26,7 @@ TEST_CASE("verdicts openai-chat: a failed control request is an error row and th
 // exercised". cache-off, never sent, stays not exercised. Exit 3.
 TEST_CASE("verdicts ollama: an error outranks not exercised") {
   planted p(OLLAMA);
-  p.item("error outranks", {k_fine, k_fine, answer(k_fine).error(500, "planted failure")});
+  p.item("error outranks", {FINE, FINE, answer(FINE).error(500, "planted failure")});
   const outcome r = run_planted(p, "--probe cache");
   check_verdict(r.row("alone", "cache-warm"), {.status = "error"});
   check_counts(r.pair("alone", "cache-warm"), 1, 0, 1, 0);
@@ -39,7 +39,7 @@ TEST_CASE("verdicts ollama: an error outranks not exercised") {
 // to continue (--resume).
 TEST_CASE("verdicts llamacpp: a run whose every request fails exits 3 with every row an error") {
   planted p(LLAMACPP);
-  p.item("all fail", {answer(k_fine).error(500, "planted outage")});
+  p.item("all fail", {answer(FINE).error(500, "planted outage")});
   const outcome r = run_planted(p, "--probe repeat");
   check_verdict(r.row("alone", "control"), {.status = "error"});
   check_verdict(r.row("alone", "repeat"), {.status = "error"});
@@ -53,7 +53,7 @@ TEST_CASE("verdicts llamacpp: a run whose every request fails exits 3 with every
 // server saw that one generation request only.
 TEST_CASE("verdicts openai-chat: a first request refused with 400 exits 2 at once with one line") {
   planted p(OPENAI_CHAT);
-  p.item("refused", {answer(k_fine).error(400, "planted: unsupported field")});
+  p.item("refused", {answer(FINE).error(400, "planted: unsupported field")});
   const outcome r = run_planted(p, "--probe repeat");
   CHECK(r.exit_code == 2);
   CHECK(r.out.empty());
@@ -199,8 +199,8 @@ VERDICTS_EACH_DIALECT("a log-prob moved by 2^-20 with the same tokens is drifted
 // run is incomplete), item 2's identical. The server saw the extra one-token request.
 TEST_CASE("verdicts openai-chat: a first item refused on its own is that item's error, not the run's end") {
   planted p(OPENAI_CHAT);
-  p.item("too long", {answer(k_fine).error(400, "planted: the prompt exceeds the context")});
-  p.item("fine", {answer(k_fine)});
+  p.item("too long", {answer(FINE).error(400, "planted: the prompt exceeds the context")});
+  p.item("fine", {answer(FINE)});
   const outcome r = run_planted(p, "--probe repeat");
   CHECK(r.exit_code == 3);
   check_verdict(r.row("alone", "control", "1"), {.status = "error"});

@@ -11,8 +11,8 @@ using namespace detaudit::verdicts_test;
 
 namespace {
 
-const std::vector<std::string> k_euro = {"Price", ":", " ", "\xE2", "\x82", "\xAC"};  // "Price: €"
-const std::vector<std::string> k_kip = {"Price", ":", " ", "\xE2", "\x82", "\xAD"};   // "Price: ₭" (U+20AD)
+const std::vector<std::string> EURO = {"Price", ":", " ", "\xE2", "\x82", "\xAC"};  // "Price: €"
+const std::vector<std::string> KIP = {"Price", ":", " ", "\xE2", "\x82", "\xAD"};   // "Price: ₭" (U+20AD)
 
 // Rule (status): the same tokens and the same text -> identical. Nothing differs: token_index
 // and char_offset are -1, and there is no step to take margins at (null). Exit 0 under --fail-on any.
@@ -34,8 +34,8 @@ VERDICTS_EACH_DIALECT("identical answers are identical", identical_answers)
 // -> 1.25; control AD -0.5 over AC -0.75 -> 0.25 (for probabilities: ln(e^-0.25) - ln(e^-1.5), ...).
 void euro_split(const dialect& d) {
   planted p(d);
-  p.item("euro split", {answer(k_euro).top(5, {{"\xAC", -0.25}, {"\xAD", -1.5}}),
-                        answer(k_kip).top(5, {{"\xAD", -0.5}, {"\xAC", -0.75}})});
+  p.item("euro split", {answer(EURO).top(5, {{"\xAC", -0.25}, {"\xAD", -1.5}}),
+                        answer(KIP).top(5, {{"\xAD", -0.5}, {"\xAC", -0.75}})});
   const outcome r = run_planted(p, "--probe repeat");
   check_verdict(r.row("alone", "control"), {.status = "differs", .token_index = 5, .char_offset = 9,
                                             .margin_a = margin(d, -0.25, -1.5), .margin_b = margin(d, -0.5, -0.75)});
@@ -200,7 +200,7 @@ TEST_CASE("verdicts llamacpp: the same bytes under different ids are identical")
 // AC (id 175) vs AD (id 176) differ at token 5. The texts part at byte 9.
 TEST_CASE("verdicts llamacpp: byte tokens of unknown bytes compare by id") {
   planted p(LLAMACPP);
-  p.item("unknown bytes by id", {answer(k_euro).form("replacement").omit("bytes"), answer(k_kip).form("replacement").omit("bytes")});
+  p.item("unknown bytes by id", {answer(EURO).form("replacement").omit("bytes"), answer(KIP).form("replacement").omit("bytes")});
   const outcome r = run_planted(p, "--probe repeat");
   check_verdict(r.row("alone", "control"), {.status = "differs", .token_index = 5, .char_offset = 9});
 }
@@ -210,7 +210,7 @@ TEST_CASE("verdicts llamacpp: byte tokens of unknown bytes compare by id") {
 // differ at byte 9 -> differs (tokens equal but text not: neither identical nor retokenized).
 TEST_CASE("verdicts ollama: byte tokens of unknown bytes and no ids compare by text") {
   planted p(OLLAMA);
-  p.item("unknown bytes by text", {answer(k_euro).form("replacement").omit("bytes"), answer(k_kip).form("replacement").omit("bytes")});
+  p.item("unknown bytes by text", {answer(EURO).form("replacement").omit("bytes"), answer(KIP).form("replacement").omit("bytes")});
   const outcome r = run_planted(p, "--probe repeat");
   check_verdict(r.row("alone", "control"), {.status = "differs", .token_index = -1, .char_offset = 9});
   CHECK(r.exit_code == 1);

@@ -341,7 +341,7 @@ inline outcome run_planted(const planted& p, const std::string& args) {
 // token_index / char_offset of a row one of whose conditions was never sent (the record is only a
 // not-exercised flag, with no text): where an absent answer parts from a real one is no verdict the
 // rules define, so such cases do not check it.
-inline constexpr int64_t k_unsent = INT64_MIN;
+inline constexpr int64_t UNSENT = INT64_MIN;
 
 // The verdict of one row, worked out by hand. Margins: nullopt expects null.
 struct verdict {
@@ -365,8 +365,8 @@ struct verdict {
 inline verdict not_exercised(const std::string& reason, int64_t token_index = -1, int64_t char_offset = -1) {
   return {.status = "not_exercised", .token_index = token_index, .char_offset = char_offset, .exercised = false, .reason = reason};
 }
-// A row whose condition was never sent (see k_unsent).
-inline verdict unsent(const std::string& reason) { return not_exercised(reason, k_unsent, k_unsent); }
+// A row whose condition was never sent (see UNSENT).
+inline verdict unsent(const std::string& reason) { return not_exercised(reason, UNSENT, UNSENT); }
 
 inline void check_margin(const json& row, const char* key, const std::optional<double>& want) {
   CAPTURE(key);
@@ -385,8 +385,8 @@ inline void check_verdict(const json& row, const verdict& v) {
   CHECK(row.value("identical", json(nullptr)) == json(v.status == "identical" || v.status == "drifted"));
   CHECK(row.value("error", json(nullptr)) == json(v.status == "error"));
   if (v.status == "error") return;
-  if (v.token_index != k_unsent) CHECK(row.value("token_index", json(nullptr)) == json(v.token_index));
-  if (v.char_offset != k_unsent) CHECK(row.value("char_offset", json(nullptr)) == json(v.char_offset));
+  if (v.token_index != UNSENT) CHECK(row.value("token_index", json(nullptr)) == json(v.token_index));
+  if (v.char_offset != UNSENT) CHECK(row.value("char_offset", json(nullptr)) == json(v.char_offset));
   check_margin(row, "margin_a", v.margin_a);
   check_margin(row, "margin_b", v.margin_b);
   CHECK(row.value("exercised", json(nullptr)) == json(v.exercised));

@@ -40,7 +40,7 @@
 namespace detaudit::verdicts {
 namespace {
 
-constexpr int k_serial_case_lag_ms = 30;
+constexpr int SERIAL_CASE_LAG_MS = 30;
 
 // A generation request as the server reads it.
 struct ask_info {
@@ -167,7 +167,7 @@ void serve_delay(server_state& st, bool named, int delay_ms) {
   std::unique_lock<std::mutex> turn(st.queue_mu, std::defer_lock);
   uint64_t ticket = 0;
   if (st.plant.serial) {
-    if (named) std::this_thread::sleep_for(std::chrono::milliseconds(k_serial_case_lag_ms));
+    if (named) std::this_thread::sleep_for(std::chrono::milliseconds(SERIAL_CASE_LAG_MS));
     turn.lock();
     ticket = st.next_ticket++;
     st.queue_cv.wait(turn, [&] { return st.now_serving == ticket; });

@@ -30,9 +30,9 @@ namespace detaudit::kernels::cpu {
 
 namespace {
 
-constexpr int32_t kExpZero = numerics::EXP_ZERO;
-constexpr int kShiftConst = numerics::ACC_BITS - numerics::DOT_TERM_BITS;  // 18
-constexpr int kBlock = numerics::QBLOCK;
+using numerics::EXP_ZERO;
+constexpr int SHIFT_CONST = numerics::ACC_BITS - numerics::DOT_TERM_BITS;  // 18
+constexpr int BLOCK = numerics::QBLOCK;
 
 inline __m256i widen_sum(__m256i p) {
   return _mm256_add_epi64(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(p)),
@@ -52,14 +52,14 @@ inline int64_t dot_block(const int16_t* a, const int16_t* b) {
 }
 
 float score_one(const attn_query& q, const int16_t* kq, const int32_t* ke, int clog, float scale) {
-  int32_t ek_max = kExpZero;
+  int32_t ek_max = EXP_ZERO;
   for (int64_t b = 0; b < q.n_blocks; ++b) ek_max = ke[b] > ek_max ? ke[b] : ek_max;
-  if (ek_max == kExpZero) return numerics::inl::flush(0.0f * scale);
-  const int32_t g = q.max_exp + ek_max - kShiftConst + clog;
+  if (ek_max == EXP_ZERO) return numerics::inl::flush(0.0f * scale);
+  const int32_t g = q.max_exp + ek_max - SHIFT_CONST + clog;
   int64_t acc = 0;
   for (int64_t b = 0; b < q.n_blocks; ++b) {
-    if (q.exp[b] == kExpZero || ke[b] == kExpZero) continue;
-    acc += round_shift_fast(dot_block(q.q + b * kBlock, kq + b * kBlock), q.exp[b] + ke[b] - g);
+    if (q.exp[b] == EXP_ZERO || ke[b] == EXP_ZERO) continue;
+    acc += round_shift_fast(dot_block(q.q + b * BLOCK, kq + b * BLOCK), q.exp[b] + ke[b] - g);
   }
   return numerics::inl::flush(fixed_to_f32_fast(acc, g) * scale);
 }
@@ -133,7 +133,7 @@ void value_half_all(const int32_t* w, const kv_head_view& v, int64_t n_kv, int64
   const int16_t* a = v.q + e0;
   const int32_t* ev = v.exp + b;
   for (int64_t t = 0; t < n_kv; ++t, a += v.q_stride, ev += v.exp_stride) {
-    if (w[t] == 0 || *ev == kExpZero) continue;
+    if (w[t] == 0 || *ev == EXP_ZERO) continue;
     const int sh = *ev - gb;
     const int n = sh >= 0 ? sh : (-sh > 60 ? 60 : -sh);
     shift_consts sc;
@@ -179,8 +179,8 @@ int64_t attention_weights_avx2(const float* s, int64_t n_kv, float m, int32_t* w
 void attention_values_avx2(const int32_t* w, const kv_head_view& v, int64_t n_kv,
                            const int32_t* gv, int64_t n_blocks, int64_t* acc) {
   for (int64_t b = 0; b < n_blocks; ++b) {
-    value_half_all(w, v, n_kv, b, b * kBlock, gv[b], acc + b * kBlock);
-    value_half_all(w, v, n_kv, b, b * kBlock + 16, gv[b], acc + b * kBlock + 16);
+    value_half_all(w, v, n_kv, b, b * BLOCK, gv[b], acc + b * BLOCK);
+    value_half_all(w, v, n_kv, b, b * BLOCK + 16, gv[b], acc + b * BLOCK + 16);
   }
 }
 

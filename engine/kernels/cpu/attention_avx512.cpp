@@ -31,11 +31,11 @@ namespace detaudit::kernels::cpu {
 
 namespace {
 
-constexpr int kGroup = 8;
-constexpr int64_t kCachedBlocks = 8;  // block exponents kept from the first pass (head_dim <= 256)
-constexpr int32_t kExpZero = numerics::EXP_ZERO;
-constexpr int kShiftConst = numerics::ACC_BITS - numerics::DOT_TERM_BITS;  // 18
-constexpr int kBlock = numerics::QBLOCK;
+constexpr int GROUP = 8;
+constexpr int64_t CACHED_BLOCKS = 8;  // block exponents kept from the first pass (head_dim <= 256)
+using numerics::EXP_ZERO;
+constexpr int SHIFT_CONST = numerics::ACC_BITS - numerics::DOT_TERM_BITS;  // 18
+constexpr int BLOCK = numerics::QBLOCK;
 
 // v * 2^s rounded half to even, lane by lane (|v| < 2^62, s <= 62).
 inline __m512i round_shift_v(__m512i v, __m512i s) {
@@ -106,35 +106,35 @@ inline __m256i group_exps(const int32_t* e0, __m512i offsets, int64_t b) {
 // Scores of positions t0 .. t0 + n - 1 (1 <= n <= 8); lanes past n repeat the last position.
 void scores_group(const attn_query& q, const kv_head_view& k, int64_t t0, int n, int clog,
                   float scale, float* s) {
-  const int16_t* kp[kGroup];
-  int64_t off[kGroup];
-  for (int j = 0; j < kGroup; ++j) {
+  const int16_t* kp[GROUP];
+  int64_t off[GROUP];
+  for (int j = 0; j < GROUP; ++j) {
     const int64_t dt = j < n ? j : n - 1;
     kp[j] = k.q + (t0 + dt) * k.q_stride;
     off[j] = dt * k.exp_stride;
   }
   const int32_t* e0 = k.exp + t0 * k.exp_stride;
   const __m512i offsets = _mm512_loadu_si512(off);
-  __m256i ek = _mm256_set1_epi32(kExpZero);
-  __m256i cached[kCachedBlocks];
+  __m256i ek = _mm256_set1_epi32(EXP_ZERO);
+  __m256i cached[CACHED_BLOCKS];
   for (int64_t b = 0; b < q.n_blocks; ++b) {
     const __m256i eb = group_exps(e0, offsets, b);
-    if (b < kCachedBlocks) cached[b] = eb;
+    if (b < CACHED_BLOCKS) cached[b] = eb;
     ek = _mm256_max_epi32(ek, eb);
   }
-  const __mmask8 empty = _mm256_cmpeq_epi32_mask(ek, _mm256_set1_epi32(kExpZero));
+  const __mmask8 empty = _mm256_cmpeq_epi32_mask(ek, _mm256_set1_epi32(EXP_ZERO));
   const __m256i g = _mm256_mask_blend_epi32(
-      empty, _mm256_add_epi32(ek, _mm256_set1_epi32(q.max_exp - kShiftConst + clog)), _mm256_setzero_si256());
+      empty, _mm256_add_epi32(ek, _mm256_set1_epi32(q.max_exp - SHIFT_CONST + clog)), _mm256_setzero_si256());
   __m512i acc = _mm512_setzero_si512();
   for (int64_t b = 0; b < q.n_blocks; ++b) {
-    if (q.exp[b] == kExpZero) continue;
-    const __m512i qb = _mm512_loadu_si512(q.q + b * kBlock);
-    __m512i p[kGroup];
-    for (int j = 0; j < kGroup; ++j)
-      p[j] = pair_sums_i64(_mm512_madd_epi16(_mm512_loadu_si512(kp[j] + b * kBlock), qb));
+    if (q.exp[b] == EXP_ZERO) continue;
+    const __m512i qb = _mm512_loadu_si512(q.q + b * BLOCK);
+    __m512i p[GROUP];
+    for (int j = 0; j < GROUP; ++j)
+      p[j] = pair_sums_i64(_mm512_madd_epi16(_mm512_loadu_si512(kp[j] + b * BLOCK), qb));
     const __m512i t = transpose_sum8(p);
-    const __m256i eb = b < kCachedBlocks ? cached[b] : group_exps(e0, offsets, b);
-    const __mmask8 live = _mm256_cmpneq_epi32_mask(eb, _mm256_set1_epi32(kExpZero));
+    const __m256i eb = b < CACHED_BLOCKS ? cached[b] : group_exps(e0, offsets, b);
+    const __mmask8 live = _mm256_cmpneq_epi32_mask(eb, _mm256_set1_epi32(EXP_ZERO));
     const __m256i sh = _mm256_sub_epi32(_mm256_add_epi32(eb, _mm256_set1_epi32(q.exp[b])), g);
     acc = _mm512_mask_add_epi64(acc, live, acc, round_shift_v(t, _mm512_cvtepi32_epi64(sh)));
   }
@@ -189,10 +189,10 @@ void value_block_all(const int32_t* w, const kv_head_view& v, int64_t n_kv, int6
                      int64_t* acc) {
   __m512i s0 = _mm512_loadu_si512(acc), s1 = _mm512_loadu_si512(acc + 8);
   __m512i s2 = _mm512_loadu_si512(acc + 16), s3 = _mm512_loadu_si512(acc + 24);
-  const int16_t* a = v.q + b * kBlock;
+  const int16_t* a = v.q + b * BLOCK;
   const int32_t* ev = v.exp + b;
   for (int64_t t = 0; t < n_kv; ++t, a += v.q_stride, ev += v.exp_stride) {
-    if (w[t] == 0 || *ev == kExpZero) continue;
+    if (w[t] == 0 || *ev == EXP_ZERO) continue;
     const int sh = *ev - gb;
     const int n = sh >= 0 ? sh : (-sh > 63 ? 63 : -sh);
     const __m128i cnt = _mm_cvtsi32_si128(n);
@@ -214,8 +214,8 @@ void value_block_all(const int32_t* w, const kv_head_view& v, int64_t n_kv, int6
 void attention_scores_avx512(const attn_query& q, const kv_head_view& k, int64_t n_kv, float scale,
                              float* s) {
   const int clog = numerics::ceil_log2(2 * q.n_blocks);
-  for (int64_t t0 = 0; t0 < n_kv; t0 += kGroup) {
-    const int n = n_kv - t0 < kGroup ? static_cast<int>(n_kv - t0) : kGroup;
+  for (int64_t t0 = 0; t0 < n_kv; t0 += GROUP) {
+    const int n = n_kv - t0 < GROUP ? static_cast<int>(n_kv - t0) : GROUP;
     scores_group(q, k, t0, n, clog, scale, s);
   }
 }
@@ -237,7 +237,7 @@ int64_t attention_weights_avx512(const float* s, int64_t n_kv, float m, int32_t*
 
 void attention_values_avx512(const int32_t* w, const kv_head_view& v, int64_t n_kv,
                              const int32_t* gv, int64_t n_blocks, int64_t* acc) {
-  for (int64_t b = 0; b < n_blocks; ++b) value_block_all(w, v, n_kv, b, gv[b], acc + b * kBlock);
+  for (int64_t b = 0; b < n_blocks; ++b) value_block_all(w, v, n_kv, b, gv[b], acc + b * BLOCK);
 }
 
 }  // namespace detaudit::kernels::cpu

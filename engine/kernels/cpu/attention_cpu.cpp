@@ -24,10 +24,10 @@ using numerics::QBLOCK;
 
 namespace {
 
-constexpr int kScoreShiftConst = numerics::ACC_BITS - numerics::DOT_TERM_BITS;  // 18
-constexpr uint32_t kExpMask = 0x7f800000u;
-constexpr int kWeightBits = 30;  // softmax weights on a 2^-30 grid (attention_ref.cpp)
-constexpr int kValueBits = 15;   // |v| <= 32767 < 2^15
+constexpr int SCORE_SHIFT_CONST = numerics::ACC_BITS - numerics::DOT_TERM_BITS;  // 18
+constexpr uint32_t EXP_MASK = 0x7f800000u;
+constexpr int WEIGHT_BITS = 30;  // softmax weights on a 2^-30 grid (attention_ref.cpp)
+constexpr int VALUE_BITS = 15;   // |v| <= 32767 < 2^15
 
 // sum_i a_i b_i over one block (|sum| < 2^35).
 inline int64_t dot_block(const int16_t* a, const int16_t* b) {
@@ -40,7 +40,7 @@ float score_one(const attn_query& q, const int16_t* kq, const int32_t* ke, int c
   int32_t ek_max = EXP_ZERO;
   for (int64_t b = 0; b < q.n_blocks; ++b) ek_max = ke[b] > ek_max ? ke[b] : ek_max;
   if (ek_max == EXP_ZERO) return numerics::inl::flush(0.0f * scale);
-  const int32_t g = q.max_exp + ek_max - kScoreShiftConst + clog;
+  const int32_t g = q.max_exp + ek_max - SCORE_SHIFT_CONST + clog;
   int64_t acc = 0;
   for (int64_t b = 0; b < q.n_blocks; ++b) {
     if (q.exp[b] == EXP_ZERO || ke[b] == EXP_ZERO) continue;
@@ -61,12 +61,12 @@ inline int32_t weight_of_unit(float w) {
 bool is_finite(float x) {
   uint32_t b;
   std::memcpy(&b, &x, 4);
-  return (b & kExpMask) != kExpMask;
+  return (b & EXP_MASK) != EXP_MASK;
 }
 
 // attention_value_grids_ref, with four independent maxima per block. gv: (nb).
 void value_grids(const kv_head_view& v, int64_t n_kv, int64_t nb, int32_t* gv) {
-  const int32_t bits = kWeightBits + kValueBits + numerics::ceil_log2(n_kv) - numerics::ACC_BITS;
+  const int32_t bits = WEIGHT_BITS + VALUE_BITS + numerics::ceil_log2(n_kv) - numerics::ACC_BITS;
   const int64_t es = v.exp_stride;
   for (int64_t b = 0; b < nb; ++b) {
     const int32_t* e = v.exp + b;
@@ -209,7 +209,7 @@ void attention_exact_cpu(isa i, const float* q, int64_t head_dim, const kv_head_
 
 namespace {
 
-constexpr int64_t kHeadsChunk = 128;  // positions per chunk: one KV head's lines of a chunk stay in L1
+constexpr int64_t HEADS_CHUNK = 128;  // positions per chunk: one KV head's lines of a chunk stay in L1
 
 kv_head_view view_from(const kv_head_view& x, int64_t t0) {
   return {x.q + t0 * x.q_stride, x.exp + t0 * x.exp_stride, x.q_stride, x.exp_stride};
@@ -236,8 +236,8 @@ void attention_exact_cpu_heads(isa i, const float* q, int64_t n_heads, int64_t h
     if (qq[static_cast<size_t>(h)].max_exp == EXP_ZERO)
       std::fill(s.begin() + h * n_kv, s.begin() + (h + 1) * n_kv, numerics::flush(0.0f * scale));
   }
-  for (int64_t t0 = 0; t0 < n_kv; t0 += kHeadsChunk) {
-    const int64_t n = std::min(kHeadsChunk, n_kv - t0);
+  for (int64_t t0 = 0; t0 < n_kv; t0 += HEADS_CHUNK) {
+    const int64_t n = std::min(HEADS_CHUNK, n_kv - t0);
     for (int64_t h = 0; h < n_heads; ++h) {
       const numerics::qvec& x = qq[static_cast<size_t>(h)];
       if (x.max_exp == EXP_ZERO) continue;
@@ -261,8 +261,8 @@ void attention_exact_cpu_heads(isa i, const float* q, int64_t n_heads, int64_t h
   std::vector<int32_t> gv(static_cast<size_t>(nb));
   value_grids(v, n_kv, nb, gv.data());
   std::vector<int64_t> acc(static_cast<size_t>(n_heads * nb * QBLOCK), 0);
-  for (int64_t t0 = 0; t0 < n_kv; t0 += kHeadsChunk) {
-    const int64_t n = std::min(kHeadsChunk, n_kv - t0);
+  for (int64_t t0 = 0; t0 < n_kv; t0 += HEADS_CHUNK) {
+    const int64_t n = std::min(HEADS_CHUNK, n_kv - t0);
     for (int64_t h = 0; h < n_heads; ++h) {
       if (by_ref[static_cast<size_t>(h)]) continue;
       values_dispatch(i, w.data() + h * n_kv + t0, view_from(v, t0), n, gv.data(), nb, acc.data() + h * nb * QBLOCK);

@@ -29,7 +29,7 @@ namespace detaudit::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kLanes = 8;
+constexpr int64_t LANES = 8;
 
 inline __m256i ibits(__m256 x) { return _mm256_castps_si256(x); }
 inline __m256 fbits(__m256i b) { return _mm256_castsi256_ps(b); }
@@ -39,7 +39,7 @@ inline __m256 splat_f(float v) { return _mm256_set1_ps(v); }
 // All-ones in the lanes of a vector starting at i of an array of n.
 inline __m256i lanes_at(int64_t i, int64_t n) {
   const int64_t left = n - i;
-  const int32_t k = left >= kLanes ? static_cast<int32_t>(kLanes) : static_cast<int32_t>(left);
+  const int32_t k = left >= LANES ? static_cast<int32_t>(LANES) : static_cast<int32_t>(left);
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
@@ -134,9 +134,9 @@ inline __m256 silu_v(__m256 x, const float* src, __m256i live) {
   __m256 s = flush_v(_mm256_mul_ps(xf, recip_v(d)));
   const int nan = _mm256_movemask_ps(_mm256_and_ps(fbits(live), _mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
   if (nan) {
-    float tmp[kLanes];
+    float tmp[LANES];
     _mm256_storeu_ps(tmp, s);
-    for (int j = 0; j < kLanes; ++j)
+    for (int j = 0; j < LANES; ++j)
       if ((nan >> j) & 1) tmp[j] = numerics::silu_f32(src[j]);
     s = _mm256_loadu_ps(tmp);
   }
@@ -167,21 +167,21 @@ inline __m256i square_terms(__m128i m, __m128i sh) {
 
 uint32_t elem_max_exp_field_avx2(const float* x, int64_t n) {
   __m256i acc = _mm256_setzero_si256();
-  for (int64_t i = 0; i < n; i += kLanes) {
+  for (int64_t i = 0; i < n; i += LANES) {
     const __m256i b = ibits(load(x + i, lanes_at(i, n)));
     acc = _mm256_max_epu32(acc, _mm256_and_si256(b, splat_u(0x7f800000u)));
   }
-  uint32_t lanes[kLanes];
+  uint32_t lanes[LANES];
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), acc);
   uint32_t m = 0;
-  for (int j = 0; j < kLanes; ++j) m = lanes[j] > m ? lanes[j] : m;
+  for (int j = 0; j < LANES; ++j) m = lanes[j] > m ? lanes[j] : m;
   return m >> 23;
 }
 
 int64_t elem_sum_squares_avx2(const float* x, int64_t n, int32_t g) {
   __m256i acc = _mm256_setzero_si256();
   const __m256i off = _mm256_set1_epi32(300 + g);
-  for (int64_t i = 0; i < n; i += kLanes) {
+  for (int64_t i = 0; i < n; i += LANES) {
     const __m256i b = ibits(load(x + i, lanes_at(i, n)));
     const __m256i field = _mm256_srli_epi32(_mm256_and_si256(b, splat_u(0x7f800000u)), 23);
     const __m256i dead = _mm256_cmpeq_epi32(field, _mm256_setzero_si256());
@@ -197,7 +197,7 @@ int64_t elem_sum_squares_avx2(const float* x, int64_t n, int32_t g) {
 
 void elem_scale_avx2(const float* x, const float* w, int64_t n, float r, float* out) {
   const __m256 rv = splat_f(r);
-  for (int64_t i = 0; i < n; i += kLanes) {
+  for (int64_t i = 0; i < n; i += LANES) {
     const __m256i live = lanes_at(i, n);
     __m256 v = flush_v(_mm256_mul_ps(flush_v(load(x + i, live)), rv));
     if (w) v = flush_v(_mm256_mul_ps(v, flush_v(load(w + i, live))));
@@ -206,7 +206,7 @@ void elem_scale_avx2(const float* x, const float* w, int64_t n, float r, float* 
 }
 
 void elem_swiglu_avx2(const float* gate, const float* up, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; i += kLanes) {
+  for (int64_t i = 0; i < n; i += LANES) {
     const __m256i live = lanes_at(i, n);
     const __m256 s = silu_v(load(gate + i, live), gate + i, live);
     const __m256 u = flush_v(load(up + i, live));
@@ -215,7 +215,7 @@ void elem_swiglu_avx2(const float* gate, const float* up, int64_t n, float* out)
 }
 
 void elem_add_avx2(const float* a, const float* b, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; i += kLanes) {
+  for (int64_t i = 0; i < n; i += LANES) {
     const __m256i live = lanes_at(i, n);
     const __m256 va = flush_v(load(a + i, live));
     const __m256 vb = flush_v(load(b + i, live));
@@ -224,21 +224,21 @@ void elem_add_avx2(const float* a, const float* b, int64_t n, float* out) {
 }
 
 void elem_exp_avx2(const float* x, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; i += kLanes) {
+  for (int64_t i = 0; i < n; i += LANES) {
     const __m256i live = lanes_at(i, n);
     store(out + i, live, exp_v(load(x + i, live)));
   }
 }
 
 void elem_recip_avx2(const float* x, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; i += kLanes) {
+  for (int64_t i = 0; i < n; i += LANES) {
     const __m256i live = lanes_at(i, n);
     store(out + i, live, recip_v(load(x + i, live)));
   }
 }
 
 void elem_silu_avx2(const float* x, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; i += kLanes) {
+  for (int64_t i = 0; i < n; i += LANES) {
     const __m256i live = lanes_at(i, n);
     store(out + i, live, silu_v(load(x + i, live), x + i, live));
   }

@@ -30,7 +30,7 @@ namespace detaudit::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kLanes = 16;
+constexpr int64_t LANES = 16;
 
 inline __m512i ibits(__m512 x) { return _mm512_castps_si512(x); }
 inline __m512 fbits(__m512i b) { return _mm512_castsi512_ps(b); }
@@ -40,7 +40,7 @@ inline __m512 splat_f(float v) { return _mm512_set1_ps(v); }
 // The lanes of a vector starting at i of an array of n.
 inline __mmask16 lanes_at(int64_t i, int64_t n) {
   const int64_t left = n - i;
-  return left >= kLanes ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
+  return left >= LANES ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
 }
 
 inline __m512 flush_v(__m512 x) {
@@ -133,9 +133,9 @@ inline __m512 silu_v(__m512 x, const float* src, __mmask16 live) {
   __m512 s = flush_v(_mm512_mul_ps(xf, recip_v(d)));
   const __mmask16 nan = _mm512_mask_cmp_ps_mask(live, x, x, _CMP_UNORD_Q);
   if (nan) {
-    float tmp[kLanes];
+    float tmp[LANES];
     _mm512_storeu_ps(tmp, s);
-    for (int j = 0; j < kLanes; ++j)
+    for (int j = 0; j < LANES; ++j)
       if ((nan >> j) & 1) tmp[j] = numerics::silu_f32(src[j]);
     s = _mm512_loadu_ps(tmp);
   }
@@ -165,7 +165,7 @@ inline __m512i square_terms(__m256i m, __m256i sh) {
 
 uint32_t elem_max_exp_field_avx512(const float* x, int64_t n) {
   __m512i acc = _mm512_setzero_si512();
-  for (int64_t i = 0; i < n; i += kLanes) {
+  for (int64_t i = 0; i < n; i += LANES) {
     const __m512i b = _mm512_maskz_loadu_epi32(lanes_at(i, n), x + i);
     acc = _mm512_max_epu32(acc, _mm512_and_si512(b, splat_u(0x7f800000u)));
   }
@@ -175,7 +175,7 @@ uint32_t elem_max_exp_field_avx512(const float* x, int64_t n) {
 int64_t elem_sum_squares_avx512(const float* x, int64_t n, int32_t g) {
   __m512i acc = _mm512_setzero_si512();
   const __m512i off = _mm512_set1_epi32(300 + g);
-  for (int64_t i = 0; i < n; i += kLanes) {
+  for (int64_t i = 0; i < n; i += LANES) {
     const __m512i b = _mm512_maskz_loadu_epi32(lanes_at(i, n), x + i);
     const __m512i field = _mm512_srli_epi32(_mm512_and_si512(b, splat_u(0x7f800000u)), 23);
     const __mmask16 live = _mm512_test_epi32_mask(field, field);
@@ -189,7 +189,7 @@ int64_t elem_sum_squares_avx512(const float* x, int64_t n, int32_t g) {
 
 void elem_scale_avx512(const float* x, const float* w, int64_t n, float r, float* out) {
   const __m512 rv = splat_f(r);
-  for (int64_t i = 0; i < n; i += kLanes) {
+  for (int64_t i = 0; i < n; i += LANES) {
     const __mmask16 live = lanes_at(i, n);
     __m512 v = flush_v(_mm512_mul_ps(flush_v(_mm512_maskz_loadu_ps(live, x + i)), rv));
     if (w) v = flush_v(_mm512_mul_ps(v, flush_v(_mm512_maskz_loadu_ps(live, w + i))));
@@ -198,7 +198,7 @@ void elem_scale_avx512(const float* x, const float* w, int64_t n, float r, float
 }
 
 void elem_swiglu_avx512(const float* gate, const float* up, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; i += kLanes) {
+  for (int64_t i = 0; i < n; i += LANES) {
     const __mmask16 live = lanes_at(i, n);
     const __m512 s = silu_v(_mm512_maskz_loadu_ps(live, gate + i), gate + i, live);
     const __m512 u = flush_v(_mm512_maskz_loadu_ps(live, up + i));
@@ -207,7 +207,7 @@ void elem_swiglu_avx512(const float* gate, const float* up, int64_t n, float* ou
 }
 
 void elem_add_avx512(const float* a, const float* b, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; i += kLanes) {
+  for (int64_t i = 0; i < n; i += LANES) {
     const __mmask16 live = lanes_at(i, n);
     const __m512 va = flush_v(_mm512_maskz_loadu_ps(live, a + i));
     const __m512 vb = flush_v(_mm512_maskz_loadu_ps(live, b + i));
@@ -216,21 +216,21 @@ void elem_add_avx512(const float* a, const float* b, int64_t n, float* out) {
 }
 
 void elem_exp_avx512(const float* x, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; i += kLanes) {
+  for (int64_t i = 0; i < n; i += LANES) {
     const __mmask16 live = lanes_at(i, n);
     _mm512_mask_storeu_ps(out + i, live, exp_v(_mm512_maskz_loadu_ps(live, x + i)));
   }
 }
 
 void elem_recip_avx512(const float* x, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; i += kLanes) {
+  for (int64_t i = 0; i < n; i += LANES) {
     const __mmask16 live = lanes_at(i, n);
     _mm512_mask_storeu_ps(out + i, live, recip_v(_mm512_maskz_loadu_ps(live, x + i)));
   }
 }
 
 void elem_silu_avx512(const float* x, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; i += kLanes) {
+  for (int64_t i = 0; i < n; i += LANES) {
     const __mmask16 live = lanes_at(i, n);
     _mm512_mask_storeu_ps(out + i, live, silu_v(_mm512_maskz_loadu_ps(live, x + i), x + i, live));
   }

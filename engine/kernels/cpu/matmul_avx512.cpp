@@ -30,7 +30,7 @@ namespace detaudit::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kTokenGroup = 4;
+constexpr int64_t TOKEN_GROUP = 4;
 
 inline __m512i round_shift_v(__m512i v, __m512i s) {
   const __mmask8 neg = _mm512_cmplt_epi64_mask(s, _mm512_setzero_si512());
@@ -129,7 +129,7 @@ void kernel_tokens(const panel& p, const act_view& x, int64_t t, int64_t t0, int
 template <bool WIDE, bool MIN>
 void kernel_all(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64_t* acc) {
   int64_t t = t0;
-  for (; t + kTokenGroup <= t1; t += kTokenGroup) kernel_tokens<kTokenGroup, WIDE, MIN>(p, x, t, t0, acc);
+  for (; t + TOKEN_GROUP <= t1; t += TOKEN_GROUP) kernel_tokens<TOKEN_GROUP, WIDE, MIN>(p, x, t, t0, acc);
   for (; t < t1; ++t) kernel_tokens<1, WIDE, MIN>(p, x, t, t0, acc);
 }
 

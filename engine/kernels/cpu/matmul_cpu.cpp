@@ -20,7 +20,7 @@ using numerics::wblock;
 
 namespace {
 
-constexpr int64_t kTokenTile = 64;  // tokens per accumulator tile
+constexpr int64_t TOKEN_TILE = 64;  // tokens per accumulator tile
 
 // The offset of the fp16 d and min fields in one block (or K-quant super-block) of t; -1 when t
 // has no min. Block sizes: q4_0 18, q4_1 20, q5_0 22, q5_1 24, q8_0 34, q2_K 84, q3_K 110,
@@ -91,15 +91,9 @@ int32_t quantize_block_cpu(const float* x, int n, int16_t* q) {
   return n == QBLOCK ? quantize_block_fast(x, q) : numerics::quantize_block(x, n, q);
 }
 
+// Every integer block type numerics computes with; F32/F16/BF16 weights take the reference kernel.
 bool matmul_fast_type(gguf::dtype t) {
-  switch (t) {
-    case gguf::DTYPE_Q4_0: case gguf::DTYPE_Q4_1: case gguf::DTYPE_Q5_0: case gguf::DTYPE_Q5_1:
-    case gguf::DTYPE_Q8_0: case gguf::DTYPE_Q2_K: case gguf::DTYPE_Q3_K: case gguf::DTYPE_Q4_K:
-    case gguf::DTYPE_Q5_K: case gguf::DTYPE_Q6_K:
-      return true;
-    default:
-      return false;
-  }
+  return numerics::weight_type_supported(t) && t != gguf::DTYPE_F32 && t != gguf::DTYPE_F16 && t != gguf::DTYPE_BF16;
 }
 
 int32_t matmul_shift_const(int64_t n_blocks) {
@@ -297,15 +291,15 @@ void matmul_exact_cpu(isa i, const act_pack& x, gguf::dtype t, const uint8_t* w,
     }
   }
   thread_local panel_buffer buf;
-  std::vector<int64_t> acc(static_cast<size_t>(kTokenTile * PANEL_ROWS));
+  std::vector<int64_t> acc(static_cast<size_t>(TOKEN_TILE * PANEL_ROWS));
   for (int64_t r0 = row_begin; r0 < row_end; r0 += PANEL_ROWS) {
     const int n_rows = static_cast<int>(std::min<int64_t>(PANEL_ROWS, row_end - r0));
     panel p = buf.view(nb);
     if (i != isa::avx512 || !panel_decode_avx512(t, w, row_bytes, r0, n_rows, row_bounds + r0, p)) {
       panel_decode_generic(t, w, row_bytes, r0, n_rows, row_bounds + r0, p);
     }
-    for (int64_t tt = 0; tt < x.n_tokens; tt += kTokenTile) {
-      const int64_t te = std::min(x.n_tokens, tt + kTokenTile);
+    for (int64_t tt = 0; tt < x.n_tokens; tt += TOKEN_TILE) {
+      const int64_t te = std::min(x.n_tokens, tt + TOKEN_TILE);
       std::fill(acc.begin(), acc.end(), 0);
       if (i == isa::avx512) panel_kernel_avx512(p, xv, tt, te, acc.data());
       else if (i == isa::avx2) panel_kernel_avx2(p, xv, tt, te, acc.data());

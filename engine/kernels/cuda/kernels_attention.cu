@@ -15,8 +15,8 @@
 namespace detaudit::kernels::cuda {
 namespace {
 
-constexpr int kAttThreads = 128;
-constexpr int kMaxBlocks = static_cast<int>(ATTENTION_MAX_HEAD_DIM / xd::QBLOCK);
+constexpr int ATT_THREADS = 128;
+constexpr int MAX_BLOCKS = static_cast<int>(ATTENTION_MAX_HEAD_DIM / xd::QBLOCK);
 
 __global__ void kv_quantize_kernel(const float* k, const float* v, int64_t rows, int64_t n_head_kv,
                                    int64_t head_dim, uint8_t* cells) {
@@ -75,11 +75,11 @@ __device__ float scores_pass(const int16_t* sq, const int32_t* se, int32_t qmax,
 __global__ void attention_kernel(const float* q, const int64_t* n_kv, int64_t n_head, int64_t n_head_kv,
                                  int64_t head_dim, const uint8_t* cells, int64_t n_cells, float kq_scale,
                                  int32_t* scratch, float* out) {
-  __shared__ int16_t sq[kMaxBlocks * xd::QBLOCK];
-  __shared__ int32_t se[kMaxBlocks];
-  __shared__ int32_t sgv[kMaxBlocks];
-  __shared__ float s_max[kAttThreads];
-  __shared__ long long s_sum[kAttThreads];
+  __shared__ int16_t sq[MAX_BLOCKS * xd::QBLOCK];
+  __shared__ int32_t se[MAX_BLOCKS];
+  __shared__ int32_t sgv[MAX_BLOCKS];
+  __shared__ float s_max[ATT_THREADS];
+  __shared__ long long s_sum[ATT_THREADS];
   const int64_t r = blockIdx.x / n_head, h = blockIdx.x % n_head;
   const int64_t nb = (head_dim + xd::QBLOCK - 1) / xd::QBLOCK;
   const int64_t nkv = n_kv[r];
@@ -111,7 +111,7 @@ __global__ void attention_kernel(const float* q, const int64_t* n_kv, int64_t n_
   }
   __syncthreads();
   float m = s_max[0];
-  for (int i = 1; i < kAttThreads; ++i) m = s_max[i] > m ? s_max[i] : m;
+  for (int i = 1; i < ATT_THREADS; ++i) m = s_max[i] > m ? s_max[i] : m;
   if (m == 0.0f) m = 0.0f;
   long long wsum = 0;
   int32_t* wrow = scratch + blockIdx.x * n_cells;
@@ -123,7 +123,7 @@ __global__ void attention_kernel(const float* q, const int64_t* n_kv, int64_t n_
   s_sum[threadIdx.x] = wsum;
   __syncthreads();
   long long total = 0;
-  for (int i = 0; i < kAttThreads; ++i) total += s_sum[i];
+  for (int i = 0; i < ATT_THREADS; ++i) total += s_sum[i];
   const float inv_s = xd::recip_f32(xd::fixed_to_f32(total, 0));
   for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
     const int64_t b = d / xd::QBLOCK;
@@ -145,7 +145,7 @@ void launch_attention(const float* q, int64_t n_q, const int64_t* n_kv, int64_t 
                       int64_t head_dim, const uint8_t* cells, int64_t n_cells, float kq_scale,
                       int32_t* scratch, float* out) {
   if (n_q * n_head == 0) return;
-  DETAUDIT_LAUNCH(attention_kernel, static_cast<unsigned>(n_q * n_head), kAttThreads)(q, n_kv, n_head, n_head_kv, head_dim,
+  DETAUDIT_LAUNCH(attention_kernel, static_cast<unsigned>(n_q * n_head), ATT_THREADS)(q, n_kv, n_head, n_head_kv, head_dim,
                                                                          cells, n_cells, kq_scale, scratch, out);
 }
 

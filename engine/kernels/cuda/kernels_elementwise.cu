@@ -11,12 +11,12 @@
 namespace detaudit::kernels::cuda {
 namespace {
 
-constexpr int kNormThreads = 256;
+constexpr int NORM_THREADS = 256;
 
 __global__ void rms_norm_kernel(const float* x, int64_t cols, int64_t group, const float* w, float eps,
                                 float inv_n, float* out) {
-  __shared__ int s_maxe[kNormThreads];
-  __shared__ long long s_sum[kNormThreads];
+  __shared__ int s_maxe[NORM_THREADS];
+  __shared__ long long s_sum[NORM_THREADS];
   const int64_t n_groups = cols / group;
   const int64_t base = (int64_t(blockIdx.x) / n_groups) * cols + (int64_t(blockIdx.x) % n_groups) * group;
   const float* xg = x + base;
@@ -28,7 +28,7 @@ __global__ void rms_norm_kernel(const float* x, int64_t cols, int64_t group, con
   s_maxe[threadIdx.x] = maxe;
   __syncthreads();
   if (threadIdx.x == 0) {
-    for (int i = 1; i < kNormThreads; ++i) maxe = s_maxe[i] > maxe ? s_maxe[i] : maxe;
+    for (int i = 1; i < NORM_THREADS; ++i) maxe = s_maxe[i] > maxe ? s_maxe[i] : maxe;
     s_maxe[0] = maxe;
   }
   __syncthreads();
@@ -41,7 +41,7 @@ __global__ void rms_norm_kernel(const float* x, int64_t cols, int64_t group, con
   s_sum[threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.x == 0) {
-    for (int i = 1; i < kNormThreads; ++i) sum += s_sum[i];
+    for (int i = 1; i < NORM_THREADS; ++i) sum += s_sum[i];
     s_sum[0] = sum;
   }
   __syncthreads();
@@ -86,7 +86,7 @@ __global__ void rope_kernel(float* x, int64_t rows, int64_t n_head, int64_t head
 void launch_rms_norm(const float* x, int64_t rows, int64_t cols, int64_t group, const float* w, float eps,
                      float inv_n, float* out) {
   const int64_t blocks = rows * (cols / group);
-  if (blocks > 0) DETAUDIT_LAUNCH(rms_norm_kernel, static_cast<unsigned>(blocks), kNormThreads)(x, cols, group, w, eps, inv_n, out);
+  if (blocks > 0) DETAUDIT_LAUNCH(rms_norm_kernel, static_cast<unsigned>(blocks), NORM_THREADS)(x, cols, group, w, eps, inv_n, out);
 }
 
 void launch_swiglu(const float* gate, const float* up, int64_t n, float* out) {

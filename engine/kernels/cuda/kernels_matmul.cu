@@ -16,8 +16,8 @@
 namespace detaudit::kernels::cuda {
 namespace {
 
-constexpr int kDecodeBlocks = 8;   // weight blocks decoded into shared memory per step
-constexpr int64_t kMaxGridY = 65535;
+constexpr int DECODE_BLOCKS = 8;   // weight blocks decoded into shared memory per step
+constexpr int64_t MAX_GRID_Y = 65535;
 static_assert(MATMUL_PACK_WORDS == xd::ACT_PACK_WORDS, "pack scratch layout");
 
 __global__ void quantize_blocks_kernel(const float* x, int64_t rows, int64_t n, int64_t nb, int16_t* q,
@@ -57,8 +57,8 @@ template <bool INT8>
 __global__ void matmul_kernel(int32_t t, const uint8_t* w, uint64_t row_bytes, const int32_t* bounds,
                               int64_t n_in, int64_t n_out, const int16_t* xq, const uint32_t* xpack,
                               const int32_t* xexp, const int32_t* xmax, int64_t tok0, int64_t n_tok, float* y) {
-  __shared__ xd::wblock sw[kDecodeBlocks];
-  __shared__ uint32_t swq[kDecodeBlocks][xd::PACK_WORDS];
+  __shared__ xd::wblock sw[DECODE_BLOCKS];
+  __shared__ uint32_t swq[DECODE_BLOCKS][xd::PACK_WORDS];
   const int64_t row = blockIdx.x;
   const int64_t tok = tok0 + int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   const int64_t nb = (n_in + xd::QBLOCK - 1) / xd::QBLOCK;
@@ -68,8 +68,8 @@ __global__ void matmul_kernel(int32_t t, const uint8_t* w, uint64_t row_bytes, c
   const bool live = mx != xd::EXP_ZERO && bound != xd::EXP_ZERO;
   const int32_t g = live ? xd::dot_grid(mx, bound, nb) : 0;
   int64_t acc = 0;
-  for (int64_t c = 0; c < nb; c += kDecodeBlocks) {
-    if (threadIdx.x < kDecodeBlocks && c + threadIdx.x < nb) {
+  for (int64_t c = 0; c < nb; c += DECODE_BLOCKS) {
+    if (threadIdx.x < DECODE_BLOCKS && c + threadIdx.x < nb) {
       const int64_t b = c + threadIdx.x;
       const int64_t left = n_in - b * xd::QBLOCK;
       xd::decode_block(t, wrow, b, left < xd::QBLOCK ? static_cast<int>(left) : xd::QBLOCK, sw[threadIdx.x]);
@@ -77,7 +77,7 @@ __global__ void matmul_kernel(int32_t t, const uint8_t* w, uint64_t row_bytes, c
     }
     __syncthreads();
     if (live) {
-      for (int i = 0; i < kDecodeBlocks && c + i < nb; ++i) {
+      for (int i = 0; i < DECODE_BLOCKS && c + i < nb; ++i) {
         const int64_t k = tok * nb + c + i;
         acc += INT8 ? xd::dot_block_fixed8(xpack + k * xd::ACT_PACK_WORDS, xexp[k], sw[i], swq[i], g)
                     : xd::dot_block_fixed(xq + k * xd::QBLOCK, xexp[k], sw[i], g);
@@ -104,7 +104,7 @@ void launch_matmul(int32_t t, const uint8_t* w, uint64_t row_bytes, const int32_
   const int64_t nb = (n_in + xd::QBLOCK - 1) / xd::QBLOCK;
   if (int8) DETAUDIT_LAUNCH(pack_act_kernel, grid_for(n_tok * nb, 128), 128)(xq, n_tok * nb, xpack);
   const int threads = n_tok <= 32 ? 32 : n_tok <= 64 ? 64 : 128;
-  const int64_t per_launch = kMaxGridY * threads;
+  const int64_t per_launch = MAX_GRID_Y * threads;
   for (int64_t tok0 = 0; tok0 < n_tok; tok0 += per_launch) {
     const int64_t left = n_tok - tok0 < per_launch ? n_tok - tok0 : per_launch;
     const dim3 grid(static_cast<unsigned>(n_out), static_cast<unsigned>((left + threads - 1) / threads));

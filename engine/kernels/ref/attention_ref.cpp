@@ -16,15 +16,15 @@ using numerics::QBLOCK;
 
 namespace {
 
-constexpr int kWeightBits = 30;  // softmax weights on a 2^-30 grid; W_max = 2^30
-constexpr int kValueBits = 15;   // |v| <= 32767 < 2^15
+constexpr int WEIGHT_BITS = 30;  // softmax weights on a 2^-30 grid; W_max = 2^30
+constexpr int VALUE_BITS = 15;   // |v| <= 32767 < 2^15
 
 // round-half-even(w * 2^30) for w in [0, 1], from the float bits.
 int64_t weight_fixed(float w) {
   int32_t m;
   int e;
   numerics::f32_decompose(flush(w), &m, &e);
-  return numerics::round_shift(m, e + kWeightBits);
+  return numerics::round_shift(m, e + WEIGHT_BITS);
 }
 
 // K position t as unit-scale weight blocks (d_mant = 1, d_exp = block exp, scale 1, no offset).
@@ -68,7 +68,7 @@ void attention_value_grids_ref(const kv_head_view& v, int64_t n_kv, int64_t n_hb
     int32_t e = EXP_ZERO;
     for (int64_t t = 0; t < n_kv; ++t) e = std::max(e, v.exp[t * v.exp_stride + b]);
     gv[b] = e == EXP_ZERO ? EXP_ZERO
-                          : e + kWeightBits + kValueBits + numerics::ceil_log2(n_kv) - numerics::ACC_BITS;
+                          : e + WEIGHT_BITS + VALUE_BITS + numerics::ceil_log2(n_kv) - numerics::ACC_BITS;
   }
 }
 
@@ -141,7 +141,7 @@ float log_softmax_logz_ref(const float* logits, int64_t n_vocab, float* max_out)
     s += weight_fixed(numerics::exp_f32(flush(flush(logits[i]) - m)));
   }
   *max_out = m;
-  return numerics::log_f32(numerics::fixed_to_f32(s, -kWeightBits));
+  return numerics::log_f32(numerics::fixed_to_f32(s, -WEIGHT_BITS));
 }
 
 int64_t log_softmax_top_ref(const float* logits, int64_t n_vocab, int64_t k, token_logprob* out) {

@@ -200,7 +200,7 @@ void handles_destroy(device_handles& h) {
 }
 
 // The logical device (one queue of `family`, shaderInt64 on) and its command buffer, fence and
-// descriptor pool (one set of up to k_max_bindings storage buffers, reset after each dispatch).
+// descriptor pool (one set of up to MAX_BINDINGS storage buffers, reset after each dispatch).
 void handles_create(VkPhysicalDevice pd, uint32_t family, bool dot8, device_handles& h) {
   const float priority = 1.0f;
   VkDeviceQueueCreateInfo qci{};
@@ -242,7 +242,7 @@ void handles_create(VkPhysicalDevice pd, uint32_t family, bool dot8, device_hand
   vk_check(vkCreateFence(h.dev, &fci, nullptr, &h.fence), "vkCreateFence");
   VkDescriptorPoolSize size{};
   size.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-  size.descriptorCount = k_max_bindings;
+  size.descriptorCount = MAX_BINDINGS;
   VkDescriptorPoolCreateInfo dpci{};
   dpci.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO;
   dpci.maxSets = 1;

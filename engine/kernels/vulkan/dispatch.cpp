@@ -88,7 +88,7 @@ void vk_device::free_buffer(buffer& b) {
 }
 
 buffer& vk_device::scratch(int slot, uint64_t bytes) {
-  if (slot < 0 || slot >= k_scratch_slots)
+  if (slot < 0 || slot >= SCRATCH_SLOTS)
     throw std::logic_error("vulkan: scratch slot " + std::to_string(slot) + " out of range");
   buffer& b = scratch_[slot];
   if (b.bytes >= bytes && b.handle != VK_NULL_HANDLE) return b;
@@ -103,7 +103,7 @@ void vk_device::dispatch(const char* name, std::initializer_list<const buffer*> 
                          uint32_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz) {
   if (gx > max_groups_[0] || gy > max_groups_[1] || gz > max_groups_[2])
     throw std::logic_error(std::string("vulkan: dispatch of ") + name + " exceeds maxComputeWorkGroupCount");
-  if (push_bytes > k_push_bytes) throw std::logic_error(std::string("vulkan: push constants too large for ") + name);
+  if (push_bytes > PUSH_BYTES) throw std::logic_error(std::string("vulkan: push constants too large for ") + name);
   pipeline& p = get_pipeline(name, static_cast<uint32_t>(bindings.size()));
   if (gx == 0 || gy == 0 || gz == 0) return;
 

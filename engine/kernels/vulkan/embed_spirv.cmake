@@ -1,4 +1,4 @@
-# Writes OUT, a C++ source defining detaudit::kernels::vulkan::k_shaders / k_n_shaders
+# Writes OUT, a C++ source defining detaudit::kernels::vulkan::SHADERS / N_SHADERS
 # (kernels/vulkan/vk_internal.h) from the SPIR-V files in SPV_FILES ('|'-separated paths; each
 # shader is named after its file, without the extension). Run with `cmake -P`.
 if(NOT DEFINED SPV_FILES OR NOT DEFINED OUT)
@@ -30,7 +30,7 @@ endforeach()
 if(n EQUAL 0)
   message(FATAL_ERROR "embed_spirv.cmake: no shaders to embed")
 endif()
-string(APPEND body "}  // namespace\n\nconst shader_blob k_shaders[] = {\n${table}};\n")
-string(APPEND body "const uint64_t k_n_shaders = ${n};\n\n}  // namespace detaudit::kernels::vulkan\n")
+string(APPEND body "}  // namespace\n\nconst shader_blob SHADERS[] = {\n${table}};\n")
+string(APPEND body "const uint64_t N_SHADERS = ${n};\n\n}  // namespace detaudit::kernels::vulkan\n")
 
 file(WRITE ${OUT} "${body}")

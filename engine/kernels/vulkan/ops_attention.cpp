@@ -20,8 +20,8 @@ namespace detaudit::kernels::vulkan {
 
 namespace {
 
-constexpr uint64_t kGroup = 64;  // local_size_x of attention.comp
-constexpr uint64_t kMaxBytes = uint64_t(1) << 32;
+constexpr uint64_t GROUP = 64;  // local_size_x of attention.comp
+constexpr uint64_t MAX_BYTES = uint64_t(1) << 32;
 
 enum attention_pass : uint32_t { PASS_SCORES = 0, PASS_SOFTMAX = 1, PASS_ACCUM = 2 };
 
@@ -54,7 +54,7 @@ void run_passes(vk_device& dev, std::initializer_list<const buffer*> bufs, atten
                 uint64_t max_kv) {
   const uint64_t step0 = dev.max_groups(0);
   const uint64_t step1 = dev.max_groups(1);
-  const uint64_t kv_chunks = (max_kv + kGroup - 1) / kGroup;
+  const uint64_t kv_chunks = (max_kv + GROUP - 1) / GROUP;
   p.pass = PASS_SCORES;
   for (uint64_t rh0 = 0; rh0 < rows && kv_chunks > 0; rh0 += step1) {
     p.rh0 = u32(rh0);
@@ -68,7 +68,7 @@ void run_passes(vk_device& dev, std::initializer_list<const buffer*> bufs, atten
   p.pass = PASS_ACCUM;
   for (uint64_t rh0 = 0; rh0 < rows; rh0 += step1) {
     p.rh0 = u32(rh0);
-    dev.dispatch("attention", bufs, &p, sizeof p, u32((p.head_dim + kGroup - 1) / kGroup),
+    dev.dispatch("attention", bufs, &p, sizeof p, u32((p.head_dim + GROUP - 1) / GROUP),
                  u32(std::min(step1, rows - rh0)));
   }
 }
@@ -85,7 +85,7 @@ void vk_device::attention(const float* q, int64_t n_q, const int64_t* n_kv, int6
   const uint64_t nb = (hd + numerics::QBLOCK - 1) / numerics::QBLOCK;
   const uint64_t nc = static_cast<uint64_t>(n_cells);
   const uint64_t cell_bytes = 2 * static_cast<uint64_t>(n_head_kv) * nb * (numerics::QBLOCK * 2 + 4);
-  if (nc * cell_bytes >= kMaxBytes || rows * nc * 4 >= kMaxBytes) {
+  if (nc * cell_bytes >= MAX_BYTES || rows * nc * 4 >= MAX_BYTES) {
     throw input_error("vulkan attention: " + std::to_string(n_cells) + " cells of " + std::to_string(cell_bytes) +
                       " bytes for " + std::to_string(rows) + " query heads exceed the backend's 4 GiB buffers");
   }

@@ -15,11 +15,11 @@
 namespace detaudit::kernels::vulkan {
 namespace {
 
-constexpr int64_t k_max_elems = int64_t(1) << 31;  // indices in the shaders are uint32
+constexpr int64_t MAX_ELEMS = int64_t(1) << 31;  // indices in the shaders are uint32
 
 // Element count limit of one call (32-bit shader indices).
 uint32_t to_u32(int64_t n, const char* op) {
-  if (n < 0 || n >= k_max_elems)
+  if (n < 0 || n >= MAX_ELEMS)
     throw input_error(std::string("vulkan ") + op + ": size " + std::to_string(n) + " out of range [0, 2^31)");
   return static_cast<uint32_t>(n);
 }

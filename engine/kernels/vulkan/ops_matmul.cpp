@@ -25,9 +25,9 @@ namespace detaudit::kernels::vulkan {
 
 namespace {
 
-constexpr uint32_t kTokenTile = 8;      // tokens per matmul invocation (matmul.glsl's TILE)
-constexpr uint64_t kRowsPerGroup = 64;  // rows per matmul workgroup (its local size)
-constexpr uint64_t kMaxBytes = uint64_t(1) << 32;
+constexpr uint32_t TOKEN_TILE = 8;      // tokens per matmul invocation (matmul.glsl's TILE)
+constexpr uint64_t ROWS_PER_GROUP = 64;  // rows per matmul workgroup (its local size)
+constexpr uint64_t MAX_BYTES = uint64_t(1) << 32;
 
 struct quantize_push {
   uint32_t n, nb, row0;
@@ -75,7 +75,7 @@ gpu::weight_handle vk_device::upload_weight(gguf::dtype t, const uint8_t* data, 
   }
   const uint64_t row_bytes = gguf::dtype_row_bytes(t, n_in);
   const uint64_t bytes = row_bytes * static_cast<uint64_t>(n_out);
-  if (bytes + 4 > kMaxBytes) {
+  if (bytes + 4 > MAX_BYTES) {
     throw input_error("vulkan upload_weight: a weight tensor of " + std::to_string(bytes) +
                       " bytes; the Vulkan backend takes tensors below 4 GiB");
   }
@@ -140,14 +140,14 @@ void vk_device::matmul(gpu::weight_handle h, const float* x, int64_t n_tok, floa
     lo = &lob;
     hs = &hsb;
   }
-  const uint64_t row_step = uint64_t(max_groups(0)) * kRowsPerGroup;
+  const uint64_t row_step = uint64_t(max_groups(0)) * ROWS_PER_GROUP;
   const uint64_t tile_step = max_groups(1);
-  const uint64_t n_tiles = (nt + kTokenTile - 1) / kTokenTile;
+  const uint64_t n_tiles = (nt + TOKEN_TILE - 1) / TOKEN_TILE;
   for (uint64_t tile0 = 0; tile0 < n_tiles; tile0 += tile_step) {
     for (uint64_t r0 = 0; r0 < n_out; r0 += row_step) {
       const matmul_push p{static_cast<int32_t>(w.type), u32(n_in), u32(nb), u32(w.row_bytes), u32(n_out),
-                          u32(nt), u32(r0), u32(tile0 * kTokenTile)};
-      const uint32_t gx = u32((std::min(row_step, n_out - r0) + kRowsPerGroup - 1) / kRowsPerGroup);
+                          u32(nt), u32(r0), u32(tile0 * TOKEN_TILE)};
+      const uint32_t gx = u32((std::min(row_step, n_out - r0) + ROWS_PER_GROUP - 1) / ROWS_PER_GROUP);
       const uint32_t gy = u32(std::min(tile_step, n_tiles - tile0));
       if (dot8) dispatch("matmul_dot8", {&w.data, &w.bounds, act, &eb, &mb, &yb, lo, hs}, &p, sizeof p, gx, gy);
       else dispatch("matmul", {&w.data, &w.bounds, act, &eb, &mb, &yb}, &p, sizeof p, gx, gy);

@@ -1,4 +1,4 @@
-// One compute pipeline per embedded shader (k_shaders), created on first use: shader module,
+// One compute pipeline per embedded shader (SHADERS), created on first use: shader module,
 // descriptor set layout of n storage buffers, pipeline layout with one 128-byte push-constant
 // range, and the compute pipeline (entry point "main").
 #include <cstring>
@@ -13,8 +13,8 @@ namespace detaudit::kernels::vulkan {
 namespace {
 
 const shader_blob* find_shader(const char* name) {
-  for (uint64_t i = 0; i < k_n_shaders; ++i) {
-    if (std::strcmp(k_shaders[i].name, name) == 0) return &k_shaders[i];
+  for (uint64_t i = 0; i < N_SHADERS; ++i) {
+    if (std::strcmp(SHADERS[i].name, name) == 0) return &SHADERS[i];
   }
   return nullptr;
 }
@@ -36,7 +36,7 @@ void create_layouts(VkDevice dev, uint32_t n_bindings, VkDescriptorSetLayout* se
   VkPushConstantRange range{};
   range.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
   range.offset = 0;
-  range.size = k_push_bytes;
+  range.size = PUSH_BYTES;
   VkPipelineLayoutCreateInfo lci{};
   lci.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO;
   lci.setLayoutCount = 1;
@@ -84,9 +84,9 @@ vk_device::pipeline& vk_device::get_pipeline(const char* name, uint32_t n_bindin
   }
   const shader_blob* s = find_shader(name);
   if (!s) throw std::logic_error(std::string("vulkan: no embedded shader named ") + name);
-  if (n_bindings > k_max_bindings)
+  if (n_bindings > MAX_BINDINGS)
     throw std::logic_error(std::string("vulkan: shader ") + name + " binds more than " +
-                           std::to_string(k_max_bindings) + " buffers");
+                           std::to_string(MAX_BINDINGS) + " buffers");
   auto p = std::make_unique<pipeline>();
   p->dev = dev_;
   p->n_bindings = n_bindings;

@@ -28,8 +28,8 @@ struct shader_blob {
   const uint32_t* words;
   uint64_t n_words;
 };
-extern const shader_blob k_shaders[];
-extern const uint64_t k_n_shaders;
+extern const shader_blob SHADERS[];
+extern const uint64_t N_SHADERS;
 
 // A storage buffer in host-visible, host-coherent memory, mapped for its whole life.
 struct buffer {
@@ -82,9 +82,9 @@ class vk_device final : public gpu::device {
   // A new buffer of `bytes` (at least 4); free with free_buffer (or left to the destructor).
   buffer make_buffer(uint64_t bytes);
   void free_buffer(buffer& b);
-  // Scratch buffer `slot` (0 .. k_scratch_slots - 1) holding at least `bytes`; reused between calls
+  // Scratch buffer `slot` (0 .. SCRATCH_SLOTS - 1) holding at least `bytes`; reused between calls
   // and grown when needed (its contents are then lost).
-  static constexpr int k_scratch_slots = 8;
+  static constexpr int SCRATCH_SLOTS = 8;
   buffer& scratch(int slot, uint64_t bytes);
   // Runs shaders/<name>.comp over (gx, gy, gz) workgroups with `bindings` at bindings 0, 1, ... of
   // set 0 (storage buffers, whole range) and `push` (push_bytes <= 128) as push constants, and
@@ -113,7 +113,7 @@ class vk_device final : public gpu::device {
   bool dot8_ = false;  // matmul of integer block types through matmul_dot8.comp (desc_.features)
   uint32_t max_groups_[3] = {0, 0, 0};
   std::unordered_map<std::string, std::unique_ptr<pipeline>> pipelines_;
-  buffer scratch_[k_scratch_slots];
+  buffer scratch_[SCRATCH_SLOTS];
   std::vector<vk_weight> weights_;  // index = weight_handle::id
 };
 

@@ -11,9 +11,9 @@
 namespace detaudit::kernels::vulkan {
 
 // Push constants of every pipeline: one range of this many bytes at offset 0, compute stage.
-constexpr uint32_t k_push_bytes = 128;
+constexpr uint32_t PUSH_BYTES = 128;
 // The most storage buffers one shader may bind (set 0, bindings 0 .. n - 1).
-constexpr uint32_t k_max_bindings = 16;
+constexpr uint32_t MAX_BINDINGS = 16;
 
 struct vk_device::pipeline {
   VkDevice dev = VK_NULL_HANDLE;

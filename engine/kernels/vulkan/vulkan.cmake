@@ -1,6 +1,6 @@
 # The Vulkan backend (included by engine/CMakeLists.txt when DETAUDIT_VULKAN=ON): its host sources,
 # its compute shaders compiled to SPIR-V by glslc at build time, and the SPIR-V embedded into one
-# generated source file (k_shaders, kernels/vulkan/vk_internal.h) so the binary needs no shader
+# generated source file (SHADERS, kernels/vulkan/vk_internal.h) so the binary needs no shader
 # files at run time.
 find_package(Vulkan REQUIRED)
 find_program(DETAUDIT_GLSLC glslc)
