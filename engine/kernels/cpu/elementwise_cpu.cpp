@@ -18,6 +18,10 @@ namespace detaudit::kernels::cpu {
 
 namespace {
 
+// silu_f32's bits. A NaN goes to the out-of-line numerics::silu_f32: a product of two NaNs keeps
+// the payload of the operand the compiler puts first, which an inlined copy may order otherwise.
+inline float silu_s(float x) { return x != x ? numerics::silu_f32(x) : numerics::inl::silu(x); }
+
 using numerics::inl::EXP_MASK;
 using numerics::inl::f_bits;
 using numerics::inl::FRAC_MASK;
@@ -106,7 +110,7 @@ void elem_scale_scalar(const float* x, const float* w, int64_t n, float r, float
 }
 
 void elem_swiglu_scalar(const float* gate, const float* up, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = numerics::inl::flush(numerics::inl::silu(gate[i]) * numerics::inl::flush(up[i]));
+  for (int64_t i = 0; i < n; ++i) out[i] = numerics::inl::flush(silu_s(gate[i]) * numerics::inl::flush(up[i]));
 }
 
 void elem_add_scalar(const float* a, const float* b, int64_t n, float* out) {
@@ -122,7 +126,7 @@ void elem_recip_scalar(const float* x, int64_t n, float* out) {
 }
 
 void elem_silu_scalar(const float* x, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = numerics::inl::silu(x[i]);
+  for (int64_t i = 0; i < n; ++i) out[i] = silu_s(x[i]);
 }
 
 void exp_f32_array_cpu(isa i, const float* x, int64_t n, float* out) {
