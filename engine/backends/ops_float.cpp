@@ -46,7 +46,7 @@ struct dot_act {
   std::vector<float> d;
 };
 
-void to_q8(const float* x, int64_t n, int64_t block, bool STYLE, dot_act& out) {
+void to_q8(const float* x, int64_t n, int64_t block, bool q8_k_style, dot_act& out) {
   out.block = block;
   out.v.assign(static_cast<size_t>(n), 0.0f);
   out.d.assign(static_cast<size_t>(n / block), 0.0f);
@@ -56,7 +56,7 @@ void to_q8(const float* x, int64_t n, int64_t block, bool STYLE, dot_act& out) {
     for (int64_t i = 0; i < block; ++i)
       if (std::fabs(xb[i]) > amax) amax = std::fabs(xb[i]), vmax = xb[i];
     if (amax == 0) continue;
-    if (STYLE) {  // quantize_row_q8_K_ref
+    if (q8_k_style) {  // quantize_row_q8_K_ref
       const float iscale = -127.0f / vmax;
       for (int64_t i = 0; i < block; ++i) out.v[b * block + i] = std::min(127.0f, std::nearbyint(iscale * xb[i]));
       out.d[b] = 1.0f / iscale;

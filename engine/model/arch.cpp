@@ -37,7 +37,7 @@ std::string key(const hparams& hp, const char* suffix) { return std::string(arch
 // Upper bounds far beyond any real model, so a corrupted count cannot drive a huge allocation.
 constexpr int64_t MAX_COUNT = int64_t(1) << 27;
 // Linear RoPE scaling divides positions by the factor; real files use 2 to 32.
-constexpr double MIN_ROPE_FACTOR = 1.0 / 65536, k_max_rope_factor = 65536;
+constexpr double MIN_ROPE_FACTOR = 1.0 / 65536, MAX_ROPE_FACTOR = 65536;
 
 int64_t positive(const gguf::file& f, const std::string& k, int64_t v, int64_t max = MAX_COUNT) {
   if (v <= 0 || v > max)
@@ -115,7 +115,7 @@ hparams hparams_from_gguf(const gguf::file& f) {
   std::string scaling = f.get_string(key(hp, "rope.scaling.type"), "none");
   if (scaling == "linear") {
     const std::string k = key(hp, "rope.scaling.factor");
-    hp.rope_scale_linear = 1.0 / float_key(f, k, f.get_float(k, 1.0), MIN_ROPE_FACTOR, k_max_rope_factor,
+    hp.rope_scale_linear = 1.0 / float_key(f, k, f.get_float(k, 1.0), MIN_ROPE_FACTOR, MAX_ROPE_FACTOR,
                                            "a number from 1/65536 to 65536 (positions are divided by it)");
   } else if (scaling != "none") {
     throw input_error(f.path() + ": rope.scaling.type '" + gguf::printable(scaling) + "' is not supported (none, linear)");

@@ -30,6 +30,7 @@ double ms_between(clock_type::time_point a, clock_type::time_point b) {
 struct queued {
   request req;
   request_callbacks cb;
+  std::string error;  // check_request's verdict, taken in submit() outside the lock ("" = valid)
 };
 
 // A request while it holds a slot.
@@ -264,7 +265,7 @@ void scheduler::impl::admit() {
     std::lock_guard<std::mutex> lk(mu);
     std::vector<bool> taken(slots.size(), false);
     for (auto it = queue.begin(); it != queue.end();) {
-      const std::string err = stopping ? "server is shutting down" : check_request(it->req);
+      const std::string err = stopping ? "server is shutting down" : it->error;
       slot* s = err.empty() ? pick_slot(it->req, taken) : nullptr;
       if (!err.empty()) refused.push_back({std::move(*it), err, stopping ? 503 : 400});
       else if (s) {
@@ -602,6 +603,7 @@ scheduler::scheduler(std::shared_ptr<const model::model> m, const scheduler_para
 scheduler::~scheduler() { stop(); }
 
 bool scheduler::submit(request r, request_callbacks cb) {
+  std::string err = p_->check_request(r);  // pure: checked here, so the scheduler's lock is not held for it
   {
     std::lock_guard<std::mutex> lk(p_->mu);
     if (p_->stopping || p_->queue.size() >= p_->queue_cap) {
@@ -609,7 +611,7 @@ bool scheduler::submit(request r, request_callbacks cb) {
       return false;
     }
     ++p_->met.requests_total;
-    p_->queue.push_back({std::move(r), std::move(cb)});
+    p_->queue.push_back({std::move(r), std::move(cb), std::move(err)});
     p_->met.requests_waiting = static_cast<int64_t>(p_->queue.size());
   }
   p_->cv.notify_all();

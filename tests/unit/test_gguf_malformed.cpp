@@ -20,7 +20,7 @@ using namespace detaudit::gguf;
 
 namespace {
 
-constexpr uint64_t HUGE = 1ull << 60;
+constexpr uint64_t HUGE_COUNT = 1ull << 60;
 
 struct bytes {
   std::vector<uint8_t> b;
@@ -94,15 +94,15 @@ std::vector<bad_case> bad_cases() {
        "unexpected end of file at offset 37 while reading a uint32 value of key 'a'"},
       {"truncated in a tensor info", header(3, 1, 0).str(long_name).u32(2).u64(4).b,
        "unexpected end of file at offset 84 while reading a dimension of tensor 'nnnn"},
-      {"huge n_kv", header(3, 0, HUGE).zeros(64).b, "metadata count 1152921504606846976 at offset 16 needs at least 13 bytes per entry"},
-      {"huge n_tensors", header(3, HUGE, 0).zeros(64).b, "tensor count 1152921504606846976 at offset 8 needs at least 32 bytes per tensor info"},
+      {"huge n_kv", header(3, 0, HUGE_COUNT).zeros(64).b, "metadata count 1152921504606846976 at offset 16 needs at least 13 bytes per entry"},
+      {"huge n_tensors", header(3, HUGE_COUNT, 0).zeros(64).b, "tensor count 1152921504606846976 at offset 8 needs at least 32 bytes per tensor info"},
       {"huge string length", header(3, 0, 1).str("a").u32(VALUE_STRING).u64(1ull << 62).raw("xyz", 3).b,
        "a string of 4611686018427387904 bytes"},
       {"huge key length", header(3, 0, 1).u64(UINT64_MAX).zeros(16).b,
        "while reading the key of metadata entry 0: a string of 18446744073709551615 bytes"},
       {"key over 64 KiB", header(3, 0, 1).str(std::string(70000, 'k')).u32(VALUE_UINT8).u8(0).b,
        "the key of metadata entry 0 at offset 24: expected at most 65536 bytes, found a string of 70000 bytes"},
-      {"huge array count", header(3, 0, 1).str("a").u32(VALUE_ARRAY).u32(VALUE_UINT32).u64(HUGE).zeros(64).b,
+      {"huge array count", header(3, 0, 1).str("a").u32(VALUE_ARRAY).u32(VALUE_UINT32).u64(HUGE_COUNT).zeros(64).b,
        "array count of key 'a' 1152921504606846976 at offset 41 needs at least 4 bytes per uint32 element"},
       {"huge array-of-arrays count", header(3, 0, 1).str("a").u32(VALUE_ARRAY).u32(VALUE_ARRAY).u64(1ull << 40).zeros(64).b,
        "needs at least 12 bytes per array element"},
@@ -284,7 +284,7 @@ TEST_CASE("gguf: corruption sweep over stories260K") {
     try_load(std::move(b), "byte flipped at " + std::to_string(at), st);
   }
 
-  const uint64_t huge[] = {HUGE, 1ull << 63, UINT64_MAX, UINT64_MAX - 7, 1ull << 32, 0};
+  const uint64_t huge[] = {HUGE_COUNT, 1ull << 63, UINT64_MAX, UINT64_MAX - 7, 1ull << 32, 0};
   for (uint64_t at : u64_field_offsets(ref)) {
     for (uint64_t h : huge) {
       std::vector<uint8_t> b = orig;

@@ -454,6 +454,59 @@ TEST_CASE("serve scheduler: bad requests fail alone with 400") {
     CHECK(static_cast<int64_t>(r.prompt.size() + full.gen.tokens.size()) == s.slot_n_ctx() + 1);
 }
 
+TEST_CASE("serve scheduler: two queued requests for the same free slot run one after the other on it") {
+  auto m = stories();
+  serve::scheduler s(m, sched_params(2, 256));
+  collector c;
+  blocker b;
+  b.submit(s, c, 0, /*id_slot=*/1);  // the scheduler thread is held: A and B are admitted in one pass
+  std::mutex mu;
+  std::vector<int> order;
+  std::promise<void> a_done, b_done;
+  auto submit = [&](int key, std::promise<void>& done) {
+    serve::request r = make_request(*m, TEXTS[key], 4);
+    r.id_slot = 0;
+    serve::request_callbacks cb = c.callbacks(key);
+    cb.on_done = [&, key, prev = cb.on_done](const serve::request_result& res) {
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        order.push_back(key);
+      }
+      prev(res);
+      done.set_value();
+    };
+    REQUIRE(s.submit(r, cb));
+  };
+  submit(1, a_done);
+  submit(2, b_done);
+  b.release();
+  // Both promised slot 0 in one pass, the second would replace the first, which would never end.
+  REQUIRE(a_done.get_future().wait_for(std::chrono::seconds(120)) == std::future_status::ready);
+  REQUIRE(b_done.get_future().wait_for(std::chrono::seconds(120)) == std::future_status::ready);
+  CHECK(order == std::vector<int>{1, 2});
+  for (int key : {1, 2}) {
+    const serve::request_result r = c.get(key);
+    CHECK(r.error == "");
+    CHECK(r.slot == 0);
+    CHECK(r.gen.tokens.size() == 4);
+  }
+}
+
+TEST_CASE("serve scheduler: a refused request's callback may call back into the scheduler") {
+  auto m = stories();
+  serve::scheduler s(m, sched_params(2, 256));
+  serve::request r = make_request(*m, TEXTS[0], 4);
+  r.id_slot = 5;  // no such slot: refused with 400
+  std::promise<int64_t> seen;
+  serve::request_callbacks cb;
+  // Answered while the scheduler's lock were held, metrics() would wait on it forever.
+  cb.on_done = [&](const serve::request_result& res) { seen.set_value(res.http_status == 400 ? s.metrics().requests_total : -1); };
+  REQUIRE(s.submit(r, cb));
+  std::future<int64_t> f = seen.get_future();
+  REQUIRE(f.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+  CHECK(f.get() == 1);
+}
+
 TEST_CASE("serve scheduler: in float numerics a shared step changes logits") {
   const std::string dir = test::scratch_dir("serve_scheduler_float");
   model::synth_options o;
