@@ -27,9 +27,10 @@ void resolve(CLI::App* sub, synth_cmd_options& o) {
   auto a = model::arch_from_name(o.arch);
   if (!a) throw input_error("synth: --arch '" + o.arch + "' is not one of llama, qwen2, qwen3");
   o.synth.arch = *a;
-  const gguf::dtype_traits* t = gguf::dtype_from_name(o.type);
-  if (!t) throw input_error("synth: --type '" + o.type + "' is not one of " + TYPES);
-  o.synth.type = t->type;
+  const bool mixture = o.type == "q4_k_m" || o.type == "q5_k_m";
+  const gguf::dtype_traits* t = mixture ? nullptr : gguf::dtype_from_name(o.type);
+  if (!t && !mixture) throw input_error("synth: --type '" + o.type + "' is not one of " + TYPES + "|" + model::synth_mixture_names());
+  if (t) o.synth.type = t->type;
   for (const std::string& nt : o.tensor_types) {
     const size_t eq = nt.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == nt.size())
@@ -38,17 +39,20 @@ void resolve(CLI::App* sub, synth_cmd_options& o) {
     if (!tt) throw input_error("synth: --tensor-type '" + nt + "': '" + nt.substr(eq + 1) + "' is not one of " + TYPES);
     o.synth.tensor_types.emplace_back(nt.substr(0, eq), tt->type);
   }
-  if (o.preset.empty()) return;
-  const model::synth_preset* p = model::synth_find_preset(o.preset);
-  if (!p) throw input_error("synth: --preset '" + o.preset + "' is not one of " + model::synth_preset_names());
-  model::synth_options given = o.synth;
-  model::synth_apply_preset(o.synth, *p);
-  const std::pair<const char*, int64_t model::synth_options::*> shape_flags[] = {
-      {"--n-embd", &model::synth_options::n_embd}, {"--n-layer", &model::synth_options::n_layer},
-      {"--n-head", &model::synth_options::n_head}, {"--n-head-kv", &model::synth_options::n_head_kv},
-      {"--n-ff", &model::synth_options::n_ff},     {"--n-ctx", &model::synth_options::n_ctx}};
-  for (auto [flag, member] : shape_flags)
-    if (sub->get_option(flag)->count() > 0) o.synth.*member = given.*member;
+  if (!o.preset.empty()) {
+    const model::synth_preset* p = model::synth_find_preset(o.preset);
+    if (!p) throw input_error("synth: --preset '" + o.preset + "' is not one of " + model::synth_preset_names());
+    model::synth_options given = o.synth;
+    model::synth_apply_preset(o.synth, *p);
+    const std::pair<const char*, int64_t model::synth_options::*> shape_flags[] = {
+        {"--n-embd", &model::synth_options::n_embd}, {"--n-layer", &model::synth_options::n_layer},
+        {"--n-head", &model::synth_options::n_head}, {"--n-head-kv", &model::synth_options::n_head_kv},
+        {"--n-ff", &model::synth_options::n_ff},     {"--n-ctx", &model::synth_options::n_ctx}};
+    for (auto [flag, member] : shape_flags)
+      if (sub->get_option(flag)->count() > 0) o.synth.*member = given.*member;
+  }
+  // The mixture's per-layer choices need the final layer count; --tensor-type entries still win.
+  if (mixture) model::synth_apply_mixture(o.synth, o.type);
 }
 
 }  // namespace
@@ -60,7 +64,10 @@ void setup_synth(CLI::App& app) {
   model::synth_options& s = opt->synth;
   sub->add_option("-o,--output", opt->out, "Output GGUF file")->required();
   sub->add_option("--arch", opt->arch, "Architecture: llama, qwen2 (q/k/v biases), qwen3 (q/k norms)")->capture_default_str();
-  sub->add_option("--type", opt->type, std::string("Weight matrix type: ") + TYPES)->capture_default_str();
+  sub->add_option("--type", opt->type,
+                  std::string("Weight matrix type: ") + TYPES + ", or llama.cpp's mixture " + model::synth_mixture_names() +
+                      " (q4_K/q5_K, with q6_K in output.weight and in attn_v and ffn_down of the layers llama.cpp gives more bits)")
+      ->capture_default_str();
   sub->add_option("--tensor-type", opt->tensor_types,
                   "NAME=TYPE: write the matrices NAME names in TYPE instead (repeatable; a later one wins). NAME is a "
                   "whole tensor name (output.weight, blk.1.attn_v.weight) or a name inside every block (attn_v)");
@@ -84,13 +91,13 @@ void setup_synth(CLI::App& app) {
       "  detaudit synth -o tiny.gguf --preset tiny --type q8_0\n"
       "  detaudit synth -o q.gguf --arch qwen2 --type q4_k --n-embd 512 --n-ff 1536\n"
       "  detaudit synth -o 1b.gguf --preset 1b --type q4_k --vocab-from ggml-vocab-llama-spm.gguf\n"
-      "  detaudit synth -o m.gguf --type q4_k --tensor-type output.weight=q6_k --tensor-type blk.1.attn_v=q6_k\n"
-      "    (llama.cpp's Q4_K_M mixture for a 2-block model)");
+      "  detaudit synth -o m.gguf --preset 1b --type q4_k_m     (llama.cpp's Q4_K_M mixture)\n"
+      "  detaudit synth -o m.gguf --type q4_k --tensor-type output.weight=q6_k --tensor-type blk.1.attn_v=q6_k");
   sub->callback([sub, opt] {
     resolve(sub, *opt);
     uint64_t n = model::synth_write(opt->synth, opt->out);
     std::cout << "wrote " << opt->out << ": " << model::arch_name(opt->synth.arch) << ", "
-              << gguf::dtype_get(opt->synth.type).name << ", " << n << " parameters\n";
+              << (opt->synth.file_type >= 0 ? opt->type : gguf::dtype_get(opt->synth.type).name) << ", " << n << " parameters\n";
   });
 }
 

@@ -185,6 +185,33 @@ int64_t synth_file_type(gguf::dtype t) {
   }
 }
 
+const char* synth_mixture_names() { return "q4_k_m|q5_k_m"; }
+
+bool synth_apply_mixture(synth_options& o, const std::string& name) {
+  gguf::dtype base;
+  if (name == "q4_k_m") {
+    base = gguf::DTYPE_Q4_K;
+    o.file_type = 15;
+  } else if (name == "q5_k_m") {
+    base = gguf::DTYPE_Q5_K;
+    o.file_type = 17;
+  } else {
+    return false;
+  }
+  o.type = base;
+  const int64_t n = o.n_layer;
+  auto more_bits = [n](int64_t i) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; };
+  std::vector<std::pair<std::string, gguf::dtype>> mix;
+  mix.emplace_back(o.tied_output ? "token_embd.weight" : "output.weight", gguf::DTYPE_Q6_K);
+  for (int64_t i = 0; i < n; ++i) {
+    if (!more_bits(i)) continue;
+    mix.emplace_back("blk." + std::to_string(i) + ".attn_v.weight", gguf::DTYPE_Q6_K);
+    mix.emplace_back("blk." + std::to_string(i) + ".ffn_down.weight", gguf::DTYPE_Q6_K);
+  }
+  o.tensor_types.insert(o.tensor_types.begin(), mix.begin(), mix.end());
+  return true;
+}
+
 namespace {
 
 bool pattern_matches(const std::string& pattern, const std::string& name) {
@@ -249,7 +276,8 @@ uint64_t synth_write(const synth_options& o, const std::string& path) {
   gguf::writer w;
   hparams_write(w, hp);
   w.set("general.name", gguf::value::of_string(o.name));
-  w.set("general.file_type", gguf::value::of_u32(static_cast<uint32_t>(synth_file_type(o.type))));
+  const int64_t file_type = o.file_type >= 0 ? o.file_type : synth_file_type(o.type);
+  w.set("general.file_type", gguf::value::of_u32(static_cast<uint32_t>(file_type)));
   bool quantized = gguf::dtype_get(o.type).block_size > 1;
   for (const auto& tt : o.tensor_types) quantized = quantized || gguf::dtype_get(tt.second).block_size > 1;
   if (quantized) w.set("general.quantization_version", gguf::value::of_u32(2));

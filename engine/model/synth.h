@@ -35,7 +35,19 @@ struct synth_options {
   uint64_t seed = 7;
   std::string vocab_from;          // copy tokenizer.* from this GGUF; empty: the built-in vocabulary
   std::string name = "synthetic";  // general.name
+  int64_t file_type = -1;          // general.file_type; -1: synth_file_type(type)
 };
+
+// llama.cpp's "medium" K-quant mixtures (its llama-quant.cpp rules for a dense model): every matrix
+// in the base type (q4_K for "q4_k_m", q5_K for "q5_k_m") except output.weight (token_embd when the
+// output is tied), and attn_v and ffn_down of the layers llama.cpp gives more bits (the first and
+// last eighth of the layers and every third one between), which are q6_K. Sets o.type,
+// o.file_type (15 or 17, as llama.cpp writes) and puts the overrides before o.tensor_types, so
+// entries already there still win. Call it after n_layer and tied_output are final. False when
+// name is not a mixture.
+bool synth_apply_mixture(synth_options& o, const std::string& name);
+// "q4_k_m|q5_k_m", for help texts.
+const char* synth_mixture_names();
 
 struct synth_preset {
   const char* name;

@@ -179,6 +179,14 @@ bench_model_info bench_describe(const model::model& m) {
     most = bytes;
     main_type = upper(gguf::dtype_get(type).name);
   }
+  // A K-quant mixture is named as llama-bench names it (its general.file_type), e.g. "Q4_K - Medium".
+  static const std::map<int64_t, const char*> MIXTURES = {{11, "Q3_K - Small"}, {12, "Q3_K - Medium"}, {13, "Q3_K - Large"},
+                                                          {14, "Q4_K - Small"}, {15, "Q4_K - Medium"}, {16, "Q5_K - Small"},
+                                                          {17, "Q5_K - Medium"}};
+  if (m.file().find("general.file_type")) {
+    auto it = MIXTURES.find(m.file().get_int("general.file_type"));
+    if (it != MIXTURES.end()) main_type = it->second;
+  }
   info.type = std::string(model::arch_name(m.hp().arch)) + " " + params_label(info.n_params) + " " + main_type;
   return info;
 }

@@ -205,3 +205,46 @@ TEST_CASE("synth: --tensor-type is refused when it names nothing or its type can
   CHECK(f.find_tensor("blk.0.ffn_down.weight")->type == gguf::DTYPE_Q4_K);
   CHECK(f.get_int("general.quantization_version", -1) == 2);
 }
+
+TEST_CASE("synth: the q4_k_m and q5_k_m mixtures put q6_K where llama.cpp's quantizer does") {
+  std::string dir = test::scratch_dir("synth_mixture");
+  // llama.cpp's rule for 8 layers: more bits for i < 8/8, i >= 7*8/8 and (i - 1) % 3 == 2, i.e.
+  // layers 0, 3, 6 and 7 (worked out by hand from llama-quant.cpp's use_more_bits).
+  const bool more[8] = {true, false, false, true, false, false, true, true};
+  for (const char* name : {"q4_k_m", "q5_k_m"}) {
+    CAPTURE(name);
+    model::synth_options o = tiny(model::ARCH_LLAMA, gguf::DTYPE_F16);
+    o.n_layer = 8;
+    o.tensor_types = {{"blk.2.ffn_gate", gguf::DTYPE_Q8_0}};  // given before the mixture: still wins
+    REQUIRE(model::synth_apply_mixture(o, name));
+    const gguf::dtype base = std::string(name) == "q4_k_m" ? gguf::DTYPE_Q4_K : gguf::DTYPE_Q5_K;
+    const std::string path = dir + "/" + name + ".gguf";
+    model::synth_write(o, path);
+    gguf::file f = gguf::file::open(path);
+    CHECK(f.get_int("general.file_type", -1) == (base == gguf::DTYPE_Q4_K ? 15 : 17));
+    auto type_of = [&](const std::string& t) {
+      const gguf::tensor_info* i = f.find_tensor(t);
+      REQUIRE(i != nullptr);
+      return i->type;
+    };
+    CHECK(type_of("output.weight") == gguf::DTYPE_Q6_K);
+    CHECK(type_of("token_embd.weight") == base);
+    CHECK(type_of("blk.2.ffn_gate.weight") == gguf::DTYPE_Q8_0);
+    for (int i = 0; i < 8; ++i) {
+      CAPTURE(i);
+      const std::string b = "blk." + std::to_string(i) + ".";
+      CHECK(type_of(b + "attn_v.weight") == (more[i] ? gguf::DTYPE_Q6_K : base));
+      CHECK(type_of(b + "ffn_down.weight") == (more[i] ? gguf::DTYPE_Q6_K : base));
+      CHECK(type_of(b + "attn_q.weight") == base);
+      CHECK(type_of(b + "ffn_up.weight") == base);
+    }
+  }
+  model::synth_options tied = tiny(model::ARCH_LLAMA, gguf::DTYPE_F16);
+  tied.tied_output = true;
+  REQUIRE(model::synth_apply_mixture(tied, "q4_k_m"));
+  model::synth_write(tied, dir + "/tied.gguf");
+  CHECK(gguf::file::open(dir + "/tied.gguf").find_tensor("token_embd.weight")->type == gguf::DTYPE_Q6_K);
+  model::synth_options other = tiny(model::ARCH_LLAMA, gguf::DTYPE_F16);
+  CHECK_FALSE(model::synth_apply_mixture(other, "q4_k_s"));
+  CHECK(other.tensor_types.empty());
+}
