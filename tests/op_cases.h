@@ -587,6 +587,13 @@ inline void matmul_cases(std::vector<op_case>& t) {
     add(t, matmul(ty, 512, 7, 3, weights::random_bytes, d_tiny));
     add(t, matmul(ty, 256, 5, 2, weights::random_bytes, d_huge));
   }
+  // The same on the generation path (one and two tokens) for every integer type.
+  for (gguf::dtype ty : QUANT_TYPES) {
+    const int64_t n_in = gguf::dtype_get(ty).block_size == 256 ? 512 : 288;
+    add(t, matmul(ty, n_in, 7, 1, weights::random_bytes, d_wide));
+    add(t, matmul(ty, n_in, 5, 2, weights::random_bytes, d_huge));
+    add(t, matmul(ty, n_in, 5, 1, weights::random_bytes, d_tiny));
+  }
   // f32 weights near the ends of the float range.
   for (auto [lo, hi] : {std::pair<int, int>{100, 127}, {-126, -100}, {-126, 127}})
     add(t, matmul(gguf::DTYPE_F32, 200, 7, 3, weights::float_range, d_wide, dist{.lo = lo, .hi = hi}));

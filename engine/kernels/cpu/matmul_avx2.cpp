@@ -18,6 +18,7 @@
 
 #if defined(__x86_64__)
 #pragma GCC target("avx2")
+#include "kernels/cpu/gemv_blocks.h"
 
 namespace detaudit::kernels::cpu {
 
@@ -118,7 +119,7 @@ void kernel_all(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64
   for (int64_t t = t0; t < t1; ++t) kernel_token<WIDE, MIN>(p, x, t, acc + (t - t0) * PANEL_ROWS);
 }
 
-// ---- the few-token path (q8_0, q4_K) ----
+// ---- the few-token path: q8_0 and q4_K hand-fused, every other integer type through gemv_blocks.h ----
 
 // Sums of the 8 int32 lanes of each of p[0..7], as 8 lanes in order.
 inline __m256i reduce8(const __m256i* p) {
@@ -244,6 +245,85 @@ bool gemv_row_q4_k(const uint8_t* row, int64_t nb, const act_view& x, int64_t t,
   return true;
 }
 
+// One row of any type with a decoder in gemv_blocks.h against one token: eight blocks per group,
+// each half-block's 16 products in one vpmaddwd (their sums kept apart when the halves' scales
+// differ, PER16), the epilogue four int64 lanes at a time with 32 x 32 -> 64-bit products only
+// (d_mant * scale and m_mant * mcoef fit 18 bits, half-block sums 25 bits).
+template <class D>
+struct gemv_row_blocks {
+  static bool run(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
+    const int16_t* a = x.q + t * nb * 32;
+    const int64_t c_xmax = c - x.max_exp[t];
+    __m256i acc = _mm256_setzero_si256();
+    alignas(32) int8_t buf[256];
+    gemv_group g;
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+      D::decode(row, b0, nb, buf, g);
+      const int live = nb - b0 >= 8 ? 8 : static_cast<int>(nb - b0);
+      __m256i p0[8], p1[8];
+  #pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        p0[k] = p1[k] = _mm256_setzero_si256();
+        if (k >= live) continue;
+        const int16_t* ak = a + (b0 + k) * 32;
+        const __m256i c0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g.code[k])));
+        const __m256i c1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g.code[k] + 16)));
+        p0[k] = _mm256_madd_epi16(c0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ak)));
+        p1[k] = _mm256_madd_epi16(c1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ak + 16)));
+        if (!D::PER16) p0[k] = _mm256_add_epi32(p0[k], p1[k]);
+      }
+      alignas(32) int64_t f0[8], f1[8], g0[8], g1[8], doff[8], moff[8];
+      alignas(32) int32_t a0[8], a1[8];
+  #pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        int64_t dm, mm;
+        if (!fp16_parts(static_cast<uint16_t>(g.hd[k]), bound, &dm, &doff[k])) return false;
+        f0[k] = dm * g.s0[k];
+        f1[k] = dm * g.s1[k];
+        if (D::HAS_MIN) {
+          if (!fp16_parts(static_cast<uint16_t>(g.hm[k]), bound, &mm, &moff[k])) return false;
+          g0[k] = mm * g.m0[k];
+          g1[k] = mm * g.m1[k];
+          a0[k] = k < live ? x.half_sum[(t * nb + b0 + k) * 2] : 0;
+          a1[k] = k < live ? x.half_sum[(t * nb + b0 + k) * 2 + 1] : 0;
+        }
+      }
+      alignas(32) int32_t ea[8];
+  #pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) ea[k] = k < live ? x.exp[t * nb + b0 + k] : numerics::EXP_ZERO;
+      __m256i s_lo, s_hi;
+      widen(_mm256_load_si256(reinterpret_cast<const __m256i*>(ea)), &s_lo, &s_hi);
+      s_lo = _mm256_add_epi64(s_lo, _mm256_set1_epi64x(c_xmax));
+      s_hi = _mm256_add_epi64(s_hi, _mm256_set1_epi64x(c_xmax));
+      __m256i v_lo, v_hi;
+      widen(reduce8(p0), &v_lo, &v_hi);
+      __m256i t_lo = _mm256_mul_epi32(v_lo, load4(f0)), t_hi = _mm256_mul_epi32(v_hi, load4(f0 + 4));
+      if (D::PER16) {
+        widen(reduce8(p1), &v_lo, &v_hi);
+        t_lo = _mm256_add_epi64(t_lo, _mm256_mul_epi32(v_lo, load4(f1)));
+        t_hi = _mm256_add_epi64(t_hi, _mm256_mul_epi32(v_hi, load4(f1 + 4)));
+      }
+      acc = _mm256_add_epi64(acc, round_shift_v(t_lo, _mm256_add_epi64(s_lo, load4(doff))));
+      acc = _mm256_add_epi64(acc, round_shift_v(t_hi, _mm256_add_epi64(s_hi, load4(doff + 4))));
+      if (D::HAS_MIN) {
+        __m256i x_lo, x_hi;
+        widen(_mm256_load_si256(reinterpret_cast<const __m256i*>(a0)), &x_lo, &x_hi);
+        t_lo = _mm256_mul_epi32(x_lo, load4(g0));
+        t_hi = _mm256_mul_epi32(x_hi, load4(g0 + 4));
+        widen(_mm256_load_si256(reinterpret_cast<const __m256i*>(a1)), &x_lo, &x_hi);
+        t_lo = _mm256_add_epi64(t_lo, _mm256_mul_epi32(x_lo, load4(g1)));
+        t_hi = _mm256_add_epi64(t_hi, _mm256_mul_epi32(x_hi, load4(g1 + 4)));
+        acc = _mm256_add_epi64(acc, round_shift_v(t_lo, _mm256_add_epi64(s_lo, load4(moff))));
+        acc = _mm256_add_epi64(acc, round_shift_v(t_hi, _mm256_add_epi64(s_hi, load4(moff + 4))));
+      }
+    }
+    alignas(32) int64_t lanes[4];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc);
+    *out += lanes[0] + lanes[1] + lanes[2] + lanes[3];
+    return true;
+  }
+};
+
 }  // namespace
 
 void panel_kernel_avx2(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64_t* acc) {
@@ -258,18 +338,10 @@ void panel_kernel_avx2(const panel& p, const act_view& x, int64_t t0, int64_t t1
 
 bool gemv_avx2(gguf::dtype t, const act_view& x, int64_t n_tokens, const uint8_t* w,
                uint64_t row_bytes, const int32_t* row_bounds, int64_t r0, int64_t r1, int64_t* acc) {
-  if (t != gguf::DTYPE_Q8_0 && t != gguf::DTYPE_Q4_K) return false;
-  const int64_t nb = x.n_blocks, c = matmul_shift_const(nb), n_rows = r1 - r0;
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* row = w + static_cast<uint64_t>(r) * row_bytes;
-    for (int64_t tok = 0; tok < n_tokens; ++tok) {
-      int64_t* out = acc + tok * n_rows + (r - r0);
-      const bool ok = t == gguf::DTYPE_Q8_0 ? gemv_row_q8_0(row, nb, x, tok, row_bounds[r], c, out)
-                                            : gemv_row_q4_k(row, nb, x, tok, row_bounds[r], c, out);
-      if (!ok) return false;
-    }
-  }
-  return true;
+  gemv_row_fn fn = gemv_blocks_row<gemv_row_blocks>(t);
+  if (t == gguf::DTYPE_Q8_0) fn = gemv_row_q8_0;
+  if (t == gguf::DTYPE_Q4_K) fn = gemv_row_q4_k;
+  return fn != nullptr && gemv_rows(fn, x, n_tokens, w, row_bytes, row_bounds, r0, r1, acc);
 }
 
 }  // namespace detaudit::kernels::cpu

@@ -25,6 +25,7 @@
 
 #if defined(__x86_64__)
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")
+#include "kernels/cpu/gemv_blocks.h"
 
 namespace detaudit::kernels::cpu {
 
@@ -443,45 +444,66 @@ bool gemv_row_q4_k(const uint8_t* row, int64_t nb, const act_view& x, int64_t t,
   return ok;
 }
 
-// One q6_K row against one token: one super-block (210 bytes: 128 of low nibbles, 64 of high
-// bit pairs, 16 int8 sub-block scales, fp16 d) per group of 8 blocks. |scale * q| reaches 4096,
-// so the two 16-element halves of each block are reduced apart (each fits int32) and combined
-// with their scales in int64.
-bool gemv_row_q6_k(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
-  const int16_t* a = x.q + t * nb * 32;
-  const int64_t c_xmax = c - x.max_exp[t];
-  __m512i acc = _mm512_setzero_si512();
-  bool ok = true;
-  const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
-  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-    const uint8_t* sb = row + (b0 / 8) * 210;
-    __m512i p0[8], p1[8];
-#pragma GCC unroll 8
-    for (int s = 0; s < 8; ++s) {
-      const int h = s / 4, g = s % 4;
-      const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 64 * h + 32 * (g & 1)));
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 128 + 32 * h));
-      const __m256i low = _mm256_and_si256(g >> 1 ? _mm256_srli_epi16(ql, 4) : ql, m4);
-      const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), m2);
-      const __m256i q = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
-      const __m512i codes = _mm512_sub_epi16(_mm512_cvtepu8_epi16(q), _mm512_set1_epi16(32));
-      const __m512i prod = _mm512_madd_epi16(codes, _mm512_loadu_si512(a + (b0 + s) * 32));
-      p0[s] = _mm512_maskz_mov_epi32(0x00ff, prod);
-      p1[s] = _mm512_maskz_mov_epi32(0xff00, prod);
+inline __m256i load8(const int32_t* v) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v)); }
+
+// One row of any type with a decoder in gemv_blocks.h against one token: eight blocks per group,
+// each block's 32 products in one vpmaddwd, one vector epilogue per group. With PER16 the two
+// halves of each block keep separate sums (their sub-block scales differ). Every multiplication of
+// the epilogue is a 32 x 32 -> 64-bit one: d_mant * scale and m_mant * mcoef fit 18 bits, the
+// half-block sums 25 bits.
+template <class D>
+struct gemv_row_blocks {
+  static bool run(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
+    const int16_t* a = x.q + t * nb * 32;
+    const int64_t c_xmax = c - x.max_exp[t];
+    __m512i acc = _mm512_setzero_si512();
+    bool bad = false;
+    alignas(64) int8_t buf[256];
+    gemv_group g;
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+      D::decode(row, b0, nb, buf, g);
+      const int live = nb - b0 >= 8 ? 8 : static_cast<int>(nb - b0);
+      __m512i p0[8], p1[8];
+  #pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        __m512i prod = _mm512_setzero_si512();
+        if (k < live) {
+          const __m512i codes = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g.code[k])));
+          prod = _mm512_madd_epi16(codes, _mm512_loadu_si512(a + (b0 + k) * 32));
+        }
+        if (D::PER16) {
+          p0[k] = _mm512_maskz_mov_epi32(0x00ff, prod);
+          p1[k] = _mm512_maskz_mov_epi32(0xff00, prod);
+        } else {
+          p0[k] = prod;
+        }
+      }
+      __m512i dm, doff;
+      fp16_split8(load8(g.hd), bound, &dm, &doff, &bad);
+      const __m256i dm32 = _mm512_cvtepi64_epi32(dm);
+      __m512i t1 = _mm512_mul_epi32(_mm512_cvtepi32_epi64(reduce8(p0)), _mm512_cvtepi32_epi64(_mm256_mullo_epi32(dm32, load8(g.s0))));
+      if (D::PER16) {
+        t1 = _mm512_add_epi64(t1, _mm512_mul_epi32(_mm512_cvtepi32_epi64(reduce8(p1)),
+                                                   _mm512_cvtepi32_epi64(_mm256_mullo_epi32(dm32, load8(g.s1)))));
+      }
+      const __m512i sa = act_shift8(x.exp + t * nb, b0, nb, c_xmax);
+      acc = _mm512_add_epi64(acc, round_shift_v(t1, _mm512_add_epi64(sa, doff)));
+      if (D::HAS_MIN) {
+        const __mmask16 hs_live = live == 8 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (2 * live)) - 1);
+        const __m512i hs = _mm512_maskz_loadu_epi32(hs_live, x.half_sum + (t * nb + b0) * 2);
+        const __m512i a0 = _mm512_srai_epi64(_mm512_slli_epi64(hs, 32), 32), a1 = _mm512_srai_epi64(hs, 32);
+        __m512i mm, moff;
+        fp16_split8(load8(g.hm), bound, &mm, &moff, &bad);
+        const __m256i mm32 = _mm512_cvtepi64_epi32(mm);
+        const __m512i t2 = _mm512_add_epi64(_mm512_mul_epi32(a0, _mm512_cvtepi32_epi64(_mm256_mullo_epi32(mm32, load8(g.m0)))),
+                                            _mm512_mul_epi32(a1, _mm512_cvtepi32_epi64(_mm256_mullo_epi32(mm32, load8(g.m1)))));
+        acc = _mm512_add_epi64(acc, round_shift_v(t2, _mm512_add_epi64(sa, moff)));
+      }
     }
-    const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 192)));
-    const __m512i s0 = _mm512_srai_epi64(_mm512_slli_epi64(sc, 32), 32);  // scales of elements 0..15
-    const __m512i s1 = _mm512_srai_epi64(sc, 32);                         // and of 16..31
-    const __m512i sum = _mm512_add_epi64(_mm512_mul_epi32(_mm512_cvtepi32_epi64(reduce8(p0)), s0),
-                                         _mm512_mul_epi32(_mm512_cvtepi32_epi64(reduce8(p1)), s1));
-    __m512i dm, doff;
-    ok = fp16_scalar(sb + 208, bound, &dm, &doff) && ok;
-    const __m512i t1 = _mm512_mullo_epi64(sum, dm);
-    acc = _mm512_add_epi64(acc, round_shift_v(t1, _mm512_add_epi64(act_shift8(x.exp + t * nb, b0, nb, c_xmax), doff)));
+    *out += _mm512_reduce_add_epi64(acc);
+    return !bad;
   }
-  *out += _mm512_reduce_add_epi64(acc);
-  return ok;
-}
+};
 
 }  // namespace
 
@@ -497,21 +519,10 @@ void panel_kernel_avx512(const panel& p, const act_view& x, int64_t t0, int64_t 
 
 bool gemv_avx512(gguf::dtype t, const act_view& x, int64_t n_tokens, const uint8_t* w,
                  uint64_t row_bytes, const int32_t* row_bounds, int64_t r0, int64_t r1, int64_t* acc) {
-  if (t != gguf::DTYPE_Q8_0 && t != gguf::DTYPE_Q4_K && t != gguf::DTYPE_Q6_K) return false;
-  const int64_t nb = x.n_blocks;
-  const int64_t c = matmul_shift_const(nb);
-  const int64_t n_rows = r1 - r0;
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* row = w + static_cast<uint64_t>(r) * row_bytes;
-    for (int64_t tok = 0; tok < n_tokens; ++tok) {
-      int64_t* out = acc + tok * n_rows + (r - r0);
-      const bool ok = t == gguf::DTYPE_Q8_0   ? gemv_row_q8_0(row, nb, x, tok, row_bounds[r], c, out)
-                      : t == gguf::DTYPE_Q4_K ? gemv_row_q4_k(row, nb, x, tok, row_bounds[r], c, out)
-                                              : gemv_row_q6_k(row, nb, x, tok, row_bounds[r], c, out);
-      if (!ok) return false;
-    }
-  }
-  return true;
+  gemv_row_fn fn = gemv_blocks_row<gemv_row_blocks>(t);
+  if (t == gguf::DTYPE_Q8_0) fn = gemv_row_q8_0;
+  if (t == gguf::DTYPE_Q4_K) fn = gemv_row_q4_k;
+  return fn != nullptr && gemv_rows(fn, x, n_tokens, w, row_bytes, row_bounds, r0, r1, acc);
 }
 
 bool panel_decode_avx512(gguf::dtype t, const uint8_t* w, uint64_t row_bytes, int64_t row0,

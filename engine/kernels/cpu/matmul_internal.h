@@ -85,14 +85,15 @@ void panel_kernel_avx512(const panel& p, const act_view& x, int64_t t0, int64_t 
 
 // The few-token path (generation): rows [r0, r1) of w straight from their blocks, no panel, for
 // tokens [0, n_tokens) of x, into acc[t * (r1 - r0) + (r - r0)] (zeroed by the caller). Same
-// block terms, rounded the same way, so the same sums as the panel kernels. False when t has no
-// such kernel (there are for q8_0, q4_K and q6_K) or a block has a non-finite scale (the caller
-// then takes the panel path, which reports the error).
+// block terms, rounded the same way, so the same sums as the panel kernels. Every integer type has
+// one (q8_0 and q4_K hand-fused; the others through the block decoders of
+// gemv_blocks.h). False when t has none (f32/f16/bf16) or a block has a non-finite scale (the
+// caller then takes the panel path, which reports the error).
 constexpr int64_t GEMV_MAX_TOKENS = 4;
 bool gemv_avx512(gguf::dtype t, const act_view& x, int64_t n_tokens, const uint8_t* w,
                  uint64_t row_bytes, const int32_t* row_bounds, int64_t r0, int64_t r1, int64_t* acc);
 bool gemv_avx2(gguf::dtype t, const act_view& x, int64_t n_tokens, const uint8_t* w,
-               uint64_t row_bytes, const int32_t* row_bounds, int64_t r0, int64_t r1, int64_t* acc);  // q8_0, q4_K
+               uint64_t row_bytes, const int32_t* row_bounds, int64_t r0, int64_t r1, int64_t* acc);
 
 // AVX-512 decoders of the common types (q8_0, q4_K); false when t has none (the caller then
 // uses panel_decode_generic). Same result as panel_decode_generic, bit for bit.
