@@ -68,7 +68,7 @@ class ops_exact final : public ops_storage<float> {
       for (int64_t t = 0; t < x.rows; ++t) numerics::quantize_act(row(x, t), x.cols, xq_[t]);
       q_of_ = generation(x);
     }
-    const int64_t n_parts = std::min<int64_t>(n_threads(), w.n_out);
+    const int64_t n_parts = task_count(w.n_out, n_threads());
     const writer o = write(y);
     weight_reading(w, [&] {
       parallel(n_parts, [&](int64_t part) {
@@ -91,7 +91,7 @@ class ops_exact final : public ops_storage<float> {
       });
       pack_of_ = generation(x);
     }
-    const int64_t n_parts = std::min<int64_t>(n_threads(), (w.n_out + 15) / 16);
+    const int64_t n_parts = task_count((w.n_out + 15) / 16, n_threads());
     const writer o = write(y);
     weight_reading(w, [&] {
       const int32_t* bounds = row_bounds(w);
@@ -173,11 +173,11 @@ class ops_exact final : public ops_storage<float> {
  private:
   static constexpr int64_t ELEMENT_CHUNK = 2048;  // element-wise work below this stays on one thread
 
-  // Runs fn(begin, end) over [0, n) split into at most n_threads() contiguous ranges of at least
+  // Runs fn(begin, end) over [0, n) split into at most task_count contiguous ranges of at least
   // min_items items each (element-wise work: any split gives the same bits).
   template <class F>
   void for_ranges(int64_t n, int64_t min_items, F&& fn) {
-    const int64_t n_parts = std::max<int64_t>(1, std::min<int64_t>(n_threads(), n / std::max<int64_t>(1, min_items)));
+    const int64_t n_parts = std::max<int64_t>(1, std::min<int64_t>(task_count(n, n_threads()), n / std::max<int64_t>(1, min_items)));
     if (n_parts == 1) {
       fn(0, n);
       return;
