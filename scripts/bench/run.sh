@@ -1,80 +1,144 @@
 #!/usr/bin/env bash
-# The performance suite of docs/performance.md: detaudit bench (exact and float side by side) on
-# generated models, and llama.cpp's llama-bench on the same files when one is given.
+# The performance suite of docs/performance.md: detaudit bench on generated models, side by side
+# with llama.cpp's llama-bench (one or two builds) on the same files when they are given.
 set -euo pipefail
 
 usage() {
   cat <<'HELP'
-Usage: scripts/bench/run.sh [MODELS_DIR]
+Usage: scripts/bench/run.sh [--contended] [MODELS_DIR]
 
-Generates the 1B preset (n_embd 2048, 22 layers, 32 heads, 4 KV heads, n_ff 5632) in q8_0 and q4_k
-with 'detaudit synth --seed 7' into MODELS_DIR (default bench-models/; files already there are
-reused), runs 'detaudit bench -p 512 -n 128 -t 2 --numerics exact,float --json' on each and, when
-LLAMA_BENCH names a llama-bench binary, '$LLAMA_BENCH -m FILE -p 512 -n 128 -t 2 -o json' on the
-same file. Prints a Markdown table of t/s with the ratios exact/float and detaudit exact/llama.cpp,
-and writes it to bench-results/YYYY-MM-DD-HHMM.md. It never builds llama.cpp.
+Generates the 1B preset (n_embd 2048, 22 layers, 32 heads, 4 KV heads, n_ff 5632) in each weight
+type with 'detaudit synth --preset 1b --seed 7' into MODELS_DIR (default bench-models/; files
+already there are reused), then on each file runs
+  detaudit bench -m FILE -p 512 -n 128 -t 2 --numerics exact --json
+and, when LLAMA_BENCH / LLAMA_BENCH_2 name llama-bench binaries,
+  llama-bench -m FILE -p 512 -n 128 -t 2 -o json
+Prints one Markdown table (t/s of each engine, and exact / each llama.cpp) with the CPU model and
+its SIMD flags, and writes it to bench-results/YYYY-MM-DD-HHMM.md. It never builds llama.cpp.
+
+  --contended   measure everything twice: quiet, then beside one busy process (a shell loop,
+                normal priority, pinned to no core in particular) started before each engine's
+                run and stopped after it; the table adds each engine's contended t/s and the
+                contended / quiet ratio, so the engine that suffers more on a shared machine shows.
 
 Environment:
-  DETAUDIT_BIN   detaudit binary (default build/cli/detaudit)
-  LLAMA_BENCH    llama-bench binary to measure beside it (default: none)
-  BENCH_PRESET   synth preset (default 1b); BENCH_TYPES weight types (default "q8_0 q4_k")
-  BENCH_THREADS  threads (default 2); BENCH_ARGS extra 'detaudit bench' / llama-bench size flags
-                 (default "-p 512 -n 128")
-  BENCH_RESULTS  folder of the dated tables (default bench-results)
+  DETAUDIT_BIN    detaudit binary (default build/cli/detaudit)
+  LLAMA_BENCH     a llama-bench binary to measure beside it (default: none)
+  LLAMA_BENCH_2   a second one (e.g. an older build) (default: none)
+  BENCH_PRESET    synth preset (default 1b)
+  BENCH_TYPES     weight types or mixtures (default "q4_k_m q5_k_m q6_k q8_0 q4_0")
+  BENCH_NUMERICS  detaudit numerics (default exact; "exact,float" adds float rows)
+  BENCH_THREADS   threads (default 2)
+  BENCH_ARGS      size flags for both tools (default "-p 512 -n 128 -r 3")
+  BENCH_RESULTS   folder of the dated tables (default bench-results)
 HELP
 }
 
 die() { echo "run.sh: $*" >&2; exit 1; }
 
-case "${1:-}" in -h|--help) usage; exit 0 ;; esac
+contended=0
+args=()
+for a in "$@"; do
+  case "$a" in
+    -h|--help) usage; exit 0 ;;
+    --contended) contended=1 ;;
+    -*) die "unknown option $a (see --help)" ;;
+    *) args+=("$a") ;;
+  esac
+done
+[ "${#args[@]}" -le 1 ] || die "one MODELS_DIR at most (see --help)"
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-models=${1:-bench-models}
+models=${args[0]:-bench-models}
 detaudit=${DETAUDIT_BIN:-$root/build/cli/detaudit}
 preset=${BENCH_PRESET:-1b}
-read -r -a types <<< "${BENCH_TYPES:-q8_0 q4_k}"
+read -r -a types <<< "${BENCH_TYPES:-q4_k_m q5_k_m q6_k q8_0 q4_0}"
+numerics=${BENCH_NUMERICS:-exact}
 threads=${BENCH_THREADS:-2}
-read -r -a sizes <<< "${BENCH_ARGS:--p 512 -n 128}"
+read -r -a sizes <<< "${BENCH_ARGS:--p 512 -n 128 -r 3}"
 results=${BENCH_RESULTS:-bench-results}
 [ -x "$detaudit" ] || die "no detaudit binary at $detaudit: build it or set DETAUDIT_BIN"
 command -v python3 >/dev/null || die "python3 is needed to print the table"
-if [ -n "${LLAMA_BENCH:-}" ]; then [ -x "$LLAMA_BENCH" ] || die "LLAMA_BENCH=$LLAMA_BENCH is not an executable"; fi
+llamas=()
+for v in LLAMA_BENCH LLAMA_BENCH_2; do
+  b=${!v:-}
+  [ -z "$b" ] && continue
+  [ -x "$b" ] || die "$v=$b is not an executable"
+  llamas+=("$b")
+done
 mkdir -p "$models" "$results"
 work=$(mktemp -d "${TMPDIR:-/tmp}/detaudit-bench.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+busy_pid=
+stop_busy() {
+  if [ -n "$busy_pid" ]; then
+    kill "$busy_pid" 2>/dev/null || true
+    wait "$busy_pid" 2>/dev/null || true
+    busy_pid=
+  fi
+}
+trap 'stop_busy; rm -rf "$work"' EXIT
+start_busy() {
+  bash -c 'while :; do :; done' &
+  busy_pid=$!
+}
+
+# measure TAG FILE OUT_PREFIX: runs every engine on FILE, beside a busy process when TAG is contended.
+measure() {
+  local tag=$1 file=$2 prefix=$3 i
+  [ "$tag" = contended ] && start_busy
+  echo "run.sh: [$tag] detaudit bench on $file" >&2
+  "$detaudit" bench -m "$file" "${sizes[@]}" -t "$threads" --numerics "$numerics" --json > "$prefix.detaudit.json" \
+    || { stop_busy; die "detaudit bench failed on $file"; }
+  stop_busy
+  for i in "${!llamas[@]}"; do
+    [ "$tag" = contended ] && start_busy
+    echo "run.sh: [$tag] ${llamas[$i]} on $file" >&2
+    "${llamas[$i]}" -m "$file" "${sizes[@]}" -t "$threads" -o json > "$prefix.llama$i.json" 2> "$prefix.llama$i.err" \
+      || { stop_busy; die "llama-bench failed on $file: $(tail -n 3 "$prefix.llama$i.err")"; }
+    stop_busy
+  done
+}
 
 for type in "${types[@]}"; do
   file="$models/$preset-$type.gguf"
   if [ ! -f "$file" ]; then
     echo "run.sh: generating $file" >&2
-    "$detaudit" synth -o "$file" --preset "$preset" --type "$type" --seed 7 >/dev/null || die "synth failed for $file"
+    "$detaudit" synth -o "$file.part" --preset "$preset" --type "$type" --seed 7 >/dev/null || die "synth failed for $file"
+    mv "$file.part" "$file"
   fi
-  echo "run.sh: detaudit bench on $file" >&2
-  "$detaudit" bench -m "$file" "${sizes[@]}" -t "$threads" --numerics exact,float --json > "$work/$type.detaudit.json" \
-    || die "detaudit bench failed on $file"
-  if [ -n "${LLAMA_BENCH:-}" ]; then
-    echo "run.sh: llama-bench on $file" >&2
-    "$LLAMA_BENCH" -m "$file" "${sizes[@]}" -t "$threads" -o json > "$work/$type.llama.json" 2>"$work/$type.llama.err" \
-      || die "llama-bench failed on $file: $(tail -n 3 "$work/$type.llama.err")"
-  fi
+  measure quiet "$file" "$work/$type.quiet"
+  [ "$contended" = 1 ] && measure contended "$file" "$work/$type.contended"
 done
 
 stamp=$(date -u +%Y-%m-%d-%H%M)
 out="$results/$stamp.md"
-python3 - "$work" "$stamp" "$threads" "${LLAMA_BENCH:-}" "${types[@]}" > "$work/table.md" <<'PY'
-import json, os, platform, subprocess, sys
+python3 - "$work" "$stamp" "$threads" "$contended" "${#llamas[@]}" "${llamas[@]}" "--" "${types[@]}" > "$work/table.md" <<'PY'
+import json, os, platform, sys
 
-work, stamp, threads, llama, types = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+work, stamp, threads, contended = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+n_llama = int(sys.argv[5])
+llamas = sys.argv[6:6 + n_llama]
+types = sys.argv[6 + n_llama + 1:]
+SIMD = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512dq", "avx512vl",
+        "avx512_vnni", "avx512_bf16", "amx_int8", "asimd", "asimddp", "i8mm", "sve")
 
-def cpu_name():
+def cpu():
+    name, flags = platform.processor() or "unknown", []
     try:
         for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            key = line.split(":", 1)[0].strip()
+            if key in ("model name", "Model") and name in ("unknown", platform.processor()):
+                name = line.split(":", 1)[1].strip()
+            if key in ("flags", "Features") and not flags:
+                have = set(line.split(":", 1)[1].split())
+                flags = [f for f in SIMD if f in have]
     except OSError:
         pass
-    return platform.processor() or "unknown"
+    return name, flags
 
-def test_key(r):
+def load(path):
+    return json.load(open(path)) if os.path.exists(path) else []
+
+def key(r):
     return (int(r.get("n_prompt", 0)), int(r.get("n_gen", 0)), int(r.get("n_depth", 0)))
 
 def test_name(k):
@@ -85,27 +149,62 @@ def ts(r):
     return f"{r['avg_ts']:.2f} ± {r['stddev_ts']:.2f}" if r else "-"
 
 def ratio(a, b):
-    return f"{a['avg_ts'] / b['avg_ts']:.3f}" if a and b and b["avg_ts"] > 0 else "-"
+    return f"{a['avg_ts'] / b['avg_ts']:.2f}" if a and b and b["avg_ts"] > 0 else "-"
 
+def llama_label(i):
+    rec = next((r for t in types for r in load(os.path.join(work, f"{t}.quiet.llama{i}.json"))), None)
+    build = f"build {rec.get('build_number', '?')} ({rec.get('build_commit', '?')})" if rec else "no records"
+    return f"llama.cpp {build}: {llamas[i]}"
+
+name, flags = cpu()
 print(f"# detaudit bench, {stamp} UTC\n")
-print(f"- machine: {cpu_name()}, {os.cpu_count()} CPUs; threads: {threads}")
-first = json.load(open(os.path.join(work, f"{types[0]}.detaudit.json")))
-print(f"- detaudit {first[0]['detaudit_version']} (build {first[0]['build_commit']})")
-print(f"- llama.cpp: {llama if llama else 'not measured (LLAMA_BENCH unset)'}\n")
-print("| model | size | test | exact t/s | float t/s | exact/float | llama.cpp t/s | exact/llama.cpp |")
-print("| ----- | ---: | ---- | --------: | --------: | ----------: | ------------: | --------------: |")
+print(f"- machine: {name}, {os.cpu_count()} CPUs; SIMD: {' '.join(flags) or 'none found'}; threads: {threads}")
+first = next((r for t in types for r in load(os.path.join(work, f"{t}.quiet.detaudit.json"))), None)
+if first:
+    print(f"- detaudit {first['detaudit_version']} (build {first['build_commit']}), kernels {first.get('simd', '?')}")
+for i in range(n_llama):
+    print(f"- L{i + 1}: {llama_label(i)}")
+if contended:
+    print("- contended: each engine's run beside one busy process (a shell loop, no core pinning)")
+print()
+
+cols = ["model", "test"]
+phases = ["quiet"] + (["contended"] if contended else [])
+for ph in phases:
+    suffix = "" if ph == "quiet" else " (contended)"
+    cols += [f"detaudit {{}} t/s{suffix}"] + [f"L{i + 1} t/s{suffix}" for i in range(n_llama)]
+    cols += [f"{{}} / L{i + 1}{suffix}" for i in range(n_llama)]
+if contended:
+    cols += ["detaudit contended/quiet"] + [f"L{i + 1} contended/quiet" for i in range(n_llama)]
+
+rows = []
+numerics_seen = []
 for t in types:
-    recs = json.load(open(os.path.join(work, f"{t}.detaudit.json")))
-    lpath = os.path.join(work, f"{t}.llama.json")
-    lrecs = json.load(open(lpath)) if os.path.exists(lpath) else []
-    keys = sorted({test_key(r) for r in recs}, key=lambda k: (k[0] == 0, k))
-    for k in keys:
-        ex = next((r for r in recs if test_key(r) == k and r["numerics"] == "exact"), None)
-        fl = next((r for r in recs if test_key(r) == k and r["numerics"] == "float"), None)
-        ll = next((r for r in lrecs if test_key(r) == k), None)
-        m = ex or fl
-        size = f"{m['model_size'] / 2**30:.2f} GiB" if m["model_size"] >= 2**30 else f"{m['model_size'] / 2**20:.2f} MiB"
-        print(f"| {m['model_type']} | {size} | {test_name(k)} | {ts(ex)} | {ts(fl)} | {ratio(ex, fl)} | {ts(ll)} | {ratio(ex, ll)} |")
+    recs = {ph: load(os.path.join(work, f"{t}.{ph}.detaudit.json")) for ph in phases}
+    ll = {ph: [load(os.path.join(work, f"{t}.{ph}.llama{i}.json")) for i in range(n_llama)] for ph in phases}
+    keys = sorted({key(r) for r in recs["quiet"]}, key=lambda k: (k[0] == 0, k))
+    for nm in sorted({r["numerics"] for r in recs["quiet"]}, key=lambda n: n != "exact"):
+        if nm not in numerics_seen:
+            numerics_seen.append(nm)
+        for k in keys:
+            row = []
+            mine = {ph: next((r for r in recs[ph] if key(r) == k and r["numerics"] == nm), None) for ph in phases}
+            theirs = {ph: [next((r for r in ll[ph][i] if key(r) == k), None) for i in range(n_llama)] for ph in phases}
+            m = mine["quiet"]
+            row += [f"{m['model_type']} ({nm})", test_name(k)]
+            for ph in phases:
+                row += [ts(mine[ph])] + [ts(x) for x in theirs[ph]] + [ratio(mine[ph], x) for x in theirs[ph]]
+            if contended:
+                row += [ratio(mine["contended"], mine["quiet"])]
+                row += [ratio(theirs["contended"][i], theirs["quiet"][i]) for i in range(n_llama)]
+            rows.append(row)
+
+label = "/".join(numerics_seen) or "exact"
+cols = [c.replace("{}", label) for c in cols]
+print("| " + " | ".join(cols) + " |")
+print("| " + " | ".join("---" if i < 2 else "---:" for i in range(len(cols))) + " |")
+for r in rows:
+    print("| " + " | ".join(r) + " |")
 PY
 mv "$work/table.md" "$out"
 cat "$out"
