@@ -25,6 +25,7 @@ struct generate_cmd_options {
   std::string numerics = "exact";
   backend_options backend;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  bool no_repack = false;
   int64_t ubatch = 512;
   int64_t ctx_size = 0;
   int batch_with = 0;
@@ -48,6 +49,7 @@ void run_generate(const generate_cmd_options& o) {
   cp.numerics = runtime::numerics_from_name(o.numerics);
   apply_backend_options(o.backend, cp);
   cp.n_threads = o.threads;
+  cp.repack = !o.no_repack;
   cp.n_ubatch = o.ubatch;
   cp.n_ctx = o.ctx_size;
   cp.trace_hashes = o.trace_hashes;
@@ -112,6 +114,9 @@ void setup_generate(CLI::App& app) {
       ->capture_default_str()->type_name("MODE");
   add_backend_options(sub, opt->backend);
   sub->add_option("-t,--threads", opt->threads, "Threads used by the engine")->capture_default_str();
+  sub->add_flag("--no-repack", opt->no_repack,
+                "Keep the weights in the mapped file's layout (no load-time repacking for the CPU kernels: less memory, "
+                "slower generation, the same bits)");
   sub->add_option("--ubatch", opt->ubatch, "Most tokens evaluated in one forward step (-ub)")->capture_default_str();
   sub->add_option("-c,--ctx-size", opt->ctx_size, "Context length; 0: the model's trained context")->capture_default_str();
   sub->add_option("--temp", s.temp, "Temperature; 0 is greedy (ties go to the lowest token id)")->capture_default_str();

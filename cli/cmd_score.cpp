@@ -20,6 +20,7 @@ struct score_cmd_options {
   std::string numerics = "exact";
   backend_options backend;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  bool no_repack = false;
   int64_t ubatch = 512;
   int64_t ctx_size = 0;
   bool json = false;
@@ -38,6 +39,7 @@ void run_score(const score_cmd_options& o) {
   cp.numerics = runtime::numerics_from_name(o.numerics);
   apply_backend_options(o.backend, cp);
   cp.n_threads = o.threads;
+  cp.repack = !o.no_repack;
   cp.n_ubatch = o.ubatch;
   cp.n_ctx = o.ctx_size;
   runtime::context ctx(model::model::load(o.model), cp);
@@ -73,6 +75,9 @@ void setup_score(CLI::App& app) {
       ->capture_default_str()->type_name("MODE");
   add_backend_options(sub, opt->backend);
   sub->add_option("-t,--threads", opt->threads, "Threads used by the engine")->capture_default_str();
+  sub->add_flag("--no-repack", opt->no_repack,
+                "Keep the weights in the mapped file's layout (no load-time repacking for the CPU kernels: less memory, "
+                "slower generation, the same bits)");
   sub->add_option("--ubatch", opt->ubatch, "Most tokens evaluated in one forward step (-ub)")->capture_default_str();
   sub->add_option("-c,--ctx-size", opt->ctx_size, "Context length; 0: the model's trained context")->capture_default_str();
   sub->add_flag("--json", opt->json,

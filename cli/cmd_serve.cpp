@@ -21,6 +21,7 @@ struct serve_cmd_options {
   int64_t ctx_size = 0;
   int64_t ubatch = 512;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  bool no_repack = false;
   std::string numerics = "exact";
   backend_options backend;
   std::string spec;
@@ -38,6 +39,7 @@ serve::scheduler_params scheduler_params_make(const serve_cmd_options& o) {
   sp.ctx.numerics = runtime::numerics_from_name(o.numerics);
   apply_backend_options(o.backend, sp.ctx);
   sp.ctx.n_threads = o.threads;
+  sp.ctx.repack = !o.no_repack;
   sp.ctx.n_ubatch = o.ubatch;
   sp.ctx.n_ctx = o.ctx_size;
   sp.n_slots = o.n_slots;
@@ -108,6 +110,9 @@ void setup_serve(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--ubatch", opt->ubatch, "Most tokens evaluated in one forward step (-ub)")->capture_default_str();
   sub->add_option("-t,--threads", opt->threads, "Threads used by the engine")->capture_default_str();
+  sub->add_flag("--no-repack", opt->no_repack,
+                "Keep the weights in the mapped file's layout (no load-time repacking for the CPU kernels: less memory, "
+                "slower generation, the same bits)");
   sub->add_option("--numerics", opt->numerics, "exact (bit-identical under any batching) or float")->capture_default_str()->type_name("MODE");
   add_backend_options(sub, opt->backend);
   sub->add_option("--host", opt->http.host, "Address to listen on")->capture_default_str();

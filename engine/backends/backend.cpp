@@ -21,9 +21,10 @@ numerics_mode numerics_from_name(const std::string& name) {
   throw input_error("numerics '" + name + "': expected exact, float or reference");
 }
 
-std::unique_ptr<model::ops> ops_create(numerics_mode mode, const model::model& m, thread_pool* pool) {
+std::unique_ptr<model::ops> ops_create(numerics_mode mode, const model::model& m, thread_pool* pool, bool repack,
+                                       repack_stats* stats) {
   switch (mode) {
-    case NUMERICS_EXACT: return ops_exact_create(m, pool);
+    case NUMERICS_EXACT: return ops_exact_create(m, pool, repack, stats);
     case NUMERICS_FLOAT: return ops_float_create(m, pool);
     case NUMERICS_REFERENCE: return ops_reference_create(m, pool);
   }

@@ -39,13 +39,26 @@ const char* backend_name(backend_kind b);  // "cpu", "vulkan", "cuda"
 // Parses "cpu" / "vulkan" / "cuda"; throws input_error otherwise.
 backend_kind backend_from_name(const std::string& name);
 
+// Load-time repacking of weights for the CPU kernels (exact numerics, AVX-512): q4_K matrices
+// become 16-row tiles that the generation kernel reads (kernels/cpu/cpu.h, q4k_pack). The bits
+// never change; only the speed and the memory do.
+struct repack_stats {
+  int64_t tensors = 0;   // matrices repacked
+  uint64_t bytes = 0;    // memory they take beside the mapped file
+  double seconds = 0.0;  // time spent repacking (once, when the context is created)
+};
+
 // A CPU backend for `mode`. The model and pool must outlive it; pool may be null (one thread).
-std::unique_ptr<model::ops> ops_create(numerics_mode mode, const model::model& m, thread_pool* pool);
+// repack: repack weights at creation where the kernels have a layout for them (exact numerics);
+// stats (may be null) receives what was done.
+std::unique_ptr<model::ops> ops_create(numerics_mode mode, const model::model& m, thread_pool* pool, bool repack = true,
+                                       repack_stats* stats = nullptr);
 // The exact ops on a GPU device (ops_gpu.cpp); `description` receives the device's description.
 // Throws input_error when the backend is not built or the device is missing or refuses.
 std::unique_ptr<model::ops> ops_gpu_create(backend_kind b, int device, const model::model& m, thread_pool* pool,
                                            std::string* description);
-std::unique_ptr<model::ops> ops_exact_create(const model::model& m, thread_pool* pool);      // ops_exact.cpp
+std::unique_ptr<model::ops> ops_exact_create(const model::model& m, thread_pool* pool, bool repack,
+                                             repack_stats* stats);                        // ops_exact.cpp
 std::unique_ptr<model::ops> ops_float_create(const model::model& m, thread_pool* pool);      // ops_float.cpp
 std::unique_ptr<model::ops> ops_reference_create(const model::model& m, thread_pool* pool);  // ops_reference.cpp
 

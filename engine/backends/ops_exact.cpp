@@ -8,8 +8,12 @@
 // and attention is attention_exact_ref over exactly the positions [0, pos] of the token's own
 // sequence (kernels/cpu's grouped attention: the query heads of one KV head together, each with
 // attention_exact_ref's bits). No libm anywhere.
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <unordered_map>
 
 #include "backends/exact_cell.h"
@@ -35,10 +39,25 @@ void weight_reading(const model::weight& w, F&& fn) {
   }
 }
 
+// Repacked matrices shared by every context of the process that computes with the same mapped
+// weights: a context holds its model (so the mapping, and the address keying it, stay valid)
+// and shared pointers to the packs it uses; the registry only remembers them while one does.
+struct pack_registry {
+  std::mutex mu;
+  std::unordered_map<const uint8_t*, std::weak_ptr<const kernels::cpu::q4k_pack>> packs;
+};
+
+pack_registry& registry() {
+  static pack_registry r;
+  return r;
+}
+
 class ops_exact final : public ops_storage<float> {
  public:
-  ops_exact(const model::model& m, thread_pool* pool)
-      : ops_storage<float>(m, pool), cell_(m.hp()), rope_(m), isa_(kernels::cpu::isa_default()) {}
+  ops_exact(const model::model& m, thread_pool* pool, bool repack, repack_stats* stats)
+      : ops_storage<float>(m, pool), cell_(m.hp()), rope_(m), isa_(kernels::cpu::isa_default()) {
+    if (repack && isa_ == kernels::cpu::isa::avx512) repack_weights(stats);
+  }
 
   uint64_t kv_cell_bytes() const override { return cell_.bytes(); }
 
@@ -79,6 +98,57 @@ class ops_exact final : public ops_storage<float> {
     });
   }
 
+  // Repacks every q4_K matrix into 16-row tiles for the generation kernel (load time), or takes
+  // the packs another context of the same model made.
+  void repack_weights(repack_stats* stats) {
+    const auto start = std::chrono::steady_clock::now();
+    repack_stats done;
+    auto consider = [&](const model::weight& w) {
+      if (w.type != gguf::DTYPE_Q4_K || w.n_in % 256 != 0 || w.n_out < 1 || !w.data || packs_.count(w.data)) return;
+      pack_registry& reg = registry();
+      {
+        std::lock_guard<std::mutex> lk(reg.mu);
+        auto it = reg.packs.find(w.data);
+        if (it != reg.packs.end()) {
+          if (std::shared_ptr<const kernels::cpu::q4k_pack> shared = it->second.lock()) {
+            done.tensors += 1;
+            done.bytes += shared->bytes();
+            packs_.emplace(w.data, std::move(shared));
+            return;
+          }
+        }
+      }
+      const int32_t* bounds = nullptr;
+      try {
+        bounds = row_bounds(w);
+      } catch (const input_error&) {
+        return;  // a non-finite scale: the mapped layout stays, and the matmul reports it by name
+      }
+      auto p = std::make_shared<kernels::cpu::q4k_pack>();
+      kernels::cpu::q4k_pack_init(w.n_out, w.n_in, *p);
+      std::atomic<bool> ok{true};
+      const int64_t n_parts = task_count(p->n_groups, n_threads());
+      parallel(n_parts, [&](int64_t part) {
+        int64_t g0, g1;
+        split_range(p->n_groups, n_parts, part, 1, &g0, &g1);
+        if (!kernels::cpu::q4k_pack_groups(w.data, bounds, g0, g1, *p)) ok = false;
+      });
+      if (!ok) return;
+      done.tensors += 1;
+      done.bytes += p->bytes();
+      {
+        std::lock_guard<std::mutex> lk(reg.mu);
+        reg.packs[w.data] = p;
+      }
+      packs_.emplace(w.data, std::move(p));
+    };
+    for (const model::layer_weights& l : m_.layers)
+      for (const model::weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) consider(*w);
+    consider(m_.output);
+    done.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (stats) *stats = done;
+  }
+
   // The fast path: x packed once (threads splitting tokens), rows split in panels of 16.
   void matmul_fast(const model::weight& w, model::act x, model::act y) {
     if (pack_of_ != generation(x)) {
@@ -93,6 +163,16 @@ class ops_exact final : public ops_storage<float> {
     }
     const int64_t n_parts = task_count((w.n_out + 15) / 16, n_threads());
     const writer o = write(y);
+    auto packed = x.rows <= kernels::cpu::GEMV_PACKED_MAX_TOKENS ? packs_.find(w.data) : packs_.end();
+    if (packed != packs_.end()) {
+      const int32_t* bounds = row_bounds(w);
+      parallel(n_parts, [&](int64_t part) {
+        int64_t r0, r1;
+        split_range(w.n_out, n_parts, part, 16, &r0, &r1);
+        kernels::cpu::matmul_exact_cpu_q4k_packed(isa_, pack_, *packed->second, bounds, o.data(), r0, r1);
+      });
+      return;
+    }
     weight_reading(w, [&] {
       const int32_t* bounds = row_bounds(w);
       parallel(n_parts, [&](int64_t part) {
@@ -207,12 +287,14 @@ class ops_exact final : public ops_storage<float> {
   kernels::cpu::act_pack pack_;     // the packed rows of the activation written at generation pack_of_
   uint64_t pack_of_ = 0;
   std::unordered_map<const uint8_t*, std::vector<int32_t>> bounds_;
+  // Repacked q4_K matrices by their mapped data (shared with the other contexts of the model).
+  std::unordered_map<const uint8_t*, std::shared_ptr<const kernels::cpu::q4k_pack>> packs_;
 };
 
 }  // namespace
 
-std::unique_ptr<model::ops> ops_exact_create(const model::model& m, thread_pool* pool) {
-  return std::make_unique<ops_exact>(m, pool);
+std::unique_ptr<model::ops> ops_exact_create(const model::model& m, thread_pool* pool, bool repack, repack_stats* stats) {
+  return std::make_unique<ops_exact>(m, pool, repack, stats);
 }
 
 }  // namespace detaudit::backends

@@ -218,6 +218,7 @@ std::vector<bench_result> bench_run(std::shared_ptr<const model::model> m, const
       cp.n_threads = p.n_threads;
       cp.n_ubatch = p.n_ubatch;
       cp.n_ctx = p.n_depth + std::max(p.n_prompt, p.n_gen) + 1;
+      cp.repack = p.repack;
       ctxs.push_back(std::make_unique<context>(m, cp));
       modes.push_back(nm);
     }
@@ -230,6 +231,7 @@ std::vector<bench_result> bench_run(std::shared_ptr<const model::model> m, const
       r.numerics = modes[i];
       r.backend = ctxs[i]->params().backend;
       r.device = ctxs[i]->device_description();
+      r.repacked = ctxs[i]->repack_stats();
       r.n_threads = p.n_threads;
       r.n_prompt = pp ? p.n_prompt : 0;
       r.n_gen = pp ? 0 : p.n_gen;
@@ -343,6 +345,9 @@ nlohmann::json bench_to_json(const bench_model_info& info, const std::vector<ben
                    {"numerics", numerics_name(r.numerics)},
                    {"backend", backend_name(r.backend)},
                    {"device", r.device},
+                   {"repacked_tensors", r.repacked.tensors},
+                   {"repacked_bytes", r.repacked.bytes},
+                   {"repack_seconds", r.repacked.seconds},
                    {"n_batch", r.n_ubatch},
                    {"n_ubatch", r.n_ubatch},
                    {"n_threads", r.n_threads},

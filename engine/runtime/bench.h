@@ -38,6 +38,7 @@ struct bench_params {
   int64_t n_ubatch = 512;  // the context's n_ubatch (llama-bench -ub, default 512)
   int reps = 5;            // timed repetitions after one warm-up
   uint64_t seed = 1234;    // of the random prompt token ids
+  bool repack = true;      // load-time repacking of the CPU exact kernels' weights (context_params)
 };
 
 // One row: one test (pp or tg) under one numerics.
@@ -50,6 +51,7 @@ struct bench_result {
   int64_t n_gen = 0;     // tg rows: the tokens generated, else 0
   int64_t n_depth = 0;
   int64_t n_ubatch = 0;
+  backends::repack_stats repacked;   // what the row's context repacked when it was created (untimed)
   std::vector<uint64_t> samples_ns;  // (reps) wall time of each repetition
   std::vector<double> samples_ts;    // (reps) tokens / second of each repetition
   double avg_ns = 0, stddev_ns = 0, avg_ts = 0, stddev_ts = 0;  // stddev: sample (n - 1)

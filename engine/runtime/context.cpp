@@ -28,6 +28,7 @@ struct context::impl {
   std::unique_ptr<backends::thread_pool> pool;
   std::unique_ptr<model::ops> ops;
   std::string device;  // device_description()
+  backends::repack_stats repacked;
   std::map<int32_t, sequence> seqs;
   int32_t next_id = 0;
   std::vector<token_trace> traces;
@@ -63,7 +64,7 @@ context::context(std::shared_ptr<const model::model> m, const context_params& p)
   if (p_->p.n_ctx == 0) p_->p.n_ctx = std::min(p_->m->hp().n_ctx_train, MAX_CTX);
   if (p.n_threads > 1) p_->pool = std::make_unique<backends::thread_pool>(p.n_threads);
   if (p.backend == BACKEND_CPU) {
-    p_->ops = backends::ops_create(p.numerics, *p_->m, p_->pool.get());
+    p_->ops = backends::ops_create(p.numerics, *p_->m, p_->pool.get(), p.repack, &p_->repacked);
     p_->device = std::string("cpu ") + (p.numerics == NUMERICS_EXACT ? kernels::cpu::isa_name(kernels::cpu::isa_default()) : "scalar");
   } else {
     if (p.numerics != NUMERICS_EXACT)
@@ -78,6 +79,7 @@ context::~context() = default;
 const model::model& context::model() const { return *p_->m; }
 const context_params& context::params() const { return p_->p; }
 const std::string& context::device_description() const { return p_->device; }
+const backends::repack_stats& context::repack_stats() const { return p_->repacked; }
 
 int32_t context::seq_new() { return p_->add(sequence{{}, p_->empty_cache()}); }
 

@@ -40,6 +40,7 @@ struct context_params {
   int64_t n_ubatch = 512;  // most tokens evaluated in one forward step
   int64_t n_ctx = 0;       // most tokens per sequence; 0: the model's trained context
   bool trace_hashes = false;  // record a hash of every layer's output per token (see token_trace)
+  bool repack = true;         // CPU exact: repack weights for the kernels at creation (same bits; --no-repack)
 };
 
 // One token to evaluate: appended to sequence `seq` at position seq_len(seq).
@@ -72,6 +73,8 @@ class context {
   // What evaluates the forward pass, for run records: "cpu avx512", "vulkan 0: llvmpipe (LLVM
   // 15.0.6, 256 bits) [llvmpipe, Mesa 22.3.6]", "cuda 0: NVIDIA H200 [...]".
   const std::string& device_description() const;
+  // What load-time repacking did (all zero with repack off, other numerics or a GPU backend).
+  const backends::repack_stats& repack_stats() const;
 
   int32_t seq_new();                 // a new empty sequence; returns its id
   void seq_free(int32_t seq);

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "kernels/cpu/cpu.h"
+#include "model/synth.h"
 #include "runtime/bench.h"
 #include "synth_util.h"
 #include "util/error.h"
@@ -117,4 +119,41 @@ TEST_CASE("bench: bad flags exit 2 with one line on stderr") {
   CHECK(missing.exit_code == 2);
   auto no_model = run_cmd(detaudit_bin() + " bench -p 8");
   CHECK(no_model.exit_code == 2);
+}
+
+TEST_CASE("bench and generate: load-time repacking of q4_K changes no bit, and --no-repack turns it off") {
+  // A Q4_K_M mixture (q4_K with q6_K in output and some attn_v / ffn_down) of the small shape.
+  const std::string dir = detaudit::test::scratch_dir("bench_repack");
+  const std::string path = dir + "/q4_k_m.gguf";
+  detaudit::model::synth_options o = detaudit::test::small_model(detaudit::model::ARCH_LLAMA, detaudit::gguf::DTYPE_F16);
+  REQUIRE(detaudit::model::synth_apply_mixture(o, "q4_k_m"));
+  detaudit::model::synth_write(o, path);
+  const bool avx512 = detaudit::kernels::cpu::isa_default() == detaudit::kernels::cpu::isa::avx512;
+  for (const char* flag : {"", " --no-repack"}) {
+    CAPTURE(flag);
+    auto r = run_cmd(detaudit_bin() + " bench -m " + path + " -p 8 -n 4 -r 1 -t 2 --json" + flag);
+    REQUIRE(r.exit_code == 0);
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    REQUIRE(j.size() == 2);
+    const bool on = avx512 && std::strlen(flag) == 0;
+    // Repacking runs where the packed kernel exists (AVX-512) unless --no-repack.
+    CHECK((j[0]["repacked_tensors"].get<int64_t>() > 0) == on);
+    CHECK((j[0]["repacked_bytes"].get<uint64_t>() > 0) == on);
+    CHECK(j[0]["repack_seconds"].get<double>() >= 0.0);
+    auto t = run_cmd(detaudit_bin() + " bench -m " + path + " -p 0 -n 2 -r 1 -t 2" + flag);
+    REQUIRE(t.exit_code == 0);
+    CHECK((t.out.find("repacked ") != std::string::npos) == on);
+  }
+  std::string hashes[2];
+  for (int k = 0; k < 2; ++k) {
+    for (const char* threads : {"1", "2"}) {
+      auto g = run_cmd(detaudit_bin() + " generate -m " + path + " -p 'one two three' -n 12 -t " + threads + " --json" +
+                       (k ? " --no-repack" : ""));
+      REQUIRE(g.exit_code == 0);
+      const std::string h = nlohmann::json::parse(g.out)["chained_hash"];
+      if (hashes[k].empty()) hashes[k] = h;
+      CHECK(h == hashes[k]);
+    }
+  }
+  CHECK(hashes[0] == hashes[1]);
 }

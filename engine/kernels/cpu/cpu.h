@@ -73,6 +73,47 @@ void act_pack_rows(const float* x, int64_t t0, int64_t t1, act_pack& p);
 void matmul_exact_cpu(isa i, const act_pack& x, gguf::dtype t, const uint8_t* w, int64_t n_out,
                       const int32_t* row_bounds, float* y, int64_t row_begin, int64_t row_end);
 
+// ---- q4_K repacked at load time for generation ----
+
+// q4_K rows repacked into groups of 16 rows (the rows of one group interleaved, as in a panel),
+// so that the generation kernel sums 16 rows per vector lane instead of reducing every block
+// across lanes. Per group and super-block, one tile of Q4K_TILE_BYTES:
+//   codes[8 blocks][16 pairs][16 rows]  u8  q[2j] | q[2j + 1] << 4 (the same nibbles)
+//   sc[8][16], mn[8][16]                u8  the six-bit scale and min of each block
+//   dm[16], mm[16]                      i16 d_mant and m_mant (= -dmin mantissa) of wblock
+//   dsh[16], msh[16]                    i8  d_exp - bound and m_exp - bound (0 for a zero scale)
+// Rows past n_rows are zero. 2400 bytes per 16 x 256 weights, against q4_K's 2304.
+constexpr int64_t Q4K_TILE_BYTES = 2400;
+
+struct q4k_pack {
+  int64_t n_rows = 0;
+  int64_t n_in = 0;
+  int64_t n_groups = 0;  // ceil(n_rows / 16)
+  int64_t n_super = 0;   // n_in / 256
+  uint8_t* data = nullptr;  // n_groups * n_super tiles, 64-byte aligned
+  q4k_pack() = default;
+  q4k_pack(const q4k_pack&) = delete;
+  q4k_pack& operator=(const q4k_pack&) = delete;
+  q4k_pack(q4k_pack&& o) noexcept;
+  q4k_pack& operator=(q4k_pack&& o) noexcept;
+  ~q4k_pack();
+  uint64_t bytes() const { return static_cast<uint64_t>(n_groups * n_super * Q4K_TILE_BYTES); }
+};
+
+// Sizes p for an (n_rows, n_in) q4_K matrix (n_in % 256 == 0) and repacks the row groups
+// [g0, g1) of w; row_bounds are weight_row_bounds of every row. False when a block of those groups
+// has a non-finite fp16 scale (the caller keeps the mapped layout; the matmul then reports it).
+// Threads may fill disjoint group ranges after one q4k_pack_init.
+void q4k_pack_init(int64_t n_rows, int64_t n_in, q4k_pack& p);
+bool q4k_pack_groups(const uint8_t* w, const int32_t* row_bounds, int64_t g0, int64_t g1, q4k_pack& p);
+
+// matmul_exact_cpu for x.n_tokens <= GEMV_PACKED_MAX_TOKENS on a repacked q4_K matrix: rows
+// [row_begin, row_end) (row_begin a multiple of 16), bit for bit the same y. Needs isa avx512;
+// throws input_error otherwise.
+constexpr int64_t GEMV_PACKED_MAX_TOKENS = 4;
+void matmul_exact_cpu_q4k_packed(isa i, const act_pack& x, const q4k_pack& w, const int32_t* row_bounds, float* y,
+                                 int64_t row_begin, int64_t row_end);
+
 // ---- attention ----
 
 // attention_exact_ref, bit for bit: one query token, one head, over n_kv cached positions.
