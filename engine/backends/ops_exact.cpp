@@ -44,7 +44,7 @@ void weight_reading(const model::weight& w, F&& fn) {
 // and shared pointers to the packs it uses; the registry only remembers them while one does.
 struct pack_registry {
   std::mutex mu;
-  std::unordered_map<const uint8_t*, std::weak_ptr<const kernels::cpu::q4k_pack>> packs;
+  std::unordered_map<const uint8_t*, std::weak_ptr<const kernels::cpu::row_pack>> packs;
 };
 
 pack_registry& registry() {
@@ -98,19 +98,19 @@ class ops_exact final : public ops_storage<float> {
     });
   }
 
-  // Repacks every q4_K matrix into 16-row tiles for the generation kernel (load time), or takes
+  // Repacks every q4_K, q5_K and q6_K matrix into 16-row tiles for the generation kernels (load time), or takes
   // the packs another context of the same model made.
   void repack_weights(repack_stats* stats) {
     const auto start = std::chrono::steady_clock::now();
     repack_stats done;
     auto consider = [&](const model::weight& w) {
-      if (w.type != gguf::DTYPE_Q4_K || w.n_in % 256 != 0 || w.n_out < 1 || !w.data || packs_.count(w.data)) return;
+      if (!kernels::cpu::row_pack_type(w.type) || w.n_in % 256 != 0 || w.n_out < 1 || !w.data || packs_.count(w.data)) return;
       pack_registry& reg = registry();
       {
         std::lock_guard<std::mutex> lk(reg.mu);
         auto it = reg.packs.find(w.data);
         if (it != reg.packs.end()) {
-          if (std::shared_ptr<const kernels::cpu::q4k_pack> shared = it->second.lock()) {
+          if (std::shared_ptr<const kernels::cpu::row_pack> shared = it->second.lock()) {
             done.tensors += 1;
             done.bytes += shared->bytes();
             packs_.emplace(w.data, std::move(shared));
@@ -124,14 +124,14 @@ class ops_exact final : public ops_storage<float> {
       } catch (const input_error&) {
         return;  // a non-finite scale: the mapped layout stays, and the matmul reports it by name
       }
-      auto p = std::make_shared<kernels::cpu::q4k_pack>();
-      kernels::cpu::q4k_pack_init(w.n_out, w.n_in, *p);
+      auto p = std::make_shared<kernels::cpu::row_pack>();
+      kernels::cpu::row_pack_init(w.type, w.n_out, w.n_in, *p);
       std::atomic<bool> ok{true};
       const int64_t n_parts = task_count(p->n_groups, n_threads());
       parallel(n_parts, [&](int64_t part) {
         int64_t g0, g1;
         split_range(p->n_groups, n_parts, part, 1, &g0, &g1);
-        if (!kernels::cpu::q4k_pack_groups(w.data, bounds, g0, g1, *p)) ok = false;
+        if (!kernels::cpu::row_pack_groups(w.data, bounds, g0, g1, *p)) ok = false;
       });
       if (!ok) return;
       done.tensors += 1;
@@ -169,7 +169,7 @@ class ops_exact final : public ops_storage<float> {
       parallel(n_parts, [&](int64_t part) {
         int64_t r0, r1;
         split_range(w.n_out, n_parts, part, 16, &r0, &r1);
-        kernels::cpu::matmul_exact_cpu_q4k_packed(isa_, pack_, *packed->second, bounds, o.data(), r0, r1);
+        kernels::cpu::matmul_exact_cpu_packed(isa_, pack_, *packed->second, bounds, o.data(), r0, r1);
       });
       return;
     }
@@ -287,8 +287,8 @@ class ops_exact final : public ops_storage<float> {
   kernels::cpu::act_pack pack_;     // the packed rows of the activation written at generation pack_of_
   uint64_t pack_of_ = 0;
   std::unordered_map<const uint8_t*, std::vector<int32_t>> bounds_;
-  // Repacked q4_K matrices by their mapped data (shared with the other contexts of the model).
-  std::unordered_map<const uint8_t*, std::shared_ptr<const kernels::cpu::q4k_pack>> packs_;
+  // Repacked matrices by their mapped data (shared with the other contexts of the model).
+  std::unordered_map<const uint8_t*, std::shared_ptr<const kernels::cpu::row_pack>> packs_;
 };
 
 }  // namespace

@@ -239,16 +239,16 @@ TEST_CASE("cpu matmul: zero rows, zero tokens and non-finite scales") {
   CHECK_THROWS_AS(cpu::weight_row_bounds(t, w.data(), n_in, 0, n_out, bounds.data()), input_error);
 }
 
-TEST_CASE("cpu matmul: q4_K repacked into 16-row tiles gives the reference bits on the generation path") {
+TEST_CASE("cpu matmul: q4_K and q5_K and q6_K repacked into 16-row tiles give the reference bits on the generation path") {
   if (!cpu::isa_supported(cpu::isa::avx512)) {
-    MESSAGE("no AVX-512 here: the packed q4_K kernel is not run (the backend keeps the mapped layout)");
+    MESSAGE("no AVX-512 here: the packed kernels are not run (the backend keeps the mapped layout)");
     return;
   }
-  // Every q4_K matmul case of the op table with at most four tokens, over all rows and over row
-  // ranges starting at group boundaries (16 rows), with sentinels outside them.
-  int64_t n = 0;
+  // Every q4_K, q5_K and q6_K matmul case of the op table with at most four tokens, over all rows and
+  // over row ranges starting at group boundaries (16 rows), with sentinels outside them.
+  int64_t n[3] = {0, 0, 0};
   for (const op_case& c : test::op_cases()) {
-    if (c.op != test::op_kind::matmul || c.type != dtype::DTYPE_Q4_K || c.n_tok > cpu::GEMV_PACKED_MAX_TOKENS) continue;
+    if (c.op != test::op_kind::matmul || !cpu::row_pack_type(c.type) || c.n_tok > cpu::GEMV_PACKED_MAX_TOKENS) continue;
     CAPTURE(c.name);
     const test::prepared_case p = test::prepare(c);
     REQUIRE(p.refused.empty());
@@ -256,11 +256,11 @@ TEST_CASE("cpu matmul: q4_K repacked into 16-row tiles gives the reference bits 
     cpu::act_pack_build(p.in.x.data(), c.n_tok, c.n_in, x);
     std::vector<int32_t> bounds(static_cast<size_t>(c.n_out));
     cpu::weight_row_bounds(c.type, p.in.w.data(), c.n_in, 0, c.n_out, bounds.data());
-    cpu::q4k_pack w;
-    cpu::q4k_pack_init(c.n_out, c.n_in, w);
+    cpu::row_pack w;
+    cpu::row_pack_init(c.type, c.n_out, c.n_in, w);
     const int64_t n_groups = (c.n_out + 15) / 16;
-    if (!cpu::q4k_pack_groups(p.in.w.data(), bounds.data(), 0, n_groups / 2, w) ||
-        !cpu::q4k_pack_groups(p.in.w.data(), bounds.data(), n_groups / 2, n_groups, w)) {
+    if (!cpu::row_pack_groups(p.in.w.data(), bounds.data(), 0, n_groups / 2, w) ||
+        !cpu::row_pack_groups(p.in.w.data(), bounds.data(), n_groups / 2, n_groups, w)) {
       MESSAGE("a non-finite scale: not packed (" << c.name << ")");
       continue;
     }
@@ -273,31 +273,37 @@ TEST_CASE("cpu matmul: q4_K repacked into 16-row tiles gives the reference bits 
         for (int64_t row = 0; row < c.n_out; ++row)
           if (row < r0 || row >= r1) want[test::GUARD + static_cast<size_t>(tok * c.n_out + row)] = test::float_of(test::SENTINEL);
       std::vector<float> got = test::output_buffer(c, p.in);
-      cpu::matmul_exact_cpu_q4k_packed(cpu::isa::avx512, x, w, bounds.data(), got.data() + test::GUARD, r0, r1);
+      cpu::matmul_exact_cpu_packed(cpu::isa::avx512, x, w, bounds.data(), got.data() + test::GUARD, r0, r1);
       const auto diff = test::first_difference(want, got);
       CHECK_MESSAGE(!diff, "rows " << r0 << ".." << r1 << ": " << diff->to_string());
     }
-    ++n;
+    ++n[c.type == dtype::DTYPE_Q4_K ? 0 : c.type == dtype::DTYPE_Q5_K ? 1 : 2];
   }
-  CHECK(n >= 8);
-  MESSAGE(n << " q4_K cases of the op table on the packed generation kernel");
+  for (int64_t k : n) CHECK(k >= 8);
+  MESSAGE(n[0] << " q4_K, " << n[1] << " q5_K and " << n[2] << " q6_K cases of the op table on the packed generation kernels");
 }
 
-TEST_CASE("cpu matmul: q4_K packing refuses a non-finite scale and bad shapes") {
+TEST_CASE("cpu matmul: packing refuses a non-finite scale and other types and bad shapes") {
   const int64_t n_in = 256, n_out = 3;
-  std::vector<uint8_t> w(static_cast<size_t>(n_out * 144), 0);
-  std::vector<int32_t> bounds(n_out, numerics::EXP_ZERO);
-  cpu::q4k_pack p;
-  cpu::q4k_pack_init(n_out, n_in, p);
-  CHECK(cpu::q4k_pack_groups(w.data(), bounds.data(), 0, 1, p));
-  w[144 + 1] = 0x7c;  // row 1's d = +inf
-  CHECK_FALSE(cpu::q4k_pack_groups(w.data(), bounds.data(), 0, 1, p));
-  CHECK_THROWS_AS(cpu::q4k_pack_init(3, 255, p), input_error);
-  CHECK_THROWS_AS(cpu::q4k_pack_init(0, 256, p), input_error);
-  cpu::act_pack x;
-  std::vector<float> xs(5 * 256, 1.0f);
-  cpu::act_pack_build(xs.data(), 5, 256, x);  // five tokens: more than the packed kernel takes
-  cpu::q4k_pack_init(n_out, n_in, p);
-  std::vector<float> y(5 * n_out);
-  CHECK_THROWS_AS(cpu::matmul_exact_cpu_q4k_packed(cpu::isa::avx512, x, p, bounds.data(), y.data(), 0, n_out), input_error);
+  for (dtype t : {dtype::DTYPE_Q4_K, dtype::DTYPE_Q5_K, dtype::DTYPE_Q6_K}) {
+    CAPTURE(gguf::dtype_get(t).name);
+    const int64_t sb = gguf::dtype_get(t).type_size;
+    std::vector<uint8_t> w(static_cast<size_t>(n_out * sb), 0);
+    std::vector<int32_t> bounds(n_out, numerics::EXP_ZERO);
+    cpu::row_pack p;
+    cpu::row_pack_init(t, n_out, n_in, p);
+    CHECK(cpu::row_pack_groups(w.data(), bounds.data(), 0, 1, p));
+    w[static_cast<size_t>(sb + (t == dtype::DTYPE_Q6_K ? 209 : 1))] = 0x7c;  // row 1's d = +inf
+    CHECK_FALSE(cpu::row_pack_groups(w.data(), bounds.data(), 0, 1, p));
+    CHECK_THROWS_AS(cpu::row_pack_init(t, 3, 255, p), input_error);
+    CHECK_THROWS_AS(cpu::row_pack_init(t, 0, 256, p), input_error);
+    cpu::act_pack x;
+    std::vector<float> xs(5 * 256, 1.0f);
+    cpu::act_pack_build(xs.data(), 5, 256, x);  // five tokens: more than the packed kernels take
+    cpu::row_pack_init(t, n_out, n_in, p);
+    std::vector<float> y(5 * n_out);
+    CHECK_THROWS_AS(cpu::matmul_exact_cpu_packed(cpu::isa::avx512, x, p, bounds.data(), y.data(), 0, n_out), input_error);
+  }
+  cpu::row_pack q;
+  CHECK_THROWS_AS(cpu::row_pack_init(dtype::DTYPE_Q8_0, 3, 256, q), input_error);
 }

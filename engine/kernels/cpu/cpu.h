@@ -73,46 +73,60 @@ void act_pack_rows(const float* x, int64_t t0, int64_t t1, act_pack& p);
 void matmul_exact_cpu(isa i, const act_pack& x, gguf::dtype t, const uint8_t* w, int64_t n_out,
                       const int32_t* row_bounds, float* y, int64_t row_begin, int64_t row_end);
 
-// ---- q4_K repacked at load time for generation ----
+// ---- weights repacked at load time for generation ----
 
-// q4_K rows repacked into groups of 16 rows (the rows of one group interleaved, as in a panel),
-// so that the generation kernel sums 16 rows per vector lane instead of reducing every block
-// across lanes. Per group and super-block, one tile of Q4K_TILE_BYTES:
-//   codes[8 blocks][16 pairs][16 rows]  u8  q[2j] | q[2j + 1] << 4 (the same nibbles)
-//   sc[8][16], mn[8][16]                u8  the six-bit scale and min of each block
-//   dm[16], mm[16]                      i16 d_mant and m_mant (= -dmin mantissa) of wblock
-//   dsh[16], msh[16]                    i8  d_exp - bound and m_exp - bound (0 for a zero scale)
-// Rows past n_rows are zero. 2400 bytes per 16 x 256 weights, against q4_K's 2304.
-constexpr int64_t Q4K_TILE_BYTES = 2400;
+// q4_K, q5_K and q6_K rows repacked into groups of 16 rows (the rows of one group interleaved, as in a
+// panel), so that the generation kernel sums 16 rows per vector lane instead of reducing every
+// block across lanes. Per group and super-block, one tile:
+//   q4_K (2400 bytes, q4_K itself: 16 x 144 = 2304)
+//     codes[8 blocks][16 pairs][16 rows]  u8  q[2j] | q[2j + 1] << 4 (the same nibbles)
+//     sc[8][16], mn[8][16]                u8  the six-bit scale and min of each block
+//     dm[16], mm[16]                      i16 d_mant and m_mant (= -dmin mantissa) of wblock
+//     dsh[16], msh[16]                    i8  d_exp - bound and m_exp - bound (0 for a zero scale)
+//   q5_K (2912 bytes, q5_K itself: 16 x 176 = 2816): q4_K's, with after the codes
+//     fifth[8][4][16 rows]                u8  bit 4 of pairs 4k .. 4k + 3: (h[2j] | h[2j + 1] << 1)
+//                                             << 2 (j % 4)
+//   q6_K (3392 bytes, q6_K itself: 16 x 210 = 3360)
+//     lo[8][16 pairs][16 rows]            u8  low nibbles: lo[2j] | lo[2j + 1] << 4
+//     hi[8][8][16 rows]                   u8  high bit pairs: (h[2j] | h[2j+1] << 2) of pairs 2k, 2k + 1
+//                                             in the low and high nibble
+//     sc[8][2][16]                        i8  the sub-block scale of each half block
+//     dm[16] i16, dsh[16] i8, 16 bytes of padding
+// (q6_K's code is lo + 16 hi - 32; the kernel sums lo and hi apart and takes 32 times the
+// activation half sums off, the same integer.) Rows past n_rows are zero.
+bool row_pack_type(gguf::dtype t);     // q4_K, q5_K and q6_K
+int64_t row_pack_tile_bytes(gguf::dtype t);
 
-struct q4k_pack {
+struct row_pack {
+  gguf::dtype type = gguf::DTYPE_Q4_K;
   int64_t n_rows = 0;
   int64_t n_in = 0;
   int64_t n_groups = 0;  // ceil(n_rows / 16)
   int64_t n_super = 0;   // n_in / 256
+  int64_t tile_bytes = 0;
   uint8_t* data = nullptr;  // n_groups * n_super tiles, 64-byte aligned
-  q4k_pack() = default;
-  q4k_pack(const q4k_pack&) = delete;
-  q4k_pack& operator=(const q4k_pack&) = delete;
-  q4k_pack(q4k_pack&& o) noexcept;
-  q4k_pack& operator=(q4k_pack&& o) noexcept;
-  ~q4k_pack();
-  uint64_t bytes() const { return static_cast<uint64_t>(n_groups * n_super * Q4K_TILE_BYTES); }
+  row_pack() = default;
+  row_pack(const row_pack&) = delete;
+  row_pack& operator=(const row_pack&) = delete;
+  row_pack(row_pack&& o) noexcept;
+  row_pack& operator=(row_pack&& o) noexcept;
+  ~row_pack();
+  uint64_t bytes() const { return static_cast<uint64_t>(n_groups * n_super * tile_bytes); }
 };
 
-// Sizes p for an (n_rows, n_in) q4_K matrix (n_in % 256 == 0) and repacks the row groups
-// [g0, g1) of w; row_bounds are weight_row_bounds of every row. False when a block of those groups
-// has a non-finite fp16 scale (the caller keeps the mapped layout; the matmul then reports it).
-// Threads may fill disjoint group ranges after one q4k_pack_init.
-void q4k_pack_init(int64_t n_rows, int64_t n_in, q4k_pack& p);
-bool q4k_pack_groups(const uint8_t* w, const int32_t* row_bounds, int64_t g0, int64_t g1, q4k_pack& p);
+// Sizes p for an (n_rows, n_in) matrix of type t (row_pack_type, n_in % 256 == 0) and repacks the
+// row groups [g0, g1) of w; row_bounds are weight_row_bounds of every row. False when a block of
+// those groups has a non-finite fp16 scale (the caller keeps the mapped layout; the matmul then
+// reports it). Threads may fill disjoint group ranges after one row_pack_init.
+void row_pack_init(gguf::dtype t, int64_t n_rows, int64_t n_in, row_pack& p);
+bool row_pack_groups(const uint8_t* w, const int32_t* row_bounds, int64_t g0, int64_t g1, row_pack& p);
 
-// matmul_exact_cpu for x.n_tokens <= GEMV_PACKED_MAX_TOKENS on a repacked q4_K matrix: rows
+// matmul_exact_cpu for x.n_tokens <= GEMV_PACKED_MAX_TOKENS on a repacked matrix: rows
 // [row_begin, row_end) (row_begin a multiple of 16), bit for bit the same y. Needs isa avx512;
 // throws input_error otherwise.
 constexpr int64_t GEMV_PACKED_MAX_TOKENS = 4;
-void matmul_exact_cpu_q4k_packed(isa i, const act_pack& x, const q4k_pack& w, const int32_t* row_bounds, float* y,
-                                 int64_t row_begin, int64_t row_end);
+void matmul_exact_cpu_packed(isa i, const act_pack& x, const row_pack& w, const int32_t* row_bounds, float* y,
+                             int64_t row_begin, int64_t row_end);
 
 // ---- attention ----
 

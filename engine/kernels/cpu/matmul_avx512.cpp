@@ -507,49 +507,71 @@ struct gemv_row_blocks {
 
 constexpr int64_t PREFETCH_TILES = 4;
 
-// The packed q4_K kernel for NT tokens (gemv_q4k_packed_avx512).
-template <int NT>
-void q4k_packed_tokens(const uint8_t* tiles, int64_t n_super, const int16_t* q, const int64_t* shift, const int32_t* asum,
-                       int64_t nb, int64_t* acc_out) {
+// 16 rows' bytes x -> 32-bit lanes (x & 15) | (x >> 4) << 16: a nibble pair as two int16.
+inline __m512i nibble_pairs(const uint8_t* p) {
+  const __m512i v = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm512_ternarylogic_epi32(v, _mm512_slli_epi32(v, 12), _mm512_set1_epi32(0x000f000f), 0xa8);  // (a | b) & c
+}
+
+// Fetches the tile PREFETCH_TILES ahead, a fifth of 320 bytes per call (b = 0..7): the hardware
+// prefetcher alone leaves DRAM bandwidth unused. The next group's tiles follow the last one; a
+// prefetch past the end never faults.
+inline void prefetch_ahead(const uint8_t* tile, int64_t tile_bytes, int b) {
+  const uint8_t* ahead = tile + PREFETCH_TILES * tile_bytes + b * (tile_bytes / 8);
+#pragma GCC unroll 8
+  for (int64_t l = 0; l < (tile_bytes / 8 + 63) / 64; ++l) _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * l), _MM_HINT_T0);
+}
+
+inline int32_t act_pair(const packed_act& x, int t, int64_t blk, int j) {
+  int32_t a2;
+  __builtin_memcpy(&a2, x.q + (t * x.nb + blk) * 32 + 2 * j, 4);
+  return a2;
+}
+
+// The packed q4_K (FIVE false) and q5_K kernels for NT tokens. q5_K's fifth bits are summed in
+// chains of their own and weigh 16: the block sum is pl + 16 ph.
+template <int NT, bool FIVE>
+void qk_packed_tokens(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc_out) {
+  // Tile offsets (cpu.h): codes, [fifth bits,] scales, mins, d, dmin, their shifts.
+  constexpr int64_t TILE = FIVE ? 2912 : 2400, SC = FIVE ? 2560 : 2048, MN = SC + 128, DM = MN + 128, MM = DM + 32,
+                    DSH = MM + 32, MSH = DSH + 16;
   __m512i acc_lo[NT], acc_hi[NT];
 #pragma GCC unroll 4
   for (int t = 0; t < NT; ++t) acc_lo[t] = acc_hi[t] = _mm512_setzero_si512();
-  const __m512i nib_mask = _mm512_set1_epi32(0x000f000f);
+  const __m512i bit_mask = _mm512_set1_epi32(0x00010001);
   for (int64_t s = 0; s < n_super; ++s) {
-    const uint8_t* tile = tiles + s * Q4K_TILE_BYTES;
-    const __m512i dm = _mm512_cvtepi16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(tile + 2304)));
-    const __m512i mm = _mm512_cvtepi16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(tile + 2336)));
-    const __m512i dsh_lo = _mm512_cvtepi8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile + 2368)));
-    const __m512i dsh_hi = _mm512_cvtepi8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile + 2376)));
-    const __m512i msh_lo = _mm512_cvtepi8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile + 2384)));
-    const __m512i msh_hi = _mm512_cvtepi8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile + 2392)));
+    const uint8_t* tile = tiles + s * TILE;
+    const __m512i dm = _mm512_cvtepi16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(tile + DM)));
+    const __m512i mm = _mm512_cvtepi16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(tile + MM)));
+    const __m512i dsh_lo = _mm512_cvtepi8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile + DSH)));
+    const __m512i dsh_hi = _mm512_cvtepi8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile + DSH + 8)));
+    const __m512i msh_lo = _mm512_cvtepi8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile + MSH)));
+    const __m512i msh_hi = _mm512_cvtepi8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile + MSH + 8)));
     for (int b = 0; b < 8; ++b) {
       const int64_t blk = s * 8 + b;
-      const uint8_t* codes = tile + b * 256;
-      // The hardware prefetcher alone leaves DRAM bandwidth unused here: fetch the tile
-      // PREFETCH_TILES ahead, a fifth of it per block (2400 bytes: 38 lines).
-      // The next group's tiles follow the last one; a prefetch past the end never faults.
-      const uint8_t* ahead = tile + PREFETCH_TILES * Q4K_TILE_BYTES + b * 320;
-#pragma GCC unroll 5
-      for (int l = 0; l < 5; ++l) _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * l), _MM_HINT_T0);
+      prefetch_ahead(tile, TILE, b);
       // CH independent sums per token (pairs j with j % CH == k), so that the vpdpwssd latency
       // chain is 16 / CH long; added together before the epilogue.
       constexpr int CH = NT == 1 ? 4 : (NT == 2 ? 2 : 1);
-      __m512i p[NT], pk[NT][CH];
+      __m512i p[NT], pk[NT][CH], hk[NT][CH];
 #pragma GCC unroll 4
       for (int t = 0; t < NT; ++t)
 #pragma GCC unroll 4
-        for (int k = 0; k < CH; ++k) pk[t][k] = _mm512_setzero_si512();
+        for (int k = 0; k < CH; ++k) pk[t][k] = hk[t][k] = _mm512_setzero_si512();
 #pragma GCC unroll 16
       for (int j = 0; j < 16; ++j) {
-        // 16 rows' byte q0 | q1 << 4 -> 32-bit lanes q0 | q1 << 16.
-        const __m512i v = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(codes + 16 * j)));
-        const __m512i pair = _mm512_ternarylogic_epi32(v, _mm512_slli_epi32(v, 12), nib_mask, 0xa8);  // (a | b) & c
+        const __m512i pair = nibble_pairs(tile + (b * 16 + j) * 16);
+        __m512i fifth = _mm512_setzero_si512();
+        if (FIVE) {  // byte: the fifth bits of pairs 4k .. 4k + 3, two bits per pair
+          __m512i u = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(tile + 2048 + (b * 4 + j / 4) * 16)));
+          if (j % 4) u = _mm512_srli_epi32(u, 2 * (j % 4));
+          fifth = _mm512_ternarylogic_epi32(u, _mm512_slli_epi32(u, 15), bit_mask, 0xa8);  // h0 | h1 << 16
+        }
 #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t) {
-          int32_t a2;
-          __builtin_memcpy(&a2, q + (t * nb + blk) * 32 + 2 * j, 4);
-          pk[t][j % CH] = _mm512_dpwssd_epi32(pk[t][j % CH], _mm512_set1_epi32(a2), pair);
+          const __m512i a2 = _mm512_set1_epi32(act_pair(x, t, blk, j));
+          pk[t][j % CH] = _mm512_dpwssd_epi32(pk[t][j % CH], a2, pair);
+          if (FIVE) hk[t][j % CH] = _mm512_dpwssd_epi32(hk[t][j % CH], a2, fifth);
         }
       }
 #pragma GCC unroll 4
@@ -557,14 +579,20 @@ void q4k_packed_tokens(const uint8_t* tiles, int64_t n_super, const int16_t* q, 
         p[t] = pk[t][0];
 #pragma GCC unroll 4
         for (int k = 1; k < CH; ++k) p[t] = _mm512_add_epi32(p[t], pk[t][k]);
+        if (FIVE) {
+          __m512i h = hk[t][0];
+#pragma GCC unroll 4
+          for (int k = 1; k < CH; ++k) h = _mm512_add_epi32(h, hk[t][k]);
+          p[t] = _mm512_add_epi32(p[t], _mm512_slli_epi32(h, 4));
+        }
       }
-      const __m512i dsc = _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(tile + 2048 + 16 * b))), dm);
-      const __m512i mmn = _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(tile + 2176 + 16 * b))), mm);
+      const __m512i dsc = _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(tile + SC + 16 * b))), dm);
+      const __m512i mmn = _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(tile + MN + 16 * b))), mm);
       const __m512i dsc_lo = lo64(dsc), dsc_hi = hi64(dsc), mmn_lo = lo64(mmn), mmn_hi = hi64(mmn);
 #pragma GCC unroll 4
       for (int t = 0; t < NT; ++t) {
-        const __m512i sa = _mm512_set1_epi64(shift[t * nb + blk]);
-        const __m512i a = _mm512_set1_epi64(asum[t * nb + blk]);
+        const __m512i sa = _mm512_set1_epi64(x.shift[t * x.nb + blk]);
+        const __m512i a = _mm512_set1_epi64(x.asum[t * x.nb + blk]);
         acc_lo[t] = _mm512_add_epi64(acc_lo[t], round_shift_v(_mm512_mul_epi32(lo64(p[t]), dsc_lo), _mm512_add_epi64(sa, dsh_lo)));
         acc_hi[t] = _mm512_add_epi64(acc_hi[t], round_shift_v(_mm512_mul_epi32(hi64(p[t]), dsc_hi), _mm512_add_epi64(sa, dsh_hi)));
         acc_lo[t] = _mm512_add_epi64(acc_lo[t], round_shift_v(_mm512_mul_epi32(a, mmn_lo), _mm512_add_epi64(sa, msh_lo)));
@@ -579,15 +607,83 @@ void q4k_packed_tokens(const uint8_t* tiles, int64_t n_super, const int16_t* q, 
   }
 }
 
+// The packed q6_K kernel for NT tokens: the low nibbles and the high bit pairs are summed apart
+// (pl, ph) per half block, and code = lo + 16 hi - 32 gives the half sum pl + 16 ph - 32 A_half.
+template <int NT>
+void q6k_packed_tokens(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc_out) {
+  __m512i acc_lo[NT], acc_hi[NT];
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t) acc_lo[t] = acc_hi[t] = _mm512_setzero_si512();
+  const __m512i bit_mask = _mm512_set1_epi32(0x00030003);
+  for (int64_t s = 0; s < n_super; ++s) {
+    const uint8_t* tile = tiles + s * 3392;
+    const __m512i dm = _mm512_cvtepi16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(tile + 3328)));
+    const __m512i dsh_lo = _mm512_cvtepi8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile + 3360)));
+    const __m512i dsh_hi = _mm512_cvtepi8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile + 3368)));
+    for (int b = 0; b < 8; ++b) {
+      const int64_t blk = s * 8 + b;
+      prefetch_ahead(tile, 3392, b);
+      __m512i pl[NT][2], ph[NT][2];  // [token][half]: four independent chains per token
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t) pl[t][0] = pl[t][1] = ph[t][0] = ph[t][1] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; ++j) {
+        const __m512i lo = nibble_pairs(tile + (b * 16 + j) * 16);
+        __m512i u = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(tile + 2048 + (b * 8 + j / 2) * 16)));
+        if (j % 2) u = _mm512_srli_epi32(u, 4);
+        const __m512i hi = _mm512_ternarylogic_epi32(u, _mm512_slli_epi32(u, 14), bit_mask, 0xa8);  // h0 | h1 << 16
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t) {
+          const __m512i a2 = _mm512_set1_epi32(act_pair(x, t, blk, j));
+          pl[t][j / 8] = _mm512_dpwssd_epi32(pl[t][j / 8], a2, lo);
+          ph[t][j / 8] = _mm512_dpwssd_epi32(ph[t][j / 8], a2, hi);
+        }
+      }
+      const __m512i f0 = _mm512_mullo_epi32(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(tile + 3072 + 32 * b))), dm);
+      const __m512i f1 = _mm512_mullo_epi32(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(tile + 3072 + 32 * b + 16))), dm);
+      const __m512i f0_lo = lo64(f0), f0_hi = hi64(f0), f1_lo = lo64(f1), f1_hi = hi64(f1);
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t) {
+        const int32_t* hs = x.half_sum + (t * x.nb + blk) * 2;
+        const __m512i h0 = _mm512_sub_epi32(_mm512_add_epi32(pl[t][0], _mm512_slli_epi32(ph[t][0], 4)), _mm512_set1_epi32(32 * hs[0]));
+        const __m512i h1 = _mm512_sub_epi32(_mm512_add_epi32(pl[t][1], _mm512_slli_epi32(ph[t][1], 4)), _mm512_set1_epi32(32 * hs[1]));
+        const __m512i sa = _mm512_set1_epi64(x.shift[t * x.nb + blk]);
+        const __m512i t_lo = _mm512_add_epi64(_mm512_mul_epi32(lo64(h0), f0_lo), _mm512_mul_epi32(lo64(h1), f1_lo));
+        const __m512i t_hi = _mm512_add_epi64(_mm512_mul_epi32(hi64(h0), f0_hi), _mm512_mul_epi32(hi64(h1), f1_hi));
+        acc_lo[t] = _mm512_add_epi64(acc_lo[t], round_shift_v(t_lo, _mm512_add_epi64(sa, dsh_lo)));
+        acc_hi[t] = _mm512_add_epi64(acc_hi[t], round_shift_v(t_hi, _mm512_add_epi64(sa, dsh_hi)));
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t) {
+    _mm512_storeu_si512(acc_out + t * 16, _mm512_add_epi64(_mm512_loadu_si512(acc_out + t * 16), acc_lo[t]));
+    _mm512_storeu_si512(acc_out + t * 16 + 8, _mm512_add_epi64(_mm512_loadu_si512(acc_out + t * 16 + 8), acc_hi[t]));
+  }
+}
+
 }  // namespace
 
-void gemv_q4k_packed_avx512(const uint8_t* tiles, int64_t n_super, const int16_t* q, const int64_t* shift,
-                            const int32_t* asum, int64_t nb, int64_t n_tok, int64_t* acc) {
-  switch (n_tok) {
-    case 1: q4k_packed_tokens<1>(tiles, n_super, q, shift, asum, nb, acc); break;
-    case 2: q4k_packed_tokens<2>(tiles, n_super, q, shift, asum, nb, acc); break;
-    case 3: q4k_packed_tokens<3>(tiles, n_super, q, shift, asum, nb, acc); break;
-    case 4: q4k_packed_tokens<4>(tiles, n_super, q, shift, asum, nb, acc); break;
+void gemv_qk_packed_avx512(bool five, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc) {
+  switch (x.n_tok * 2 + (five ? 1 : 0)) {
+    case 2: qk_packed_tokens<1, false>(tiles, n_super, x, acc); break;
+    case 3: qk_packed_tokens<1, true>(tiles, n_super, x, acc); break;
+    case 4: qk_packed_tokens<2, false>(tiles, n_super, x, acc); break;
+    case 5: qk_packed_tokens<2, true>(tiles, n_super, x, acc); break;
+    case 6: qk_packed_tokens<3, false>(tiles, n_super, x, acc); break;
+    case 7: qk_packed_tokens<3, true>(tiles, n_super, x, acc); break;
+    case 8: qk_packed_tokens<4, false>(tiles, n_super, x, acc); break;
+    case 9: qk_packed_tokens<4, true>(tiles, n_super, x, acc); break;
+    default: break;
+  }
+}
+
+void gemv_q6k_packed_avx512(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc) {
+  switch (x.n_tok) {
+    case 1: q6k_packed_tokens<1>(tiles, n_super, x, acc); break;
+    case 2: q6k_packed_tokens<2>(tiles, n_super, x, acc); break;
+    case 3: q6k_packed_tokens<3>(tiles, n_super, x, acc); break;
+    case 4: q6k_packed_tokens<4>(tiles, n_super, x, acc); break;
     default: break;
   }
 }
@@ -623,7 +719,8 @@ bool panel_decode_avx512(gguf::dtype t, const uint8_t* w, uint64_t row_bytes, in
 #else
 
 namespace detaudit::kernels::cpu {
-void gemv_q4k_packed_avx512(const uint8_t*, int64_t, const int16_t*, const int64_t*, const int32_t*, int64_t, int64_t, int64_t*) {}
+void gemv_qk_packed_avx512(bool, const uint8_t*, const int64_t, const packed_act&, int64_t*) {}
+void gemv_q6k_packed_avx512(const uint8_t*, const int64_t, const packed_act&, int64_t*) {}
 void panel_kernel_avx512(const panel&, const act_view&, int64_t, int64_t, int64_t*) {}
 bool panel_decode_avx512(gguf::dtype, const uint8_t*, uint64_t, int64_t, int, const int32_t*, panel&) { return false; }
 bool gemv_avx512(gguf::dtype, const act_view&, int64_t, const uint8_t*, uint64_t, const int32_t*, int64_t, int64_t, int64_t*) {

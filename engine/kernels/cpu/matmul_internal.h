@@ -95,12 +95,21 @@ bool gemv_avx512(gguf::dtype t, const act_view& x, int64_t n_tokens, const uint8
 bool gemv_avx2(gguf::dtype t, const act_view& x, int64_t n_tokens, const uint8_t* w,
                uint64_t row_bytes, const int32_t* row_bounds, int64_t r0, int64_t r1, int64_t* acc);
 
-// The packed q4_K generation kernel (pack_q4k.cpp): one 16-row group, its n_super tiles, for
-// tokens [0, n_tok) (at most 4) of the int16 activations q (n_tok, nb * 32); shift[t * nb + b] =
-// C + e_a - max_exp of token t's block b, asum its block sum. Adds each row's rounded block terms
-// into acc[t * 16 + r]. Without AVX-512 it does nothing (callers check the instruction set).
-void gemv_q4k_packed_avx512(const uint8_t* tiles, int64_t n_super, const int16_t* q, const int64_t* shift,
-                            const int32_t* asum, int64_t nb, int64_t n_tok, int64_t* acc);
+// The packed generation kernels (pack.cpp): one 16-row group, its n_super tiles, for tokens
+// [0, n_tok) (at most 4) of the int16 activations q (n_tok, nb * 32); shift[t * nb + b] =
+// C + e_a - max_exp of token t's block b, half_sum the act_pack's half sums, asum their sum. Add
+// each row's rounded block terms into acc[t * 16 + r]. Without AVX-512 they do nothing (callers
+// check the instruction set).
+struct packed_act {
+  const int16_t* q;
+  const int64_t* shift;
+  const int32_t* half_sum;
+  const int32_t* asum;
+  int64_t nb;
+  int64_t n_tok;
+};
+void gemv_qk_packed_avx512(bool five, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc);  // q4_K, q5_K
+void gemv_q6k_packed_avx512(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc);
 
 // AVX-512 decoders of the common types (q8_0, q4_K); false when t has none (the caller then
 // uses panel_decode_generic). Same result as panel_decode_generic, bit for bit.

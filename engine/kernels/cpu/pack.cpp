@@ -1,0 +1,236 @@
+// Weights repacked into 16-row tiles at load time (cpu.h, "weights repacked at load time for
+// generation") and the driver of the generation kernels that read them (matmul_avx512.cpp).
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/matmul_internal.h"
+#include "util/error.h"
+
+namespace detaudit::kernels::cpu {
+
+using numerics::EXP_ZERO;
+
+namespace {
+
+// Tile offsets (cpu.h): q4_K 2400 bytes, q5_K 2912 (the fifth bits at 2048, the rest as q4_K's
+// 512 bytes later), q6_K 3392.
+struct qk_offsets {
+  int64_t tile, sc, mn, dm, mm, dsh, msh;
+};
+constexpr qk_offsets Q4K{2400, 2048, 2176, 2304, 2336, 2368, 2384};
+constexpr qk_offsets Q5K{2912, 2560, 2688, 2816, 2848, 2880, 2896};
+constexpr int64_t Q5K_FIFTH = 2048;
+constexpr int64_t Q6K_TILE = 3392, Q6K_HI = 2048, Q6K_SC = 3072, Q6K_DM = 3328, Q6K_DSH = 3360;
+
+// An fp16 field as wblock records it: signed mantissa and exponent; false when not finite.
+bool fp16_field(const uint8_t* p, int32_t* mant, int32_t* exp) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  const int e = (h >> 10) & 31;
+  if (e == 31) return false;
+  const int32_t m = e == 0 ? (h & 1023) : 1024 + (h & 1023);
+  *mant = (h & 0x8000) ? -m : m;
+  *exp = e == 0 ? -24 : e - 25;
+  return true;
+}
+
+int8_t shift_of(int32_t mant, int32_t exp, int32_t bound) {
+  return static_cast<int8_t>(mant == 0 || bound == EXP_ZERO ? 0 : exp - bound);
+}
+
+// One q4_K (144 bytes: d, dmin, scales[12], qs[128]) or q5_K super-block (176 bytes: d, dmin,
+// scales[12], qh[32], qs[128]) of tile row r.
+void pack_qk_row(bool five, const uint8_t* sb, int32_t bound, int r, uint8_t* tile, int16_t* dm, int16_t* mm, int8_t* dsh,
+                 int8_t* msh) {
+  const qk_offsets& o = five ? Q5K : Q4K;
+  int32_t d_mant = 0, d_exp = 0, m_mant = 0, m_exp = 0;
+  fp16_field(sb, &d_mant, &d_exp);
+  fp16_field(sb + 2, &m_mant, &m_exp);
+  dm[r] = static_cast<int16_t>(d_mant);
+  mm[r] = static_cast<int16_t>(-m_mant);  // wblock's m_mant of q4_K / q5_K is -dmin
+  dsh[r] = shift_of(d_mant, d_exp, bound);
+  msh[r] = shift_of(m_mant, m_exp, bound);
+  const uint8_t* sc = sb + 4;
+  const uint8_t* qh = sb + 16;
+  const uint8_t* qs = sb + (five ? 48 : 16);
+  auto nibble = [qs](int b, int l) { return (qs[32 * (b / 2) + l] >> (4 * (b % 2))) & 15; };
+  auto fifth = [qh](int b, int l) { return (qh[l] >> b) & 1; };
+  for (int b = 0; b < 8; ++b) {
+    int32_t scale, min;
+    if (b < 4) {
+      scale = sc[b] & 63;
+      min = sc[b + 4] & 63;
+    } else {
+      scale = (sc[b + 4] & 15) | (sc[b - 4] >> 6) << 4;
+      min = (sc[b + 4] >> 4) | (sc[b] >> 6) << 4;
+    }
+    tile[o.sc + b * 16 + r] = static_cast<uint8_t>(scale);
+    tile[o.mn + b * 16 + r] = static_cast<uint8_t>(min);
+    for (int j = 0; j < 16; ++j) {
+      tile[(b * 16 + j) * 16 + r] = static_cast<uint8_t>(nibble(b, 2 * j) | nibble(b, 2 * j + 1) << 4);
+      if (five) {
+        const int bits = fifth(b, 2 * j) | fifth(b, 2 * j + 1) << 1;
+        tile[Q5K_FIFTH + (b * 4 + j / 4) * 16 + r] |= static_cast<uint8_t>(bits << (2 * (j % 4)));
+      }
+    }
+  }
+}
+
+// One q6_K super-block (210 bytes: ql[128], qh[64], scales[16], d) of tile row r.
+void pack_q6k_row(const uint8_t* sb, int32_t bound, int r, uint8_t* tile, int16_t* dm, int8_t* dsh) {
+  int32_t d_mant = 0, d_exp = 0;
+  fp16_field(sb + 208, &d_mant, &d_exp);
+  dm[r] = static_cast<int16_t>(d_mant);
+  dsh[r] = shift_of(d_mant, d_exp, bound);
+  auto low = [sb](int e) {
+    const int h = e / 128, g = (e / 32) % 4, l = e % 32;
+    return (sb[64 * h + 32 * (g & 1) + l] >> (4 * (g >> 1))) & 15;
+  };
+  auto high = [sb](int e) {
+    const int h = e / 128, g = (e / 32) % 4, l = e % 32;
+    return (sb[128 + 32 * h + l] >> (2 * g)) & 3;
+  };
+  for (int b = 0; b < 8; ++b) {
+    for (int half = 0; half < 2; ++half)
+      tile[Q6K_SC + (b * 2 + half) * 16 + r] = sb[192 + 2 * b + half];
+    for (int j = 0; j < 16; ++j) {
+      const int e = 32 * b + 2 * j;
+      tile[(b * 16 + j) * 16 + r] = static_cast<uint8_t>(low(e) | low(e + 1) << 4);
+      tile[Q6K_HI + (b * 8 + j / 2) * 16 + r] |= static_cast<uint8_t>((high(e) | high(e + 1) << 2) << (4 * (j % 2)));
+    }
+  }
+}
+
+bool scales_finite(gguf::dtype t, const uint8_t* sb) {
+  int32_t m = 0, e = 0;
+  if (t == gguf::DTYPE_Q6_K) return fp16_field(sb + 208, &m, &e);
+  return fp16_field(sb, &m, &e) && fp16_field(sb + 2, &m, &e);
+}
+
+}  // namespace
+
+bool row_pack_type(gguf::dtype t) { return t == gguf::DTYPE_Q4_K || t == gguf::DTYPE_Q5_K || t == gguf::DTYPE_Q6_K; }
+
+int64_t row_pack_tile_bytes(gguf::dtype t) {
+  if (t == gguf::DTYPE_Q4_K) return Q4K.tile;
+  if (t == gguf::DTYPE_Q5_K) return Q5K.tile;
+  if (t == gguf::DTYPE_Q6_K) return Q6K_TILE;
+  return 0;
+}
+
+row_pack::row_pack(row_pack&& o) noexcept
+    : type(o.type), n_rows(o.n_rows), n_in(o.n_in), n_groups(o.n_groups), n_super(o.n_super), tile_bytes(o.tile_bytes),
+      data(o.data) {
+  o.data = nullptr;
+}
+
+row_pack& row_pack::operator=(row_pack&& o) noexcept {
+  if (this != &o) {
+    std::free(data);
+    type = o.type;
+    n_rows = o.n_rows;
+    n_in = o.n_in;
+    n_groups = o.n_groups;
+    n_super = o.n_super;
+    tile_bytes = o.tile_bytes;
+    data = o.data;
+    o.data = nullptr;
+  }
+  return *this;
+}
+
+row_pack::~row_pack() { std::free(data); }
+
+void row_pack_init(gguf::dtype t, int64_t n_rows, int64_t n_in, row_pack& p) {
+  if (!row_pack_type(t)) throw input_error(std::string("row_pack_init: no packed layout for ") + gguf::dtype_get(t).name);
+  if (n_rows < 1 || n_in < 256 || n_in % 256 != 0) {
+    throw input_error("row_pack_init: a matrix of " + std::to_string(n_rows) + " rows of " + std::to_string(n_in) +
+                      " (rows must be whole super-blocks of 256)");
+  }
+  std::free(p.data);
+  p.data = nullptr;
+  p.type = t;
+  p.n_rows = n_rows;
+  p.n_in = n_in;
+  p.n_groups = (n_rows + 15) / 16;
+  p.n_super = n_in / 256;
+  p.tile_bytes = row_pack_tile_bytes(t);
+  const size_t bytes = static_cast<size_t>(p.bytes());
+  p.data = static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+  if (!p.data) throw std::bad_alloc();
+}
+
+bool row_pack_groups(const uint8_t* w, const int32_t* row_bounds, int64_t g0, int64_t g1, row_pack& p) {
+  const int64_t super_bytes = static_cast<int64_t>(gguf::dtype_get(p.type).type_size);
+  const uint64_t row_bytes = static_cast<uint64_t>(p.n_super * super_bytes);
+  const bool q6 = p.type == gguf::DTYPE_Q6_K, five = p.type == gguf::DTYPE_Q5_K;
+  const qk_offsets& o = five ? Q5K : Q4K;
+  for (int64_t g = g0; g < g1; ++g) {
+    for (int64_t s = 0; s < p.n_super; ++s) {
+      uint8_t* tile = p.data + (g * p.n_super + s) * p.tile_bytes;
+      std::memset(tile, 0, static_cast<size_t>(p.tile_bytes));
+      int16_t dm[16] = {}, mm[16] = {};
+      int8_t dsh[16] = {}, msh[16] = {};
+      for (int r = 0; r < 16 && g * 16 + r < p.n_rows; ++r) {
+        const int64_t row = g * 16 + r;
+        const uint8_t* sb = w + static_cast<uint64_t>(row) * row_bytes + static_cast<uint64_t>(s * super_bytes);
+        if (!scales_finite(p.type, sb)) return false;
+        if (q6) pack_q6k_row(sb, row_bounds[row], r, tile, dm, dsh);
+        else pack_qk_row(five, sb, row_bounds[row], r, tile, dm, mm, dsh, msh);
+      }
+      if (q6) {
+        std::memcpy(tile + Q6K_DM, dm, sizeof dm);
+        std::memcpy(tile + Q6K_DSH, dsh, sizeof dsh);
+      } else {
+        std::memcpy(tile + o.dm, dm, sizeof dm);
+        std::memcpy(tile + o.mm, mm, sizeof mm);
+        std::memcpy(tile + o.dsh, dsh, sizeof dsh);
+        std::memcpy(tile + o.msh, msh, sizeof msh);
+      }
+    }
+  }
+  return true;
+}
+
+void matmul_exact_cpu_packed(isa i, const act_pack& x, const row_pack& w, const int32_t* row_bounds, float* y,
+                             int64_t row_begin, int64_t row_end) {
+  if (i != isa::avx512 || !isa_supported(i)) throw input_error("matmul_exact_cpu_packed: needs avx512");
+  if (x.n_tokens > GEMV_PACKED_MAX_TOKENS || x.n_in != w.n_in || row_begin % 16 != 0 || row_begin < 0 ||
+      row_end > w.n_rows || row_begin > row_end) {
+    throw input_error("matmul_exact_cpu_packed: " + std::to_string(x.n_tokens) + " tokens of " + std::to_string(x.n_in) +
+                      ", rows [" + std::to_string(row_begin) + ", " + std::to_string(row_end) + ") of a packed matrix of " +
+                      std::to_string(w.n_rows) + " x " + std::to_string(w.n_in));
+  }
+  const int64_t nb = x.n_blocks, n_tok = x.n_tokens;
+  const int32_t c = matmul_shift_const(nb);
+  // The activation side of every block's shift (c + e_a - max_exp) and its block sums, per token.
+  std::vector<int64_t> shift(static_cast<size_t>(n_tok * nb));
+  std::vector<int32_t> asum(static_cast<size_t>(n_tok * nb));
+  for (int64_t t = 0; t < n_tok; ++t)
+    for (int64_t b = 0; b < nb; ++b) {
+      const size_t k = static_cast<size_t>(t * nb + b);
+      shift[k] = static_cast<int64_t>(c) + x.exp[k] - x.max_exp[static_cast<size_t>(t)];
+      asum[k] = x.half_sum[2 * k] + x.half_sum[2 * k + 1];
+    }
+  const packed_act xa{x.q.data(), shift.data(), x.half_sum.data(), asum.data(), nb, n_tok};
+  int64_t acc[GEMV_PACKED_MAX_TOKENS * 16];
+  for (int64_t g = row_begin / 16; g * 16 < row_end; ++g) {
+    std::fill(acc, acc + GEMV_PACKED_MAX_TOKENS * 16, 0);
+    const uint8_t* tiles = w.data + g * w.n_super * w.tile_bytes;
+    if (w.type == gguf::DTYPE_Q6_K) gemv_q6k_packed_avx512(tiles, w.n_super, xa, acc);
+    else gemv_qk_packed_avx512(w.type == gguf::DTYPE_Q5_K, tiles, w.n_super, xa, acc);
+    for (int64_t t = 0; t < n_tok; ++t)
+      for (int r = 0; r < 16; ++r) {
+        const int64_t row = g * 16 + r;
+        if (row < row_begin || row >= row_end) continue;
+        const int32_t xmax = x.max_exp[static_cast<size_t>(t)], bound = row_bounds[row];
+        y[t * w.n_rows + row] = xmax == EXP_ZERO || bound == EXP_ZERO ? 0.0f : fixed_to_f32_fast(acc[t * 16 + r], xmax + bound - c);
+      }
+  }
+}
+
+}  // namespace detaudit::kernels::cpu
