@@ -239,16 +239,16 @@ TEST_CASE("cpu matmul: zero rows, zero tokens and non-finite scales") {
   CHECK_THROWS_AS(cpu::weight_row_bounds(t, w.data(), n_in, 0, n_out, bounds.data()), input_error);
 }
 
-TEST_CASE("cpu matmul: q4_K and q5_K and q6_K repacked into 16-row tiles give the reference bits on the generation path") {
+TEST_CASE("cpu matmul: q4_0 and q4_K and q5_K and q6_K repacked into 16-row tiles give the reference bits on the generation path") {
   if (!cpu::isa_supported(cpu::isa::avx512)) {
     MESSAGE("no AVX-512 here: the packed kernels are not run (the backend keeps the mapped layout)");
     return;
   }
-  // Every q4_K, q5_K and q6_K matmul case of the op table with at most four tokens, over all rows and
+  // Every q4_0, q4_K, q5_K and q6_K matmul case (rows of whole 256s) of the op table with at most four tokens, over all rows and
   // over row ranges starting at group boundaries (16 rows), with sentinels outside them.
-  int64_t n[3] = {0, 0, 0};
+  int64_t n[4] = {0, 0, 0, 0};
   for (const op_case& c : test::op_cases()) {
-    if (c.op != test::op_kind::matmul || !cpu::row_pack_type(c.type) || c.n_tok > cpu::GEMV_PACKED_MAX_TOKENS) continue;
+    if (c.op != test::op_kind::matmul || !cpu::row_pack_type(c.type) || c.n_tok > cpu::GEMV_PACKED_MAX_TOKENS || c.n_in % 256 != 0) continue;
     CAPTURE(c.name);
     const test::prepared_case p = test::prepare(c);
     REQUIRE(p.refused.empty());
@@ -277,23 +277,23 @@ TEST_CASE("cpu matmul: q4_K and q5_K and q6_K repacked into 16-row tiles give th
       const auto diff = test::first_difference(want, got);
       CHECK_MESSAGE(!diff, "rows " << r0 << ".." << r1 << ": " << diff->to_string());
     }
-    ++n[c.type == dtype::DTYPE_Q4_K ? 0 : c.type == dtype::DTYPE_Q5_K ? 1 : 2];
+    ++n[c.type == dtype::DTYPE_Q4_K ? 0 : c.type == dtype::DTYPE_Q5_K ? 1 : c.type == dtype::DTYPE_Q6_K ? 2 : 3];
   }
-  for (int64_t k : n) CHECK(k >= 8);
-  MESSAGE(n[0] << " q4_K, " << n[1] << " q5_K and " << n[2] << " q6_K cases of the op table on the packed generation kernels");
+  for (int64_t k : n) CHECK(k >= 5);
+  MESSAGE(n[0] << " q4_K, " << n[1] << " q5_K, " << n[2] << " q6_K and " << n[3] << " q4_0 cases of the op table on the packed generation kernels");
 }
 
 TEST_CASE("cpu matmul: packing refuses a non-finite scale and other types and bad shapes") {
   const int64_t n_in = 256, n_out = 3;
-  for (dtype t : {dtype::DTYPE_Q4_K, dtype::DTYPE_Q5_K, dtype::DTYPE_Q6_K}) {
+  for (dtype t : {dtype::DTYPE_Q4_0, dtype::DTYPE_Q4_K, dtype::DTYPE_Q5_K, dtype::DTYPE_Q6_K}) {
     CAPTURE(gguf::dtype_get(t).name);
-    const int64_t sb = gguf::dtype_get(t).type_size;
+    const int64_t sb = gguf::dtype_get(t).type_size * (256 / gguf::dtype_get(t).block_size);  // bytes of 256 weights
     std::vector<uint8_t> w(static_cast<size_t>(n_out * sb), 0);
     std::vector<int32_t> bounds(n_out, numerics::EXP_ZERO);
     cpu::row_pack p;
     cpu::row_pack_init(t, n_out, n_in, p);
     CHECK(cpu::row_pack_groups(w.data(), bounds.data(), 0, 1, p));
-    w[static_cast<size_t>(sb + (t == dtype::DTYPE_Q6_K ? 209 : 1))] = 0x7c;  // row 1's d = +inf
+    w[static_cast<size_t>(sb + (t == dtype::DTYPE_Q6_K ? 209 : t == dtype::DTYPE_Q4_0 ? 18 * 5 + 1 : 1))] = 0x7c;  // row 1: d = +inf
     CHECK_FALSE(cpu::row_pack_groups(w.data(), bounds.data(), 0, 1, p));
     CHECK_THROWS_AS(cpu::row_pack_init(t, 3, 255, p), input_error);
     CHECK_THROWS_AS(cpu::row_pack_init(t, 0, 256, p), input_error);

@@ -75,7 +75,7 @@ void matmul_exact_cpu(isa i, const act_pack& x, gguf::dtype t, const uint8_t* w,
 
 // ---- weights repacked at load time for generation ----
 
-// q4_K, q5_K and q6_K rows repacked into groups of 16 rows (the rows of one group interleaved, as in a
+// q4_0, q4_K, q5_K and q6_K rows repacked into groups of 16 rows (the rows of one group interleaved, as in a
 // panel), so that the generation kernel sums 16 rows per vector lane instead of reducing every
 // block across lanes. Per group and super-block, one tile:
 //   q4_K (2400 bytes, q4_K itself: 16 x 144 = 2304)
@@ -92,9 +92,12 @@ void matmul_exact_cpu(isa i, const act_pack& x, gguf::dtype t, const uint8_t* w,
 //                                             in the low and high nibble
 //     sc[8][2][16]                        i8  the sub-block scale of each half block
 //     dm[16] i16, dsh[16] i8, 16 bytes of padding
+//   q4_0 (2432 bytes per 16 rows x 8 blocks, q4_0 itself: 16 x 8 x 18 = 2304)
+//     codes[8 blocks][16 pairs][16 rows]  u8  the nibbles u[2j] | u[2j + 1] << 4 (code = u - 8)
+//     dm[8][16] i16, dsh[8][16] i8         each block's d_mant and d_exp - bound
 // (q6_K's code is lo + 16 hi - 32; the kernel sums lo and hi apart and takes 32 times the
 // activation half sums off, the same integer.) Rows past n_rows are zero.
-bool row_pack_type(gguf::dtype t);     // q4_K, q5_K and q6_K
+bool row_pack_type(gguf::dtype t);     // q4_0, q4_K, q5_K and q6_K (rows of whole 256s)
 int64_t row_pack_tile_bytes(gguf::dtype t);
 
 struct row_pack {
@@ -102,7 +105,7 @@ struct row_pack {
   int64_t n_rows = 0;
   int64_t n_in = 0;
   int64_t n_groups = 0;  // ceil(n_rows / 16)
-  int64_t n_super = 0;   // n_in / 256
+  int64_t n_super = 0;   // n_in / 256 (q4_0: eight blocks per tile)
   int64_t tile_bytes = 0;
   uint8_t* data = nullptr;  // n_groups * n_super tiles, 64-byte aligned
   row_pack() = default;

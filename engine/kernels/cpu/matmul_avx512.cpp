@@ -662,7 +662,64 @@ void q6k_packed_tokens(const uint8_t* tiles, int64_t n_super, const packed_act& 
   }
 }
 
+// The packed q4_0 kernel for NT tokens: eight blocks per tile, each with its own fp16 d; code =
+// u - 8, so the block sum is the nibble sum less 8 times the activation block sum.
+template <int NT>
+void q40_packed_tokens(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc_out) {
+  __m512i acc_lo[NT], acc_hi[NT];
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t) acc_lo[t] = acc_hi[t] = _mm512_setzero_si512();
+  for (int64_t s = 0; s < n_super; ++s) {
+    const uint8_t* tile = tiles + s * 2432;
+    for (int b = 0; b < 8; ++b) {
+      const int64_t blk = s * 8 + b;
+      prefetch_ahead(tile, 2432, b);
+      constexpr int CH = NT == 1 ? 4 : (NT == 2 ? 2 : 1);
+      __m512i pk[NT][CH];
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t)
+#pragma GCC unroll 4
+        for (int k = 0; k < CH; ++k) pk[t][k] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; ++j) {
+        const __m512i pair = nibble_pairs(tile + (b * 16 + j) * 16);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t) pk[t][j % CH] = _mm512_dpwssd_epi32(pk[t][j % CH], _mm512_set1_epi32(act_pair(x, t, blk, j)), pair);
+      }
+      const __m512i dm = _mm512_cvtepi16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(tile + 2048 + 32 * b)));
+      const __m512i dm_lo = lo64(dm), dm_hi = hi64(dm);
+      const __m512i dsh_lo = _mm512_cvtepi8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile + 2304 + 16 * b)));
+      const __m512i dsh_hi = _mm512_cvtepi8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile + 2304 + 16 * b + 8)));
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t) {
+        __m512i p = pk[t][0];
+#pragma GCC unroll 4
+        for (int k = 1; k < CH; ++k) p = _mm512_add_epi32(p, pk[t][k]);
+        p = _mm512_sub_epi32(p, _mm512_set1_epi32(8 * x.asum[t * x.nb + blk]));
+        const __m512i sa = _mm512_set1_epi64(x.shift[t * x.nb + blk]);
+        acc_lo[t] = _mm512_add_epi64(acc_lo[t], round_shift_v(_mm512_mul_epi32(lo64(p), dm_lo), _mm512_add_epi64(sa, dsh_lo)));
+        acc_hi[t] = _mm512_add_epi64(acc_hi[t], round_shift_v(_mm512_mul_epi32(hi64(p), dm_hi), _mm512_add_epi64(sa, dsh_hi)));
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t) {
+    _mm512_storeu_si512(acc_out + t * 16, _mm512_add_epi64(_mm512_loadu_si512(acc_out + t * 16), acc_lo[t]));
+    _mm512_storeu_si512(acc_out + t * 16 + 8, _mm512_add_epi64(_mm512_loadu_si512(acc_out + t * 16 + 8), acc_hi[t]));
+  }
+}
+
 }  // namespace
+
+void gemv_q40_packed_avx512(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc) {
+  switch (x.n_tok) {
+    case 1: q40_packed_tokens<1>(tiles, n_super, x, acc); break;
+    case 2: q40_packed_tokens<2>(tiles, n_super, x, acc); break;
+    case 3: q40_packed_tokens<3>(tiles, n_super, x, acc); break;
+    case 4: q40_packed_tokens<4>(tiles, n_super, x, acc); break;
+    default: break;
+  }
+}
 
 void gemv_qk_packed_avx512(bool five, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc) {
   switch (x.n_tok * 2 + (five ? 1 : 0)) {
@@ -721,6 +778,7 @@ bool panel_decode_avx512(gguf::dtype t, const uint8_t* w, uint64_t row_bytes, in
 namespace detaudit::kernels::cpu {
 void gemv_qk_packed_avx512(bool, const uint8_t*, const int64_t, const packed_act&, int64_t*) {}
 void gemv_q6k_packed_avx512(const uint8_t*, const int64_t, const packed_act&, int64_t*) {}
+void gemv_q40_packed_avx512(const uint8_t*, const int64_t, const packed_act&, int64_t*) {}
 void panel_kernel_avx512(const panel&, const act_view&, int64_t, int64_t, int64_t*) {}
 bool panel_decode_avx512(gguf::dtype, const uint8_t*, uint64_t, int64_t, int, const int32_t*, panel&) { return false; }
 bool gemv_avx512(gguf::dtype, const act_view&, int64_t, const uint8_t*, uint64_t, const int32_t*, int64_t, int64_t, int64_t*) {

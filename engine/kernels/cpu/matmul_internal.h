@@ -110,6 +110,7 @@ struct packed_act {
 };
 void gemv_qk_packed_avx512(bool five, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc);  // q4_K, q5_K
 void gemv_q6k_packed_avx512(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc);
+void gemv_q40_packed_avx512(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc);
 
 // AVX-512 decoders of the common types (q8_0, q4_K); false when t has none (the caller then
 // uses panel_decode_generic). Same result as panel_decode_generic, bit for bit.

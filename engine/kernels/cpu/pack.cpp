@@ -25,6 +25,7 @@ constexpr qk_offsets Q4K{2400, 2048, 2176, 2304, 2336, 2368, 2384};
 constexpr qk_offsets Q5K{2912, 2560, 2688, 2816, 2848, 2880, 2896};
 constexpr int64_t Q5K_FIFTH = 2048;
 constexpr int64_t Q6K_TILE = 3392, Q6K_HI = 2048, Q6K_SC = 3072, Q6K_DM = 3328, Q6K_DSH = 3360;
+constexpr int64_t Q40_TILE = 2432, Q40_DM = 2048, Q40_DSH = 2304;
 
 // An fp16 field as wblock records it: signed mantissa and exponent; false when not finite.
 bool fp16_field(const uint8_t* p, int32_t* mant, int32_t* exp) {
@@ -105,20 +106,43 @@ void pack_q6k_row(const uint8_t* sb, int32_t bound, int r, uint8_t* tile, int16_
   }
 }
 
+// Eight q4_0 blocks (18 bytes each: d, qs[16]; element l < 16 is the low nibble of qs[l], the
+// others the high nibble of qs[l - 16]) of tile row r.
+void pack_q40_row(const uint8_t* sb, int32_t bound, int r, uint8_t* tile) {
+  for (int b = 0; b < 8; ++b) {
+    const uint8_t* blk = sb + 18 * b;
+    int32_t d_mant = 0, d_exp = 0;
+    fp16_field(blk, &d_mant, &d_exp);
+    const int16_t dm = static_cast<int16_t>(d_mant);
+    std::memcpy(tile + Q40_DM + (b * 16 + r) * 2, &dm, 2);
+    tile[Q40_DSH + b * 16 + r] = static_cast<uint8_t>(shift_of(d_mant, d_exp, bound));
+    auto u = [blk](int l) { return l < 16 ? blk[2 + l] & 15 : blk[2 + l - 16] >> 4; };
+    for (int j = 0; j < 16; ++j) tile[(b * 16 + j) * 16 + r] = static_cast<uint8_t>(u(2 * j) | u(2 * j + 1) << 4);
+  }
+}
+
 bool scales_finite(gguf::dtype t, const uint8_t* sb) {
   int32_t m = 0, e = 0;
   if (t == gguf::DTYPE_Q6_K) return fp16_field(sb + 208, &m, &e);
+  if (t == gguf::DTYPE_Q4_0) {
+    for (int b = 0; b < 8; ++b)
+      if (!fp16_field(sb + 18 * b, &m, &e)) return false;
+    return true;
+  }
   return fp16_field(sb, &m, &e) && fp16_field(sb + 2, &m, &e);
 }
 
 }  // namespace
 
-bool row_pack_type(gguf::dtype t) { return t == gguf::DTYPE_Q4_K || t == gguf::DTYPE_Q5_K || t == gguf::DTYPE_Q6_K; }
+bool row_pack_type(gguf::dtype t) {
+  return t == gguf::DTYPE_Q4_0 || t == gguf::DTYPE_Q4_K || t == gguf::DTYPE_Q5_K || t == gguf::DTYPE_Q6_K;
+}
 
 int64_t row_pack_tile_bytes(gguf::dtype t) {
   if (t == gguf::DTYPE_Q4_K) return Q4K.tile;
   if (t == gguf::DTYPE_Q5_K) return Q5K.tile;
   if (t == gguf::DTYPE_Q6_K) return Q6K_TILE;
+  if (t == gguf::DTYPE_Q4_0) return Q40_TILE;
   return 0;
 }
 
@@ -165,9 +189,10 @@ void row_pack_init(gguf::dtype t, int64_t n_rows, int64_t n_in, row_pack& p) {
 }
 
 bool row_pack_groups(const uint8_t* w, const int32_t* row_bounds, int64_t g0, int64_t g1, row_pack& p) {
-  const int64_t super_bytes = static_cast<int64_t>(gguf::dtype_get(p.type).type_size);
+  // Bytes of 256 elements: one K-quant super-block, eight q4_0 blocks.
+  const int64_t super_bytes = static_cast<int64_t>(gguf::dtype_get(p.type).type_size) * (256 / gguf::dtype_get(p.type).block_size);
   const uint64_t row_bytes = static_cast<uint64_t>(p.n_super * super_bytes);
-  const bool q6 = p.type == gguf::DTYPE_Q6_K, five = p.type == gguf::DTYPE_Q5_K;
+  const bool q6 = p.type == gguf::DTYPE_Q6_K, five = p.type == gguf::DTYPE_Q5_K, q40 = p.type == gguf::DTYPE_Q4_0;
   const qk_offsets& o = five ? Q5K : Q4K;
   for (int64_t g = g0; g < g1; ++g) {
     for (int64_t s = 0; s < p.n_super; ++s) {
@@ -179,10 +204,13 @@ bool row_pack_groups(const uint8_t* w, const int32_t* row_bounds, int64_t g0, in
         const int64_t row = g * 16 + r;
         const uint8_t* sb = w + static_cast<uint64_t>(row) * row_bytes + static_cast<uint64_t>(s * super_bytes);
         if (!scales_finite(p.type, sb)) return false;
-        if (q6) pack_q6k_row(sb, row_bounds[row], r, tile, dm, dsh);
+        if (q40) pack_q40_row(sb, row_bounds[row], r, tile);
+        else if (q6) pack_q6k_row(sb, row_bounds[row], r, tile, dm, dsh);
         else pack_qk_row(five, sb, row_bounds[row], r, tile, dm, mm, dsh, msh);
       }
-      if (q6) {
+      if (q40) {
+        // per-block scales written by pack_q40_row
+      } else if (q6) {
         std::memcpy(tile + Q6K_DM, dm, sizeof dm);
         std::memcpy(tile + Q6K_DSH, dsh, sizeof dsh);
       } else {
@@ -222,6 +250,7 @@ void matmul_exact_cpu_packed(isa i, const act_pack& x, const row_pack& w, const 
     std::fill(acc, acc + GEMV_PACKED_MAX_TOKENS * 16, 0);
     const uint8_t* tiles = w.data + g * w.n_super * w.tile_bytes;
     if (w.type == gguf::DTYPE_Q6_K) gemv_q6k_packed_avx512(tiles, w.n_super, xa, acc);
+    else if (w.type == gguf::DTYPE_Q4_0) gemv_q40_packed_avx512(tiles, w.n_super, xa, acc);
     else gemv_qk_packed_avx512(w.type == gguf::DTYPE_Q5_K, tiles, w.n_super, xa, acc);
     for (int64_t t = 0; t < n_tok; ++t)
       for (int r = 0; r < 16; ++r) {
