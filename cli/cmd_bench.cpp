@@ -83,7 +83,7 @@ void run_bench(const bench_cmd_options& o) {
   for (const runtime::bench_result& r : rows) {
     const bool first_test = (r.n_prompt != 0) == (rows.front().n_prompt != 0);  // one row per context
     if (r.repacked.tensors == 0 || !first_test) continue;
-    std::cout << "\n" << runtime::bench_row_name(r) << ": repacked " << r.repacked.tensors << " q4_K/q5_K/q6_K matrices into 16-row tiles, "
+    std::cout << "\n" << runtime::bench_row_name(r) << ": repacked " << r.repacked.tensors << " matrices (q4_0, q4_K, q5_K, q6_K) into 16-row tiles, "
               << std::fixed << std::setprecision(1) << static_cast<double>(r.repacked.bytes) / (1 << 20) << " MiB beside the mapped file, in "
               << std::setprecision(0) << r.repacked.seconds * 1000 << " ms at load (--no-repack keeps the mapped layout)\n";
   }
