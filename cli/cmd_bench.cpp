@@ -85,7 +85,9 @@ void run_bench(const bench_cmd_options& o) {
     if (r.repacked.tensors == 0 || !first_test) continue;
     std::cout << "\n" << runtime::bench_row_name(r) << ": repacked " << r.repacked.tensors << " matrices (q4_0, q4_K, q5_K, q6_K) into 16-row tiles, "
               << std::fixed << std::setprecision(1) << static_cast<double>(r.repacked.bytes) / (1 << 20) << " MiB beside the mapped file, in "
-              << std::setprecision(0) << r.repacked.seconds * 1000 << " ms at load (--no-repack keeps the mapped layout)\n";
+              << std::setprecision(0) << r.repacked.seconds * 1000 << " ms at load";
+    if (r.repacked.shared > 0) std::cout << " (" << r.repacked.shared << " shared with another context)";
+    std::cout << " (--no-repack keeps the mapped layout)\n";
   }
   if (o.roofline) {
     const uint64_t bytes = o.roofline_mib > 0 ? static_cast<uint64_t>(o.roofline_mib) << 20 : runtime::bench_default_probe_bytes();

@@ -1,3 +1,4 @@
+#include <cctype>
 #include <iostream>
 #include <memory>
 #include <vector>
@@ -27,7 +28,9 @@ void resolve(CLI::App* sub, synth_cmd_options& o) {
   auto a = model::arch_from_name(o.arch);
   if (!a) throw input_error("synth: --arch '" + o.arch + "' is not one of llama, qwen2, qwen3");
   o.synth.arch = *a;
-  const bool mixture = o.type == "q4_k_m" || o.type == "q5_k_m";
+  std::string lower = o.type;
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const bool mixture = lower == "q4_k_m" || lower == "q5_k_m";
   const gguf::dtype_traits* t = mixture ? nullptr : gguf::dtype_from_name(o.type);
   if (!t && !mixture) throw input_error("synth: --type '" + o.type + "' is not one of " + TYPES + "|" + model::synth_mixture_names());
   if (t) o.synth.type = t->type;
@@ -52,7 +55,7 @@ void resolve(CLI::App* sub, synth_cmd_options& o) {
       if (sub->get_option(flag)->count() > 0) o.synth.*member = given.*member;
   }
   // The mixture's per-layer choices need the final layer count; --tensor-type entries still win.
-  if (mixture) model::synth_apply_mixture(o.synth, o.type);
+  if (mixture) model::synth_apply_mixture(o.synth, lower);
 }
 
 }  // namespace

@@ -43,8 +43,9 @@ backend_kind backend_from_name(const std::string& name);
 // q6_K matrices become 16-row tiles that the generation kernels read (kernels/cpu/cpu.h, row_pack). The bits
 // never change; only the speed and the memory do.
 struct repack_stats {
-  int64_t tensors = 0;   // matrices repacked
-  uint64_t bytes = 0;    // memory they take beside the mapped file
+  int64_t tensors = 0;   // matrices this context reads repacked
+  int64_t shared = 0;    // of those, packs another context of the process had made (not repacked again)
+  uint64_t bytes = 0;    // memory they take beside the mapped file (shared packs counted once per context)
   double seconds = 0.0;  // time spent repacking (once, when the context is created)
 };
 

@@ -112,6 +112,7 @@ class ops_exact final : public ops_storage<float> {
         if (it != reg.packs.end()) {
           if (std::shared_ptr<const kernels::cpu::row_pack> shared = it->second.lock()) {
             done.tensors += 1;
+            done.shared += 1;
             done.bytes += shared->bytes();
             packs_.emplace(w.data, std::move(shared));
             return;
@@ -138,6 +139,8 @@ class ops_exact final : public ops_storage<float> {
       done.bytes += p->bytes();
       {
         std::lock_guard<std::mutex> lk(reg.mu);
+        for (auto it = reg.packs.begin(); it != reg.packs.end();)  // forget packs no context holds
+          it = it->second.expired() ? reg.packs.erase(it) : std::next(it);
         reg.packs[w.data] = p;
       }
       packs_.emplace(w.data, std::move(p));

@@ -96,7 +96,15 @@ void thread_pool::worker() {
 void thread_pool::run(int64_t n_tasks, const std::function<void(int64_t)>& fn) {
   if (n_tasks <= 0) return;
   if (workers_.empty() || n_tasks == 1) {
-    for (int64_t i = 0; i < n_tasks; ++i) fn(i);
+    std::exception_ptr first;
+    for (int64_t i = 0; i < n_tasks; ++i) {
+      try {
+        fn(i);
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    if (first) std::rethrow_exception(first);
     return;
   }
   if (n_tasks >= MAX_TASKS) throw std::logic_error("thread_pool: too many tasks in one run");

@@ -199,6 +199,7 @@ bool synth_apply_mixture(synth_options& o, const std::string& name) {
     return false;
   }
   o.type = base;
+  o.mixture = name;
   const int64_t n = o.n_layer;
   auto more_bits = [n](int64_t i) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; };
   std::vector<std::pair<std::string, gguf::dtype>> mix;
@@ -248,7 +249,8 @@ void synth_validate(const synth_options& o) {
   const gguf::dtype_traits& t = gguf::dtype_get(o.type);
   const std::pair<const char*, int64_t> rows[] = {{"--n-embd", o.n_embd}, {"--n-ff", o.n_ff}, {"--n-head x head_dim", o.n_head * hd}};
   for (auto [flag, n] : rows)
-    need(n % t.block_size == 0, std::string("--type ") + t.name + " packs rows in blocks of " + std::to_string(t.block_size) +
+    need(n % t.block_size == 0, "--type " + (o.mixture.empty() ? std::string(t.name) : o.mixture + " (" + t.name + ")") +
+                                    " packs rows in blocks of " + std::to_string(t.block_size) +
                                     "; " + flag + " = " + std::to_string(n) + " is not a multiple of it");
   if (o.tensor_types.empty()) return;
   hparams hp = hparams_of(o, 1);

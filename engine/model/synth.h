@@ -36,6 +36,7 @@ struct synth_options {
   std::string vocab_from;          // copy tokenizer.* from this GGUF; empty: the built-in vocabulary
   std::string name = "synthetic";  // general.name
   int64_t file_type = -1;          // general.file_type; -1: synth_file_type(type)
+  std::string mixture;             // the mixture name synth_apply_mixture applied ("q4_k_m"), for messages
 };
 
 // llama.cpp's "medium" K-quant mixtures (its llama-quant.cpp rules for a dense model): every matrix

@@ -184,8 +184,11 @@ bench_model_info bench_describe(const model::model& m) {
                                                           {14, "Q4_K - Small"}, {15, "Q4_K - Medium"}, {16, "Q5_K - Small"},
                                                           {17, "Q5_K - Medium"}};
   if (m.file().find("general.file_type")) {
-    auto it = MIXTURES.find(m.file().get_int("general.file_type"));
-    if (it != MIXTURES.end()) main_type = it->second;
+    try {  // only a label: a file_type of another type leaves the main weight type's name
+      auto it = MIXTURES.find(m.file().get_int("general.file_type"));
+      if (it != MIXTURES.end()) main_type = it->second;
+    } catch (const input_error&) {
+    }
   }
   info.type = std::string(model::arch_name(m.hp().arch)) + " " + params_label(info.n_params) + " " + main_type;
   return info;
@@ -346,6 +349,7 @@ nlohmann::json bench_to_json(const bench_model_info& info, const std::vector<ben
                    {"backend", backend_name(r.backend)},
                    {"device", r.device},
                    {"repacked_tensors", r.repacked.tensors},
+                   {"repacked_shared", r.repacked.shared},
                    {"repacked_bytes", r.repacked.bytes},
                    {"repack_seconds", r.repacked.seconds},
                    {"n_batch", r.n_ubatch},

@@ -9,7 +9,7 @@ Usage: scripts/bench/run.sh [--contended] [MODELS_DIR]
 
 Generates the 1B preset (n_embd 2048, 22 layers, 32 heads, 4 KV heads, n_ff 5632) in each weight
 type with 'detaudit synth --preset 1b --seed 7' into MODELS_DIR (default bench-models/; files
-already there are reused), then on each file runs
+already there are reused by name: delete them after changing synth), then on each file runs
   detaudit bench -m FILE -p 512 -n 128 -t 2 --numerics exact --json
 and, when LLAMA_BENCH / LLAMA_BENCH_2 name llama-bench binaries,
   llama-bench -m FILE -p 512 -n 128 -t 2 -o json
@@ -62,8 +62,9 @@ llamas=()
 for v in LLAMA_BENCH LLAMA_BENCH_2; do
   b=${!v:-}
   [ -z "$b" ] && continue
-  [ -x "$b" ] || die "$v=$b is not an executable"
-  llamas+=("$b")
+  found=$(command -v "$b" 2>/dev/null) || die "$v=$b: no such executable (a path, or a name on PATH)"
+  [ -f "$found" ] && [ -x "$found" ] || die "$v=$b is not an executable file"
+  llamas+=("$found")
 done
 mkdir -p "$models" "$results"
 work=$(mktemp -d "${TMPDIR:-/tmp}/detaudit-bench.XXXXXX")

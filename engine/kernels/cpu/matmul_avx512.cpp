@@ -517,7 +517,8 @@ inline __m512i nibble_pairs(const uint8_t* p) {
 // prefetcher alone leaves DRAM bandwidth unused. The next group's tiles follow the last one; a
 // prefetch past the end never faults.
 inline void prefetch_ahead(const uint8_t* tile, int64_t tile_bytes, int b) {
-  const uint8_t* ahead = tile + PREFETCH_TILES * tile_bytes + b * (tile_bytes / 8);
+  // An address, not a pointer into the buffer: it may lie past the end, where only the prefetch goes.
+  const uintptr_t ahead = reinterpret_cast<uintptr_t>(tile) + static_cast<uintptr_t>(PREFETCH_TILES * tile_bytes + b * (tile_bytes / 8));
 #pragma GCC unroll 8
   for (int64_t l = 0; l < (tile_bytes / 8 + 63) / 64; ++l) _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * l), _MM_HINT_T0);
 }

@@ -1,0 +1,254 @@
+// Fuzzed shapes of the generation kernels (gemv_blocks.h, q8_0 / q4_K fused, packed q4_K)
+// against matmul_exact_ref by memcmp over many shapes the op table does not list: every block
+// count 1..19 for the legacy types (tails of 1..7 blocks), several super-block counts, 1..4
+// tokens, row counts that are not multiples of 16, row ranges, extreme codes and scales; plus
+// guard pages behind every weight and activation array, so a read past the end faults.
+#include <doctest/doctest.h>
+
+#include "op_cases.h"
+#include "test_util.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gguf/dtype.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/matmul_internal.h"
+#include "kernels/ref/ref.h"
+#include "numerics/exact.h"
+
+using namespace detaudit;
+using namespace detaudit::kernels;
+using gguf::dtype;
+
+namespace {
+
+using rng = detaudit::test::test_rng;
+
+const dtype INT_TYPES[] = {gguf::DTYPE_Q4_0, gguf::DTYPE_Q4_1, gguf::DTYPE_Q5_0, gguf::DTYPE_Q5_1, gguf::DTYPE_Q8_0,
+                           gguf::DTYPE_Q2_K, gguf::DTYPE_Q3_K, gguf::DTYPE_Q4_K, gguf::DTYPE_Q5_K, gguf::DTYPE_Q6_K};
+
+// Weights whose codes and sub-block scales are at their extremes: every byte 0x00 or 0xff (per
+// block, at random), fp16 fields at the largest finite magnitudes or tiny subnormals.
+std::vector<uint8_t> extreme_weights(rng& r, dtype t, int64_t n_in, int64_t n_out) {
+  const gguf::dtype_traits& tr = gguf::dtype_get(t);
+  std::vector<uint8_t> w(gguf::dtype_row_bytes(t, n_in) * static_cast<uint64_t>(n_out));
+  for (uint64_t off = 0; off < w.size(); off += tr.type_size) {
+    const uint8_t fill = r.range(0, 1) ? 0xff : 0x00;
+    std::memset(w.data() + off, fill, tr.type_size);
+    for (int f : test::fp16_fields(t)) {
+      const uint16_t choices[] = {0x7bff, 0xfbff, 0x0001, 0x8001, 0x0000, 0x3c00, 0x7800};
+      const uint16_t h = choices[r.range(0, 6)];
+      std::memcpy(w.data() + off + static_cast<uint64_t>(f), &h, 2);
+    }
+  }
+  return w;
+}
+
+// Activations at the int16 extremes: every value +-the block's max, or random.
+std::vector<float> extreme_acts(rng& r, int64_t n) {
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t b = 0; b < n; b += 32) {
+    const int kind = static_cast<int>(r.range(0, 3));
+    const float big = kind == 3 ? 0.0f : 1.0f;
+    for (int64_t i = b; i < b + 32 && i < n; ++i) {
+      if (kind == 0) x[static_cast<size_t>(i)] = big;
+      else if (kind == 1) x[static_cast<size_t>(i)] = -big;
+      else if (kind == 2) x[static_cast<size_t>(i)] = r.range(0, 1) ? big : -big;
+      else x[static_cast<size_t>(i)] = 0.0f;
+    }
+  }
+  return x;
+}
+
+struct fuzz_case {
+  dtype t;
+  int64_t n_in, n_out, n_tok;
+  std::vector<uint8_t> w;
+  std::vector<float> x;
+  std::string name;
+};
+
+// The reference output (NaN-free sentinel outside rows [r0, r1)).
+std::vector<float> ref_out(const fuzz_case& c, int64_t r0, int64_t r1) {
+  std::vector<numerics::qvec> xs(static_cast<size_t>(c.n_tok));
+  for (int64_t t = 0; t < c.n_tok; ++t) numerics::quantize_act(c.x.data() + t * c.n_in, c.n_in, xs[static_cast<size_t>(t)]);
+  std::vector<float> y(static_cast<size_t>(c.n_tok * c.n_out), -12345.0f);
+  matmul_exact_ref(xs.data(), c.n_tok, c.t, c.w.data(), c.n_in, c.n_out, y.data(), r0, r1);
+  return y;
+}
+
+std::vector<float> cpu_out(const fuzz_case& c, cpu::isa isa, int64_t r0, int64_t r1) {
+  cpu::act_pack p;
+  cpu::act_pack_build(c.x.data(), c.n_tok, c.n_in, p);
+  std::vector<int32_t> bounds(static_cast<size_t>(c.n_out));
+  cpu::weight_row_bounds(c.t, c.w.data(), c.n_in, 0, c.n_out, bounds.data());
+  std::vector<float> y(static_cast<size_t>(c.n_tok * c.n_out), -12345.0f);
+  cpu::matmul_exact_cpu(isa, p, c.t, c.w.data(), c.n_out, bounds.data(), y.data(), r0, r1);
+  return y;
+}
+
+std::vector<float> packed_out(const fuzz_case& c, int64_t r0, int64_t r1, bool* packed) {
+  cpu::act_pack p;
+  cpu::act_pack_build(c.x.data(), c.n_tok, c.n_in, p);
+  std::vector<int32_t> bounds(static_cast<size_t>(c.n_out));
+  cpu::weight_row_bounds(c.t, c.w.data(), c.n_in, 0, c.n_out, bounds.data());
+  cpu::row_pack w;
+  cpu::row_pack_init(gguf::DTYPE_Q4_K, c.n_out, c.n_in, w);
+  *packed = cpu::row_pack_groups(c.w.data(), bounds.data(), 0, (c.n_out + 15) / 16, w);
+  std::vector<float> y(static_cast<size_t>(c.n_tok * c.n_out), -12345.0f);
+  if (*packed) cpu::matmul_exact_cpu_packed(cpu::isa::avx512, p, w, bounds.data(), y.data(), r0, r1);
+  return y;
+}
+
+int64_t first_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return -2;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], 4) != 0) return static_cast<int64_t>(i);
+  return -1;
+}
+
+fuzz_case make_case(rng& r, dtype t, int64_t n_in, int64_t n_out, int64_t n_tok, int kind) {
+  fuzz_case c{t, n_in, n_out, n_tok, {}, {}, {}};
+  const test::dist dists[] = {test::d_normal, test::d_wide, test::d_tiny, test::d_huge, test::d_outliers, test::d_mixed};
+  if (kind == 0) c.w = test::weight_rows(r, t, n_in, n_out, test::weights::random_bytes);
+  else if (kind == 1) c.w = test::weight_rows(r, t, n_in, n_out, test::weights::random_bytes_narrow);
+  else c.w = extreme_weights(r, t, n_in, n_out);
+  if (kind == 2) c.x = extreme_acts(r, n_tok * n_in);
+  else c.x = test::draw(r, dists[r.range(0, 5)], n_tok * n_in, n_in);
+  c.name = std::string(gguf::dtype_get(t).name) + " n_in " + std::to_string(n_in) + " n_out " + std::to_string(n_out) +
+           " n_tok " + std::to_string(n_tok) + " kind " + std::to_string(kind);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("gemv fuzz: every integer type, block tails, 1..4 tokens, all ISAs, row ranges") {
+  rng r{20240611};
+  int64_t n_cases = 0, n_bad = 0;
+  for (dtype t : INT_TYPES) {
+    const bool k = gguf::dtype_get(t).block_size == 256;
+    std::vector<int64_t> n_ins;
+    if (k) n_ins = {256, 512, 768, 1280, 2304};
+    else
+      for (int64_t nb = 1; nb <= 19; ++nb) n_ins.push_back(nb * 32);
+    for (int64_t n_in : n_ins)
+      for (int64_t n_tok = 1; n_tok <= 5; ++n_tok)
+        for (int kind = 0; kind < 3; ++kind) {
+          const int64_t n_out = r.range(1, 37);
+          const fuzz_case c = make_case(r, t, n_in, n_out, n_tok, kind);
+          const int64_t r0 = r.range(0, n_out - 1), r1 = r.range(r0 + 1, n_out);
+          const std::vector<float> want = ref_out(c, 0, n_out), want_part = ref_out(c, r0, r1);
+          for (cpu::isa isa : cpu::isa_all_supported()) {
+            const int64_t d = first_diff(want, cpu_out(c, isa, 0, n_out));
+            const int64_t d2 = first_diff(want_part, cpu_out(c, isa, r0, r1));
+            if (d != -1 || d2 != -1) {
+              ++n_bad;
+              if (n_bad < 20)
+                FAIL_CHECK(c.name << " " << cpu::isa_name(isa) << ": first difference at " << d << " / rows " << r0 << ".." << r1
+                                  << " at " << d2);
+            }
+          }
+          ++n_cases;
+        }
+  }
+  CHECK(n_bad == 0);
+  MESSAGE(n_cases << " fuzz cases");
+}
+
+TEST_CASE("q4_K packed fuzz: row counts not multiples of 16, row ranges, extreme blocks") {
+  if (!cpu::isa_supported(cpu::isa::avx512)) return;
+  rng r{777};
+  int64_t n_cases = 0, n_bad = 0;
+  for (int64_t n_out : {1, 2, 15, 16, 17, 31, 33, 47, 48, 65})
+    for (int64_t n_in : {256, 512, 1536})
+      for (int64_t n_tok = 1; n_tok <= 4; ++n_tok)
+        for (int kind = 0; kind < 3; ++kind) {
+          const fuzz_case c = make_case(r, gguf::DTYPE_Q4_K, n_in, n_out, n_tok, kind);
+          std::vector<std::pair<int64_t, int64_t>> ranges = {{0, n_out}};
+          for (int64_t g = 0; g * 16 < n_out; ++g) ranges.emplace_back(g * 16, r.range(g * 16, n_out));
+          for (auto [r0, r1] : ranges) {
+            bool packed = false;
+            const std::vector<float> got = packed_out(c, r0, r1, &packed);
+            REQUIRE(packed);
+            const int64_t d = first_diff(ref_out(c, r0, r1), got);
+            if (d != -1) {
+              ++n_bad;
+              if (n_bad < 20) FAIL_CHECK(c.name << " rows " << r0 << ".." << r1 << ": first difference at " << d);
+            }
+            ++n_cases;
+          }
+        }
+  CHECK(n_bad == 0);
+  MESSAGE(n_cases << " packed cases");
+}
+
+namespace {
+
+// n elements of T whose last one ends right before a PROT_NONE page.
+template <class T>
+struct guarded {
+  void* base = nullptr;
+  size_t len = 0;
+  T* p = nullptr;
+  explicit guarded(size_t n) {
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    const size_t bytes = n * sizeof(T);
+    const size_t data_pages = (bytes + page - 1) / page + 1;
+    len = (data_pages + 1) * page;
+    base = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(base != MAP_FAILED);
+    uint8_t* guard = static_cast<uint8_t*>(base) + data_pages * page;
+    REQUIRE(::mprotect(guard, page, PROT_NONE) == 0);
+    p = reinterpret_cast<T*>(guard - bytes);
+  }
+  ~guarded() { ::munmap(base, len); }
+  guarded(const guarded&) = delete;
+  guarded& operator=(const guarded&) = delete;
+};
+
+}  // namespace
+
+TEST_CASE("gemv: no read past the end of the weights or any activation array (guard pages)") {
+  rng r{99};
+  for (dtype t : INT_TYPES) {
+    const bool k = gguf::dtype_get(t).block_size == 256;
+    for (int64_t n_in : k ? std::vector<int64_t>{256, 512} : std::vector<int64_t>{32, 64, 96, 160, 224, 288}) {
+      for (int64_t n_tok = 1; n_tok <= 4; ++n_tok) {
+        CAPTURE(n_in);
+        CAPTURE(n_tok);
+        const int64_t n_out = 3;
+        const fuzz_case c = make_case(r, t, n_in, n_out, n_tok, 0);
+        cpu::act_pack p;
+        cpu::act_pack_build(c.x.data(), n_tok, n_in, p);
+        guarded<int16_t> q(p.q.size());
+        guarded<int32_t> ex(p.exp.size()), mx(p.max_exp.size()), hs(p.half_sum.size());
+        guarded<uint8_t> w(c.w.size());
+        std::memcpy(q.p, p.q.data(), p.q.size() * 2);
+        std::memcpy(ex.p, p.exp.data(), p.exp.size() * 4);
+        std::memcpy(mx.p, p.max_exp.data(), p.max_exp.size() * 4);
+        std::memcpy(hs.p, p.half_sum.data(), p.half_sum.size() * 4);
+        std::memcpy(w.p, c.w.data(), c.w.size());
+        std::vector<int32_t> bounds(static_cast<size_t>(n_out));
+        cpu::weight_row_bounds(t, c.w.data(), n_in, 0, n_out, bounds.data());
+        const cpu::act_view xv{p.n_blocks, q.p, ex.p, mx.p, hs.p};
+        const cpu::act_view xn{p.n_blocks, p.q.data(), p.exp.data(), p.max_exp.data(), p.half_sum.data()};
+        const uint64_t rb = gguf::dtype_row_bytes(t, n_in);
+        for (cpu::isa isa : cpu::isa_all_supported()) {
+          if (isa == cpu::isa::scalar) continue;
+          std::vector<int64_t> a(static_cast<size_t>(n_tok * n_out), 0), b(a.size(), 0);
+          const bool ok_a = isa == cpu::isa::avx512 ? cpu::gemv_avx512(t, xv, n_tok, w.p, rb, bounds.data(), 0, n_out, a.data())
+                                                    : cpu::gemv_avx2(t, xv, n_tok, w.p, rb, bounds.data(), 0, n_out, a.data());
+          const bool ok_b = isa == cpu::isa::avx512 ? cpu::gemv_avx512(t, xn, n_tok, c.w.data(), rb, bounds.data(), 0, n_out, b.data())
+                                                    : cpu::gemv_avx2(t, xn, n_tok, c.w.data(), rb, bounds.data(), 0, n_out, b.data());
+          CHECK(ok_a == ok_b);
+          CHECK(a == b);
+        }
+      }
+    }
+  }
+}
