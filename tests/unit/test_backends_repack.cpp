@@ -63,7 +63,7 @@ std::string write_model(const std::string& dir, const std::string& name, uint64_
 
 }  // namespace
 
-TEST_CASE("repack: contexts share packs; one destroyed while another decodes; same bits") {
+TEST_CASE("repack: contexts share packs and one is destroyed while another decodes with the same bits") {
   const std::string dir = test::process_scratch_dir("repack_share");
   auto m = model::model::load(write_model(dir, "a.gguf", 7));
   runtime::context plain(m, params(false, 2));
