@@ -523,6 +523,16 @@ inline void prefetch_ahead(const uint8_t* tile, int64_t tile_bytes, int b) {
   for (int64_t l = 0; l < (tile_bytes / 8 + 63) / 64; ++l) _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * l), _MM_HINT_T0);
 }
 
+// Adds the 16 rows' sums of each token (lanes 0..7 in lo, 8..15 in hi) to acc_out[t * 16 + r].
+template <int NT>
+inline void add_rows(const __m512i* acc_lo, const __m512i* acc_hi, int64_t* acc_out) {
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t) {
+    _mm512_storeu_si512(acc_out + t * 16, _mm512_add_epi64(_mm512_loadu_si512(acc_out + t * 16), acc_lo[t]));
+    _mm512_storeu_si512(acc_out + t * 16 + 8, _mm512_add_epi64(_mm512_loadu_si512(acc_out + t * 16 + 8), acc_hi[t]));
+  }
+}
+
 inline int32_t act_pair(const packed_act& x, int t, int64_t blk, int j) {
   int32_t a2;
   __builtin_memcpy(&a2, x.q + (t * x.nb + blk) * 32 + 2 * j, 4);
@@ -601,11 +611,7 @@ void qk_packed_tokens(const uint8_t* tiles, int64_t n_super, const packed_act& x
       }
     }
   }
-#pragma GCC unroll 4
-  for (int t = 0; t < NT; ++t) {
-    _mm512_storeu_si512(acc_out + t * 16, _mm512_add_epi64(_mm512_loadu_si512(acc_out + t * 16), acc_lo[t]));
-    _mm512_storeu_si512(acc_out + t * 16 + 8, _mm512_add_epi64(_mm512_loadu_si512(acc_out + t * 16 + 8), acc_hi[t]));
-  }
+  add_rows<NT>(acc_lo, acc_hi, acc_out);
 }
 
 // The packed q6_K kernel for NT tokens: the low nibbles and the high bit pairs are summed apart
@@ -656,11 +662,7 @@ void q6k_packed_tokens(const uint8_t* tiles, int64_t n_super, const packed_act& 
       }
     }
   }
-#pragma GCC unroll 4
-  for (int t = 0; t < NT; ++t) {
-    _mm512_storeu_si512(acc_out + t * 16, _mm512_add_epi64(_mm512_loadu_si512(acc_out + t * 16), acc_lo[t]));
-    _mm512_storeu_si512(acc_out + t * 16 + 8, _mm512_add_epi64(_mm512_loadu_si512(acc_out + t * 16 + 8), acc_hi[t]));
-  }
+  add_rows<NT>(acc_lo, acc_hi, acc_out);
 }
 
 // The packed q4_0 kernel for NT tokens: eight blocks per tile, each with its own fp16 d; code =
@@ -703,11 +705,7 @@ void q40_packed_tokens(const uint8_t* tiles, int64_t n_super, const packed_act& 
       }
     }
   }
-#pragma GCC unroll 4
-  for (int t = 0; t < NT; ++t) {
-    _mm512_storeu_si512(acc_out + t * 16, _mm512_add_epi64(_mm512_loadu_si512(acc_out + t * 16), acc_lo[t]));
-    _mm512_storeu_si512(acc_out + t * 16 + 8, _mm512_add_epi64(_mm512_loadu_si512(acc_out + t * 16 + 8), acc_hi[t]));
-  }
+  add_rows<NT>(acc_lo, acc_hi, acc_out);
 }
 
 }  // namespace
