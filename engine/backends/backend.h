@@ -39,7 +39,7 @@ const char* backend_name(backend_kind b);  // "cpu", "vulkan", "cuda"
 // Parses "cpu" / "vulkan" / "cuda"; throws input_error otherwise.
 backend_kind backend_from_name(const std::string& name);
 
-// Load-time repacking of weights for the CPU kernels (exact numerics, AVX-512): q4_K, q5_K and
+// Load-time repacking of weights for the CPU kernels (exact numerics, AVX-512): q4_0, q4_K, q5_K and
 // q6_K matrices become 16-row tiles that the generation kernels read (kernels/cpu/cpu.h, row_pack). The bits
 // never change; only the speed and the memory do.
 struct repack_stats {

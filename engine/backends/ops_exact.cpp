@@ -98,7 +98,7 @@ class ops_exact final : public ops_storage<float> {
     });
   }
 
-  // Repacks every q4_K, q5_K and q6_K matrix into 16-row tiles for the generation kernels (load time), or takes
+  // Repacks every q4_0, q4_K, q5_K and q6_K matrix into 16-row tiles for the generation kernels (load time), or takes
   // the packs another context of the same model made.
   void repack_weights(repack_stats* stats) {
     const auto start = std::chrono::steady_clock::now();
