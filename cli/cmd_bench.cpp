@@ -139,7 +139,7 @@ void setup_bench(CLI::App& app) {
                   "last-level cache")
       ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   sub->add_flag("--no-repack", [&b](int64_t) { b.repack = false; },
-                "Keep the weights in the mapped file's layout (no load-time repacking of q4_K for the generation kernel; "
+                "Keep the weights in the mapped file's layout (no load-time repacking of q4_0/q4_K/q5_K/q6_K for the generation kernels; "
                 "the same bits, measured without it)");
   sub->add_flag("--json", opt->json,
                 "Print one JSON array of llama-bench compatible records (n_prompt, n_gen, n_threads, avg_ts, "

@@ -91,6 +91,14 @@ TEST_CASE("cpu act_pack: the same blocks as quantize_act, ties, subnormals and e
     CHECK(std::memcmp(q.q.data(), p.q.data() + t * n_in, n_in * sizeof(int16_t)) == 0);
     CHECK(std::memcmp(q.exp.data(), p.exp.data() + t * (n_in / 32), (n_in / 32) * sizeof(int32_t)) == 0);
     CHECK(q.max_exp == p.max_exp[static_cast<size_t>(t)]);
+    const int64_t nb = n_in / 32;
+    bool derived = true;  // block sums and shifts, from the fields they are defined by
+    for (int64_t b = 0; b < nb; ++b) {
+      const size_t k = static_cast<size_t>(t * nb + b);
+      derived = derived && p.block_sum[k] == p.half_sum[2 * k] + p.half_sum[2 * k + 1] &&
+                p.shift[k] == static_cast<int64_t>(cpu::matmul_shift_const(nb)) + p.exp[k] - p.max_exp[static_cast<size_t>(t)];
+    }
+    CHECK(derived);
   }
   for (int n : {32, 31, 1}) {
     int16_t a[32], b[32];

@@ -58,6 +58,8 @@ struct act_pack {
   std::vector<int32_t> max_exp;     // (n_tokens) qvec::max_exp
   std::vector<int32_t> exp;         // (n_tokens, n_blocks) block exponents (EXP_ZERO: zero block)
   std::vector<int32_t> half_sum;    // (n_tokens, n_blocks, 2) sums of elements 0..15 and 16..31
+  std::vector<int32_t> block_sum;   // (n_tokens, n_blocks) the two half sums added
+  std::vector<int64_t> shift;       // (n_tokens, n_blocks) matmul_shift_const(n_blocks) + exp - max_exp
 };
 
 // Quantizes rows x (n_tokens, n_in) like numerics::quantize_act into p. n_in % 32 == 0.

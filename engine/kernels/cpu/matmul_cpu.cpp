@@ -138,6 +138,8 @@ void act_pack_init(int64_t n_tokens, int64_t n_in, act_pack& p) {
   p.max_exp.resize(static_cast<size_t>(n_tokens));
   p.exp.resize(static_cast<size_t>(n_tokens * nb));
   p.half_sum.resize(static_cast<size_t>(n_tokens * nb * 2));
+  p.block_sum.resize(static_cast<size_t>(n_tokens * nb));
+  p.shift.resize(static_cast<size_t>(n_tokens * nb));
 }
 
 void act_pack_rows(const float* x, int64_t t0, int64_t t1, act_pack& p) {
@@ -154,8 +156,12 @@ void act_pack_rows(const float* x, int64_t t0, int64_t t1, act_pack& p) {
       for (int i = 16; i < QBLOCK; ++i) s1 += q[i];
       p.half_sum[static_cast<size_t>((t * nb + b) * 2)] = s0;
       p.half_sum[static_cast<size_t>((t * nb + b) * 2 + 1)] = s1;
+      p.block_sum[static_cast<size_t>(t * nb + b)] = s0 + s1;
     }
     p.max_exp[static_cast<size_t>(t)] = mx;
+    const int64_t c = matmul_shift_const(nb);
+    for (int64_t b = 0; b < nb; ++b)
+      p.shift[static_cast<size_t>(t * nb + b)] = c + p.exp[static_cast<size_t>(t * nb + b)] - mx;
   }
 }
 

@@ -235,16 +235,8 @@ void matmul_exact_cpu_packed(isa i, const act_pack& x, const row_pack& w, const 
   }
   const int64_t nb = x.n_blocks, n_tok = x.n_tokens;
   const int32_t c = matmul_shift_const(nb);
-  // The activation side of every block's shift (c + e_a - max_exp) and its block sums, per token.
-  std::vector<int64_t> shift(static_cast<size_t>(n_tok * nb));
-  std::vector<int32_t> asum(static_cast<size_t>(n_tok * nb));
-  for (int64_t t = 0; t < n_tok; ++t)
-    for (int64_t b = 0; b < nb; ++b) {
-      const size_t k = static_cast<size_t>(t * nb + b);
-      shift[k] = static_cast<int64_t>(c) + x.exp[k] - x.max_exp[static_cast<size_t>(t)];
-      asum[k] = x.half_sum[2 * k] + x.half_sum[2 * k + 1];
-    }
-  const packed_act xa{x.q.data(), shift.data(), x.half_sum.data(), asum.data(), nb, n_tok};
+  // The activation side of every block's shift and the block sums come with the act_pack.
+  const packed_act xa{x.q.data(), x.shift.data(), x.half_sum.data(), x.block_sum.data(), nb, n_tok};
   int64_t acc[GEMV_PACKED_MAX_TOKENS * 16];
   for (int64_t g = row_begin / 16; g * 16 < row_end; ++g) {
     std::fill(acc, acc + GEMV_PACKED_MAX_TOKENS * 16, 0);
