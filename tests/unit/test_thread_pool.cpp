@@ -45,24 +45,39 @@ TEST_CASE("thread pool: a task's exception reaches the caller after every task f
 }
 
 TEST_CASE("thread pool: a slow task holds back only itself, since tasks are claimed rather than assigned") {
-  // Tasks 0 and 1 sleep; with tasks assigned round-robin the threads running them would also own
-  // a third of the rest each. Claimed tasks: the thread that ran task 0 claimed it first and then
-  // slept, so it ran no task after it that another thread was free to take.
+  // Tasks 0 and 1 block until the 600 quick tasks are done (or 20 s pass). Claimed tasks: the one
+  // free thread runs all 600 whenever the scheduler lets it, and the blocked threads run none.
+  // Tasks assigned round-robin would leave 400 of them to the blocked threads: the wait would time
+  // out and they would run them after it. No timing enters the verdict, only who ran what.
   thread_pool pool(3);
   std::vector<std::thread::id> who(602);
   std::vector<std::atomic<int>> hits(602);
+  std::atomic<int> quick_done{0};
+  std::atomic<bool> timed_out{false};
   pool.run(602, [&](int64_t i) {
-    if (i < 2) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    if (i < 2) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (quick_done.load() < 600) {
+        if (std::chrono::steady_clock::now() > until) {
+          timed_out = true;
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    } else {
+      quick_done.fetch_add(1);
+    }
     who[static_cast<size_t>(i)] = std::this_thread::get_id();
     hits[static_cast<size_t>(i)].fetch_add(1);
   });
-  int by_sleepers = 0;
+  int by_blocked = 0;
   for (size_t i = 0; i < hits.size(); ++i) {
     CHECK(hits[i].load() == 1);
-    if (i >= 2 && (who[i] == who[0] || who[i] == who[1])) ++by_sleepers;
+    if (i >= 2 && (who[i] == who[0] || who[i] == who[1])) ++by_blocked;
   }
-  // Round-robin would give the two sleeping threads 400 of the 600 quick tasks.
-  CHECK(by_sleepers < 300);
+  CHECK_FALSE(timed_out.load());
+  CHECK(who[0] != who[1]);
+  CHECK(by_blocked == 0);
 }
 
 TEST_CASE("thread pool: more threads than cores, runs back to back, all complete") {
