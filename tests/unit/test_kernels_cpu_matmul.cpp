@@ -314,4 +314,5 @@ TEST_CASE("cpu matmul: packing refuses a non-finite scale and other types and ba
   }
   cpu::row_pack q;
   CHECK_THROWS_AS(cpu::row_pack_init(dtype::DTYPE_Q8_0, 3, 256, q), input_error);
+  CHECK_THROWS_AS(cpu::row_pack_init(dtype::DTYPE_Q3_K, 3, 256, q), input_error);
 }

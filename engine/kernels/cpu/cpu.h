@@ -60,6 +60,10 @@ struct act_pack {
   std::vector<int32_t> half_sum;    // (n_tokens, n_blocks, 2) sums of elements 0..15 and 16..31
   std::vector<int32_t> block_sum;   // (n_tokens, n_blocks) the two half sums added
   std::vector<int64_t> shift;       // (n_tokens, n_blocks) matmul_shift_const(n_blocks) + exp - max_exp
+  // Only when n_tokens <= GEMV_PACKED_MAX_TOKENS (the packed generation kernels' byte products):
+  // each run of four elements q[4k .. 4k + 3] as its low bytes (unsigned) and its high bytes
+  // (signed, q >> 8), so that q = 256 hi + lo.
+  std::vector<uint32_t> bytes;      // (n_tokens, n_blocks, 8, 2) low bytes, high bytes of each four
 };
 
 // Quantizes rows x (n_tokens, n_in) like numerics::quantize_act into p. n_in % 32 == 0.
@@ -79,26 +83,29 @@ void matmul_exact_cpu(isa i, const act_pack& x, gguf::dtype t, const uint8_t* w,
 
 // q4_0, q4_K, q5_K and q6_K rows repacked into groups of 16 rows (the rows of one group interleaved, as in a
 // panel), so that the generation kernel sums 16 rows per vector lane instead of reducing every
-// block across lanes. Per group and super-block, one tile:
+// block across lanes. The codes of a block come in eight runs of four elements (4k .. 4k + 3),
+// laid out so that one 32-bit lane per row holds a run's four codes as bytes, the operand of a
+// byte dot product (vpdpbusd). Per group and super-block, one tile:
 //   q4_K (2400 bytes, q4_K itself: 16 x 144 = 2304)
-//     codes[8 blocks][16 pairs][16 rows]  u8  q[2j] | q[2j + 1] << 4 (the same nibbles)
+//     codes[8 blocks][8 runs][16 rows][2] u8  q[4k] | q[4k + 2] << 4, q[4k + 1] | q[4k + 3] << 4
 //     sc[8][16], mn[8][16]                u8  the six-bit scale and min of each block
 //     dm[16], mm[16]                      i16 d_mant and m_mant (= -dmin mantissa) of wblock
 //     dsh[16], msh[16]                    i8  d_exp - bound and m_exp - bound (0 for a zero scale)
 //   q5_K (2912 bytes, q5_K itself: 16 x 176 = 2816): q4_K's, with after the codes
-//     fifth[8][4][16 rows]                u8  bit 4 of pairs 4k .. 4k + 3: (h[2j] | h[2j + 1] << 1)
-//                                             << 2 (j % 4)
+//     fifth[8 blocks][8 runs]             u64 bit 4r + i: bit 4 of element 4k + i of row r
 //   q6_K (3392 bytes, q6_K itself: 16 x 210 = 3360)
-//     lo[8][16 pairs][16 rows]            u8  low nibbles: lo[2j] | lo[2j + 1] << 4
-//     hi[8][8][16 rows]                   u8  high bit pairs: (h[2j] | h[2j+1] << 2) of pairs 2k, 2k + 1
-//                                             in the low and high nibble
+//     lo[8][8 runs][16 rows][2]           u8  the low nibbles, as q4_K's codes
+//     hi[8 blocks][8 runs][2 planes]      u64 bit 4r + i of plane p: bit p of the high pair of
+//                                             element 4k + i of row r
 //     sc[8][2][16]                        i8  the sub-block scale of each half block
 //     dm[16] i16, dsh[16] i8, 16 bytes of padding
 //   q4_0 (2432 bytes per 16 rows x 8 blocks, q4_0 itself: 16 x 8 x 18 = 2304)
-//     codes[8 blocks][16 pairs][16 rows]  u8  the nibbles u[2j] | u[2j + 1] << 4 (code = u - 8)
+//     codes[8 blocks][8 runs][16 rows][2] u8  the nibbles u, as q4_K's (code = u - 8)
 //     dm[8][16] i16, dsh[8][16] i8         each block's d_mant and d_exp - bound
-// (q6_K's code is lo + 16 hi - 32; the kernel sums lo and hi apart and takes 32 times the
-// activation half sums off, the same integer.) Rows past n_rows are zero.
+// (q6_K's code is lo + 16 hi - 32; the kernel multiplies lo + 16 hi and takes 32 times the
+// activation half sums off, the same integer.) Rows past n_rows are zero. q8_0 keeps its mapped
+// rows: in its tiles (4480 bytes) generation measured 10% slower than the row kernel
+// (docs/performance.md).
 bool row_pack_type(gguf::dtype t);     // q4_0, q4_K, q5_K and q6_K (rows of whole 256s)
 int64_t row_pack_tile_bytes(gguf::dtype t);
 

@@ -507,10 +507,19 @@ struct gemv_row_blocks {
 
 constexpr int64_t PREFETCH_TILES = 4;
 
-// 16 rows' bytes x -> 32-bit lanes (x & 15) | (x >> 4) << 16: a nibble pair as two int16.
-inline __m512i nibble_pairs(const uint8_t* p) {
-  const __m512i v = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm512_ternarylogic_epi32(v, _mm512_slli_epi32(v, 12), _mm512_set1_epi32(0x000f000f), 0xa8);  // (a | b) & c
+// Run k of 16 rows (two bytes per row, cpu.h) -> 32-bit lanes of four byte codes: byte i of
+// row r's lane is code 4k + i.
+inline __m512i nibble_quads(const uint8_t* p) {
+  const __m512i v = _mm512_cvtepu16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_ternarylogic_epi32(v, _mm512_slli_epi32(v, 12), _mm512_set1_epi32(0x0f0f0f0f), 0xa8);  // (a | b) & c
+}
+
+// Adds add to each byte of codes whose bit is set in the 64-bit mask at p (bit 4r + i: byte i of
+// row r's lane).
+inline __m512i add_bits(__m512i codes, const uint8_t* p, int8_t add) {
+  uint64_t m;
+  __builtin_memcpy(&m, p, 8);
+  return _mm512_mask_add_epi8(codes, _cvtu64_mask64(m), codes, _mm512_set1_epi8(add));
 }
 
 // Fetches the tile PREFETCH_TILES ahead, a fifth of 320 bytes per call (b = 0..7): the hardware
@@ -533,14 +542,57 @@ inline void add_rows(const __m512i* acc_lo, const __m512i* acc_hi, int64_t* acc_
   }
 }
 
-inline int32_t act_pair(const packed_act& x, int t, int64_t blk, int j) {
-  int32_t a2;
-  __builtin_memcpy(&a2, x.q + (t * x.nb + blk) * 32 + 2 * j, 4);
-  return a2;
+// The four low bytes (HI false) or high bytes of elements 4k .. 4k + 3 of token t's block blk,
+// broadcast to every lane.
+template <bool HI>
+inline __m512i act_quad(const packed_act& x, int t, int64_t blk, int k) {
+  return _mm512_set1_epi32(static_cast<int32_t>(x.bytes[(t * x.nb + blk) * 16 + 2 * k + (HI ? 1 : 0)]));
 }
 
-// The packed q4_K (FIVE false) and q5_K kernels for NT tokens. q5_K's fifth bits are summed in
-// chains of their own and weigh 16: the block sum is pl + 16 ph.
+// Byte products of one run of four codes w (0..63, so both u8 and s8) and token t's activations
+// a = 256 hi + lo: lo (u8) x w (s8) into pl, w (u8) x hi (s8) into ph; the block sum is
+// 256 ph + pl, the same integer as the int16 products.
+inline void quad_products(__m512i w, const packed_act& x, int t, int64_t blk, int k, __m512i& pl, __m512i& ph) {
+  pl = _mm512_dpbusd_epi32(pl, act_quad<false>(x, t, blk, k), w);
+  ph = _mm512_dpbusd_epi32(ph, w, act_quad<true>(x, t, blk, k));
+}
+
+// CH independent chains per token and product (runs k with k % CH == c), so that a vpdpbusd
+// latency chain is 8 / CH long; fewer when more tokens share a run's codes.
+template <int NT>
+constexpr int chains() {
+  return NT == 1 ? 4 : (NT == 2 ? 2 : 1);
+}
+
+// The block sums of NT tokens over the eight runs of block b: codes(k) gives run k's codes.
+template <int NT, class Codes>
+inline void block_sums(Codes codes, const packed_act& x, int64_t blk, __m512i* p) {
+  constexpr int CH = chains<NT>();
+  __m512i pl[NT][CH], ph[NT][CH];
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t)
+#pragma GCC unroll 4
+    for (int c = 0; c < CH; ++c) pl[t][c] = ph[t][c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    const __m512i w = codes(k);
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) quad_products(w, x, t, blk, k, pl[t][k % CH], ph[t][k % CH]);
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t) {
+    __m512i l = pl[t][0], h = ph[t][0];
+#pragma GCC unroll 4
+    for (int c = 1; c < CH; ++c) {
+      l = _mm512_add_epi32(l, pl[t][c]);
+      h = _mm512_add_epi32(h, ph[t][c]);
+    }
+    p[t] = _mm512_add_epi32(_mm512_slli_epi32(h, 8), l);
+  }
+}
+
+// The packed q4_K (FIVE false) and q5_K kernels for NT tokens. q5_K's fifth bits are added to the
+// codes (16 each) before the products.
 template <int NT, bool FIVE>
 void qk_packed_tokens(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc_out) {
   // Tile offsets (cpu.h): codes, [fifth bits,] scales, mins, d, dmin, their shifts.
@@ -549,7 +601,6 @@ void qk_packed_tokens(const uint8_t* tiles, int64_t n_super, const packed_act& x
   __m512i acc_lo[NT], acc_hi[NT];
 #pragma GCC unroll 4
   for (int t = 0; t < NT; ++t) acc_lo[t] = acc_hi[t] = _mm512_setzero_si512();
-  const __m512i bit_mask = _mm512_set1_epi32(0x00010001);
   for (int64_t s = 0; s < n_super; ++s) {
     const uint8_t* tile = tiles + s * TILE;
     const __m512i dm = _mm512_cvtepi16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(tile + DM)));
@@ -561,42 +612,13 @@ void qk_packed_tokens(const uint8_t* tiles, int64_t n_super, const packed_act& x
     for (int b = 0; b < 8; ++b) {
       const int64_t blk = s * 8 + b;
       prefetch_ahead(tile, TILE, b);
-      // CH independent sums per token (pairs j with j % CH == k), so that the vpdpwssd latency
-      // chain is 16 / CH long; added together before the epilogue.
-      constexpr int CH = NT == 1 ? 4 : (NT == 2 ? 2 : 1);
-      __m512i p[NT], pk[NT][CH], hk[NT][CH];
-#pragma GCC unroll 4
-      for (int t = 0; t < NT; ++t)
-#pragma GCC unroll 4
-        for (int k = 0; k < CH; ++k) pk[t][k] = hk[t][k] = _mm512_setzero_si512();
-#pragma GCC unroll 16
-      for (int j = 0; j < 16; ++j) {
-        const __m512i pair = nibble_pairs(tile + (b * 16 + j) * 16);
-        __m512i fifth = _mm512_setzero_si512();
-        if (FIVE) {  // byte: the fifth bits of pairs 4k .. 4k + 3, two bits per pair
-          __m512i u = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(tile + 2048 + (b * 4 + j / 4) * 16)));
-          if (j % 4) u = _mm512_srli_epi32(u, 2 * (j % 4));
-          fifth = _mm512_ternarylogic_epi32(u, _mm512_slli_epi32(u, 15), bit_mask, 0xa8);  // h0 | h1 << 16
-        }
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; ++t) {
-          const __m512i a2 = _mm512_set1_epi32(act_pair(x, t, blk, j));
-          pk[t][j % CH] = _mm512_dpwssd_epi32(pk[t][j % CH], a2, pair);
-          if (FIVE) hk[t][j % CH] = _mm512_dpwssd_epi32(hk[t][j % CH], a2, fifth);
-        }
-      }
-#pragma GCC unroll 4
-      for (int t = 0; t < NT; ++t) {
-        p[t] = pk[t][0];
-#pragma GCC unroll 4
-        for (int k = 1; k < CH; ++k) p[t] = _mm512_add_epi32(p[t], pk[t][k]);
-        if (FIVE) {
-          __m512i h = hk[t][0];
-#pragma GCC unroll 4
-          for (int k = 1; k < CH; ++k) h = _mm512_add_epi32(h, hk[t][k]);
-          p[t] = _mm512_add_epi32(p[t], _mm512_slli_epi32(h, 4));
-        }
-      }
+      __m512i p[NT];
+      block_sums<NT>(
+          [tile, b](int k) {
+            const __m512i w = nibble_quads(tile + (b * 8 + k) * 32);
+            return FIVE ? add_bits(w, tile + 2048 + (b * 8 + k) * 8, 16) : w;
+          },
+          x, blk, p);
       const __m512i dsc = _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(tile + SC + 16 * b))), dm);
       const __m512i mmn = _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(tile + MN + 16 * b))), mm);
       const __m512i dsc_lo = lo64(dsc), dsc_hi = hi64(dsc), mmn_lo = lo64(mmn), mmn_hi = hi64(mmn);
@@ -614,14 +636,15 @@ void qk_packed_tokens(const uint8_t* tiles, int64_t n_super, const packed_act& x
   add_rows<NT>(acc_lo, acc_hi, acc_out);
 }
 
-// The packed q6_K kernel for NT tokens: the low nibbles and the high bit pairs are summed apart
-// (pl, ph) per half block, and code = lo + 16 hi - 32 gives the half sum pl + 16 ph - 32 A_half.
+// The packed q6_K kernel for NT tokens: the two high bits are added to the low nibbles (16 and
+// 32) before the products; the code is that less 32, so each half block's sum is the byte
+// products' less 32 times the activation half sum. Runs 0..3 are the first half, 4..7 the second.
 template <int NT>
 void q6k_packed_tokens(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc_out) {
   __m512i acc_lo[NT], acc_hi[NT];
 #pragma GCC unroll 4
   for (int t = 0; t < NT; ++t) acc_lo[t] = acc_hi[t] = _mm512_setzero_si512();
-  const __m512i bit_mask = _mm512_set1_epi32(0x00030003);
+  constexpr int CH = NT == 1 ? 2 : 1;  // chains per half, token and product
   for (int64_t s = 0; s < n_super; ++s) {
     const uint8_t* tile = tiles + s * 3392;
     const __m512i dm = _mm512_cvtepi16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(tile + 3328)));
@@ -630,33 +653,39 @@ void q6k_packed_tokens(const uint8_t* tiles, int64_t n_super, const packed_act& 
     for (int b = 0; b < 8; ++b) {
       const int64_t blk = s * 8 + b;
       prefetch_ahead(tile, 3392, b);
-      __m512i pl[NT][2], ph[NT][2];  // [token][half]: four independent chains per token
+      __m512i pl[NT][2][CH], ph[NT][2][CH];  // [token][half][chain]
 #pragma GCC unroll 4
-      for (int t = 0; t < NT; ++t) pl[t][0] = pl[t][1] = ph[t][0] = ph[t][1] = _mm512_setzero_si512();
-#pragma GCC unroll 16
-      for (int j = 0; j < 16; ++j) {
-        const __m512i lo = nibble_pairs(tile + (b * 16 + j) * 16);
-        __m512i u = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(tile + 2048 + (b * 8 + j / 2) * 16)));
-        if (j % 2) u = _mm512_srli_epi32(u, 4);
-        const __m512i hi = _mm512_ternarylogic_epi32(u, _mm512_slli_epi32(u, 14), bit_mask, 0xa8);  // h0 | h1 << 16
+      for (int t = 0; t < NT; ++t)
+#pragma GCC unroll 2
+        for (int c = 0; c < CH; ++c) pl[t][0][c] = pl[t][1][c] = ph[t][0][c] = ph[t][1][c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        __m512i w = nibble_quads(tile + (b * 8 + k) * 32);
+        w = add_bits(w, tile + 2048 + (b * 8 + k) * 16, 16);
+        w = add_bits(w, tile + 2048 + (b * 8 + k) * 16 + 8, 32);
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; ++t) {
-          const __m512i a2 = _mm512_set1_epi32(act_pair(x, t, blk, j));
-          pl[t][j / 8] = _mm512_dpwssd_epi32(pl[t][j / 8], a2, lo);
-          ph[t][j / 8] = _mm512_dpwssd_epi32(ph[t][j / 8], a2, hi);
-        }
+        for (int t = 0; t < NT; ++t) quad_products(w, x, t, blk, k, pl[t][k / 4][k % CH], ph[t][k / 4][k % CH]);
       }
       const __m512i f0 = _mm512_mullo_epi32(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(tile + 3072 + 32 * b))), dm);
       const __m512i f1 = _mm512_mullo_epi32(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(tile + 3072 + 32 * b + 16))), dm);
       const __m512i f0_lo = lo64(f0), f0_hi = hi64(f0), f1_lo = lo64(f1), f1_hi = hi64(f1);
 #pragma GCC unroll 4
       for (int t = 0; t < NT; ++t) {
-        const int32_t* hs = x.half_sum + (t * x.nb + blk) * 2;
-        const __m512i h0 = _mm512_sub_epi32(_mm512_add_epi32(pl[t][0], _mm512_slli_epi32(ph[t][0], 4)), _mm512_set1_epi32(32 * hs[0]));
-        const __m512i h1 = _mm512_sub_epi32(_mm512_add_epi32(pl[t][1], _mm512_slli_epi32(ph[t][1], 4)), _mm512_set1_epi32(32 * hs[1]));
+        __m512i h[2];
+#pragma GCC unroll 2
+        for (int half = 0; half < 2; ++half) {
+          __m512i l = pl[t][half][0], hh = ph[t][half][0];
+#pragma GCC unroll 2
+          for (int c = 1; c < CH; ++c) {
+            l = _mm512_add_epi32(l, pl[t][half][c]);
+            hh = _mm512_add_epi32(hh, ph[t][half][c]);
+          }
+          const int32_t hs = x.half_sum[(t * x.nb + blk) * 2 + half];
+          h[half] = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(hh, 8), l), _mm512_set1_epi32(32 * hs));
+        }
         const __m512i sa = _mm512_set1_epi64(x.shift[t * x.nb + blk]);
-        const __m512i t_lo = _mm512_add_epi64(_mm512_mul_epi32(lo64(h0), f0_lo), _mm512_mul_epi32(lo64(h1), f1_lo));
-        const __m512i t_hi = _mm512_add_epi64(_mm512_mul_epi32(hi64(h0), f0_hi), _mm512_mul_epi32(hi64(h1), f1_hi));
+        const __m512i t_lo = _mm512_add_epi64(_mm512_mul_epi32(lo64(h[0]), f0_lo), _mm512_mul_epi32(lo64(h[1]), f1_lo));
+        const __m512i t_hi = _mm512_add_epi64(_mm512_mul_epi32(hi64(h[0]), f0_hi), _mm512_mul_epi32(hi64(h[1]), f1_hi));
         acc_lo[t] = _mm512_add_epi64(acc_lo[t], round_shift_v(t_lo, _mm512_add_epi64(sa, dsh_lo)));
         acc_hi[t] = _mm512_add_epi64(acc_hi[t], round_shift_v(t_hi, _mm512_add_epi64(sa, dsh_hi)));
       }
@@ -666,7 +695,7 @@ void q6k_packed_tokens(const uint8_t* tiles, int64_t n_super, const packed_act& 
 }
 
 // The packed q4_0 kernel for NT tokens: eight blocks per tile, each with its own fp16 d; code =
-// u - 8, so the block sum is the nibble sum less 8 times the activation block sum.
+// u - 8, so the block sum is the nibbles' less 8 times the activation block sum.
 template <int NT>
 void q40_packed_tokens(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc_out) {
   __m512i acc_lo[NT], acc_hi[NT];
@@ -677,31 +706,18 @@ void q40_packed_tokens(const uint8_t* tiles, int64_t n_super, const packed_act& 
     for (int b = 0; b < 8; ++b) {
       const int64_t blk = s * 8 + b;
       prefetch_ahead(tile, 2432, b);
-      constexpr int CH = NT == 1 ? 4 : (NT == 2 ? 2 : 1);
-      __m512i pk[NT][CH];
-#pragma GCC unroll 4
-      for (int t = 0; t < NT; ++t)
-#pragma GCC unroll 4
-        for (int k = 0; k < CH; ++k) pk[t][k] = _mm512_setzero_si512();
-#pragma GCC unroll 16
-      for (int j = 0; j < 16; ++j) {
-        const __m512i pair = nibble_pairs(tile + (b * 16 + j) * 16);
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; ++t) pk[t][j % CH] = _mm512_dpwssd_epi32(pk[t][j % CH], _mm512_set1_epi32(act_pair(x, t, blk, j)), pair);
-      }
+      __m512i p[NT];
+      block_sums<NT>([tile, b](int k) { return nibble_quads(tile + (b * 8 + k) * 32); }, x, blk, p);
       const __m512i dm = _mm512_cvtepi16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(tile + 2048 + 32 * b)));
       const __m512i dm_lo = lo64(dm), dm_hi = hi64(dm);
       const __m512i dsh_lo = _mm512_cvtepi8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile + 2304 + 16 * b)));
       const __m512i dsh_hi = _mm512_cvtepi8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile + 2304 + 16 * b + 8)));
 #pragma GCC unroll 4
       for (int t = 0; t < NT; ++t) {
-        __m512i p = pk[t][0];
-#pragma GCC unroll 4
-        for (int k = 1; k < CH; ++k) p = _mm512_add_epi32(p, pk[t][k]);
-        p = _mm512_sub_epi32(p, _mm512_set1_epi32(8 * x.asum[t * x.nb + blk]));
+        const __m512i pt = _mm512_sub_epi32(p[t], _mm512_set1_epi32(8 * x.asum[t * x.nb + blk]));
         const __m512i sa = _mm512_set1_epi64(x.shift[t * x.nb + blk]);
-        acc_lo[t] = _mm512_add_epi64(acc_lo[t], round_shift_v(_mm512_mul_epi32(lo64(p), dm_lo), _mm512_add_epi64(sa, dsh_lo)));
-        acc_hi[t] = _mm512_add_epi64(acc_hi[t], round_shift_v(_mm512_mul_epi32(hi64(p), dm_hi), _mm512_add_epi64(sa, dsh_hi)));
+        acc_lo[t] = _mm512_add_epi64(acc_lo[t], round_shift_v(_mm512_mul_epi32(lo64(pt), dm_lo), _mm512_add_epi64(sa, dsh_lo)));
+        acc_hi[t] = _mm512_add_epi64(acc_hi[t], round_shift_v(_mm512_mul_epi32(hi64(pt), dm_hi), _mm512_add_epi64(sa, dsh_hi)));
       }
     }
   }

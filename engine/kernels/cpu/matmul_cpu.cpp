@@ -140,6 +140,8 @@ void act_pack_init(int64_t n_tokens, int64_t n_in, act_pack& p) {
   p.half_sum.resize(static_cast<size_t>(n_tokens * nb * 2));
   p.block_sum.resize(static_cast<size_t>(n_tokens * nb));
   p.shift.resize(static_cast<size_t>(n_tokens * nb));
+  const bool few = n_tokens <= GEMV_PACKED_MAX_TOKENS;
+  p.bytes.resize(few ? static_cast<size_t>(n_tokens * nb * 16) : 0);
 }
 
 void act_pack_rows(const float* x, int64_t t0, int64_t t1, act_pack& p) {
@@ -157,6 +159,19 @@ void act_pack_rows(const float* x, int64_t t0, int64_t t1, act_pack& p) {
       p.half_sum[static_cast<size_t>((t * nb + b) * 2)] = s0;
       p.half_sum[static_cast<size_t>((t * nb + b) * 2 + 1)] = s1;
       p.block_sum[static_cast<size_t>(t * nb + b)] = s0 + s1;
+      if (!p.bytes.empty()) {
+        uint32_t* out = p.bytes.data() + (t * nb + b) * 16;
+        for (int k = 0; k < 8; ++k) {
+          uint32_t lo = 0, hi = 0;
+          for (int i = 0; i < 4; ++i) {
+            const int32_t v = q[4 * k + i];
+            lo |= static_cast<uint32_t>(v & 255) << (8 * i);
+            hi |= static_cast<uint32_t>((v >> 8) & 255) << (8 * i);
+          }
+          out[2 * k] = lo;
+          out[2 * k + 1] = hi;
+        }
+      }
     }
     p.max_exp[static_cast<size_t>(t)] = mx;
     const int64_t c = matmul_shift_const(nb);

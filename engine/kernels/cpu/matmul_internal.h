@@ -101,6 +101,7 @@ bool gemv_avx2(gguf::dtype t, const act_view& x, int64_t n_tokens, const uint8_t
 // each row's rounded block terms into acc[t * 16 + r]. Without AVX-512 they do nothing (callers
 // check the instruction set).
 struct packed_act {
+  const uint32_t* bytes;  // act_pack::bytes
   const int16_t* q;
   const int64_t* shift;
   const int32_t* half_sum;

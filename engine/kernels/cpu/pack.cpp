@@ -17,7 +17,7 @@ using numerics::EXP_ZERO;
 namespace {
 
 // Tile offsets (cpu.h): q4_K 2400 bytes, q5_K 2912 (the fifth bits at 2048, the rest as q4_K's
-// 512 bytes later), q6_K 3392.
+// 512 bytes later), q6_K 3392, q4_0 2432.
 struct qk_offsets {
   int64_t tile, sc, mn, dm, mm, dsh, msh;
 };
@@ -43,6 +43,29 @@ int8_t shift_of(int32_t mant, int32_t exp, int32_t bound) {
   return static_cast<int8_t>(mant == 0 || bound == EXP_ZERO ? 0 : exp - bound);
 }
 
+// The four-bit codes c(0..31) of block b of tile row r, as four-element runs: row r's two bytes
+// of run k are c(4k) | c(4k + 2) << 4 and c(4k + 1) | c(4k + 3) << 4.
+template <class Code>
+void put_nibbles(uint8_t* tile, int b, int r, Code c) {
+  for (int k = 0; k < 8; ++k) {
+    uint8_t* at = tile + ((b * 8 + k) * 16 + r) * 2;
+    at[0] = static_cast<uint8_t>(c(4 * k) | c(4 * k + 2) << 4);
+    at[1] = static_cast<uint8_t>(c(4 * k + 1) | c(4 * k + 3) << 4);
+  }
+}
+
+// Bit 4r + i of the 64-bit mask of run k of block b: bit of element 4k + i of row r.
+template <class Bit>
+void put_bits(uint8_t* masks, int b, int r, int stride, Bit bit) {
+  for (int k = 0; k < 8; ++k) {
+    uint64_t m;
+    uint8_t* at = masks + (b * 8 + k) * stride;
+    std::memcpy(&m, at, 8);
+    for (int i = 0; i < 4; ++i) m |= static_cast<uint64_t>(bit(4 * k + i)) << (4 * r + i);
+    std::memcpy(at, &m, 8);
+  }
+}
+
 // One q4_K (144 bytes: d, dmin, scales[12], qs[128]) or q5_K super-block (176 bytes: d, dmin,
 // scales[12], qh[32], qs[128]) of tile row r.
 void pack_qk_row(bool five, const uint8_t* sb, int32_t bound, int r, uint8_t* tile, int16_t* dm, int16_t* mm, int8_t* dsh,
@@ -58,8 +81,6 @@ void pack_qk_row(bool five, const uint8_t* sb, int32_t bound, int r, uint8_t* ti
   const uint8_t* sc = sb + 4;
   const uint8_t* qh = sb + 16;
   const uint8_t* qs = sb + (five ? 48 : 16);
-  auto nibble = [qs](int b, int l) { return (qs[32 * (b / 2) + l] >> (4 * (b % 2))) & 15; };
-  auto fifth = [qh](int b, int l) { return (qh[l] >> b) & 1; };
   for (int b = 0; b < 8; ++b) {
     int32_t scale, min;
     if (b < 4) {
@@ -71,13 +92,8 @@ void pack_qk_row(bool five, const uint8_t* sb, int32_t bound, int r, uint8_t* ti
     }
     tile[o.sc + b * 16 + r] = static_cast<uint8_t>(scale);
     tile[o.mn + b * 16 + r] = static_cast<uint8_t>(min);
-    for (int j = 0; j < 16; ++j) {
-      tile[(b * 16 + j) * 16 + r] = static_cast<uint8_t>(nibble(b, 2 * j) | nibble(b, 2 * j + 1) << 4);
-      if (five) {
-        const int bits = fifth(b, 2 * j) | fifth(b, 2 * j + 1) << 1;
-        tile[Q5K_FIFTH + (b * 4 + j / 4) * 16 + r] |= static_cast<uint8_t>(bits << (2 * (j % 4)));
-      }
-    }
+    put_nibbles(tile, b, r, [qs, b](int l) { return (qs[32 * (b / 2) + l] >> (4 * (b % 2))) & 15; });
+    if (five) put_bits(tile + Q5K_FIFTH, b, r, 8, [qh, b](int l) { return (qh[l] >> b) & 1; });
   }
 }
 
@@ -98,11 +114,9 @@ void pack_q6k_row(const uint8_t* sb, int32_t bound, int r, uint8_t* tile, int16_
   for (int b = 0; b < 8; ++b) {
     for (int half = 0; half < 2; ++half)
       tile[Q6K_SC + (b * 2 + half) * 16 + r] = sb[192 + 2 * b + half];
-    for (int j = 0; j < 16; ++j) {
-      const int e = 32 * b + 2 * j;
-      tile[(b * 16 + j) * 16 + r] = static_cast<uint8_t>(low(e) | low(e + 1) << 4);
-      tile[Q6K_HI + (b * 8 + j / 2) * 16 + r] |= static_cast<uint8_t>((high(e) | high(e + 1) << 2) << (4 * (j % 2)));
-    }
+    put_nibbles(tile, b, r, [&low, b](int l) { return low(32 * b + l); });
+    for (int plane = 0; plane < 2; ++plane)
+      put_bits(tile + Q6K_HI + 8 * plane, b, r, 16, [&high, b, plane](int l) { return (high(32 * b + l) >> plane) & 1; });
   }
 }
 
@@ -116,8 +130,7 @@ void pack_q40_row(const uint8_t* sb, int32_t bound, int r, uint8_t* tile) {
     const int16_t dm = static_cast<int16_t>(d_mant);
     std::memcpy(tile + Q40_DM + (b * 16 + r) * 2, &dm, 2);
     tile[Q40_DSH + b * 16 + r] = static_cast<uint8_t>(shift_of(d_mant, d_exp, bound));
-    auto u = [blk](int l) { return l < 16 ? blk[2 + l] & 15 : blk[2 + l - 16] >> 4; };
-    for (int j = 0; j < 16; ++j) tile[(b * 16 + j) * 16 + r] = static_cast<uint8_t>(u(2 * j) | u(2 * j + 1) << 4);
+    put_nibbles(tile, b, r, [blk](int l) { return l < 16 ? blk[2 + l] & 15 : blk[2 + l - 16] >> 4; });
   }
 }
 
@@ -236,7 +249,7 @@ void matmul_exact_cpu_packed(isa i, const act_pack& x, const row_pack& w, const 
   const int64_t nb = x.n_blocks, n_tok = x.n_tokens;
   const int32_t c = matmul_shift_const(nb);
   // The activation side of every block's shift and the block sums come with the act_pack.
-  const packed_act xa{x.q.data(), x.shift.data(), x.half_sum.data(), x.block_sum.data(), nb, n_tok};
+  const packed_act xa{x.bytes.data(), x.q.data(), x.shift.data(), x.half_sum.data(), x.block_sum.data(), nb, n_tok};
   int64_t acc[GEMV_PACKED_MAX_TOKENS * 16];
   for (int64_t g = row_begin / 16; g * 16 < row_end; ++g) {
     std::fill(acc, acc + GEMV_PACKED_MAX_TOKENS * 16, 0);
