@@ -26,7 +26,7 @@ const char* TYPES = "f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q
 // Applies --preset, then lets every shape flag given explicitly override it.
 void resolve(CLI::App* sub, synth_cmd_options& o) {
   auto a = model::arch_from_name(o.arch);
-  if (!a) throw input_error("synth: --arch '" + o.arch + "' is not one of llama, qwen2, qwen3");
+  if (!a) throw input_error("synth: --arch '" + o.arch + "' is not one of " + model::arch_names());
   o.synth.arch = *a;
   std::string lower = o.type;
   for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -66,10 +66,11 @@ void setup_synth(CLI::App& app) {
       "synth", "Write a model with random weights (seeded, realistic scales) as a GGUF file llama.cpp can load");
   model::synth_options& s = opt->synth;
   sub->add_option("-o,--output", opt->out, "Output GGUF file")->required();
-  sub->add_option("--arch", opt->arch, "Architecture: llama, qwen2 (q/k/v biases), qwen3 (q/k norms)")->capture_default_str();
+  sub->add_option("--arch", opt->arch, "Architecture: llama, qwen2 (q/k/v biases), qwen3 (q/k norms), phi3 (fused attn_qkv and gate-up ffn_up)")->capture_default_str();
   sub->add_option("--type", opt->type,
                   std::string("Weight matrix type: ") + TYPES + ", or llama.cpp's mixture " + model::synth_mixture_names() +
-                      " (q4_K/q5_K, with q6_K in output.weight and in attn_v and ffn_down of the layers llama.cpp gives more bits)")
+                      " (q4_K/q5_K, with q6_K in output.weight and in attn_v and ffn_down of the layers llama.cpp gives more bits;"
+                      " phi3's fused attn_qkv one step up in every layer)")
       ->capture_default_str();
   sub->add_option("--tensor-type", opt->tensor_types,
                   "NAME=TYPE: write the matrices NAME names in TYPE instead (repeatable; a later one wins). NAME is a "

@@ -28,7 +28,9 @@ while IFS= read -r line; do
   path="$out/models/synthetic/$name.gguf"
   # Written every time (about 0.3 s each): a file left from an older build must not pass for new output.
   # shellcheck disable=SC2086  # the arguments column is split on purpose
-  "$bin" synth -o "$path.tmp" --seed 7 --name "$name" $args >/dev/null
+  # A line may set general.name itself (--name in its arguments); otherwise it is NAME.
+  case " $args " in *" --name "*) named=() ;; *) named=(--name "$name") ;; esac
+  "$bin" synth -o "$path.tmp" --seed 7 "${named[@]}" $args >/dev/null
   mv "$path.tmp" "$path"
   got=$(sha256sum "$path" | cut -d' ' -f1)
   n=$((n + 1))

@@ -17,13 +17,15 @@ struct arch_row {
   bool qkv_bias;   // blk.N.attn_{q,k,v}.bias
   bool qk_norm;    // blk.N.attn_{q,k}_norm.weight, over head_dim
   bool rope_freqs; // an optional rope_freqs.weight (Llama 3 frequency factors)
+  bool fused;      // attn_qkv and a gate-up ffn_up instead of attn_{q,k,v} and ffn_{gate,up}
 };
 
 // The architectures, one row each.
 const arch_row ARCHES[] = {
-    {ARCH_LLAMA, "llama", ROPE_NORM, false, false, true},
-    {ARCH_QWEN2, "qwen2", ROPE_NEOX, true, false, false},
-    {ARCH_QWEN3, "qwen3", ROPE_NEOX, false, true, false},
+    {ARCH_LLAMA, "llama", ROPE_NORM, false, false, true, false},
+    {ARCH_QWEN2, "qwen2", ROPE_NEOX, true, false, false, false},
+    {ARCH_QWEN3, "qwen3", ROPE_NEOX, false, true, false, false},
+    {ARCH_PHI3, "phi3", ROPE_NEOX, false, false, false, true},
 };
 
 const arch_row& row_of(arch_id a) {
@@ -84,10 +86,18 @@ std::optional<arch_id> arch_from_name(const std::string& name) {
 
 rope_kind arch_rope_kind(arch_id a) { return row_of(a).rope; }
 
+bool arch_fused_qkv_ffn(arch_id a) { return row_of(a).fused; }
+
+std::string arch_names() {
+  std::string s;
+  for (const arch_row& r : ARCHES) s += std::string(s.empty() ? "" : ", ") + r.name;
+  return s;
+}
+
 hparams hparams_from_gguf(const gguf::file& f) {
   std::string name = f.get_string("general.architecture");
   std::optional<arch_id> a = arch_from_name(name);
-  if (!a) throw input_error(f.path() + ": general.architecture '" + gguf::printable(name) + "' is not supported (llama, qwen2, qwen3)");
+  if (!a) throw input_error(f.path() + ": general.architecture '" + gguf::printable(name) + "' is not supported (" + arch_names() + ")");
   hparams hp;
   hp.arch = *a;
   auto count = [&](const char* suffix) { return positive(f, key(hp, suffix), f.get_int(key(hp, suffix))); };
@@ -126,6 +136,13 @@ hparams hparams_from_gguf(const gguf::file& f) {
   if (!emb || emb->ne.size() != 2) throw input_error(f.path() + ": tensor 'token_embd.weight' is missing or not 2-D");
   hp.n_vocab = emb->ne[1];
   hp.tied_output = f.find_tensor("output.weight") == nullptr;
+  const std::string swa_key = key(hp, "attention.sliding_window");
+  if (f.find(swa_key)) {
+    hp.n_swa = f.get_int(swa_key);
+    if (hp.n_swa < 0 || hp.n_swa > MAX_COUNT)
+      throw input_error(f.path() + ": key '" + swa_key + "': expected a window from 0 to " + std::to_string(MAX_COUNT) +
+                        ", found " + std::to_string(hp.n_swa));
+  }
   check_consistency(f, hp);
   return hp;
 }
@@ -147,6 +164,8 @@ void hparams_write(gguf::writer& w, const hparams& hp) {
   w.set(key(hp, "rope.freq_base"), gguf::value::of_f32(static_cast<float>(hp.rope_freq_base)));
   w.set(key(hp, "attention.layer_norm_rms_epsilon"), gguf::value::of_f32(static_cast<float>(hp.rms_eps)));
   w.set(key(hp, "vocab_size"), u32(hp.n_vocab));
+  // llama.cpp b4748 refuses a phi3 file without it; the current one reads it and disables it.
+  if (hp.arch == ARCH_PHI3) w.set(key(hp, "attention.sliding_window"), u32(hp.n_swa));
 }
 
 std::vector<tensor_desc> arch_tensors(const hparams& hp) {
@@ -163,9 +182,13 @@ std::vector<tensor_desc> arch_tensors(const hparams& hp) {
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     add(b + "attn_norm.weight", {hp.n_embd}, TENSOR_VECTOR);
-    add(b + "attn_q.weight", {hp.n_embd, q_dim}, TENSOR_MATRIX);
-    add(b + "attn_k.weight", {hp.n_embd, kv_dim}, TENSOR_MATRIX);
-    add(b + "attn_v.weight", {hp.n_embd, kv_dim}, TENSOR_MATRIX);
+    if (r.fused) {
+      add(b + "attn_qkv.weight", {hp.n_embd, q_dim + 2 * kv_dim}, TENSOR_MATRIX);
+    } else {
+      add(b + "attn_q.weight", {hp.n_embd, q_dim}, TENSOR_MATRIX);
+      add(b + "attn_k.weight", {hp.n_embd, kv_dim}, TENSOR_MATRIX);
+      add(b + "attn_v.weight", {hp.n_embd, kv_dim}, TENSOR_MATRIX);
+    }
     if (r.qkv_bias) {
       add(b + "attn_q.bias", {q_dim}, TENSOR_VECTOR);
       add(b + "attn_k.bias", {kv_dim}, TENSOR_VECTOR);
@@ -177,9 +200,14 @@ std::vector<tensor_desc> arch_tensors(const hparams& hp) {
     }
     add(b + "attn_output.weight", {q_dim, hp.n_embd}, TENSOR_MATRIX);
     add(b + "ffn_norm.weight", {hp.n_embd}, TENSOR_VECTOR);
-    add(b + "ffn_gate.weight", {hp.n_embd, hp.n_ff}, TENSOR_MATRIX);
-    add(b + "ffn_down.weight", {hp.n_ff, hp.n_embd}, TENSOR_MATRIX);
-    add(b + "ffn_up.weight", {hp.n_embd, hp.n_ff}, TENSOR_MATRIX);
+    if (r.fused) {
+      add(b + "ffn_down.weight", {hp.n_ff, hp.n_embd}, TENSOR_MATRIX);
+      add(b + "ffn_up.weight", {hp.n_embd, 2 * hp.n_ff}, TENSOR_MATRIX);
+    } else {
+      add(b + "ffn_gate.weight", {hp.n_embd, hp.n_ff}, TENSOR_MATRIX);
+      add(b + "ffn_down.weight", {hp.n_ff, hp.n_embd}, TENSOR_MATRIX);
+      add(b + "ffn_up.weight", {hp.n_embd, hp.n_ff}, TENSOR_MATRIX);
+    }
   }
   return out;
 }
@@ -204,9 +232,13 @@ void arch_check_tensors(const gguf::file& f, const hparams& hp) {
     if (d.kind == TENSOR_VECTOR && t->type != gguf::DTYPE_F32)
       throw input_error(f.path() + ": tensor '" + d.name + "': expected f32, found " + gguf::dtype_get(t->type).name);
   }
-  for (const gguf::tensor_info& t : f.tensors())
+  for (const gguf::tensor_info& t : f.tensors()) {
+    if (!expected.count(t.name) && (t.name == "rope_factors_long.weight" || t.name == "rope_factors_short.weight"))
+      throw input_error(f.path() + ": tensor '" + t.name + "': LongRoPE frequency factors (Phi-3 128k, Phi-3.5, Phi-4-mini) " +
+                        "are not supported yet; files without them (Phi-3 4k, Phi-4) are");
     if (!expected.count(t.name))
       throw input_error(f.path() + ": unexpected tensor '" + gguf::printable(t.name) + "' for architecture " + arch_name(hp.arch));
+  }
 }
 
 }  // namespace detaudit::model

@@ -15,18 +15,24 @@
 
 namespace detaudit::model {
 
-enum arch_id { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3 };
+enum arch_id { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_PHI3 };
 
 enum rope_kind {
   ROPE_NORM,  // adjacent pairs (x[2i], x[2i+1]) rotate: llama
-  ROPE_NEOX,  // halves (x[i], x[i + d/2]) rotate: qwen2, qwen3
+  ROPE_NEOX,  // halves (x[i], x[i + d/2]) rotate: qwen2, qwen3, phi3
 };
 
-// Returns "llama", "qwen2", "qwen3".
+// Returns "llama", "qwen2", "qwen3", "phi3".
 const char* arch_name(arch_id a);
 // Parses a general.architecture value; nullopt when the engine does not know it.
 std::optional<arch_id> arch_from_name(const std::string& name);
 rope_kind arch_rope_kind(arch_id a);
+// Whether the architecture stores Q, K and V as one matrix (blk.N.attn_qkv.weight: the Q rows,
+// then K's, then V's) and gate and up as one (blk.N.ffn_up.weight: the n_ff gate rows, then the
+// n_ff up rows, no ffn_gate): phi3. The loader reads them as row ranges of the one tensor.
+bool arch_fused_qkv_ffn(arch_id a);
+// The names of the supported architectures, comma-separated, for error messages.
+std::string arch_names();
 
 struct hparams {
   arch_id arch = ARCH_LLAMA;
@@ -43,6 +49,10 @@ struct hparams {
   double rope_scale_linear = 1.0;  // 1 / {arch}.rope.scaling.factor when scaling.type is "linear"
   double rms_eps = 1e-5;
   bool tied_output = false;     // no output.weight: the output projection reuses token_embd
+  // {arch}.attention.sliding_window as the file states it (0 when absent). phi3: recorded and not
+  // applied, as the current llama.cpp does (b4748 applied it to every layer; Phi-3 4k files say
+  // 2047, so the two builds part only past 2047 positions).
+  int64_t n_swa = 0;
 };
 
 // Reads and checks hyperparameters. Throws input_error naming the file and key when a key is

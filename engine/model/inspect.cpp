@@ -50,7 +50,8 @@ json generic_hparams(const gguf::file& f, const std::string& arch) {
   const std::pair<const char*, const char*> keys[] = {
       {"n_layer", "block_count"}, {"n_embd", "embedding_length"}, {"n_ff", "feed_forward_length"},
       {"n_head", "attention.head_count"}, {"n_head_kv", "attention.head_count_kv"},
-      {"n_ctx_train", "context_length"}, {"n_rot", "rope.dimension_count"}, {"head_dim", "attention.key_length"}};
+      {"n_ctx_train", "context_length"}, {"n_rot", "rope.dimension_count"}, {"head_dim", "attention.key_length"},
+      {"n_swa", "attention.sliding_window"}};
   for (auto [name, suffix] : keys) {
     const gguf::value* v = f.find(arch + "." + suffix);
     if (v && v->is_integer()) h[name] = v->as_int(arch + "." + suffix);
@@ -123,8 +124,15 @@ json engine_support(const gguf::file& f, const std::string& arch) {
       if (!model_type_supported(t.type))
         return {{"runnable", false},
                 {"reason", "tensor '" + t.name + "' has type " + gguf::dtype_get(t.type).name + ", which the engine does not compute"}};
+    json notes = json::array();
+    if (arch_fused_qkv_ffn(hp.arch))
+      notes.push_back("attn_qkv holds Q, K and V and ffn_up holds gate and up (2 x n_ff rows); the engine reads them as row ranges");
+    if (hp.arch == ARCH_PHI3 && hp.n_swa > 0)
+      notes.push_back("sliding_window " + std::to_string(hp.n_swa) + " is not applied, as in the current llama.cpp " +
+                      "(llama.cpp b4748 applied it: outputs part past " + std::to_string(hp.n_swa) + " positions)");
     return {{"runnable", true}, {"rope", arch_rope_kind(hp.arch) == ROPE_NEOX ? "neox" : "norm"},
-            {"head_dim", hp.head_dim}, {"tied_output", hp.tied_output}, {"n_vocab", hp.n_vocab}};
+            {"head_dim", hp.head_dim}, {"tied_output", hp.tied_output}, {"n_vocab", hp.n_vocab},
+            {"fused_qkv_ffn", arch_fused_qkv_ffn(hp.arch)}, {"notes", notes}};
   } catch (const input_error& e) {
     return {{"runnable", false}, {"reason", e.what()}};
   }
@@ -229,6 +237,8 @@ std::string inspect_to_text(const json& info) {
   line("parameters", str(info["n_params"]));
   if (info.contains("engine"))
     line("engine", info["engine"]["runnable"].get<bool>() ? "runnable" : "not runnable: " + message_line(str(info["engine"]["reason"])));
+  if (info.contains("engine") && info["engine"].contains("notes"))
+    for (const json& n : info["engine"]["notes"]) line("  note", str(n));
   if (info.contains("sha256")) line("sha256", str(info["sha256"]));
   if (info.contains("metadata")) {
     o << "\n";

@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <cmath>
+#include <stdexcept>
 
 #include "numerics/wblock.h"
 
@@ -68,11 +69,19 @@ std::vector<float> tensor_get_vector(const gguf::file& f, const std::string& nam
 layer_weights layer_get(const gguf::file& f, const hparams& hp, int64_t l) {
   const std::string b = "blk." + std::to_string(l) + ".";
   const int64_t q_dim = hp.n_head * hp.head_dim, kv_dim = hp.n_head_kv * hp.head_dim;
+  const bool fused = arch_fused_qkv_ffn(hp.arch);
   layer_weights lw;
   lw.attn_norm = tensor_get_vector(f, b + "attn_norm.weight", hp.n_embd);
-  lw.wq = tensor_get_matrix(f, b + "attn_q.weight", hp.n_embd, q_dim);
-  lw.wk = tensor_get_matrix(f, b + "attn_k.weight", hp.n_embd, kv_dim);
-  lw.wv = tensor_get_matrix(f, b + "attn_v.weight", hp.n_embd, kv_dim);
+  if (fused) {
+    const weight qkv = tensor_get_matrix(f, b + "attn_qkv.weight", hp.n_embd, q_dim + 2 * kv_dim);
+    lw.wq = weight_rows(qkv, 0, q_dim);
+    lw.wk = weight_rows(qkv, q_dim, kv_dim);
+    lw.wv = weight_rows(qkv, q_dim + kv_dim, kv_dim);
+  } else {
+    lw.wq = tensor_get_matrix(f, b + "attn_q.weight", hp.n_embd, q_dim);
+    lw.wk = tensor_get_matrix(f, b + "attn_k.weight", hp.n_embd, kv_dim);
+    lw.wv = tensor_get_matrix(f, b + "attn_v.weight", hp.n_embd, kv_dim);
+  }
   lw.wo = tensor_get_matrix(f, b + "attn_output.weight", q_dim, hp.n_embd);
   if (hp.arch == ARCH_QWEN2) {
     lw.bq = tensor_get_vector(f, b + "attn_q.bias", q_dim);
@@ -84,13 +93,29 @@ layer_weights layer_get(const gguf::file& f, const hparams& hp, int64_t l) {
     lw.k_norm = tensor_get_vector(f, b + "attn_k_norm.weight", hp.head_dim);
   }
   lw.ffn_norm = tensor_get_vector(f, b + "ffn_norm.weight", hp.n_embd);
-  lw.w_gate = tensor_get_matrix(f, b + "ffn_gate.weight", hp.n_embd, hp.n_ff);
-  lw.w_up = tensor_get_matrix(f, b + "ffn_up.weight", hp.n_embd, hp.n_ff);
+  if (fused) {
+    const weight gate_up = tensor_get_matrix(f, b + "ffn_up.weight", hp.n_embd, 2 * hp.n_ff);
+    lw.w_gate = weight_rows(gate_up, 0, hp.n_ff);
+    lw.w_up = weight_rows(gate_up, hp.n_ff, hp.n_ff);
+  } else {
+    lw.w_gate = tensor_get_matrix(f, b + "ffn_gate.weight", hp.n_embd, hp.n_ff);
+    lw.w_up = tensor_get_matrix(f, b + "ffn_up.weight", hp.n_embd, hp.n_ff);
+  }
   lw.w_down = tensor_get_matrix(f, b + "ffn_down.weight", hp.n_ff, hp.n_embd);
   return lw;
 }
 
 }  // namespace
+
+weight weight_rows(const weight& w, int64_t r0, int64_t n) {
+  if (r0 < 0 || n < 1 || r0 + n > w.n_out)
+    throw std::logic_error("weight_rows: rows [" + std::to_string(r0) + ", " + std::to_string(r0 + n) + ") of " + w.name);
+  weight v = w;
+  v.name = w.name + "[" + std::to_string(r0) + ":" + std::to_string(r0 + n) + "]";
+  v.n_out = n;
+  v.data = w.data + w.row_bytes * static_cast<uint64_t>(r0);
+  return v;
+}
 
 bool model_type_supported(gguf::dtype t) { return numerics::weight_type_supported(t); }
 

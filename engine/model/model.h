@@ -29,13 +29,19 @@ struct weight {
   const uint8_t* row(int64_t r) const { return data + row_bytes * static_cast<uint64_t>(r); }
 };
 
+// Rows [r0, r0 + n) of w as a matrix of its own (a view into the same mapping), named
+// "NAME[r0:r0+n]": the Q, K and V of a fused attn_qkv, the gate and up of a fused ffn_up. Every
+// backend computes a row from that row's bytes alone, so a view gives the fused matmul's rows.
+weight weight_rows(const weight& w, int64_t r0, int64_t n);
+
 struct layer_weights {
   std::vector<float> attn_norm;        // (n_embd)
-  weight wq, wk, wv, wo;               // wq: (n_head*head_dim rows of n_embd) ...
+  weight wq, wk, wv, wo;               // wq: (n_head*head_dim rows of n_embd) ... (phi3: views of attn_qkv)
   std::vector<float> bq, bk, bv;       // qwen2 only, else empty
   std::vector<float> q_norm, k_norm;   // qwen3 only (head_dim), else empty
   std::vector<float> ffn_norm;         // (n_embd)
   weight w_gate, w_up, w_down;         // gate/up: (n_ff rows of n_embd); down: (n_embd rows of n_ff)
+                                       // (phi3: gate and up are views of the fused ffn_up)
 };
 
 class model {

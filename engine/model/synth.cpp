@@ -1,5 +1,6 @@
 #include "model/synth.h"
 
+#include <cctype>
 #include <vector>
 
 #include "gguf/gguf.h"
@@ -106,9 +107,11 @@ hparams hparams_of(const synth_options& o, int64_t n_vocab) {
   hp.n_ctx_train = o.n_ctx;
   hp.head_dim = o.head_dim ? o.head_dim : o.n_embd / o.n_head;
   hp.n_rot = hp.head_dim;
-  hp.rope_freq_base = o.arch == ARCH_LLAMA ? 10000.0 : 1000000.0;
-  hp.rms_eps = o.arch == ARCH_LLAMA ? 1e-5 : 1e-6;
+  const bool llama_like = o.arch == ARCH_LLAMA || o.arch == ARCH_PHI3;  // Phi-3's values are Llama's
+  hp.rope_freq_base = llama_like ? 10000.0 : 1000000.0;
+  hp.rms_eps = llama_like ? 1e-5 : 1e-6;
   hp.tied_output = o.tied_output;
+  if (o.arch == ARCH_PHI3) hp.n_swa = o.n_ctx;  // a window as long as the context: no position falls out of it
   return hp;
 }
 
@@ -132,6 +135,25 @@ vocab_source open_vocab(const synth_options& o) {
     throw input_error(o.vocab_from + ": --vocab-from needs a GGUF with a vocabulary (tokenizer.ggml.tokens)");
   src.n_vocab = static_cast<int64_t>(tokens->arr.size());
   return src;
+}
+
+bool vocab_has(const vocab_source& src, const std::string& text) {
+  if (src.builtin) return src.builtin->find(text) != tokenizer::TOKEN_NONE;
+  for (const gguf::value& t : src.file->find("tokenizer.ggml.tokens")->arr)
+    if (t.s == text) return true;
+  return false;
+}
+
+// llama.cpp gives Phi-3's special tokens their attributes when general.name contains "phi3" or
+// "phi-3" (any case), looking each one up: a vocabulary without them makes it refuse the file.
+void check_name_vocab(const synth_options& o, const vocab_source& src) {
+  std::string lower = o.name;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower.find("phi3") == std::string::npos && lower.find("phi-3") == std::string::npos) return;
+  for (const char* t : {"</s>", "<unk>", "<s>", "<|endoftext|>"})
+    if (!vocab_has(src, t))
+      throw input_error("synth: --name '" + o.name + "' contains 'phi3' or 'phi-3', so llama.cpp looks up Phi-3's token '" + t +
+                        "', which this vocabulary lacks, and refuses the file; choose another name or --vocab-from a Phi-3 GGUF");
 }
 
 void write_vocab(gguf::writer& w, const vocab_source& src) {
@@ -204,9 +226,13 @@ bool synth_apply_mixture(synth_options& o, const std::string& name) {
   auto more_bits = [n](int64_t i) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; };
   std::vector<std::pair<std::string, gguf::dtype>> mix;
   mix.emplace_back(o.tied_output ? "token_embd.weight" : "output.weight", gguf::DTYPE_Q6_K);
+  // A fused attn_qkv (phi3) takes one step more than the base type in every layer, in place of
+  // attn_v's Q6_K in the layers that get more bits.
+  const bool fused = arch_fused_qkv_ffn(o.arch);
+  if (fused) mix.emplace_back("attn_qkv.weight", name == "q4_k_m" ? gguf::DTYPE_Q5_K : gguf::DTYPE_Q6_K);
   for (int64_t i = 0; i < n; ++i) {
     if (!more_bits(i)) continue;
-    mix.emplace_back("blk." + std::to_string(i) + ".attn_v.weight", gguf::DTYPE_Q6_K);
+    if (!fused) mix.emplace_back("blk." + std::to_string(i) + ".attn_v.weight", gguf::DTYPE_Q6_K);
     mix.emplace_back("blk." + std::to_string(i) + ".ffn_down.weight", gguf::DTYPE_Q6_K);
   }
   o.tensor_types.insert(o.tensor_types.begin(), mix.begin(), mix.end());
@@ -274,6 +300,7 @@ void synth_validate(const synth_options& o) {
 uint64_t synth_write(const synth_options& o, const std::string& path) {
   synth_validate(o);
   vocab_source vocab = open_vocab(o);
+  check_name_vocab(o, vocab);
   hparams hp = hparams_of(o, vocab.n_vocab);
   gguf::writer w;
   hparams_write(w, hp);

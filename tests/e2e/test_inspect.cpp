@@ -53,12 +53,14 @@ TEST_CASE("inspect: real fixture files") {
 TEST_CASE("inspect: synthetic fixture files in every weight type") {
   const char* kinds[] = {"llama-f16", "llama-bf16", "llama-q8_0", "llama-q4_0", "llama-q4_1", "llama-q5_0",
                          "llama-q5_1", "llama-q2_k", "llama-q3_k_m", "llama-q4_k_m", "llama-q5_k_m", "llama-q6_k",
-                         "qwen2-f16", "qwen2-q8_0", "qwen2-q4_0", "qwen2-q4_k_m", "qwen2-q5_k_m", "qwen2-q6_k"};
+                         "qwen2-f16", "qwen2-q8_0", "qwen2-q4_0", "qwen2-q4_k_m", "qwen2-q5_k_m", "qwen2-q6_k",
+                         "phi3-f16",  "phi3-q8_0",  "phi3-q4_k_m"};
   for (const char* k : kinds) {
     std::string path = detaudit::test::generated(std::string("models/synthetic/tiny-") + k + ".gguf");
     CAPTURE(path);
     nlohmann::json info = inspect_json(path, "--tensors");
-    CHECK(info["architecture"] == (std::string(k).rfind("qwen2", 0) == 0 ? "qwen2" : "llama"));
+    const std::string kind = k;
+    CHECK(info["architecture"] == kind.substr(0, kind.find('-')));
     CHECK(info["hparams"]["n_layer"] == 2);
     CHECK(info["hparams"]["n_embd"] == 256);
     CHECK(info["vocab"]["size"] == 543);  // detaudit synth's built-in vocabulary

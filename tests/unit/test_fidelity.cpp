@@ -88,7 +88,8 @@ std::vector<int32_t> ids_of(const json& j) { return j.get<std::vector<int32_t>>(
 
 const char* SYNTHETIC[] = {"llama-f16",  "llama-bf16", "llama-q8_0",   "llama-q4_0",   "llama-q4_1",   "llama-q5_0",
                              "llama-q5_1", "llama-q2_k", "llama-q3_k_m", "llama-q4_k_m", "llama-q5_k_m", "llama-q6_k",
-                             "qwen2-f16",  "qwen2-q8_0", "qwen2-q4_0",   "qwen2-q4_k_m", "qwen2-q5_k_m", "qwen2-q6_k"};
+                             "qwen2-f16",  "qwen2-q8_0", "qwen2-q4_0",   "qwen2-q4_k_m", "qwen2-q5_k_m", "qwen2-q6_k",
+                             "phi3-f16",   "phi3-q8_0",  "phi3-q4_k_m"};
 
 // Exact vs float64 reference over every item of a reference file's contexts.
 lp_stats exact_vs_reference(const std::string& model_path, const std::string& ref_path, size_t max_items) {

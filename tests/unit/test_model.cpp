@@ -204,3 +204,73 @@ TEST_CASE("model: rope_freqs factors and linear RoPE scaling reach the forward p
     CHECK(l_twos == l_linear);  // factor 2 everywhere and linear scale 1/2: the same angles, exactly
   }
 }
+
+TEST_CASE("model: phi3's fused attn_qkv and ffn_up give the bits of the same weights as separate matrices") {
+  // A phi3 file and a qwen2 file holding the same weights split into attn_q/k/v and ffn_gate/up
+  // (qwen2: NEOX RoPE as phi3, with q/k/v biases, here zero) must give the same logits bit for bit:
+  // the fused tensors are read as row ranges, Q then K then V, gate then up.
+  const std::string dir = test::scratch_dir("model_phi3_fused");
+  for (gguf::dtype t : {gguf::DTYPE_F16, gguf::DTYPE_Q8_0, gguf::DTYPE_Q4_K}) {
+    CAPTURE(gguf::dtype_get(t).name);
+    const std::string phi = dir + "/phi3.gguf", split = dir + "/split.gguf";
+    model::synth_write(small(model::ARCH_PHI3, t), phi);
+    gguf::file f = gguf::file::open(phi);
+    const model::hparams hp = model::hparams_from_gguf(f);
+    const int64_t q_dim = hp.n_head * hp.head_dim, kv_dim = hp.n_head_kv * hp.head_dim;
+    gguf::writer w(f.alignment());
+    for (const gguf::kv& kv : f.metadata()) {
+      if (kv.key == "general.alignment" || kv.key == "phi3.attention.sliding_window") continue;
+      if (kv.key == "general.architecture") w.set(kv.key, gguf::value::of_string("qwen2"));
+      else if (kv.key.rfind("phi3.", 0) == 0) w.set("qwen2." + kv.key.substr(5), kv.val);
+      else w.set(kv.key, kv.val);
+    }
+    std::vector<float> zeros(static_cast<size_t>(q_dim), 0.0f);
+    for (const gguf::tensor_info& ti : f.tensors()) {
+      const uint8_t* data = f.tensor_data(ti);
+      const uint64_t row = gguf::dtype_row_bytes(ti.type, ti.ne[0]);
+      auto rows = [&](const std::string& name, int64_t r0, int64_t n) {
+        w.add_tensor(name, ti.type, {ti.ne[0], n}, data + row * static_cast<uint64_t>(r0), row * static_cast<uint64_t>(n));
+      };
+      const std::string b = ti.name.substr(0, ti.name.find('.', 4) + 1);  // "blk.N."
+      if (ti.name.ends_with("attn_qkv.weight")) {
+        rows(b + "attn_q.weight", 0, q_dim);
+        rows(b + "attn_k.weight", q_dim, kv_dim);
+        rows(b + "attn_v.weight", q_dim + kv_dim, kv_dim);
+        w.add_tensor(b + "attn_q.bias", gguf::DTYPE_F32, {q_dim}, zeros.data(), 4 * static_cast<uint64_t>(q_dim));
+        w.add_tensor(b + "attn_k.bias", gguf::DTYPE_F32, {kv_dim}, zeros.data(), 4 * static_cast<uint64_t>(kv_dim));
+        w.add_tensor(b + "attn_v.bias", gguf::DTYPE_F32, {kv_dim}, zeros.data(), 4 * static_cast<uint64_t>(kv_dim));
+      } else if (ti.name.ends_with("ffn_up.weight")) {
+        rows(b + "ffn_gate.weight", 0, hp.n_ff);
+        rows(b + "ffn_up.weight", hp.n_ff, hp.n_ff);
+      } else {
+        w.add_tensor(ti.name, ti.type, ti.ne, data, ti.n_bytes);
+      }
+    }
+    w.write(split);
+    auto a = model::model::load(phi), q = model::model::load(split);
+    REQUIRE(a->hp().arch == model::ARCH_PHI3);
+    REQUIRE(q->hp().arch == model::ARCH_QWEN2);
+    CHECK(a->layers[1].wk.data == a->layers[1].wq.data + a->layers[1].wq.row_bytes * static_cast<uint64_t>(q_dim));
+    CHECK(a->layers[1].w_up.n_out == hp.n_ff);
+    for (auto mode : {NUMERICS_EXACT, NUMERICS_FLOAT, NUMERICS_REFERENCE}) {
+      CAPTURE(runtime::numerics_name(mode));
+      auto la = eval(a, mode, TOKENS), lq = eval(q, mode, TOKENS);
+      REQUIRE(la.size() == lq.size());
+      for (size_t i = 0; i < la.size(); ++i) CHECK(std::memcmp(la[i].data(), lq[i].data(), 4 * la[i].size()) == 0);
+    }
+  }
+}
+
+TEST_CASE("model: phi3 LongRoPE factors and a negative sliding window are refused, naming them") {
+  const std::string dir = test::scratch_dir("model_phi3_refused");
+  model::synth_write(small(model::ARCH_PHI3, gguf::DTYPE_F16), dir + "/phi3.gguf");
+  const int64_t half = model::hparams_from_gguf(gguf::file::open(dir + "/phi3.gguf")).n_rot / 2;
+  gguf_edit e;
+  e.add_f32 = {{"rope_factors_long.weight", std::vector<float>(static_cast<size_t>(half), 1.0f)}};
+  gguf_copy(dir + "/phi3.gguf", dir + "/longrope.gguf", e);
+  CHECK_THROWS_WITH_AS(model::model::load(dir + "/longrope.gguf"), doctest::Contains("LongRoPE"), input_error);
+  gguf_edit s;
+  s.set = {{"phi3.attention.sliding_window", gguf::value::of_i32(-1)}};
+  gguf_copy(dir + "/phi3.gguf", dir + "/swa.gguf", s);
+  CHECK_THROWS_WITH_AS(model::model::load(dir + "/swa.gguf"), doctest::Contains("phi3.attention.sliding_window"), input_error);
+}

@@ -183,7 +183,8 @@ TEST_CASE("wblock: every tensor of the synthetic fixture models decodes like the
                          "tiny-llama-q4_0",   "tiny-llama-q4_1",  "tiny-llama-q4_k_m", "tiny-llama-q5_0",
                          "tiny-llama-q5_1",   "tiny-llama-q5_k_m", "tiny-llama-q6_k",  "tiny-llama-q8_0",
                          "tiny-qwen2-f16",    "tiny-qwen2-q4_0",  "tiny-qwen2-q4_k_m", "tiny-qwen2-q5_k_m",
-                         "tiny-qwen2-q6_k",   "tiny-qwen2-q8_0"};
+                         "tiny-qwen2-q6_k",   "tiny-qwen2-q8_0",  "tiny-phi3-f16",    "tiny-phi3-q8_0",
+                         "tiny-phi3-q4_k_m"};
   for (const char* f : files) {
     const std::string path = test::generated(std::string("models/synthetic/") + f + ".gguf");
     const gguf::file file = gguf::file::open(path);

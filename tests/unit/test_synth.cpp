@@ -64,7 +64,7 @@ TEST_CASE("synth: every architecture and type reads back within the type's quant
                                gguf::DTYPE_Q5_0, gguf::DTYPE_Q5_1, gguf::DTYPE_Q2_K, gguf::DTYPE_Q3_K, gguf::DTYPE_Q4_K,
                                gguf::DTYPE_Q5_K, gguf::DTYPE_Q6_K};
   std::string dir = test::scratch_dir("synth_types");
-  for (model::arch_id a : {model::ARCH_LLAMA, model::ARCH_QWEN2, model::ARCH_QWEN3}) {
+  for (model::arch_id a : {model::ARCH_LLAMA, model::ARCH_QWEN2, model::ARCH_QWEN3, model::ARCH_PHI3}) {
     std::string ref_path = dir + "/" + model::arch_name(a) + "-f32.gguf";
     model::synth_write(tiny(a, gguf::DTYPE_F32), ref_path);
     gguf::file ref = gguf::file::open(ref_path);
@@ -109,6 +109,37 @@ TEST_CASE("synth: architecture specifics") {
   gguf::file q3 = gguf::file::open(dir + "/q3.gguf");
   CHECK(q3.find_tensor("blk.0.attn_q_norm.weight")->ne == std::vector<int64_t>{64});
   CHECK(q3.get_int("qwen3.attention.key_length") == 64);
+
+  model::synth_write(tiny(model::ARCH_PHI3, gguf::DTYPE_F16), dir + "/phi3.gguf");
+  gguf::file p3 = gguf::file::open(dir + "/phi3.gguf");
+  const model::hparams p3_hp = model::hparams_from_gguf(p3);
+  CHECK(p3.find_tensor("blk.0.attn_qkv.weight")->ne == std::vector<int64_t>{256, 256 + 2 * 128});
+  CHECK(p3.find_tensor("blk.1.ffn_up.weight")->ne == std::vector<int64_t>{256, 2 * p3_hp.n_ff});
+  CHECK(p3.find_tensor("blk.0.attn_q.weight") == nullptr);
+  CHECK(p3.find_tensor("blk.0.ffn_gate.weight") == nullptr);
+  CHECK(p3.get_int("phi3.attention.sliding_window") == p3_hp.n_ctx_train);  // llama.cpp b4748 requires the key
+  CHECK(model::arch_rope_kind(p3_hp.arch) == model::ROPE_NEOX);
+  CHECK(model::arch_fused_qkv_ffn(p3_hp.arch));
+
+  // llama.cpp looks up Phi-3's special tokens when general.name says phi3: the built-in vocabulary lacks them.
+  model::synth_options named = tiny(model::ARCH_PHI3, gguf::DTYPE_F16);
+  named.name = "My-PHI-3-mini";
+  CHECK_THROWS_WITH_AS(model::synth_write(named, dir + "/named.gguf"), doctest::Contains("</s>"), input_error);
+
+  // q4_k_m for phi3: the fused attn_qkv one step up (q5_K) in every layer, as llama.cpp's quantizer.
+  model::synth_options mix = tiny(model::ARCH_PHI3, gguf::DTYPE_F16);
+  mix.n_layer = 8;
+  REQUIRE(model::synth_apply_mixture(mix, "q4_k_m"));
+  for (int l = 0; l < 8; ++l) {
+    CHECK(model::synth_tensor_type(mix, "blk." + std::to_string(l) + ".attn_qkv.weight") == gguf::DTYPE_Q5_K);
+    // use_more_bits for 8 layers: 0, 7, and every third from 1 (3, 6)
+    const bool more = l == 0 || l == 7 || l == 3 || l == 6;
+    CHECK(model::synth_tensor_type(mix, "blk." + std::to_string(l) + ".ffn_down.weight") ==
+          (more ? gguf::DTYPE_Q6_K : gguf::DTYPE_Q4_K));
+  }
+  model::synth_options mix5 = tiny(model::ARCH_PHI3, gguf::DTYPE_F16);
+  REQUIRE(model::synth_apply_mixture(mix5, "q5_k_m"));
+  CHECK(model::synth_tensor_type(mix5, "blk.0.attn_qkv.weight") == gguf::DTYPE_Q6_K);
 
   model::synth_options o = tiny(model::ARCH_LLAMA, gguf::DTYPE_Q8_0);
   o.tied_output = true;

@@ -1,0 +1,59 @@
+// detaudit serve on each architecture beyond llama: a synthetic model with the chat template its
+// family ships, answered on /v1/chat/completions exactly as /completion answers the rendered text.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "gguf/gguf.h"
+#include "model/synth.h"
+#include "serve_util.h"
+#include "synth_util.h"
+#include "test_util.h"
+
+using json = nlohmann::json;
+using namespace detaudit;
+
+namespace {
+
+// A synth model of `arch` rewritten with `jinja` as its chat template.
+std::string synth_with_template(model::arch_id arch, const std::string& jinja) {
+  const std::string dir = test::process_scratch_dir(std::string("serve_arches_") + model::arch_name(arch));
+  model::synth_write(test::small_model(arch, gguf::DTYPE_Q8_0), dir + "/plain.gguf");
+  const gguf::file f = gguf::file::open(dir + "/plain.gguf");
+  gguf::writer w(f.alignment());
+  for (const gguf::kv& e : f.metadata())
+    if (e.key != "general.alignment") w.set(e.key, e.val);
+  w.set("tokenizer.chat_template", gguf::value::of_string(jinja));
+  for (const gguf::tensor_info& t : f.tensors()) w.add_tensor(t.name, t.type, t.ne, f.tensor_data(t), t.n_bytes);
+  w.write(dir + "/chat.gguf");
+  return dir + "/chat.gguf";
+}
+
+// The template of Phi-3-mini-4k-instruct's tokenizer_config.json (its markers are what detection reads).
+const char* const PHI3_JINJA =
+    "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\\n' + message['content'] + "
+    "'<|end|>\\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}{% elif "
+    "message['role'] == 'assistant' %}{{'<|assistant|>\\n' + message['content'] + '<|end|>\\n'}}{% endif %}{% endfor "
+    "%}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}";
+
+}  // namespace
+
+TEST_CASE("serve arches: phi3 with its chat template answers /v1/chat/completions as /completion answers the phi3 text") {
+  const std::string path = synth_with_template(model::ARCH_PHI3, PHI3_JINJA);
+  test::serve_child srv({"-np", "1", "-c", "256"}, path);
+  auto c = test::http_client(srv.port);
+  auto props = c.Get("/props");
+  REQUIRE(props);
+  REQUIRE(props->status == 200);
+  CHECK(json::parse(props->body)["chat_template"] == PHI3_JINJA);
+  const json messages = {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}};
+  const char* rendered = "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\n";
+  const json plain = test::post_json(srv.port, "/completion", {{"prompt", rendered}, {"n_predict", 8}, {"temperature", 0}});
+  const json chat = test::post_json(srv.port, "/v1/chat/completions", {{"messages", messages}, {"max_tokens", 8}, {"temperature", 0}});
+  REQUIRE(chat.contains("choices"));
+  CHECK(chat["choices"][0]["message"]["content"] == plain["content"]);
+  CHECK(chat["usage"]["prompt_tokens"] == plain["tokens_evaluated"]);
+  CHECK(chat["usage"]["completion_tokens"] == 8);
+  CHECK(srv.stop() == 0);
+}
