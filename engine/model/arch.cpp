@@ -114,6 +114,10 @@ hparams hparams_from_gguf(const gguf::file& f) {
     throw input_error(f.path() + ": embedding_length " + std::to_string(hp.n_embd) + " is not a multiple of head_count " +
                       std::to_string(hp.n_head) + " and attention.key_length is absent");
   hp.head_dim = positive(f, key(hp, "attention.key_length"), f.get_int(key(hp, "attention.key_length"), hp.n_embd / hp.n_head));
+  if (arch_fused_qkv_ffn(hp.arch) && hp.n_head * hp.head_dim != hp.n_embd)
+    throw input_error(f.path() + ": attention.key_length " + std::to_string(hp.head_dim) + " x head_count " +
+                      std::to_string(hp.n_head) + " differs from embedding_length " + std::to_string(hp.n_embd) + ": " +
+                      arch_name(hp.arch) + "'s attn_qkv holds n_embd Q rows (llama.cpp refuses such a file)");
   int64_t v_len = f.get_int(key(hp, "attention.value_length"), hp.head_dim);
   if (v_len != hp.head_dim)
     throw input_error(f.path() + ": attention.value_length " + std::to_string(v_len) + " differs from key_length " +

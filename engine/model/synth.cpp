@@ -270,6 +270,9 @@ void synth_validate(const synth_options& o) {
   need(o.n_head % o.n_head_kv == 0,
        "--n-head " + std::to_string(o.n_head) + " is not a multiple of --n-head-kv " + std::to_string(o.n_head_kv));
   int64_t hd = o.head_dim ? o.head_dim : o.n_embd / o.n_head;
+  need(!arch_fused_qkv_ffn(o.arch) || hd * o.n_head == o.n_embd,
+       std::string("--arch ") + arch_name(o.arch) + " needs --n-head x head dimension = --n-embd (llama.cpp reads attn_qkv's Q as n_embd rows); " +
+           std::to_string(o.n_head) + " x " + std::to_string(hd) + " != " + std::to_string(o.n_embd));
   need(hd % 2 == 0, "the head dimension " + std::to_string(hd) + " must be even (RoPE rotates pairs)");
   synth_file_type(o.type);
   const gguf::dtype_traits& t = gguf::dtype_get(o.type);

@@ -187,6 +187,44 @@ TEST_CASE("q4_K packed fuzz: row counts not multiples of 16, row ranges, extreme
   MESSAGE(n_cases << " packed cases");
 }
 
+TEST_CASE("packed fuzz: q4_0, q5_K and q6_K tiles (byte products) at extreme codes, scales and activations") {
+  // The q4_K fuzz above covers one of the four packed kernels; the byte-product rewrite changed
+  // all four (q5_K fifth-bit masks, q6_K high-bit planes, q4_0's - 8 * block sum), so each gets the
+  // same shapes: row counts not multiples of 16, group-aligned row ranges, 0x00 / 0xff blocks
+  // (q6_K codes 0 and 63, q5_K with every fifth bit set), fp16 scales at +-65504 and subnormals.
+  if (!cpu::isa_supported(cpu::isa::avx512)) return;
+  rng r{4242};
+  int64_t n_cases = 0, n_bad = 0;
+  for (dtype t : {gguf::DTYPE_Q4_0, gguf::DTYPE_Q4_K, gguf::DTYPE_Q5_K, gguf::DTYPE_Q6_K})
+    for (int64_t n_out : {1, 15, 17, 33, 48})
+      for (int64_t n_in : {256, 768})
+        for (int64_t n_tok = 1; n_tok <= 4; ++n_tok)
+          for (int kind = 0; kind < 3; ++kind) {
+            const fuzz_case c = make_case(r, t, n_in, n_out, n_tok, kind);
+            cpu::act_pack p;
+            cpu::act_pack_build(c.x.data(), c.n_tok, c.n_in, p);
+            std::vector<int32_t> bounds(static_cast<size_t>(n_out));
+            cpu::weight_row_bounds(t, c.w.data(), n_in, 0, n_out, bounds.data());
+            cpu::row_pack w;
+            cpu::row_pack_init(t, n_out, n_in, w);
+            REQUIRE(cpu::row_pack_groups(c.w.data(), bounds.data(), 0, (n_out + 15) / 16, w));
+            std::vector<std::pair<int64_t, int64_t>> ranges = {{0, n_out}};
+            for (int64_t g = 0; g * 16 < n_out; ++g) ranges.emplace_back(g * 16, r.range(g * 16, n_out));
+            for (auto [r0, r1] : ranges) {
+              std::vector<float> got(static_cast<size_t>(n_tok * n_out), -12345.0f);
+              cpu::matmul_exact_cpu_packed(cpu::isa::avx512, p, w, bounds.data(), got.data(), r0, r1);
+              const int64_t d = first_diff(ref_out(c, r0, r1), got);
+              if (d != -1) {
+                ++n_bad;
+                if (n_bad < 20) FAIL_CHECK(c.name << " rows " << r0 << ".." << r1 << ": first difference at " << d);
+              }
+              ++n_cases;
+            }
+          }
+  CHECK(n_bad == 0);
+  MESSAGE(n_cases << " packed cases of all four types");
+}
+
 namespace {
 
 // n elements of T whose last one ends right before a PROT_NONE page.

@@ -274,3 +274,79 @@ TEST_CASE("model: phi3 LongRoPE factors and a negative sliding window are refuse
   gguf_copy(dir + "/phi3.gguf", dir + "/swa.gguf", s);
   CHECK_THROWS_WITH_AS(model::model::load(dir + "/swa.gguf"), doctest::Contains("phi3.attention.sliding_window"), input_error);
 }
+
+namespace {
+
+// A copy of the phi3 file src with metadata keys set, tensors reshaped (fresh f32 data of the new
+// shape), tensors dropped and f32 tensors of any shape added: hostile phi3 files.
+struct phi3_craft {
+  std::vector<gguf::kv> set;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> reshape, add;
+  std::vector<std::string> drop;
+};
+
+void phi3_write(const std::string& src, const std::string& dst, const phi3_craft& c) {
+  gguf::file f = gguf::file::open(src);
+  gguf::writer w(f.alignment());
+  for (const gguf::kv& kv : f.metadata()) {
+    if (kv.key == "general.alignment") continue;
+    bool replaced = false;
+    for (const gguf::kv& s : c.set) replaced |= s.key == kv.key;
+    if (!replaced) w.set(kv.key, kv.val);
+  }
+  for (const gguf::kv& s : c.set) w.set(s.key, s.val);
+  std::vector<std::vector<float>> keep;  // the writer may hold pointers until write()
+  auto fresh = [&](const std::string& name, const std::vector<int64_t>& ne) {
+    int64_t n = 1;
+    for (int64_t d : ne) n *= d;
+    keep.emplace_back(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) keep.back()[static_cast<size_t>(i)] = 0.01f * static_cast<float>(i % 7 + 1);
+    w.add_tensor(name, gguf::DTYPE_F32, ne, keep.back().data(), 4 * static_cast<uint64_t>(n));
+  };
+  for (const gguf::tensor_info& t : f.tensors()) {
+    if (std::find(c.drop.begin(), c.drop.end(), t.name) != c.drop.end()) continue;
+    auto r = std::find_if(c.reshape.begin(), c.reshape.end(), [&](const auto& p) { return p.first == t.name; });
+    if (r != c.reshape.end()) fresh(t.name, r->second);
+    else w.add_tensor(t.name, t.type, t.ne, f.tensor_data(t), t.n_bytes);
+  }
+  for (const auto& [name, ne] : c.add) fresh(name, ne);
+  w.write(dst);
+}
+
+}  // namespace
+
+TEST_CASE("model: hostile phi3 files are refused with an input_error naming the tensor or key") {
+  const std::string dir = test::scratch_dir("model_phi3_hostile");
+  const std::string base = dir + "/phi3.gguf";
+  model::synth_write(small(model::ARCH_PHI3, gguf::DTYPE_F32), base);  // n_embd 256, 4 heads of 64 (2 KV), n_ff 512
+  REQUIRE_NOTHROW(model::model::load(base));
+  auto refused = [&](const std::string& name, const phi3_craft& c, const std::string& needle) {
+    CAPTURE(name);
+    phi3_write(base, dir + "/" + name + ".gguf", c);
+    CHECK_THROWS_WITH_AS(model::model::load(dir + "/" + name + ".gguf"), doctest::Contains(needle.c_str()), input_error);
+  };
+  // Both the fused and the separate tensors; only the separate ones.
+  refused("both", {{}, {}, {{"blk.0.attn_q.weight", {256, 256}}}, {}}, "blk.0.attn_q.weight");
+  refused("separate", {{}, {}, {{"blk.0.ffn_gate.weight", {256, 512}}}, {"blk.0.attn_qkv.weight"}}, "blk.0.attn_qkv.weight");
+  // Fused tensors with the wrong row counts: ffn_up of n_ff rows (a llama-style up), attn_qkv without V.
+  refused("up_rows", {{}, {{"blk.1.ffn_up.weight", {256, 512}}}, {}, {}}, "blk.1.ffn_up.weight");
+  refused("qkv_rows", {{}, {{"blk.0.attn_qkv.weight", {256, 256 + 128}}}, {}, {}}, "blk.0.attn_qkv.weight");
+  // sliding_window: not an integer, past int64, past the engine's bound.
+  refused("swa_string", {{{"phi3.attention.sliding_window", gguf::value::of_string("2047")}}, {}, {}, {}}, "sliding_window");
+  refused("swa_huge", {{{"phi3.attention.sliding_window", gguf::value::of_u64(uint64_t(1) << 63)}}, {}, {}, {}}, "sliding_window");
+  refused("swa_big", {{{"phi3.attention.sliding_window", gguf::value::of_u64(uint64_t(1) << 40)}}, {}, {}, {}}, "sliding_window");
+  // llama.cpp's phi3 puts K at row n_embd of attn_qkv (and needs attn_output n_embd x n_embd): a
+  // key_length with n_head * key_length != n_embd is a file llama.cpp refuses, whose row ranges
+  // the engine would otherwise read in a layout no reference shares. 6 heads of 64 (1 KV head):
+  // Q 384 rows, K and V 64 each; attn_output 384 -> 256.
+  phi3_craft hd{{{"phi3.attention.head_count", gguf::value::of_u32(6)},
+                 {"phi3.attention.head_count_kv", gguf::value::of_u32(1)},
+                 {"phi3.attention.key_length", gguf::value::of_u32(64)},
+                 {"phi3.attention.value_length", gguf::value::of_u32(64)}},
+                {}, {}, {}};
+  for (int l = 0; l < 2; ++l) {
+    hd.reshape.push_back({"blk." + std::to_string(l) + ".attn_qkv.weight", {256, 384 + 2 * 64}});
+    hd.reshape.push_back({"blk." + std::to_string(l) + ".attn_output.weight", {384, 256}});
+  }
+  refused("head_dim", hd, "key_length");
+}

@@ -279,3 +279,18 @@ TEST_CASE("synth: the q4_k_m and q5_k_m mixtures put q6_K where llama.cpp's quan
   CHECK_FALSE(model::synth_apply_mixture(other, "q4_k_s"));
   CHECK(other.tensor_types.empty());
 }
+
+TEST_CASE("synth: phi3 refuses a head dimension with n_head x head_dim != n_embd (llama.cpp's fused layout)") {
+  // llama.cpp's phi3 reads attn_qkv as {n_embd, n_embd + 2 n_embd_gqa} and attn_output as
+  // {n_embd, n_embd}: a file whose Q has n_head x key_length != n_embd rows does not load there,
+  // so synth, which promises files llama.cpp loads, must refuse it.
+  const std::string dir = test::scratch_dir("synth_phi3_head_dim");
+  model::synth_options o = tiny(model::ARCH_PHI3, gguf::DTYPE_F16);
+  o.head_dim = 32;  // 4 heads of 32: Q 128 rows, n_embd 256
+  CHECK_THROWS_WITH_AS(model::synth_write(o, dir + "/hd.gguf"), doctest::Contains("head"), input_error);
+  o.head_dim = 64;  // n_embd / n_head: fine
+  CHECK_NOTHROW(model::synth_write(o, dir + "/ok.gguf"));
+  model::synth_options l = tiny(model::ARCH_LLAMA, gguf::DTYPE_F16);
+  l.head_dim = 32;  // llama.cpp's llama takes any key_length
+  CHECK_NOTHROW(model::synth_write(l, dir + "/llama.gguf"));
+}
