@@ -8,6 +8,9 @@
 //   llama3       meta-llama/Meta-Llama-3-8B-Instruct tokenizer_config.json
 //   llama2       meta-llama/Llama-2-7b-chat-hf tokenizer_config.json
 //   phi3         microsoft/Phi-3.5-mini-instruct tokenizer_config.json
+//   gemma        google/gemma-2-2b-it (as llama.cpp's models/templates keeps it) and Gemma 3's
+//                published template: roles alternate user/model; Gemma 2's raises on a system
+//                message, Gemma 3's writes it before the first user turn's text, and so does this
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -157,6 +160,30 @@ std::string render_phi3(const std::vector<chat_message>& ms, bool gen, const cha
   return out;
 }
 
+// Gemma: "assistant" is "model", each turn's text trimmed; a leading system message opens the
+// first user turn ("SYSTEM\n\n" + text, Gemma 3's first_user_prefix); the turns after it must
+// alternate user, model, user, ... as the templates require.
+std::string render_gemma(const std::vector<chat_message>& ms, bool gen, const chat_options& opt) {
+  std::string out = opt.leading_bos && !ms.empty() ? opt.bos_token : "";
+  size_t first = 0;
+  std::string prefix;
+  if (!ms.empty() && ms[0].role == "system") {
+    prefix = ms[0].content + "\n\n";
+    first = 1;
+  }
+  for (size_t i = first; i < ms.size(); ++i) {
+    const chat_message& m = ms[i];
+    const bool user_turn = (i - first) % 2 == 0;
+    if ((m.role == "user") != user_turn || (m.role != "user" && m.role != "assistant"))
+      throw input_error("gemma: conversation roles must alternate user/assistant/user/assistant/... (message " +
+                        std::to_string(i) + " is '" + m.role + "')");
+    out += "<start_of_turn>" + std::string(m.role == "assistant" ? "model" : "user") + "\n" +
+           (i == first ? prefix : std::string()) + strip(m.content) + "<end_of_turn>\n";
+  }
+  if (gen) out += "<start_of_turn>model\n";
+  return out;
+}
+
 // The literal text of a Jinja string up to `end`, with its escapes resolved; nullopt when the
 // text is not a plain literal (it contains a quote, an expression or a concatenation).
 std::optional<std::string> jinja_literal(std::string_view src, size_t from, std::string_view end) {
@@ -203,6 +230,7 @@ std::string chat_render(template_family f, const std::vector<chat_message>& mess
     case TEMPLATE_LLAMA3: return render_llama3(messages, add_generation_prompt, opt);
     case TEMPLATE_LLAMA2: return render_llama2(messages, opt);
     case TEMPLATE_PHI3: return render_phi3(messages, add_generation_prompt, opt);
+    case TEMPLATE_GEMMA: return render_gemma(messages, add_generation_prompt, opt);
   }
   throw std::logic_error("chat_render: unknown template family");
 }
@@ -213,7 +241,7 @@ std::optional<template_family> chat_fallback_family(std::string_view override_na
 }
 
 family_choice chat_choose_family(std::string_view override_name, std::string_view jinja, const std::string& origin) {
-  const char* const choices = "chatml|qwen3|deepseek-r1|llama3|llama2|phi3";
+  const char* const choices = "chatml|qwen3|deepseek-r1|llama3|llama2|phi3|gemma";
   if (!override_name.empty()) {
     std::optional<template_family> f = template_family_from_name(override_name);
     if (!f) throw input_error("unknown chat template '" + std::string(override_name) + "'; expected " + choices);

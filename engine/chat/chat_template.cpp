@@ -17,6 +17,7 @@ const family_row FAMILIES[] = {
     {TEMPLATE_CHATML, "chatml", {"<|im_start|>", "<|im_end|>", nullptr}},
     {TEMPLATE_LLAMA3, "llama3", {"<|start_header_id|>", "<|end_header_id|>", nullptr}},
     {TEMPLATE_PHI3, "phi3", {"<|assistant|>", "<|end|>", nullptr}},
+    {TEMPLATE_GEMMA, "gemma", {"<start_of_turn>", "<end_of_turn>", nullptr}},
     {TEMPLATE_LLAMA2, "llama2", {"[INST]", "[/INST]", nullptr}},
 };
 

@@ -19,9 +19,10 @@ enum template_family {
   TEMPLATE_LLAMA3,       // <|start_header_id|>role<|end_header_id|> ... <|eot_id|>
   TEMPLATE_LLAMA2,       // [INST] ... [/INST] (Llama 2, Mistral)
   TEMPLATE_PHI3,         // <|user|> ... <|end|> <|assistant|>
+  TEMPLATE_GEMMA,        // <start_of_turn>user ... <end_of_turn> <start_of_turn>model (Gemma 2, Gemma 3)
 };
 
-// "chatml", "qwen3", "deepseek-r1", "llama3", "llama2", "phi3".
+// "chatml", "qwen3", "deepseek-r1", "llama3", "llama2", "phi3", "gemma".
 const char* template_family_name(template_family f);
 std::optional<template_family> template_family_from_name(std::string_view name);
 
@@ -77,7 +78,7 @@ struct family_choice {
 // fallback when the file has no template, else the one detected in `jinja`. Throws input_error
 // for an unknown override name, and, naming `origin` (the model file), for a template that is
 // present but fits no family: "model.gguf: chat template not recognised; pass
-// --chat-template chatml|qwen3|deepseek-r1|llama3|llama2|phi3".
+// --chat-template chatml|qwen3|deepseek-r1|llama3|llama2|phi3|gemma".
 family_choice chat_choose_family(std::string_view override_name, std::string_view jinja, const std::string& origin);
 
 // chat_choose_family(...).family, for callers that need not know whether it was the fallback.

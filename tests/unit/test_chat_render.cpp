@@ -107,6 +107,24 @@ TEST_CASE("chat: phi3 renders role tags, skips an empty system message and ends 
         "<|user|>\nHi<|end|>\n<|assistant|>\nYo<|end|>\n<|endoftext|>");
 }
 
+TEST_CASE("chat: gemma renders model turns, opens the first user turn with the system text and requires alternation") {
+  chat_options opt;
+  opt.bos_token = "<bos>";
+  opt.leading_bos = true;
+  CHECK(chat_render(TEMPLATE_GEMMA, sys_user(), true, opt) ==
+        "<bos><start_of_turn>user\nYou are terse.\n\nHi<end_of_turn>\n<start_of_turn>model\n");
+  opt.leading_bos = false;
+  CHECK(chat_render(TEMPLATE_GEMMA, {{"user", " Hi \n"}, {"assistant", "Yo"}, {"user", "More"}}, false, opt) ==
+        "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\nYo<end_of_turn>\n<start_of_turn>user\nMore<end_of_turn>\n");
+  CHECK_THROWS_WITH_AS(chat_render(TEMPLATE_GEMMA, {{"user", "a"}, {"user", "b"}}, true, opt), doctest::Contains("alternate"),
+                       detaudit::input_error);
+  CHECK_THROWS_AS(chat_render(TEMPLATE_GEMMA, {{"assistant", "a"}}, true, opt), detaudit::input_error);
+  CHECK_THROWS_AS(chat_render(TEMPLATE_GEMMA, {{"system", "s"}, {"system", "t"}}, true, opt), detaudit::input_error);
+  // detection: the markers of Gemma's templates; phi3 and chatml markers are not confused with them
+  CHECK(chat_detect_family("{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}") == TEMPLATE_GEMMA);
+  CHECK(chat_resolve_family("gemma", "", "m.gguf") == TEMPLATE_GEMMA);
+}
+
 TEST_CASE("chat: unknown roles are input errors") {
   CHECK_THROWS_AS(chat_render(TEMPLATE_CHATML, {{"tool", "x"}}, true), detaudit::input_error);
 }
@@ -132,7 +150,7 @@ TEST_CASE("chat: the family comes from an override name, the template, or chatml
     FAIL("expected an input_error");
   } catch (const detaudit::input_error& e) {
     CHECK(std::string(e.what()) ==
-          "model.gguf: chat template not recognised; pass --chat-template chatml|qwen3|deepseek-r1|llama3|llama2|phi3");
+          "model.gguf: chat template not recognised; pass --chat-template chatml|qwen3|deepseek-r1|llama3|llama2|phi3|gemma");
   }
   CHECK_THROWS_AS(chat_resolve_family("", "{{ messages }}", "model.gguf"), detaudit::input_error);
   CHECK_THROWS_AS(chat_resolve_family("vicuna", "", "m.gguf"), detaudit::input_error);
