@@ -98,7 +98,7 @@ std::vector<float> packed_out(const fuzz_case& c, int64_t r0, int64_t r1, bool* 
   std::vector<int32_t> bounds(static_cast<size_t>(c.n_out));
   cpu::weight_row_bounds(c.t, c.w.data(), c.n_in, 0, c.n_out, bounds.data());
   cpu::row_pack w;
-  cpu::row_pack_init(gguf::DTYPE_Q4_K, c.n_out, c.n_in, w);
+  cpu::row_pack_init(c.t, c.n_out, c.n_in, w);
   *packed = cpu::row_pack_groups(c.w.data(), bounds.data(), 0, (c.n_out + 15) / 16, w);
   std::vector<float> y(static_cast<size_t>(c.n_tok * c.n_out), -12345.0f);
   if (*packed) cpu::matmul_exact_cpu_packed(cpu::isa::avx512, p, w, bounds.data(), y.data(), r0, r1);
@@ -110,6 +110,24 @@ int64_t first_diff(const std::vector<float>& a, const std::vector<float>& b) {
   for (size_t i = 0; i < a.size(); ++i)
     if (std::memcmp(&a[i], &b[i], 4) != 0) return static_cast<int64_t>(i);
   return -1;
+}
+
+// The packed kernel of c's type against the reference over all rows and over group-aligned row
+// ranges (random ends); counts cases and differing ones (the first 20 reported).
+void check_packed(rng& r, const fuzz_case& c, int64_t& n_cases, int64_t& n_bad) {
+  std::vector<std::pair<int64_t, int64_t>> ranges = {{0, c.n_out}};
+  for (int64_t g = 0; g * 16 < c.n_out; ++g) ranges.emplace_back(g * 16, r.range(g * 16, c.n_out));
+  for (auto [r0, r1] : ranges) {
+    bool packed = false;
+    const std::vector<float> got = packed_out(c, r0, r1, &packed);
+    REQUIRE(packed);
+    const int64_t d = first_diff(ref_out(c, r0, r1), got);
+    if (d != -1) {
+      ++n_bad;
+      if (n_bad < 20) FAIL_CHECK(c.name << " rows " << r0 << ".." << r1 << ": first difference at " << d);
+    }
+    ++n_cases;
+  }
 }
 
 fuzz_case make_case(rng& r, dtype t, int64_t n_in, int64_t n_out, int64_t n_tok, int kind) {
@@ -167,22 +185,7 @@ TEST_CASE("q4_K packed fuzz: row counts not multiples of 16, row ranges, extreme
   for (int64_t n_out : {1, 2, 15, 16, 17, 31, 33, 47, 48, 65})
     for (int64_t n_in : {256, 512, 1536})
       for (int64_t n_tok = 1; n_tok <= 4; ++n_tok)
-        for (int kind = 0; kind < 3; ++kind) {
-          const fuzz_case c = make_case(r, gguf::DTYPE_Q4_K, n_in, n_out, n_tok, kind);
-          std::vector<std::pair<int64_t, int64_t>> ranges = {{0, n_out}};
-          for (int64_t g = 0; g * 16 < n_out; ++g) ranges.emplace_back(g * 16, r.range(g * 16, n_out));
-          for (auto [r0, r1] : ranges) {
-            bool packed = false;
-            const std::vector<float> got = packed_out(c, r0, r1, &packed);
-            REQUIRE(packed);
-            const int64_t d = first_diff(ref_out(c, r0, r1), got);
-            if (d != -1) {
-              ++n_bad;
-              if (n_bad < 20) FAIL_CHECK(c.name << " rows " << r0 << ".." << r1 << ": first difference at " << d);
-            }
-            ++n_cases;
-          }
-        }
+        for (int kind = 0; kind < 3; ++kind) check_packed(r, make_case(r, gguf::DTYPE_Q4_K, n_in, n_out, n_tok, kind), n_cases, n_bad);
   CHECK(n_bad == 0);
   MESSAGE(n_cases << " packed cases");
 }
@@ -199,28 +202,7 @@ TEST_CASE("packed fuzz: q4_0, q5_K and q6_K tiles (byte products) at extreme cod
     for (int64_t n_out : {1, 15, 17, 33, 48})
       for (int64_t n_in : {256, 768})
         for (int64_t n_tok = 1; n_tok <= 4; ++n_tok)
-          for (int kind = 0; kind < 3; ++kind) {
-            const fuzz_case c = make_case(r, t, n_in, n_out, n_tok, kind);
-            cpu::act_pack p;
-            cpu::act_pack_build(c.x.data(), c.n_tok, c.n_in, p);
-            std::vector<int32_t> bounds(static_cast<size_t>(n_out));
-            cpu::weight_row_bounds(t, c.w.data(), n_in, 0, n_out, bounds.data());
-            cpu::row_pack w;
-            cpu::row_pack_init(t, n_out, n_in, w);
-            REQUIRE(cpu::row_pack_groups(c.w.data(), bounds.data(), 0, (n_out + 15) / 16, w));
-            std::vector<std::pair<int64_t, int64_t>> ranges = {{0, n_out}};
-            for (int64_t g = 0; g * 16 < n_out; ++g) ranges.emplace_back(g * 16, r.range(g * 16, n_out));
-            for (auto [r0, r1] : ranges) {
-              std::vector<float> got(static_cast<size_t>(n_tok * n_out), -12345.0f);
-              cpu::matmul_exact_cpu_packed(cpu::isa::avx512, p, w, bounds.data(), got.data(), r0, r1);
-              const int64_t d = first_diff(ref_out(c, r0, r1), got);
-              if (d != -1) {
-                ++n_bad;
-                if (n_bad < 20) FAIL_CHECK(c.name << " rows " << r0 << ".." << r1 << ": first difference at " << d);
-              }
-              ++n_cases;
-            }
-          }
+          for (int kind = 0; kind < 3; ++kind) check_packed(r, make_case(r, t, n_in, n_out, n_tok, kind), n_cases, n_bad);
   CHECK(n_bad == 0);
   MESSAGE(n_cases << " packed cases of all four types");
 }
