@@ -469,7 +469,7 @@ void answer_read(const dialect_def& d, bool chat, bool events, const std::string
       try {
         const json again = json::parse(body);  // throws: the reason
         (void)again;
-      } catch (const json::parse_error& e) {
+      } catch (const json::exception& e) {  // parse_error, or out_of_range for a number past double's range
         const std::string m = e.what();
         why += " (" + m.substr(0, 200) + ")";
       }

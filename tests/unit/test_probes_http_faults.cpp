@@ -108,6 +108,9 @@ TEST_CASE("probes_http_faults: malformed answers become record errors that name 
     const json b = json::parse(req.body);
     const std::string which = b["prompt"].get<std::string>();
     if (which == "not json") res.set_content("{\"content\": \"trunc", "application/json");
+    // A number past double's range and then broken JSON: the reader's second look for the reason
+    // meets the number first (nlohmann reports it as out_of_range, not parse_error).
+    else if (which == "huge number") res.set_content("{\"content\": \"x\", \"n\": -1.25E616, \"t$$", "application/json");
     else if (which == "bad probs") res.set_content(R"({"content": "x", "completion_probabilities": 5})", "application/json");
     else if (which == "bad ids") res.set_content(R"({"content": "x", "tokens": ["a"]})", "application/json");
     else res.set_content(R"({"content": "x", "completion_probabilities": [{"id": 1, "token": "x", "logprob": "high"}]})", "application/json");
@@ -118,7 +121,8 @@ TEST_CASE("probes_http_faults: malformed answers become record errors that name 
     const char* prompt;
     const char* names;
   };
-  for (const bad_case& bc : {bad_case{"not json", "not valid JSON"}, bad_case{"bad probs", "completion_probabilities"},
+  for (const bad_case& bc : {bad_case{"not json", "not valid JSON"}, bad_case{"huge number", "number overflow"},
+                             bad_case{"bad probs", "completion_probabilities"},
                              bad_case{"bad ids", "tokens[0]"}, bad_case{"bad logprob", "completion_probabilities[0].logprob"}}) {
     CAPTURE(bc.prompt);
     gen_request q = small_request();
