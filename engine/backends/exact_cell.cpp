@@ -8,14 +8,18 @@
 
 namespace detaudit::backends {
 
-const float* rope_tables::row(int64_t pos) {
-  auto it = rows_.find(pos);
-  if (it != rows_.end()) return it->second.data();
+const float* rope_tables::row(const model::rope_params& p, int64_t pos) {
+  set* s = nullptr;
+  for (set& x : sets_)
+    if (x.p == p) s = &x;
+  if (!s) s = &sets_.emplace_back(set{p, {}});
+  auto it = s->rows.find(pos);
+  if (it != s->rows.end()) return it->second.data();
   const model::hparams& hp = m_.hp();
   std::vector<float> r(static_cast<size_t>(hp.n_rot));
-  kernels::rope_table_row(pos, hp.n_rot, hp.rope_freq_base, hp.rope_scale_linear,
-                          m_.rope_factors.empty() ? nullptr : m_.rope_factors.data(), r.data());
-  return rows_.emplace(pos, std::move(r)).first->second.data();
+  kernels::rope_table_row(pos, hp.n_rot, p.freq_base, p.freq_scale, m_.rope_factors.empty() ? nullptr : m_.rope_factors.data(),
+                          r.data());
+  return s->rows.emplace(pos, std::move(r)).first->second.data();
 }
 
 void embed_row_exact(const model::weight& w, int32_t token, float* out) {

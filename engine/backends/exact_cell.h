@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/ref/ref.h"
+#include "model/forward.h"
 #include "model/model.h"
 #include "numerics/exact.h"
 
@@ -50,16 +51,20 @@ struct exact_cell {
   }
 };
 
-// The RoPE (cos, sin) table row of each position, computed on the host (in double, by the
-// contract) once per position and kept.
+// The RoPE (cos, sin) table row of each position and RoPE setting (gemma's sliding layers have
+// their own base), computed on the host (in double, by the contract) once and kept.
 class rope_tables {
  public:
   explicit rope_tables(const model::model& m) : m_(m) {}
-  const float* row(int64_t pos);  // (n_rot) floats
+  const float* row(const model::rope_params& p, int64_t pos);  // (n_rot) floats
 
  private:
+  struct set {
+    model::rope_params p;
+    std::unordered_map<int64_t, std::vector<float>> rows;
+  };
   const model::model& m_;
-  std::unordered_map<int64_t, std::vector<float>> rows_;
+  std::vector<set> sets_;  // one per distinct setting (a model has one or two)
 };
 
 // Decodes row `token` of embedding tensor w into out (w.n_in floats) as the exact numerics take

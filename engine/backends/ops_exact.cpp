@@ -206,10 +206,10 @@ class ops_exact final : public ops_storage<float> {
       kernels::add_f32_ref(row(x, t), b.data(), x.cols, o.row(t));
   }
 
-  void rope(model::act x, int64_t n_head) override {
+  void rope(model::act x, int64_t n_head, const model::rope_params& p) override {
     const bool neox = model::arch_rope_kind(hp_.arch) == model::ROPE_NEOX;
     std::vector<const float*> tables(static_cast<size_t>(x.rows));
-    for (int64_t t = 0; t < x.rows; ++t) tables[static_cast<size_t>(t)] = rope_.row(tok(t).pos);
+    for (int64_t t = 0; t < x.rows; ++t) tables[static_cast<size_t>(t)] = rope_.row(p, tok(t).pos);
     const writer o = write(x);
     for_ranges(x.rows, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t)
@@ -227,15 +227,17 @@ class ops_exact final : public ops_storage<float> {
     });
   }
 
-  void attention(int64_t layer, model::act q, model::act out) override {
-    const float kq_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hp_.head_dim)));
+  void attention(int64_t layer, model::act q, model::act out, const model::attn_params& p) override {
+    const float kq_scale = static_cast<float>(p.kq_scale), softcap = static_cast<float>(p.softcap);
     const int64_t group = hp_.n_head / hp_.n_head_kv;  // query heads per KV head
     const writer o = write(out);
     parallel(q.rows * hp_.n_head_kv, [&](int64_t i) {
       const int64_t t = i / hp_.n_head_kv, kvh = i % hp_.n_head_kv, h0 = kvh * group;
-      const uint8_t* first = tok(t).cache->cell(layer, 0);
+      const int64_t p0 = model::attn_first(tok(t).pos, p.window);
+      const uint8_t* first = tok(t).cache->cell(layer, p0);
       kernels::cpu::attention_exact_cpu_heads(isa_, row(q, t) + h0 * hp_.head_dim, group, hp_.head_dim, cell_.k_view(first, kvh),
-                                              cell_.v_view(first, kvh), tok(t).pos + 1, kq_scale, o.row(t) + h0 * hp_.head_dim);
+                                              cell_.v_view(first, kvh), tok(t).pos + 1 - p0, kq_scale,
+                                              o.row(t) + h0 * hp_.head_dim, softcap);
     });
   }
 
@@ -250,6 +252,27 @@ class ops_exact final : public ops_storage<float> {
     const writer o = write(out);
     for_ranges(a.rows * a.cols, ELEMENT_CHUNK, [&](int64_t i0, int64_t i1) {
       kernels::cpu::add_f32_cpu(isa_, data(a) + i0, data(b) + i0, i1 - i0, o.data() + i0);
+    });
+  }
+
+  void geglu(model::act gate, model::act up, model::act out) override {
+    const writer o = write(out);
+    for_ranges(gate.rows * gate.cols, ELEMENT_CHUNK, [&](int64_t i0, int64_t i1) {
+      kernels::cpu::geglu_f32_cpu(isa_, data(gate) + i0, data(up) + i0, i1 - i0, o.data() + i0);
+    });
+  }
+
+  void scale(model::act x, float s, model::act out) override {
+    const writer o = write(out);
+    for_ranges(x.rows * x.cols, ELEMENT_CHUNK, [&](int64_t i0, int64_t i1) {
+      kernels::cpu::scale_f32_cpu(isa_, data(x) + i0, i1 - i0, s, o.data() + i0);
+    });
+  }
+
+  void softcap(model::act x, float cap, model::act out) override {
+    const writer o = write(out);
+    for_ranges(x.rows * x.cols, ELEMENT_CHUNK, [&](int64_t i0, int64_t i1) {
+      kernels::cpu::softcap_f32_cpu(isa_, data(x) + i0, i1 - i0, cap, o.data() + i0);
     });
   }
 

@@ -121,7 +121,7 @@ class ops_float final : public ops_storage<float> {
       for (int64_t i = 0; i < x.cols; ++i) o.row(t)[i] += b[i];
   }
 
-  void rope(model::act x, int64_t n_head) override;
+  void rope(model::act x, int64_t n_head, const model::rope_params& p) override;
 
   void kv_store(int64_t layer, model::act k, model::act v) override {
     const int64_t n = kv_dim();
@@ -132,9 +132,9 @@ class ops_float final : public ops_storage<float> {
     }
   }
 
-  void attention(int64_t layer, model::act q, model::act out) override {
+  void attention(int64_t layer, model::act q, model::act out, const model::attn_params& p) override {
     const writer o = write(out);
-    parallel(q.rows, [&](int64_t t) { attend_token(layer, t, q, o); });
+    parallel(q.rows, [&](int64_t t) { attend_token(layer, t, q, o, p); });
   }
 
   void swiglu(model::act gate, model::act up, model::act out) override {
@@ -150,11 +150,38 @@ class ops_float final : public ops_storage<float> {
     for (int64_t i = 0; i < a.rows * a.cols; ++i) o[i] = data(a)[i] + data(b)[i];
   }
 
+  // ggml_vec_geglu_f32 (CPU): 0 at or below -10, the gate itself from 10, else GELU's tanh form
+  // of the gate rounded to f16, looked up (the table holds f16 results), times up.
+  void geglu(model::act gate, model::act up, model::act out) override {
+    float* o = write(out).data();
+    for (int64_t i = 0; i < gate.rows * gate.cols; ++i) {
+      const float g = data(gate)[i], u = data(up)[i];
+      if (g <= -10.0f) o[i] = 0.0f;
+      else if (g >= 10.0f) o[i] = g * u;
+      else {
+        const float x = round_fp16(g);
+        o[i] = round_fp16(0.5f * x * (1.0f + std::tanh(0.79788456080286535588f * x * (1.0f + 0.044715f * x * x)))) * u;
+      }
+    }
+  }
+
+  void scale(model::act x, float s, model::act out) override {
+    float* o = write(out).data();
+    for (int64_t i = 0; i < x.rows * x.cols; ++i) o[i] = data(x)[i] * s;
+  }
+
+  // ggml_scale by 1/cap, ggml_tanh, ggml_scale by cap.
+  void softcap(model::act x, float cap, model::act out) override {
+    const float inv = 1.0f / cap;
+    float* o = write(out).data();
+    for (int64_t i = 0; i < x.rows * x.cols; ++i) o[i] = std::tanh(data(x)[i] * inv) * cap;
+  }
+
  private:
   int64_t kv_dim() const { return hp_.n_head_kv * hp_.head_dim; }
   void matmul_vec(const model::weight& w, model::act x, model::act y);
   void matmul_gemm(const model::weight& w, model::act x, model::act y);
-  void attend_token(int64_t layer, int64_t t, model::act q, const writer& out);
+  void attend_token(int64_t layer, int64_t t, model::act q, const writer& out, const model::attn_params& p);
 };
 
 // Each thread takes one contiguous K chunk (whole blocks) of every row; partials are added in
@@ -218,11 +245,11 @@ void ops_float::matmul_gemm(const model::weight& w, model::act x, model::act y) 
   });
 }
 
-void ops_float::rope(model::act x, int64_t n_head) {
+void ops_float::rope(model::act x, int64_t n_head, const model::rope_params& rp) {
   const int64_t hd = hp_.head_dim, n_rot = hp_.n_rot, half = n_rot / 2;
   const bool neox = model::arch_rope_kind(hp_.arch) == model::ROPE_NEOX;
-  const float theta_scale = std::pow(static_cast<float>(hp_.rope_freq_base), -2.0f / static_cast<float>(n_rot));
-  const float freq_scale = static_cast<float>(hp_.rope_scale_linear);
+  const float theta_scale = std::pow(static_cast<float>(rp.freq_base), -2.0f / static_cast<float>(n_rot));
+  const float freq_scale = static_cast<float>(rp.freq_scale);
   std::vector<float> cs(static_cast<size_t>(n_rot));
   const writer o = write(x);
   for (int64_t t = 0; t < x.rows; ++t) {
@@ -246,20 +273,25 @@ void ops_float::rope(model::act x, int64_t n_head) {
   }
 }
 
-void ops_float::attend_token(int64_t layer, int64_t t, model::act q, const writer& out) {
+void ops_float::attend_token(int64_t layer, int64_t t, model::act q, const writer& out, const model::attn_params& ap) {
   const float* f16 = fp16_table();
-  const int64_t hd = hp_.head_dim, n_kv = tok(t).pos + 1, group = hp_.n_head / hp_.n_head_kv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int64_t hd = hp_.head_dim, p0 = model::attn_first(tok(t).pos, ap.window), n_kv = tok(t).pos + 1 - p0,
+                group = hp_.n_head / hp_.n_head_kv;
+  // llama.cpp's default scale is 1.0f / sqrtf(head_dim), computed in float
+  const float scale = ap.kq_scale == 1.0 / std::sqrt(static_cast<double>(hd)) ? 1.0f / std::sqrt(static_cast<float>(hd))
+                                                                               : static_cast<float>(ap.kq_scale);
+  const float cap = static_cast<float>(ap.softcap), inv_cap = cap > 0 ? 1.0f / cap : 0.0f;
   std::vector<float> w(static_cast<size_t>(n_kv)), qh(static_cast<size_t>(hd));
   for (int64_t h = 0; h < hp_.n_head; ++h) {
     for (int64_t i = 0; i < hd; ++i) qh[i] = round_fp16(row(q, t)[h * hd + i]);
     const int64_t off = (h / group) * hd;
     float mx = -INFINITY;
     for (int64_t p = 0; p < n_kv; ++p) {
-      const uint16_t* kp = reinterpret_cast<const uint16_t*>(tok(t).cache->cell(layer, p)) + off;
+      const uint16_t* kp = reinterpret_cast<const uint16_t*>(tok(t).cache->cell(layer, p0 + p)) + off;
       float s = 0;
       for (int64_t i = 0; i < hd; ++i) s += qh[i] * f16[kp[i]];
       w[p] = s * scale;
+      if (cap > 0) w[p] = std::tanh(w[p] * inv_cap) * cap;
       mx = std::max(mx, w[p]);
     }
     double sum = 0;
@@ -270,7 +302,7 @@ void ops_float::attend_token(int64_t layer, int64_t t, model::act q, const write
     for (int64_t i = 0; i < hd; ++i) {
       float s = 0;
       for (int64_t p = 0; p < n_kv; ++p)
-        s += w[p] * f16[reinterpret_cast<const uint16_t*>(tok(t).cache->cell(layer, p))[kv_dim() + off + i]];
+        s += w[p] * f16[reinterpret_cast<const uint16_t*>(tok(t).cache->cell(layer, p0 + p))[kv_dim() + off + i]];
       o[i] = s;
     }
   }

@@ -44,11 +44,11 @@ class ops_gpu final : public ops_storage<float> {
     dev_->add_bias(write(x).data(), x.rows, x.cols, b.data());
   }
 
-  void rope(model::act x, int64_t n_head) override {
+  void rope(model::act x, int64_t n_head, const model::rope_params& p) override {
     const bool neox = model::arch_rope_kind(hp_.arch) == model::ROPE_NEOX;
     tables_.resize(static_cast<size_t>(x.rows * hp_.n_rot));
     for (int64_t t = 0; t < x.rows; ++t)
-      std::memcpy(tables_.data() + t * hp_.n_rot, rope_.row(tok(t).pos), sizeof(float) * static_cast<size_t>(hp_.n_rot));
+      std::memcpy(tables_.data() + t * hp_.n_rot, rope_.row(p, tok(t).pos), sizeof(float) * static_cast<size_t>(hp_.n_rot));
     dev_->rope(write(x).data(), x.rows, n_head, hp_.head_dim, hp_.n_rot, neox, tables_.data());
   }
 
@@ -60,8 +60,9 @@ class ops_gpu final : public ops_storage<float> {
   }
 
   // One device call per sequence of the step: its query rows gathered, its cells [0, max pos].
-  void attention(int64_t layer, model::act q, model::act out) override {
-    const float kq_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hp_.head_dim)));
+  void attention(int64_t layer, model::act q, model::act out, const model::attn_params& p) override {
+    if (p.window > 0 || p.softcap > 0) unsupported("sliding-window or soft-capped attention");
+    const float kq_scale = static_cast<float>(p.kq_scale);
     const int64_t width = q.cols;
     const writer o = write(out);
     std::unordered_map<const kv_cache*, std::vector<int64_t>> by_seq;
@@ -98,7 +99,15 @@ class ops_gpu final : public ops_storage<float> {
     dev_->add(data(a), data(b), a.rows * a.cols, write(out).data());
   }
 
+  void geglu(model::act, model::act, model::act) override { unsupported("geglu"); }
+  void scale(model::act, float, model::act) override { unsupported("scale"); }
+  void softcap(model::act, float, model::act) override { unsupported("softcap"); }
+
  private:
+  [[noreturn]] void unsupported(const std::string& op) const {
+    throw input_error(std::string("the ") + dev_->desc().name + " backend has no " + op + " op yet (architecture " +
+                      model::arch_name(hp_.arch) + "): use --backend cpu");
+  }
 
   // The device copy of a weight, uploaded on first use.
   kernels::gpu::weight_handle weight(const model::weight& w) {
@@ -121,6 +130,9 @@ class ops_gpu final : public ops_storage<float> {
 std::unique_ptr<model::ops> ops_gpu_create(backend_kind b, int device, const model::model& m, thread_pool* pool,
                                            std::string* description) {
   const kernels::gpu::api a = b == BACKEND_CUDA ? kernels::gpu::api::cuda : kernels::gpu::api::vulkan;
+  if (model::arch_gemma_block(m.hp().arch))
+    throw input_error(std::string("the ") + kernels::gpu::api_name(a) + " backend lacks ops that " + model::arch_name(m.hp().arch) +
+                      " needs (geglu, scale, softcap, sliding-window and soft-capped attention): use --backend cpu");
   std::unique_ptr<kernels::gpu::device> dev = kernels::gpu::open_device(a, device);
   const kernels::gpu::device_desc& d = dev->desc();
   if (description)

@@ -66,14 +66,14 @@ class ops_reference final : public ops_storage<double> {
       for (int64_t i = 0; i < x.cols; ++i) o.row(t)[i] += b[i];
   }
 
-  void rope(model::act x, int64_t n_head) override {
+  void rope(model::act x, int64_t n_head, const model::rope_params& rp) override {
     const int64_t hd = hp_.head_dim, n_rot = hp_.n_rot, half = n_rot / 2;
     const bool neox = model::arch_rope_kind(hp_.arch) == model::ROPE_NEOX;
     const writer o = write(x);
     for (int64_t t = 0; t < x.rows; ++t)
       for (int64_t i = 0; i < half; ++i) {
-        double theta = static_cast<double>(tok(t).pos) * hp_.rope_scale_linear *
-                       std::pow(hp_.rope_freq_base, -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+        double theta = static_cast<double>(tok(t).pos) * rp.freq_scale *
+                       std::pow(rp.freq_base, -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
         if (!m_.rope_factors.empty()) theta /= m_.rope_factors[i];
         const double c = std::cos(theta), s = std::sin(theta);
         for (int64_t h = 0; h < n_head; ++h) {
@@ -95,9 +95,9 @@ class ops_reference final : public ops_storage<double> {
     }
   }
 
-  void attention(int64_t layer, model::act q, model::act out) override {
+  void attention(int64_t layer, model::act q, model::act out, const model::attn_params& p) override {
     const writer o = write(out);
-    parallel(q.rows, [&](int64_t t) { attend_token(layer, t, q, o); });
+    parallel(q.rows, [&](int64_t t) { attend_token(layer, t, q, o, p); });
   }
 
   void swiglu(model::act gate, model::act up, model::act out) override {
@@ -113,22 +113,42 @@ class ops_reference final : public ops_storage<double> {
     for (int64_t i = 0; i < a.rows * a.cols; ++i) o[i] = data(a)[i] + data(b)[i];
   }
 
+  void geglu(model::act gate, model::act up, model::act out) override {
+    double* o = write(out).data();
+    for (int64_t i = 0; i < gate.rows * gate.cols; ++i) {
+      const double g = data(gate)[i];
+      o[i] = 0.5 * g * (1.0 + std::tanh(0.79788456080286535588 * g * (1.0 + 0.044715 * g * g))) * data(up)[i];
+    }
+  }
+
+  void scale(model::act x, float s, model::act out) override {
+    double* o = write(out).data();
+    for (int64_t i = 0; i < x.rows * x.cols; ++i) o[i] = data(x)[i] * static_cast<double>(s);
+  }
+
+  void softcap(model::act x, float cap, model::act out) override {
+    double* o = write(out).data();
+    for (int64_t i = 0; i < x.rows * x.cols; ++i) o[i] = cap * std::tanh(data(x)[i] / cap);
+  }
+
  private:
   int64_t kv_dim() const { return hp_.n_head_kv * hp_.head_dim; }
 
-  void attend_token(int64_t layer, int64_t t, model::act q, const writer& out) {
-    const int64_t hd = hp_.head_dim, n_kv = tok(t).pos + 1, group = hp_.n_head / hp_.n_head_kv;
-    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  void attend_token(int64_t layer, int64_t t, model::act q, const writer& out, const model::attn_params& ap) {
+    const int64_t hd = hp_.head_dim, p0 = model::attn_first(tok(t).pos, ap.window), n_kv = tok(t).pos + 1 - p0,
+                  group = hp_.n_head / hp_.n_head_kv;
+    const double scale = ap.kq_scale;
     std::vector<double> w(static_cast<size_t>(n_kv));
     for (int64_t h = 0; h < hp_.n_head; ++h) {
       const double* qh = row(q, t) + h * hd;
       const int64_t off = (h / group) * hd;
       double mx = -INFINITY;
       for (int64_t p = 0; p < n_kv; ++p) {
-        const double* kp = reinterpret_cast<const double*>(tok(t).cache->cell(layer, p)) + off;
+        const double* kp = reinterpret_cast<const double*>(tok(t).cache->cell(layer, p0 + p)) + off;
         double s = 0;
         for (int64_t i = 0; i < hd; ++i) s += qh[i] * kp[i];
         w[p] = s * scale;
+        if (ap.softcap > 0) w[p] = ap.softcap * std::tanh(w[p] / ap.softcap);
         mx = std::max(mx, w[p]);
       }
       double sum = 0;
@@ -136,7 +156,7 @@ class ops_reference final : public ops_storage<double> {
       double* o = out.row(t) + h * hd;
       std::fill(o, o + hd, 0.0);
       for (int64_t p = 0; p < n_kv; ++p) {
-        const double* vp = reinterpret_cast<const double*>(tok(t).cache->cell(layer, p)) + kv_dim() + off;
+        const double* vp = reinterpret_cast<const double*>(tok(t).cache->cell(layer, p0 + p)) + kv_dim() + off;
         for (int64_t i = 0; i < hd; ++i) o[i] += w[p] * vp[i];
       }
       for (int64_t i = 0; i < hd; ++i) o[i] /= sum;

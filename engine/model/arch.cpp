@@ -18,14 +18,17 @@ struct arch_row {
   bool qk_norm;    // blk.N.attn_{q,k}_norm.weight, over head_dim
   bool rope_freqs; // an optional rope_freqs.weight (Llama 3 frequency factors)
   bool fused;      // attn_qkv and a gate-up ffn_up instead of attn_{q,k,v} and ffn_{gate,up}
+  bool gemma;      // embedding scale, post-attention and post-FFN norms, GELU gate
 };
 
 // The architectures, one row each.
 const arch_row ARCHES[] = {
-    {ARCH_LLAMA, "llama", ROPE_NORM, false, false, true, false},
-    {ARCH_QWEN2, "qwen2", ROPE_NEOX, true, false, false, false},
-    {ARCH_QWEN3, "qwen3", ROPE_NEOX, false, true, false, false},
-    {ARCH_PHI3, "phi3", ROPE_NEOX, false, false, false, true},
+    {ARCH_LLAMA, "llama", ROPE_NORM, false, false, true, false, false},
+    {ARCH_QWEN2, "qwen2", ROPE_NEOX, true, false, false, false, false},
+    {ARCH_QWEN3, "qwen3", ROPE_NEOX, false, true, false, false, false},
+    {ARCH_PHI3, "phi3", ROPE_NEOX, false, false, false, true, false},
+    {ARCH_GEMMA2, "gemma2", ROPE_NEOX, false, false, false, false, true},
+    {ARCH_GEMMA3, "gemma3", ROPE_NEOX, false, true, false, false, true},
 };
 
 const arch_row& row_of(arch_id a) {
@@ -74,6 +77,40 @@ void check_consistency(const gguf::file& f, const hparams& hp) {
         std::to_string(hp.head_dim));
 }
 
+// gemma2 / gemma3: sliding layers, their RoPE, soft caps and the attention scale, with
+// llama.cpp's defaults (src/models/gemma2.cpp, gemma3.cpp).
+void read_gemma(const gguf::file& f, hparams& hp) {
+  const bool g2 = hp.arch == ARCH_GEMMA2;
+  const char* positive_float = "a positive finite number, normal as a 32-bit float (the kernels' type)";
+  if (g2 && hp.n_swa == 0)
+    throw input_error(f.path() + ": key '" + key(hp, "attention.sliding_window") + "': gemma2 needs a window of at least 1");
+  hp.swa = hp.n_swa > 0;
+  const std::string pk = key(hp, "attention.sliding_window_pattern");
+  hp.swa_period = g2 ? 2 : 6;
+  if (const gguf::value* v = f.find(pk)) {
+    if (v->type == gguf::VALUE_ARRAY)
+      throw input_error(f.path() + ": key '" + pk + "': a per-layer pattern (an array) is not supported; a period is");
+    hp.swa_period = f.get_int(pk);
+    if (hp.swa_period < 0 || hp.swa_period > 4096)
+      throw input_error(f.path() + ": key '" + pk + "': expected a period from 0 to 4096, found " + std::to_string(hp.swa_period));
+  }
+  const std::string bk = key(hp, "rope.freq_base_swa");
+  hp.rope_freq_base_swa = g2 ? hp.rope_freq_base : 10000.0;
+  if (f.find(bk))
+    hp.rope_freq_base_swa = float_key(f, bk, f.get_float(bk), 0, std::numeric_limits<double>::max(), positive_float);
+  hp.rope_scale_linear_swa = g2 ? hp.rope_scale_linear : 1.0;
+  const std::string ak = key(hp, "attn_logit_softcapping"), fk = key(hp, "final_logit_softcapping");
+  if (g2) hp.attn_softcap = float_key(f, ak, f.get_float(ak, 50.0), 0, 1e30, positive_float);
+  if (!g2 && f.find(ak))
+    throw input_error(f.path() + ": key '" + ak + "': gemma3 has no attention soft-capping (llama.cpp ignores the key; "
+                      "the engine refuses a file that states one)");
+  const double final_default = g2 ? 30.0 : 0.0;
+  const double fc = f.get_float(fk, final_default);
+  if (fc != 0.0) hp.final_softcap = float_key(f, fk, fc, 0, 1e30, positive_float);
+  const bool big = (g2 && hp.n_layer == 46) || (!g2 && hp.n_layer == 62);  // llama.cpp's 27B
+  if (big) hp.attn_scale_override = 1.0 / std::sqrt(static_cast<double>(static_cast<float>(hp.n_embd / hp.n_head)));
+}
+
 }  // namespace
 
 const char* arch_name(arch_id a) { return row_of(a).name; }
@@ -87,6 +124,13 @@ std::optional<arch_id> arch_from_name(const std::string& name) {
 rope_kind arch_rope_kind(arch_id a) { return row_of(a).rope; }
 
 bool arch_fused_qkv_ffn(arch_id a) { return row_of(a).fused; }
+
+bool arch_gemma_block(arch_id a) { return row_of(a).gemma; }
+
+bool layer_swa(const hparams& hp, int64_t l) {
+  if (!hp.swa) return false;
+  return hp.swa_period == 0 || l % hp.swa_period < hp.swa_period - 1;
+}
 
 std::string arch_names() {
   std::string s;
@@ -141,12 +185,14 @@ hparams hparams_from_gguf(const gguf::file& f) {
   hp.n_vocab = emb->ne[1];
   hp.tied_output = f.find_tensor("output.weight") == nullptr;
   const std::string swa_key = key(hp, "attention.sliding_window");
+  if (hp.arch == ARCH_GEMMA2) hp.n_swa = 4096;  // llama.cpp's default for gemma2
   if (f.find(swa_key)) {
     hp.n_swa = f.get_int(swa_key);
     if (hp.n_swa < 0 || hp.n_swa > MAX_COUNT)
       throw input_error(f.path() + ": key '" + swa_key + "': expected a window from 0 to " + std::to_string(MAX_COUNT) +
                         ", found " + std::to_string(hp.n_swa));
   }
+  if (arch_gemma_block(hp.arch)) read_gemma(f, hp);
   check_consistency(f, hp);
   return hp;
 }
@@ -170,6 +216,15 @@ void hparams_write(gguf::writer& w, const hparams& hp) {
   w.set(key(hp, "vocab_size"), u32(hp.n_vocab));
   // llama.cpp b4748 refuses a phi3 file without it; the current one reads it and disables it.
   if (hp.arch == ARCH_PHI3) w.set(key(hp, "attention.sliding_window"), u32(hp.n_swa));
+  if (arch_gemma_block(hp.arch)) {
+    if (hp.swa) {
+      w.set(key(hp, "attention.sliding_window"), u32(hp.n_swa));
+      w.set(key(hp, "attention.sliding_window_pattern"), u32(hp.swa_period));
+      if (hp.arch == ARCH_GEMMA3) w.set(key(hp, "rope.freq_base_swa"), gguf::value::of_f32(static_cast<float>(hp.rope_freq_base_swa)));
+    }
+    if (hp.arch == ARCH_GEMMA2) w.set(key(hp, "attn_logit_softcapping"), gguf::value::of_f32(static_cast<float>(hp.attn_softcap)));
+    if (hp.final_softcap > 0) w.set(key(hp, "final_logit_softcapping"), gguf::value::of_f32(static_cast<float>(hp.final_softcap)));
+  }
 }
 
 std::vector<tensor_desc> arch_tensors(const hparams& hp) {
@@ -181,7 +236,8 @@ std::vector<tensor_desc> arch_tensors(const hparams& hp) {
   };
   add("token_embd.weight", {hp.n_embd, hp.n_vocab}, TENSOR_MATRIX);
   add("output_norm.weight", {hp.n_embd}, TENSOR_VECTOR);
-  add("output.weight", {hp.n_embd, hp.n_vocab}, TENSOR_MATRIX, true);
+  if (hp.arch != ARCH_GEMMA2)  // gemma2's output is always token_embd (llama.cpp has no output.weight for it)
+    add("output.weight", {hp.n_embd, hp.n_vocab}, TENSOR_MATRIX, true);
   if (r.rope_freqs) add("rope_freqs.weight", {hp.n_rot / 2}, TENSOR_VECTOR, true);
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
@@ -203,6 +259,7 @@ std::vector<tensor_desc> arch_tensors(const hparams& hp) {
       add(b + "attn_k_norm.weight", {hp.head_dim}, TENSOR_VECTOR);
     }
     add(b + "attn_output.weight", {q_dim, hp.n_embd}, TENSOR_MATRIX);
+    if (r.gemma) add(b + "post_attention_norm.weight", {hp.n_embd}, TENSOR_VECTOR);
     add(b + "ffn_norm.weight", {hp.n_embd}, TENSOR_VECTOR);
     if (r.fused) {
       add(b + "ffn_down.weight", {hp.n_ff, hp.n_embd}, TENSOR_MATRIX);
@@ -212,6 +269,7 @@ std::vector<tensor_desc> arch_tensors(const hparams& hp) {
       add(b + "ffn_down.weight", {hp.n_ff, hp.n_embd}, TENSOR_MATRIX);
       add(b + "ffn_up.weight", {hp.n_embd, hp.n_ff}, TENSOR_MATRIX);
     }
+    if (r.gemma) add(b + "post_ffw_norm.weight", {hp.n_embd}, TENSOR_VECTOR);
   }
   return out;
 }

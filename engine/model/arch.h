@@ -15,14 +15,14 @@
 
 namespace detaudit::model {
 
-enum arch_id { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_PHI3 };
+enum arch_id { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_PHI3, ARCH_GEMMA2, ARCH_GEMMA3 };
 
 enum rope_kind {
   ROPE_NORM,  // adjacent pairs (x[2i], x[2i+1]) rotate: llama
-  ROPE_NEOX,  // halves (x[i], x[i + d/2]) rotate: qwen2, qwen3, phi3
+  ROPE_NEOX,  // halves (x[i], x[i + d/2]) rotate: qwen2, qwen3, phi3, gemma2, gemma3
 };
 
-// Returns "llama", "qwen2", "qwen3", "phi3".
+// Returns "llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3".
 const char* arch_name(arch_id a);
 // Parses a general.architecture value; nullopt when the engine does not know it.
 std::optional<arch_id> arch_from_name(const std::string& name);
@@ -31,6 +31,10 @@ rope_kind arch_rope_kind(arch_id a);
 // then K's, then V's) and gate and up as one (blk.N.ffn_up.weight: the n_ff gate rows, then the
 // n_ff up rows, no ffn_gate): phi3. The loader reads them as row ranges of the one tensor.
 bool arch_fused_qkv_ffn(arch_id a);
+// Gemma's block: the embeddings scaled by sqrt(n_embd), an RMS norm on the attention output and
+// on the FFN output before each residual add (blk.N.post_attention_norm, blk.N.post_ffw_norm),
+// and a GELU (tanh form) gate instead of SiLU: gemma2, gemma3.
+bool arch_gemma_block(arch_id a);
 // The names of the supported architectures, comma-separated, for error messages.
 std::string arch_names();
 
@@ -51,9 +55,30 @@ struct hparams {
   bool tied_output = false;     // no output.weight: the output projection reuses token_embd
   // {arch}.attention.sliding_window as the file states it (0 when absent). phi3: recorded and not
   // applied, as the current llama.cpp does (b4748 applied it to every layer; Phi-3 4k files say
-  // 2047, so the two builds part only past 2047 positions).
+  // 2047, so the two builds part only past 2047 positions). gemma2 (4096 when absent) and gemma3
+  // (none when absent or 0): applied to the sliding layers, see layer_swa().
   int64_t n_swa = 0;
+  // Whether sliding layers exist, and which: with swa_period p > 0, layer l slides when
+  // l % p < p - 1 (gemma2: p = 2, layers 0, 2, 4, ...; gemma3: p = 6, five of every six); p = 0:
+  // every layer. {arch}.attention.sliding_window_pattern.
+  bool swa = false;
+  int64_t swa_period = 0;
+  // The RoPE of the sliding layers: {arch}.rope.freq_base_swa (gemma3: 10000 when absent; gemma2:
+  // the global base) and no linear scaling for gemma3 (gemma2: the global scaling).
+  double rope_freq_base_swa = 10000.0;
+  double rope_scale_linear_swa = 1.0;
+  // Soft caps (0: none): attention scores (gemma2: {arch}.attn_logit_softcapping, 50 when absent)
+  // and logits (gemma2: {arch}.final_logit_softcapping, 30 when absent; gemma3: the key or none).
+  double attn_softcap = 0;
+  double final_softcap = 0;
+  // The attention scale when it is not 1/sqrt(head_dim): gemma's 27B models (gemma2 with 46
+  // layers, gemma3 with 62) scale by 1/sqrt(n_embd / n_head), as llama.cpp decides by layer count.
+  // 0: 1/sqrt(head_dim).
+  double attn_scale_override = 0;
 };
+
+// Whether layer l attends through the sliding window of n_swa positions.
+bool layer_swa(const hparams& hp, int64_t l);
 
 // Reads and checks hyperparameters. Throws input_error naming the file and key when a key is
 // missing or inconsistent (e.g. n_embd not divisible by n_head, n_head not a multiple of n_head_kv).

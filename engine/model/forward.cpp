@@ -1,10 +1,25 @@
 #include "model/forward.h"
 
+#include <cmath>
 #include <stdexcept>
 
 #include <xxhash.h>
 
 namespace detaudit::model {
+
+rope_params layer_rope(const hparams& hp, int64_t l) {
+  if (layer_swa(hp, l)) return {hp.rope_freq_base_swa, hp.rope_scale_linear_swa};
+  return {hp.rope_freq_base, hp.rope_scale_linear};
+}
+
+attn_params layer_attn(const hparams& hp, int64_t l) {
+  attn_params p;
+  p.kq_scale = hp.attn_scale_override > 0 ? hp.attn_scale_override : 1.0 / std::sqrt(static_cast<double>(hp.head_dim));
+  p.window = layer_swa(hp, l) ? hp.n_swa : 0;
+  p.softcap = hp.attn_softcap;
+  return p;
+}
+
 namespace {
 
 // Appends the xxh3-64 of each row of x (as f32) to the token's trace.
@@ -38,21 +53,25 @@ void block(const model& m, ops& o, int64_t l, act x) {
     o.rms_norm(q, w.q_norm, hp.head_dim, q);
     o.rms_norm(k, w.k_norm, hp.head_dim, k);
   }
-  o.rope(q, hp.n_head);
-  o.rope(k, hp.n_head_kv);
+  const rope_params rp = layer_rope(hp, l);
+  o.rope(q, hp.n_head, rp);
+  o.rope(k, hp.n_head_kv, rp);
   o.kv_store(l, k, v);
   act att = o.alloc(n, q_dim);
-  o.attention(l, q, att);
+  o.attention(l, q, att, layer_attn(hp, l));
   act proj = o.alloc(n, hp.n_embd);
   o.matmul(w.wo, att, proj);
+  if (!w.post_attn_norm.empty()) o.rms_norm(proj, w.post_attn_norm, hp.n_embd, proj);  // gemma
   o.add(x, proj, x);
 
   o.rms_norm(x, w.ffn_norm, hp.n_embd, h);
   act gate = o.alloc(n, hp.n_ff), up = o.alloc(n, hp.n_ff);
   o.matmul(w.w_gate, h, gate);
   o.matmul(w.w_up, h, up);
-  o.swiglu(gate, up, gate);
+  if (arch_gemma_block(hp.arch)) o.geglu(gate, up, gate);
+  else o.swiglu(gate, up, gate);
   o.matmul(w.w_down, gate, proj);
+  if (!w.post_ffn_norm.empty()) o.rms_norm(proj, w.post_ffn_norm, hp.n_embd, proj);  // gemma
   o.add(x, proj, x);
   o.alloc_release(mark);
 }
@@ -69,6 +88,8 @@ void forward_step(const model& m, ops& o, const std::vector<step_token>& toks, b
   o.begin_step(toks);
   act x = o.alloc(n, hp.n_embd);
   o.embed(m.tok_embd, x);
+  // gemma: the embeddings times sqrt(n_embd), rounded to float as llama.cpp's sqrtf does
+  if (arch_gemma_block(hp.arch)) o.scale(x, std::sqrt(static_cast<float>(hp.n_embd)), x);
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     block(m, o, l, x);
     if (trace) trace_rows(o, x, out);
@@ -83,6 +104,7 @@ void forward_step(const model& m, ops& o, const std::vector<step_token>& toks, b
   act sel = o.gather_rows(x, rows);
   act logits = o.alloc(sel.rows, hp.n_vocab);
   o.matmul(m.output, sel, logits);
+  if (hp.final_softcap > 0) o.softcap(logits, static_cast<float>(hp.final_softcap), logits);  // gemma2
   out.logits.resize(static_cast<size_t>(logits.rows * logits.cols));
   o.read_f32(logits, out.logits.data());
 }

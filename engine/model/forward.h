@@ -1,4 +1,4 @@
-// The forward pass, written once for every architecture (llama, qwen2, qwen3) as a sequence of
+// The forward pass, written once for every architecture (llama, qwen2, qwen3, phi3, gemma2, gemma3) as a sequence of
 // named ops, and the op interface that each numerics backend implements.
 //
 // Goals: one place that says what a transformer block computes; backends (backends/ops_exact,
@@ -36,6 +36,29 @@ struct step_token {
   bool logits = false;
 };
 
+// The RoPE of one layer: theta_i = pos * freq_scale * freq_base^(-2i / n_rot) (model hparams give
+// n_rot, NORM or NEOX pairing and the Llama 3 factors). Gemma's sliding layers have their own.
+struct rope_params {
+  double freq_base = 10000.0;
+  double freq_scale = 1.0;
+  bool operator==(const rope_params&) const = default;
+};
+
+// The attention of one layer.
+// kq_scale and softcap are given in double: the exact and float backends round them to float once,
+// the reference computes with them as they are.
+struct attn_params {
+  double kq_scale = 0;  // score = q . k * kq_scale (1 / sqrt(head_dim) unless the model says otherwise)
+  int64_t window = 0;   // > 0: the token at position p sees positions (p - window, p] only
+  double softcap = 0;   // > 0: score = softcap * tanh(score / softcap) before the softmax
+};
+
+// The RoPE and attention settings of layer l, from the hyperparameters.
+rope_params layer_rope(const hparams& hp, int64_t l);
+attn_params layer_attn(const hparams& hp, int64_t l);
+// The first position a token at `pos` attends to under window w (0: none).
+inline int64_t attn_first(int64_t pos, int64_t w) { return w > 0 && pos >= w ? pos - w + 1 : 0; }
+
 // The op interface. Every op works on whole activations (all tokens of the step); `x` and `out`
 // may be the same activation unless stated otherwise.
 class ops {
@@ -61,15 +84,21 @@ class ops {
   // x(t, :) += b
   virtual void add_bias(act x, const std::vector<float>& b) = 0;
   // Rotates the first n_rot dimensions of each of the n_head heads of each row at its token's
-  // position (model hparams: freq base, linear scale, rope_freqs, NORM or NEOX pairing).
-  virtual void rope(act x, int64_t n_head) = 0;
+  // position (p: freq base and linear scale; model hparams: rope_freqs, NORM or NEOX pairing).
+  virtual void rope(act x, int64_t n_head, const rope_params& p) = 0;
   // Writes k and v (rows: tokens; cols: n_head_kv * head_dim) into each token's cache cell.
   virtual void kv_store(int64_t layer, act k, act v) = 0;
-  // Causal attention of each token's q heads over positions [0, pos] of its own cache, head h
-  // reading KV head h / (n_head / n_head_kv); out must differ from q.
-  virtual void attention(int64_t layer, act q, act out) = 0;
+  // Causal attention of each token's q heads over positions [attn_first(pos, p.window), pos] of
+  // its own cache, head h reading KV head h / (n_head / n_head_kv); out must differ from q.
+  virtual void attention(int64_t layer, act q, act out, const attn_params& p) = 0;
   // out = silu(gate) * up, element-wise.
   virtual void swiglu(act gate, act up, act out) = 0;
+  // out = gelu(gate) * up, element-wise (GELU's tanh form).
+  virtual void geglu(act gate, act up, act out) = 0;
+  // out = x * s, element-wise.
+  virtual void scale(act x, float s, act out) = 0;
+  // out = cap * tanh(x / cap), element-wise (cap > 0).
+  virtual void softcap(act x, float cap, act out) = 0;
   // out = a + b, element-wise.
   virtual void add(act a, act b, act out) = 0;
   // A new activation holding the listed rows of x, in order.

@@ -88,9 +88,13 @@ layer_weights layer_get(const gguf::file& f, const hparams& hp, int64_t l) {
     lw.bk = tensor_get_vector(f, b + "attn_k.bias", kv_dim);
     lw.bv = tensor_get_vector(f, b + "attn_v.bias", kv_dim);
   }
-  if (hp.arch == ARCH_QWEN3) {
+  if (hp.arch == ARCH_QWEN3 || hp.arch == ARCH_GEMMA3) {
     lw.q_norm = tensor_get_vector(f, b + "attn_q_norm.weight", hp.head_dim);
     lw.k_norm = tensor_get_vector(f, b + "attn_k_norm.weight", hp.head_dim);
+  }
+  if (arch_gemma_block(hp.arch)) {
+    lw.post_attn_norm = tensor_get_vector(f, b + "post_attention_norm.weight", hp.n_embd);
+    lw.post_ffn_norm = tensor_get_vector(f, b + "post_ffw_norm.weight", hp.n_embd);
   }
   lw.ffn_norm = tensor_get_vector(f, b + "ffn_norm.weight", hp.n_embd);
   if (fused) {

@@ -38,7 +38,9 @@ struct layer_weights {
   std::vector<float> attn_norm;        // (n_embd)
   weight wq, wk, wv, wo;               // wq: (n_head*head_dim rows of n_embd) ... (phi3: views of attn_qkv)
   std::vector<float> bq, bk, bv;       // qwen2 only, else empty
-  std::vector<float> q_norm, k_norm;   // qwen3 only (head_dim), else empty
+  std::vector<float> q_norm, k_norm;   // qwen3, gemma3 (head_dim), else empty
+  std::vector<float> post_attn_norm;   // gemma2, gemma3 (n_embd): on the attention output, else empty
+  std::vector<float> post_ffn_norm;    // gemma2, gemma3 (n_embd): on the FFN output, else empty
   std::vector<float> ffn_norm;         // (n_embd)
   weight w_gate, w_up, w_down;         // gate/up: (n_ff rows of n_embd); down: (n_embd rows of n_ff)
                                        // (phi3: gate and up are views of the fused ffn_up)

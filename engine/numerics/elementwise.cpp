@@ -95,4 +95,8 @@ float rsqrt_f32(float x) {
 
 float silu_f32(float x) { return inl::silu(x); }
 
+float gelu_f32(float x) { return inl::gelu(x); }
+
+float softcap_f32(float x, float cap) { return inl::softcap(x, cap, inl::recip(cap)); }
+
 }  // namespace detaudit::numerics

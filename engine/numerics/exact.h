@@ -57,6 +57,15 @@ float log_f32(float x);     // natural log within 2 ulp; x <= 0 gives -inf (x ==
 float recip_f32(float x);   // 1 / x within 1 ulp (usually correctly rounded); 1/+-0 = +-inf
 float rsqrt_f32(float x);   // 1 / sqrt(x) within 1 ulp; rsqrt(+0) = +inf, x < 0 gives NaN
 float silu_f32(float x);    // flush(x * recip_f32(flush(1 + exp_f32(-x))))
+// GELU, tanh form (gemma's GeGLU): x * sigmoid(2u), u = sqrt(2/pi) * x * (1 + 0.044715 x^2):
+// flush(x * recip_f32(flush(1 + exp_f32(-z)))), z = flush(flush(1.5957691216 * x) *
+// flush(1 + flush(0.044715 * flush(x * x)))).
+float gelu_f32(float x);
+// Soft-capping (gemma2's attention scores and logits): cap * tanh(x / cap), in (-cap, cap).
+// y = flush(x * recip_f32(cap)), e = exp_f32(-2|y|), t = flush(1 - flush(flush(e + e) *
+// recip_f32(flush(1 + e)))), result flush(cap * t) with y's sign. Absolute error about
+// cap * 2^-23 (t near 0 is a difference of values near 1). cap: a positive normal float.
+float softcap_f32(float x, float cap);
 
 // ---- host-side float64 functions for tables (RoPE), computed once on the CPU ----
 // Ports of fdlibm's algorithms (e_exp.c, e_log.c, k_sin.c, k_cos.c with a three-part pi/2

@@ -118,6 +118,30 @@ inline float silu(float x) {
   return flush(x * recip(d));
 }
 
+// numerics::gelu_f32: GELU's tanh form as x * sigmoid(2u), u = sqrt(2/pi) x (1 + 0.044715 x^2),
+// since 0.5 (1 + tanh(u)) = 1 / (1 + e^-2u); each step flushed.
+inline float gelu(float x) {
+  x = flush(x);
+  const float x2 = flush(x * x);
+  const float inner = flush(1.0f + flush(0.044715f * x2));
+  const float z = flush(flush(1.59576912160573071f * x) * inner);  // 2 sqrt(2/pi)
+  const float d = flush(1.0f + exp(-z));
+  return flush(x * recip(d));
+}
+
+// numerics::softcap_f32: cap * tanh(x / cap), tanh(a) = 1 - 2 e / (1 + e) with e = e^-2|a| (no
+// cancellation in the denominator; the sign applied last). inv_cap = recip(cap), hoisted by callers.
+inline float softcap(float x, float cap, float inv_cap) {
+  const float y = flush(flush(x) * inv_cap);
+  if (y != y) return y;
+  const uint32_t sign = f_bits(y) & SIGN_BIT;
+  const float a = bits_f(f_bits(y) & ~SIGN_BIT);
+  const float e = exp(-(a + a));
+  const float d = flush(1.0f + e);
+  const float t = flush(1.0f - flush(flush(e + e) * recip(d)));
+  return bits_f(f_bits(flush(cap * t)) ^ sign);
+}
+
 // numerics::round_shift(v, s) when the result fits int64 (the callers' grids guarantee it):
 // v * 2^s, a right shift rounding half to even (on the signed value: floor division with the
 // tie going to the even quotient, the same as rounding the magnitude); right shifts past 63 are

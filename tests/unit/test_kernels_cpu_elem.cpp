@@ -224,3 +224,53 @@ TEST_CASE("elem vectorised recip_f32 matches numerics recip_f32 by bits") {
 TEST_CASE("elem vectorised silu_f32 matches numerics silu_f32 by bits") {
   unary_sweep(cpu::silu_f32_array_cpu, numerics::silu_f32, "silu_f32_array_cpu");
 }
+
+namespace {
+
+void geglu_ones(cpu::isa isa, const float* x, int64_t n, float* out) {
+  const std::vector<float> ones(static_cast<size_t>(n), 1.0f);
+  cpu::geglu_f32_cpu(isa, x, ones.data(), n, out);
+}
+float gelu_times_one(float x) { return numerics::flush(numerics::gelu_f32(x) * 1.0f); }
+void softcap_30(cpu::isa isa, const float* x, int64_t n, float* out) { cpu::softcap_f32_cpu(isa, x, n, 30.0f, out); }
+float softcap_30_ref(float x) { return numerics::softcap_f32(x, 30.0f); }
+void softcap_50(cpu::isa isa, const float* x, int64_t n, float* out) { cpu::softcap_f32_cpu(isa, x, n, 50.0f, out); }
+float softcap_50_ref(float x) { return numerics::softcap_f32(x, 50.0f); }
+
+}  // namespace
+
+TEST_CASE("elem vectorised gelu_f32 (geglu with up = 1) matches numerics gelu_f32 by bits") {
+  unary_sweep(geglu_ones, gelu_times_one, "geglu_f32_cpu");
+}
+
+TEST_CASE("elem vectorised softcap_f32 matches numerics softcap_f32 by bits") {
+  unary_sweep(softcap_30, softcap_30_ref, "softcap_f32_cpu cap 30");
+  unary_sweep(softcap_50, softcap_50_ref, "softcap_f32_cpu cap 50");
+}
+
+TEST_CASE("elem geglu_f32_cpu and scale_f32_cpu equal their references on every isa") {
+  rng r{2323};
+  for (int64_t n : LENGTHS) {
+    std::vector<float> g(static_cast<size_t>(n)), u(static_cast<size_t>(n));
+    for (size_t i = 0; i < g.size(); ++i) {
+      g[i] = r.uniform() < 0.1f ? test::special_value(r) : (r.uniform() * 2 - 1) * 12.0f;
+      u[i] = r.uniform() < 0.1f ? test::special_value(r) : (r.uniform() * 2 - 1) * 3.0f;
+    }
+    std::vector<float> want(g.size()), want_s(g.size());
+    geglu_f32_ref(g.data(), u.data(), n, want.data());
+    scale_f32_ref(g.data(), n, 45.254833f, want_s.data());
+    for (cpu::isa isa : cpu::isa_all_supported()) {
+      std::vector<float> got(g.size()), got_s = g;
+      cpu::geglu_f32_cpu(isa, g.data(), u.data(), n, got.data());
+      cpu::scale_f32_cpu(isa, got_s.data(), n, 45.254833f, got_s.data());
+      CHECK_MESSAGE(std::memcmp(want.data(), got.data(), sizeof(float) * g.size()) == 0, cpu::isa_name(isa) << " geglu n " << n);
+      CHECK_MESSAGE(std::memcmp(want_s.data(), got_s.data(), sizeof(float) * g.size()) == 0, cpu::isa_name(isa) << " scale n " << n);
+    }
+  }
+  float o = 0;
+  const float one = 1.0f;
+  for (float cap : {0.0f, -1.0f, NAN, INFINITY, 1e-40f}) {
+    CHECK_THROWS_AS(softcap_f32_ref(&one, 1, cap, &o), input_error);
+    CHECK_THROWS_AS(cpu::softcap_f32_cpu(cpu::isa::scalar, &one, 1, cap, &o), input_error);
+  }
+}

@@ -251,6 +251,50 @@ TEST_CASE("numerics: silu_f32 against a long double reference") {
   CHECK(silu_f32(200.0f) == 200.0f);
 }
 
+TEST_CASE("numerics: gelu_f32 against a long double tanh-form GELU") {
+  // Where GELU is not tiny the error stays within a few ulp; for x below about -3 the result is x
+  // times a small sigmoid whose argument (|z| up to ~50) carries a relative error of a few 2^-24,
+  // which e^-z magnifies |z|-fold, so the far left tail is bounded in absolute terms instead.
+  double worst = 0, worst_abs_tail = 0;
+  for (float x = -20.0f; x < 20.0f; x += 0.00390625f * 0.37f) {
+    const long double xl = x;
+    const long double v = 0.5L * xl * (1.0L + tanhl(0.7978845608028653558798921198687637L * xl * (1.0L + 0.044715L * xl * xl)));
+    const float y = gelu_f32(x);
+    REQUIRE_FALSE(is_subnormal(y));
+    if (x >= -3.0f) worst = std::max(worst, ulp_error(y, v));
+    else worst_abs_tail = std::max(worst_abs_tail, static_cast<double>(fabsl(static_cast<long double>(y) - v)));
+  }
+  MESSAGE("gelu_f32: worst " << worst << " ulp on [-3, 20], worst absolute " << worst_abs_tail << " below -3");
+  CHECK(worst <= 16.0);            // measured 11.9 (near x = -3)
+  CHECK(worst_abs_tail <= 1e-8);   // measured 3.0e-9
+  CHECK(bits(gelu_f32(0.0f)) == 0u);
+  CHECK(bits(gelu_f32(-0.0f)) == 0x80000000u);
+  CHECK(gelu_f32(200.0f) == 200.0f);
+  CHECK(gelu_f32(-200.0f) == 0.0f);
+  CHECK(std::isnan(gelu_f32(NAN)));
+  CHECK(gelu_f32(INFINITY) == INFINITY);
+}
+
+TEST_CASE("numerics: softcap_f32 against cap * tanh(x / cap)") {
+  for (float cap : {30.0f, 50.0f, 1.0f}) {
+    double worst = 0;
+    for (float x = -8 * cap; x < 8 * cap; x += cap * 0.000731f) {
+      const long double v = cap * tanhl(static_cast<long double>(x) / cap);
+      const float y = softcap_f32(x, cap);
+      REQUIRE_FALSE(is_subnormal(y));
+      CHECK_MESSAGE(fabsf(y) <= cap, x);
+      worst = std::max(worst, static_cast<double>(fabsl(static_cast<long double>(y) - v)) / cap);
+      REQUIRE(bits(softcap_f32(-x, cap)) == (bits(y) ^ 0x80000000u));  // odd, to the bit
+    }
+    MESSAGE("softcap_f32 cap " << cap << ": worst absolute error " << worst << " x cap");
+    CHECK(worst <= 0x1p-21);
+    CHECK(softcap_f32(INFINITY, cap) == cap);
+    CHECK(softcap_f32(-INFINITY, cap) == -cap);
+    CHECK(bits(softcap_f32(0.0f, cap)) == 0u);
+    CHECK(std::isnan(softcap_f32(NAN, cap)));
+  }
+}
+
 TEST_CASE("numerics: exp_f64 log_f64 and sincos_f64 within about 1 ulp of libm") {
   double we = 0, wl = 0, ws = 0, wc = 0;
   for (double x = -700.0; x < 700.0; x += 0.0131) we = std::max(we, ulp_error64(exp_f64(x), expl(x)));

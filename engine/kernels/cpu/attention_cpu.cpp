@@ -64,6 +64,10 @@ bool is_finite(float x) {
   return (b & EXP_MASK) != EXP_MASK;
 }
 
+// A soft cap the fast path takes: none (0) or a positive finite normal float; anything else goes
+// to the reference, which refuses it.
+bool cap_ok(float c) { return c == 0.0f || (c >= 1.17549435e-38f && is_finite(c)); }
+
 // attention_value_grids_ref, with four independent maxima per block. gv: (nb).
 void value_grids(const kv_head_view& v, int64_t n_kv, int64_t nb, int32_t* gv) {
   const int32_t bits = WEIGHT_BITS + VALUE_BITS + numerics::ceil_log2(n_kv) - numerics::ACC_BITS;
@@ -173,9 +177,9 @@ void attention_values_scalar(const int32_t* w, const kv_head_view& v, int64_t n_
 }
 
 void attention_exact_cpu(isa i, const float* q, int64_t head_dim, const kv_head_view& k,
-                         const kv_head_view& v, int64_t n_kv, float kq_scale, float* out) {
-  if (head_dim < 1 || n_kv <= 0 || !is_finite(kq_scale)) {
-    attention_exact_ref(q, head_dim, k, v, n_kv, kq_scale, out);
+                         const kv_head_view& v, int64_t n_kv, float kq_scale, float* out, float softcap) {
+  if (head_dim < 1 || n_kv <= 0 || !is_finite(kq_scale) || !cap_ok(softcap)) {
+    attention_exact_ref(q, head_dim, k, v, n_kv, kq_scale, out, softcap);
     return;
   }
   if (!isa_supported(i))
@@ -192,9 +196,10 @@ void attention_exact_cpu(isa i, const float* q, int64_t head_dim, const kv_head_
     const attn_query aq{qq.q.data(), qq.exp.data(), qq.max_exp, nb};
     scores_dispatch(i, aq, k, n_kv, scale, s.data());
   }
+  if (softcap > 0.0f) softcap_f32_cpu(i, s.data(), n_kv, softcap, s.data());
   float m;
   if (!scores_max(s.data(), n_kv, &m)) {
-    attention_exact_ref(q, head_dim, k, v, n_kv, kq_scale, out);
+    attention_exact_ref(q, head_dim, k, v, n_kv, kq_scale, out, softcap);
     return;
   }
   if (m == 0.0f) m = 0.0f;  // +0 whichever zero came first
@@ -219,10 +224,10 @@ kv_head_view view_from(const kv_head_view& x, int64_t t0) {
 
 void attention_exact_cpu_heads(isa i, const float* q, int64_t n_heads, int64_t head_dim,
                                const kv_head_view& k, const kv_head_view& v, int64_t n_kv,
-                               float kq_scale, float* out) {
-  if (n_heads == 1 || head_dim < 1 || n_kv <= 0 || !is_finite(kq_scale)) {
+                               float kq_scale, float* out, float softcap) {
+  if (n_heads == 1 || head_dim < 1 || n_kv <= 0 || !is_finite(kq_scale) || !cap_ok(softcap)) {
     for (int64_t h = 0; h < n_heads; ++h)
-      attention_exact_cpu(i, q + h * head_dim, head_dim, k, v, n_kv, kq_scale, out + h * head_dim);
+      attention_exact_cpu(i, q + h * head_dim, head_dim, k, v, n_kv, kq_scale, out + h * head_dim, softcap);
     return;
   }
   if (!isa_supported(i))
@@ -245,13 +250,14 @@ void attention_exact_cpu_heads(isa i, const float* q, int64_t n_heads, int64_t h
       scores_dispatch(i, aq, view_from(k, t0), n, scale, s.data() + h * n_kv + t0);
     }
   }
+  if (softcap > 0.0f) softcap_f32_cpu(i, s.data(), n_heads * n_kv, softcap, s.data());
   std::vector<int32_t> w(static_cast<size_t>(n_heads * n_kv));
   std::vector<int64_t> s_sum(static_cast<size_t>(n_heads));
   std::vector<char> by_ref(static_cast<size_t>(n_heads), 0);
   for (int64_t h = 0; h < n_heads; ++h) {
     float m;
     if (!scores_max(s.data() + h * n_kv, n_kv, &m)) {  // a non-finite score: the reference decides
-      attention_exact_ref(q + h * head_dim, head_dim, k, v, n_kv, kq_scale, out + h * head_dim);
+      attention_exact_ref(q + h * head_dim, head_dim, k, v, n_kv, kq_scale, out + h * head_dim, softcap);
       by_ref[static_cast<size_t>(h)] = 1;
       continue;
     }

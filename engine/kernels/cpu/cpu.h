@@ -143,8 +143,10 @@ void matmul_exact_cpu_packed(isa i, const act_pack& x, const row_pack& w, const 
 // ---- attention ----
 
 // attention_exact_ref, bit for bit: one query token, one head, over n_kv cached positions.
+// softcap > 0: each score capped as attention_exact_ref does (softcap_f32_cpu over the scores).
 void attention_exact_cpu(isa i, const float* q, int64_t head_dim, const kv_head_view& k,
-                         const kv_head_view& v, int64_t n_kv, float kq_scale, float* out);
+                         const kv_head_view& v, int64_t n_kv, float kq_scale, float* out,
+                         float softcap = 0.0f);
 
 // The same for n_heads query heads that share one KV head (grouped-query attention): q and out
 // are (n_heads, head_dim); head h's output is attention_exact_ref of q head h, bit for bit. The
@@ -152,7 +154,7 @@ void attention_exact_cpu(isa i, const float* q, int64_t head_dim, const kv_head_
 // cache once per group instead of once per head.
 void attention_exact_cpu_heads(isa i, const float* q, int64_t n_heads, int64_t head_dim,
                                const kv_head_view& k, const kv_head_view& v, int64_t n_kv,
-                               float kq_scale, float* out);
+                               float kq_scale, float* out, float softcap = 0.0f);
 
 // ---- element-wise ----
 
@@ -163,5 +165,10 @@ void attention_exact_cpu_heads(isa i, const float* q, int64_t n_heads, int64_t h
 void rms_norm_f32_cpu(isa i, const float* x, const float* w, int64_t n, float eps, float* out);
 void swiglu_f32_cpu(isa i, const float* gate, const float* up, int64_t n, float* out);
 void add_f32_cpu(isa i, const float* a, const float* b, int64_t n, float* out);
+// geglu_f32_ref, scale_f32_ref and softcap_f32_ref, bit for bit (softcap: the reference's error
+// for a cap that is not a positive finite normal float). out may equal an input.
+void geglu_f32_cpu(isa i, const float* gate, const float* up, int64_t n, float* out);
+void scale_f32_cpu(isa i, const float* x, int64_t n, float s, float* out);
+void softcap_f32_cpu(isa i, const float* x, int64_t n, float cap, float* out);
 
 }  // namespace detaudit::kernels::cpu

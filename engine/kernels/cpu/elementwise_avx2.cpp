@@ -143,6 +143,47 @@ inline __m256 silu_v(__m256 x, const float* src, __m256i live) {
   return s;
 }
 
+// gelu_f32 of the lanes (numerics' sequence); NaN lanes as silu_v.
+inline __m256 gelu_v(__m256 x, const float* src, __m256i live) {
+  const __m256 xf = flush_v(x);
+  const __m256 x2 = flush_v(_mm256_mul_ps(xf, xf));
+  const __m256 inner = flush_v(_mm256_add_ps(splat_f(1.0f), flush_v(_mm256_mul_ps(splat_f(0.044715f), x2))));
+  const __m256 z = flush_v(_mm256_mul_ps(flush_v(_mm256_mul_ps(splat_f(1.59576912160573071f), xf)), inner));
+  const __m256 neg = fbits(_mm256_xor_si256(ibits(z), splat_u(0x80000000u)));
+  const __m256 d = flush_v(_mm256_add_ps(splat_f(1.0f), exp_v(neg)));
+  __m256 s = flush_v(_mm256_mul_ps(xf, recip_v(d)));
+  const int nan = _mm256_movemask_ps(_mm256_and_ps(fbits(live), _mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
+  if (nan) {
+    float tmp[LANES];
+    _mm256_storeu_ps(tmp, s);
+    for (int j = 0; j < LANES; ++j)
+      if ((nan >> j) & 1) tmp[j] = numerics::gelu_f32(src[j]);
+    s = _mm256_loadu_ps(tmp);
+  }
+  return s;
+}
+
+// softcap_f32 of the lanes (numerics' sequence); NaN lanes as silu_v.
+inline __m256 softcap_v(__m256 x, float cap, float inv_cap, const float* src, __m256i live) {
+  const __m256 y = flush_v(_mm256_mul_ps(flush_v(x), splat_f(inv_cap)));
+  const __m256i sign = _mm256_and_si256(ibits(y), splat_u(0x80000000u));
+  const __m256 a = fbits(_mm256_andnot_si256(splat_u(0x80000000u), ibits(y)));
+  const __m256 aa = _mm256_add_ps(a, a);
+  const __m256 e = exp_v(fbits(_mm256_xor_si256(ibits(aa), splat_u(0x80000000u))));
+  const __m256 d = flush_v(_mm256_add_ps(splat_f(1.0f), e));
+  const __m256 t = flush_v(_mm256_sub_ps(splat_f(1.0f), flush_v(_mm256_mul_ps(flush_v(_mm256_add_ps(e, e)), recip_v(d)))));
+  __m256 r = fbits(_mm256_xor_si256(ibits(flush_v(_mm256_mul_ps(splat_f(cap), t))), sign));
+  const int nan = _mm256_movemask_ps(_mm256_and_ps(fbits(live), _mm256_cmp_ps(y, y, _CMP_UNORD_Q)));
+  if (nan) {
+    float tmp[LANES];
+    _mm256_storeu_ps(tmp, r);
+    for (int j = 0; j < LANES; ++j)
+      if ((nan >> j) & 1) tmp[j] = numerics::softcap_f32(src[j], cap);
+    r = _mm256_loadu_ps(tmp);
+  }
+  return r;
+}
+
 // a * 2^s for a in [0, 2^48), exact for s >= 0, half to even for s < 0 (4 lanes of 64 bits).
 inline __m256i round_shift_u(__m256i a, __m128i s32) {
   const __m256i s = _mm256_cvtepi32_epi64(s32);
@@ -214,6 +255,22 @@ void elem_swiglu_avx2(const float* gate, const float* up, int64_t n, float* out)
   }
 }
 
+void elem_geglu_avx2(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; i += LANES) {
+    const __m256i live = lanes_at(i, n);
+    const __m256 g = gelu_v(load(gate + i, live), gate + i, live);
+    const __m256 u = flush_v(load(up + i, live));
+    store(out + i, live, flush_v(_mm256_mul_ps(g, u)));
+  }
+}
+
+void elem_softcap_avx2(const float* x, int64_t n, float cap, float inv_cap, float* out) {
+  for (int64_t i = 0; i < n; i += LANES) {
+    const __m256i live = lanes_at(i, n);
+    store(out + i, live, softcap_v(load(x + i, live), cap, inv_cap, x + i, live));
+  }
+}
+
 void elem_add_avx2(const float* a, const float* b, int64_t n, float* out) {
   for (int64_t i = 0; i < n; i += LANES) {
     const __m256i live = lanes_at(i, n);
@@ -254,6 +311,8 @@ int64_t elem_sum_squares_avx2(const float* x, int64_t n, int32_t g) { return ele
 void elem_scale_avx2(const float* x, const float* w, int64_t n, float r, float* out) { elem_scale_scalar(x, w, n, r, out); }
 void elem_swiglu_avx2(const float* gate, const float* up, int64_t n, float* out) { elem_swiglu_scalar(gate, up, n, out); }
 void elem_add_avx2(const float* a, const float* b, int64_t n, float* out) { elem_add_scalar(a, b, n, out); }
+void elem_geglu_avx2(const float* gate, const float* up, int64_t n, float* out) { elem_geglu_scalar(gate, up, n, out); }
+void elem_softcap_avx2(const float* x, int64_t n, float cap, float inv_cap, float* out) { elem_softcap_scalar(x, n, cap, inv_cap, out); }
 void elem_exp_avx2(const float* x, int64_t n, float* out) { elem_exp_scalar(x, n, out); }
 void elem_recip_avx2(const float* x, int64_t n, float* out) { elem_recip_scalar(x, n, out); }
 void elem_silu_avx2(const float* x, int64_t n, float* out) { elem_silu_scalar(x, n, out); }

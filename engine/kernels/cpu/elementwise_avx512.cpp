@@ -142,6 +142,47 @@ inline __m512 silu_v(__m512 x, const float* src, __mmask16 live) {
   return s;
 }
 
+// gelu_f32 of the lanes (numerics' sequence); NaN lanes as silu_v.
+inline __m512 gelu_v(__m512 x, const float* src, __mmask16 live) {
+  const __m512 xf = flush_v(x);
+  const __m512 x2 = flush_v(_mm512_mul_ps(xf, xf));
+  const __m512 inner = flush_v(_mm512_add_ps(splat_f(1.0f), flush_v(_mm512_mul_ps(splat_f(0.044715f), x2))));
+  const __m512 z = flush_v(_mm512_mul_ps(flush_v(_mm512_mul_ps(splat_f(1.59576912160573071f), xf)), inner));
+  const __m512 neg = fbits(_mm512_xor_si512(ibits(z), splat_u(0x80000000u)));
+  const __m512 d = flush_v(_mm512_add_ps(splat_f(1.0f), exp_v(neg)));
+  __m512 s = flush_v(_mm512_mul_ps(xf, recip_v(d)));
+  const __mmask16 nan = _mm512_mask_cmp_ps_mask(live, x, x, _CMP_UNORD_Q);
+  if (nan) {
+    float tmp[LANES];
+    _mm512_storeu_ps(tmp, s);
+    for (int j = 0; j < LANES; ++j)
+      if ((nan >> j) & 1) tmp[j] = numerics::gelu_f32(src[j]);
+    s = _mm512_loadu_ps(tmp);
+  }
+  return s;
+}
+
+// softcap_f32 of the lanes (numerics' sequence); NaN lanes as silu_v.
+inline __m512 softcap_v(__m512 x, float cap, float inv_cap, const float* src, __mmask16 live) {
+  const __m512 y = flush_v(_mm512_mul_ps(flush_v(x), splat_f(inv_cap)));
+  const __m512i sign = _mm512_and_si512(ibits(y), splat_u(0x80000000u));
+  const __m512 a = fbits(_mm512_andnot_si512(splat_u(0x80000000u), ibits(y)));
+  const __m512 aa = _mm512_add_ps(a, a);
+  const __m512 e = exp_v(fbits(_mm512_xor_si512(ibits(aa), splat_u(0x80000000u))));
+  const __m512 d = flush_v(_mm512_add_ps(splat_f(1.0f), e));
+  const __m512 t = flush_v(_mm512_sub_ps(splat_f(1.0f), flush_v(_mm512_mul_ps(flush_v(_mm512_add_ps(e, e)), recip_v(d)))));
+  __m512 r = fbits(_mm512_xor_si512(ibits(flush_v(_mm512_mul_ps(splat_f(cap), t))), sign));
+  const __mmask16 nan = _mm512_mask_cmp_ps_mask(live, y, y, _CMP_UNORD_Q);
+  if (nan) {
+    float tmp[LANES];
+    _mm512_storeu_ps(tmp, r);
+    for (int j = 0; j < LANES; ++j)
+      if ((nan >> j) & 1) tmp[j] = numerics::softcap_f32(src[j], cap);
+    r = _mm512_loadu_ps(tmp);
+  }
+  return r;
+}
+
 // a * 2^s for a in [0, 2^48), exact for s >= 0, half to even for s < 0 (64-bit lanes).
 inline __m512i round_shift_u(__m512i a, __m256i s32) {
   const __m512i s = _mm512_cvtepi32_epi64(s32);
@@ -206,6 +247,22 @@ void elem_swiglu_avx512(const float* gate, const float* up, int64_t n, float* ou
   }
 }
 
+void elem_geglu_avx512(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; i += LANES) {
+    const __mmask16 live = lanes_at(i, n);
+    const __m512 g = gelu_v(_mm512_maskz_loadu_ps(live, gate + i), gate + i, live);
+    const __m512 u = flush_v(_mm512_maskz_loadu_ps(live, up + i));
+    _mm512_mask_storeu_ps(out + i, live, flush_v(_mm512_mul_ps(g, u)));
+  }
+}
+
+void elem_softcap_avx512(const float* x, int64_t n, float cap, float inv_cap, float* out) {
+  for (int64_t i = 0; i < n; i += LANES) {
+    const __mmask16 live = lanes_at(i, n);
+    _mm512_mask_storeu_ps(out + i, live, softcap_v(_mm512_maskz_loadu_ps(live, x + i), cap, inv_cap, x + i, live));
+  }
+}
+
 void elem_add_avx512(const float* a, const float* b, int64_t n, float* out) {
   for (int64_t i = 0; i < n; i += LANES) {
     const __mmask16 live = lanes_at(i, n);
@@ -246,6 +303,8 @@ int64_t elem_sum_squares_avx512(const float* x, int64_t n, int32_t g) { return e
 void elem_scale_avx512(const float* x, const float* w, int64_t n, float r, float* out) { elem_scale_scalar(x, w, n, r, out); }
 void elem_swiglu_avx512(const float* gate, const float* up, int64_t n, float* out) { elem_swiglu_scalar(gate, up, n, out); }
 void elem_add_avx512(const float* a, const float* b, int64_t n, float* out) { elem_add_scalar(a, b, n, out); }
+void elem_geglu_avx512(const float* gate, const float* up, int64_t n, float* out) { elem_geglu_scalar(gate, up, n, out); }
+void elem_softcap_avx512(const float* x, int64_t n, float cap, float inv_cap, float* out) { elem_softcap_scalar(x, n, cap, inv_cap, out); }
 void elem_exp_avx512(const float* x, int64_t n, float* out) { elem_exp_scalar(x, n, out); }
 void elem_recip_avx512(const float* x, int64_t n, float* out) { elem_recip_scalar(x, n, out); }
 void elem_silu_avx512(const float* x, int64_t n, float* out) { elem_silu_scalar(x, n, out); }

@@ -22,6 +22,12 @@ namespace {
 // the payload of the operand the compiler puts first, which an inlined copy may order otherwise.
 inline float silu_s(float x) { return x != x ? numerics::silu_f32(x) : numerics::inl::silu(x); }
 
+// gelu_f32 / softcap_f32's bits, NaN through the out-of-line functions as silu_s.
+inline float gelu_s(float x) { return x != x ? numerics::gelu_f32(x) : numerics::inl::gelu(x); }
+inline float softcap_s(float x, float cap, float inv_cap) {
+  return x != x ? numerics::softcap_f32(x, cap) : numerics::inl::softcap(x, cap, inv_cap);
+}
+
 using numerics::inl::EXP_MASK;
 using numerics::inl::f_bits;
 using numerics::inl::FRAC_MASK;
@@ -117,6 +123,14 @@ void elem_add_scalar(const float* a, const float* b, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = numerics::inl::flush(numerics::inl::flush(a[i]) + numerics::inl::flush(b[i]));
 }
 
+void elem_geglu_scalar(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = numerics::inl::flush(gelu_s(gate[i]) * numerics::inl::flush(up[i]));
+}
+
+void elem_softcap_scalar(const float* x, int64_t n, float cap, float inv_cap, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = softcap_s(x[i], cap, inv_cap);
+}
+
 void elem_exp_scalar(const float* x, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = numerics::inl::exp(x[i]);
 }
@@ -173,6 +187,36 @@ void swiglu_f32_cpu(isa i, const float* gate, const float* up, int64_t n, float*
     case isa::scalar: break;
   }
   elem_swiglu_scalar(gate, up, n, out);
+}
+
+void geglu_f32_cpu(isa i, const float* gate, const float* up, int64_t n, float* out) {
+  check_supported(i, "geglu_f32_cpu");
+  switch (i) {
+    case isa::avx512: elem_geglu_avx512(gate, up, n, out); return;
+    case isa::avx2: elem_geglu_avx2(gate, up, n, out); return;
+    case isa::scalar: break;
+  }
+  elem_geglu_scalar(gate, up, n, out);
+}
+
+void scale_f32_cpu(isa i, const float* x, int64_t n, float s, float* out) {
+  check_supported(i, "scale_f32_cpu");
+  scale(i, x, nullptr, n, numerics::inl::flush(s), out);
+}
+
+void softcap_f32_cpu(isa i, const float* x, int64_t n, float cap, float* out) {
+  if (!(numerics::inl::flush(cap) > 0.0f) || !(cap <= 3.4028235e38f)) {
+    softcap_f32_ref(x, n, cap, out);  // its error
+    return;
+  }
+  check_supported(i, "softcap_f32_cpu");
+  const float inv_cap = numerics::inl::recip(cap);
+  switch (i) {
+    case isa::avx512: elem_softcap_avx512(x, n, cap, inv_cap, out); return;
+    case isa::avx2: elem_softcap_avx2(x, n, cap, inv_cap, out); return;
+    case isa::scalar: break;
+  }
+  elem_softcap_scalar(x, n, cap, inv_cap, out);
 }
 
 void add_f32_cpu(isa i, const float* a, const float* b, int64_t n, float* out) {

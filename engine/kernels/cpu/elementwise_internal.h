@@ -50,6 +50,15 @@ void elem_add_scalar(const float* a, const float* b, int64_t n, float* out);
 void elem_add_avx2(const float* a, const float* b, int64_t n, float* out);
 void elem_add_avx512(const float* a, const float* b, int64_t n, float* out);
 
+// geglu_f32_ref (numerics::gelu_f32 of the gate times up) and softcap_f32_ref (inv_cap =
+// recip_f32(cap), hoisted), bit for bit. NaN lanes take the scalar numerics function's answer.
+void elem_geglu_scalar(const float* gate, const float* up, int64_t n, float* out);
+void elem_geglu_avx2(const float* gate, const float* up, int64_t n, float* out);
+void elem_geglu_avx512(const float* gate, const float* up, int64_t n, float* out);
+void elem_softcap_scalar(const float* x, int64_t n, float cap, float inv_cap, float* out);
+void elem_softcap_avx2(const float* x, int64_t n, float cap, float inv_cap, float* out);
+void elem_softcap_avx512(const float* x, int64_t n, float cap, float inv_cap, float* out);
+
 // out_i = numerics::exp_f32 / recip_f32 / silu_f32 of x_i, bit for bit (out may equal x).
 void elem_exp_scalar(const float* x, int64_t n, float* out);
 void elem_exp_avx2(const float* x, int64_t n, float* out);

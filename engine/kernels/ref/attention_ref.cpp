@@ -52,11 +52,13 @@ float attention_kq_scale(int64_t head_dim) {
   return static_cast<float>(y);
 }
 
-float attention_score_ref(const numerics::qvec& qq, const kv_head_view& k, int64_t t, float kq_scale) {
+float attention_score_ref(const numerics::qvec& qq, const kv_head_view& k, int64_t t, float kq_scale,
+                          float softcap) {
   const int64_t nb = qq.n_blocks();
   std::vector<numerics::wblock> w(static_cast<size_t>(nb));
   k_blocks(k, t, nb, w.data());
-  return flush(dot_exact_blocks_ref(qq, w.data(), nb) * flush(kq_scale));
+  const float s = flush(dot_exact_blocks_ref(qq, w.data(), nb) * flush(kq_scale));
+  return softcap > 0.0f ? numerics::softcap_f32(s, softcap) : s;
 }
 
 int64_t attention_weight_ref(float s, float m) {
@@ -94,7 +96,7 @@ void attention_finish_ref(const int64_t* acc, int64_t s_sum, const int32_t* gv, 
 }
 
 void attention_exact_ref(const float* q, int64_t head_dim, const kv_head_view& k,
-                         const kv_head_view& v, int64_t n_kv, float kq_scale, float* out) {
+                         const kv_head_view& v, int64_t n_kv, float kq_scale, float* out, float softcap) {
   if (head_dim < 1) throw input_error("attention_exact_ref: head_dim " + std::to_string(head_dim));
   if (n_kv == 0) {
     std::fill(out, out + head_dim, 0.0f);
@@ -106,7 +108,7 @@ void attention_exact_ref(const float* q, int64_t head_dim, const kv_head_view& k
   std::vector<float> s(static_cast<size_t>(n_kv));
   float m = 0.0f;
   for (int64_t t = 0; t < n_kv; ++t) {
-    s[static_cast<size_t>(t)] = attention_score_ref(qq, k, t, kq_scale);
+    s[static_cast<size_t>(t)] = attention_score_ref(qq, k, t, kq_scale, softcap);
     if (t == 0 || s[static_cast<size_t>(t)] > m) m = s[static_cast<size_t>(t)];
   }
   if (m == 0.0f) m = 0.0f;  // +0 whichever zero came first

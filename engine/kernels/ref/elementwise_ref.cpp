@@ -47,6 +47,21 @@ void add_f32_ref(const float* a, const float* b, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = flush(flush(a[i]) + flush(b[i]));
 }
 
+void geglu_f32_ref(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = flush(numerics::gelu_f32(gate[i]) * flush(up[i]));
+}
+
+void scale_f32_ref(const float* x, int64_t n, float s, float* out) {
+  s = flush(s);
+  for (int64_t i = 0; i < n; ++i) out[i] = flush(flush(x[i]) * s);
+}
+
+void softcap_f32_ref(const float* x, int64_t n, float cap, float* out) {
+  if (!(flush(cap) > 0.0f) || cap != cap || cap > 3.4e38f)
+    throw input_error("softcap_f32_ref: cap " + std::to_string(cap) + " is not a positive finite normal float");
+  for (int64_t i = 0; i < n; ++i) out[i] = numerics::softcap_f32(x[i], cap);
+}
+
 void rope_table_row(int64_t pos, int64_t n_rot, double freq_base, double freq_scale,
                     const float* factors, float* out) {
   if (n_rot < 2 || n_rot % 2 != 0) throw input_error("rope_table_row: n_rot " + std::to_string(n_rot) + " is not even and >= 2");

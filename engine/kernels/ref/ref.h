@@ -53,6 +53,15 @@ void swiglu_f32_ref(const float* gate, const float* up, int64_t n, float* out);
 // out[i] = flush(a[i] + b[i]) (the residual add). (n) each; out may alias either input.
 void add_f32_ref(const float* a, const float* b, int64_t n, float* out);
 
+// out[i] = flush(gelu_f32(gate[i]) * up[i]) (gemma's GeGLU). (n) each; out may alias either input.
+void geglu_f32_ref(const float* gate, const float* up, int64_t n, float* out);
+
+// out[i] = flush(x[i] * s) (gemma's embedding scale). out may alias x.
+void scale_f32_ref(const float* x, int64_t n, float s, float* out);
+
+// out[i] = softcap_f32(x[i], cap) (gemma2's logit soft-capping). cap > 0, finite; out may alias x.
+void softcap_f32_ref(const float* x, int64_t n, float cap, float* out);
+
 // ---- RoPE ----
 
 // The (cos, sin) pairs of one position, computed on the host in double and rounded to float once:
@@ -81,19 +90,24 @@ struct kv_head_view {
 };
 
 // out = sum_t softmax_t(q . k_t * kq_scale) * v_t over exactly the n_kv positions given (masking
-// is the caller's: pass the positions the query may see). q: (head_dim) floats, already roped;
-// out: (head_dim). kq_scale = (float)(1 / sqrt(head_dim)) computed in double on the host.
+// is the caller's: pass the positions the query may see; a sliding window is a later first
+// position). q: (head_dim) floats, already roped; out: (head_dim). kq_scale = (float)(1 /
+// sqrt(head_dim)) computed in double on the host, or the architecture's own scale. softcap > 0
+// caps each score as softcap_f32(s, softcap) before the softmax (gemma2); 0: no cap.
 // n_kv == 0 gives zeros. The result does not depend on the order of the positions.
 void attention_exact_ref(const float* q, int64_t head_dim, const kv_head_view& k,
-                         const kv_head_view& v, int64_t n_kv, float kq_scale, float* out);
+                         const kv_head_view& v, int64_t n_kv, float kq_scale, float* out,
+                         float softcap = 0.0f);
 
 // kq_scale for a head size: (float)(1 / sqrt(head_dim)), computed on the host in double without
 // libm (Newton's iteration to double precision, then one rounding to float).
 float attention_kq_scale(int64_t head_dim);
 
 // The pieces of attention_exact_ref, for kernels that split the KV range (and for tests):
-// s_t = flush(dot(qq, k_t) * kq_scale), the dot on the matmul grid with k_t as unit-scale blocks.
-float attention_score_ref(const numerics::qvec& qq, const kv_head_view& k, int64_t t, float kq_scale);
+// s_t = flush(dot(qq, k_t) * kq_scale), the dot on the matmul grid with k_t as unit-scale blocks,
+// then softcap_f32(s_t, softcap) when softcap > 0.
+float attention_score_ref(const numerics::qvec& qq, const kv_head_view& k, int64_t t, float kq_scale,
+                          float softcap = 0.0f);
 // W = round-half-even(exp_f32(flush(s - m)) * 2^30), an integer in [0, 2^30].
 int64_t attention_weight_ref(float s, float m);
 // gv[b] = max over the n_kv positions with a nonzero V block b of its exp, + 30 + 15 +
