@@ -28,6 +28,7 @@ void resolve(CLI::App* sub, synth_cmd_options& o) {
   auto a = model::arch_from_name(o.arch);
   if (!a) throw input_error("synth: --arch '" + o.arch + "' is not one of " + model::arch_names());
   o.synth.arch = *a;
+  if (*a == model::ARCH_GEMMA2) o.synth.tied_output = true;  // gemma2 has no output.weight
   std::string lower = o.type;
   for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   const bool mixture = lower == "q4_k_m" || lower == "q5_k_m";
@@ -66,7 +67,11 @@ void setup_synth(CLI::App& app) {
       "synth", "Write a model with random weights (seeded, realistic scales) as a GGUF file llama.cpp can load");
   model::synth_options& s = opt->synth;
   sub->add_option("-o,--output", opt->out, "Output GGUF file")->required();
-  sub->add_option("--arch", opt->arch, "Architecture: llama, qwen2 (q/k/v biases), qwen3 (q/k norms), phi3 (fused attn_qkv and gate-up ffn_up)")->capture_default_str();
+  sub->add_option("--arch", opt->arch,
+                  "Architecture: llama, qwen2 (q/k/v biases), qwen3 (q/k norms), phi3 (fused attn_qkv and gate-up ffn_up), "
+                  "gemma2 (GELU gate, post-norms, soft caps, alternate sliding-window layers, tied output), gemma3 (gemma2's "
+                  "block with q/k norms, five sliding layers in six with their own RoPE base, no caps)")
+      ->capture_default_str();
   sub->add_option("--type", opt->type,
                   std::string("Weight matrix type: ") + TYPES + ", or llama.cpp's mixture " + model::synth_mixture_names() +
                       " (q4_K/q5_K, with q6_K in output.weight and in attn_v and ffn_down of the layers llama.cpp gives more bits;"
@@ -83,7 +88,12 @@ void setup_synth(CLI::App& app) {
   sub->add_option("--n-ff", s.n_ff, "Feed-forward width")->capture_default_str();
   sub->add_option("--n-ctx", s.n_ctx, "Trained context length recorded in the file")->capture_default_str();
   sub->add_option("--head-dim", s.head_dim, "Head dimension (default n_embd / n_head)");
-  sub->add_flag("--tied-output", s.tied_output, "Omit output.weight; the output projection reuses token_embd");
+  sub->add_flag("--tied-output", s.tied_output, "Omit output.weight; the output projection reuses token_embd (gemma2: always)");
+  sub->add_option("--sliding-window", s.sliding_window,
+                  "gemma2/gemma3: positions a sliding layer sees (default: 4096 for gemma2, 1024 for gemma3, at most --n-ctx; "
+                  "gemma3 0: no sliding layers)");
+  sub->add_option("--swa-period", s.swa_period,
+                  "gemma2/gemma3: layer l slides when l % P < P - 1 (default: 2 for gemma2, 6 for gemma3; 0: every layer)");
   sub->add_option("--vocab-from", s.vocab_from, "Copy the vocabulary (tokenizer.*) from this GGUF instead of the built-in one")
       ->check(CLI::ExistingFile);
   sub->add_option("--seed", s.seed, "Random seed; the same options and seed give the same bytes")->capture_default_str();
@@ -96,7 +106,8 @@ void setup_synth(CLI::App& app) {
       "  detaudit synth -o q.gguf --arch qwen2 --type q4_k --n-embd 512 --n-ff 1536\n"
       "  detaudit synth -o 1b.gguf --preset 1b --type q4_k --vocab-from ggml-vocab-llama-spm.gguf\n"
       "  detaudit synth -o m.gguf --preset 1b --type q4_k_m     (llama.cpp's Q4_K_M mixture)\n"
-      "  detaudit synth -o m.gguf --type q4_k --tensor-type output.weight=q6_k --tensor-type blk.1.attn_v=q6_k");
+      "  detaudit synth -o m.gguf --type q4_k --tensor-type output.weight=q6_k --tensor-type blk.1.attn_v=q6_k\n"
+      "  detaudit synth -o g.gguf --arch gemma3 --preset tiny --sliding-window 16 --swa-period 2");
   sub->callback([sub, opt] {
     resolve(sub, *opt);
     uint64_t n = model::synth_write(opt->synth, opt->out);

@@ -24,6 +24,7 @@ inline model::synth_options small_model(model::arch_id a, gguf::dtype t, uint64_
   o.n_ff = 512;
   o.n_ctx = n_ctx;
   o.seed = seed;
+  o.tied_output = a == model::ARCH_GEMMA2;  // gemma2 has no output.weight
   return o;
 }
 

@@ -51,7 +51,7 @@ json generic_hparams(const gguf::file& f, const std::string& arch) {
       {"n_layer", "block_count"}, {"n_embd", "embedding_length"}, {"n_ff", "feed_forward_length"},
       {"n_head", "attention.head_count"}, {"n_head_kv", "attention.head_count_kv"},
       {"n_ctx_train", "context_length"}, {"n_rot", "rope.dimension_count"}, {"head_dim", "attention.key_length"},
-      {"n_swa", "attention.sliding_window"}};
+      {"n_swa", "attention.sliding_window"}, {"swa_period", "attention.sliding_window_pattern"}};
   for (auto [name, suffix] : keys) {
     const gguf::value* v = f.find(arch + "." + suffix);
     if (v && v->is_integer()) h[name] = v->as_int(arch + "." + suffix);
@@ -60,7 +60,18 @@ json generic_hparams(const gguf::file& f, const std::string& arch) {
   if (base) h["rope_freq_base"] = float_value(*base, arch + ".rope.freq_base");
   const gguf::value* eps = f.find(arch + ".attention.layer_norm_rms_epsilon");
   if (eps) h["rms_eps"] = float_value(*eps, arch + ".attention.layer_norm_rms_epsilon");
+  const std::pair<const char*, const char*> floats[] = {{"rope_freq_base_swa", "rope.freq_base_swa"},
+                                                        {"attn_softcap", "attn_logit_softcapping"},
+                                                        {"final_softcap", "final_logit_softcapping"}};
+  for (auto [name, suffix] : floats)
+    if (const gguf::value* v = f.find(arch + "." + suffix)) h[name] = float_value(*v, arch + "." + suffix);
   return h;
+}
+
+std::string num_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
 }
 
 json special_token(const gguf::file& f, const std::vector<std::string>& tokens, const char* key) {
@@ -130,6 +141,27 @@ json engine_support(const gguf::file& f, const std::string& arch) {
     if (hp.arch == ARCH_PHI3 && hp.n_swa > 0)
       notes.push_back("sliding_window " + std::to_string(hp.n_swa) + " is not applied, as in the current llama.cpp " +
                       "(llama.cpp b4748 applied it: outputs part past " + std::to_string(hp.n_swa) + " positions)");
+    if (arch_gemma_block(hp.arch)) {
+      notes.push_back("gemma block: embeddings scaled by sqrt(n_embd), RMS norms on the attention and FFN outputs "
+                      "(post_attention_norm, post_ffw_norm), a GELU (tanh form) gate");
+      if (hp.swa) {
+        std::string which;
+        int64_t n_sliding = 0;
+        for (int64_t l = 0; l < hp.n_layer; ++l) n_sliding += layer_swa(hp, l) ? 1 : 0;
+        notes.push_back(std::to_string(n_sliding) + " of " + std::to_string(hp.n_layer) + " layers attend through a sliding window of " +
+                        std::to_string(hp.n_swa) + " positions (layer l slides when l % " + std::to_string(hp.swa_period) + " < " +
+                        std::to_string(hp.swa_period - 1) + "), with RoPE base " + num_text(hp.rope_freq_base_swa) +
+                        (hp.rope_scale_linear_swa != 1.0 ? " and linear scale " + num_text(hp.rope_scale_linear_swa) : "") +
+                        "; the others attend to every position with base " + num_text(hp.rope_freq_base));
+      } else {
+        notes.push_back("no sliding window: every layer attends to every position");
+      }
+      if (hp.attn_softcap > 0) notes.push_back("attention scores soft-capped: " + num_text(hp.attn_softcap) + " tanh(s / " + num_text(hp.attn_softcap) + ")");
+      if (hp.final_softcap > 0) notes.push_back("logits soft-capped: " + num_text(hp.final_softcap) + " tanh(l / " + num_text(hp.final_softcap) + ")");
+      if (hp.attn_scale_override > 0)
+        notes.push_back("attention scale 1/sqrt(n_embd / n_head) = " + num_text(hp.attn_scale_override) +
+                        " (llama.cpp's rule for the 27B models, decided by the layer count)");
+    }
     return {{"runnable", true}, {"rope", arch_rope_kind(hp.arch) == ROPE_NEOX ? "neox" : "norm"},
             {"head_dim", hp.head_dim}, {"tied_output", hp.tied_output}, {"n_vocab", hp.n_vocab},
             {"fused_qkv_ffn", arch_fused_qkv_ffn(hp.arch)}, {"notes", notes}};

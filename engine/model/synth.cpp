@@ -112,6 +112,20 @@ hparams hparams_of(const synth_options& o, int64_t n_vocab) {
   hp.rms_eps = llama_like ? 1e-5 : 1e-6;
   hp.tied_output = o.tied_output;
   if (o.arch == ARCH_PHI3) hp.n_swa = o.n_ctx;  // a window as long as the context: no position falls out of it
+  if (arch_gemma_block(o.arch)) {
+    // Gemma's values: RMS eps 1e-6; gemma2 RoPE base 10000 everywhere and soft caps 50 / 30;
+    // gemma3 base 1e6 on the global layers and 10000 on the sliding ones, no caps.
+    const bool g2 = o.arch == ARCH_GEMMA2;
+    hp.rms_eps = 1e-6;
+    hp.rope_freq_base = g2 ? 10000.0 : 1000000.0;
+    hp.rope_freq_base_swa = 10000.0;
+    hp.n_swa = o.sliding_window >= 0 ? o.sliding_window : std::min<int64_t>(g2 ? 4096 : 1024, o.n_ctx);
+    hp.swa = hp.n_swa > 0;
+    hp.swa_period = o.swa_period >= 0 ? o.swa_period : (g2 ? 2 : 6);
+    hp.attn_softcap = g2 ? 50.0 : 0.0;
+    hp.final_softcap = g2 ? 30.0 : 0.0;
+    hp.tied_output = g2 || o.tied_output;
+  }
   return hp;
 }
 
@@ -274,6 +288,13 @@ void synth_validate(const synth_options& o) {
        std::string("--arch ") + arch_name(o.arch) + " needs --n-head x head dimension = --n-embd (llama.cpp reads attn_qkv's Q as n_embd rows); " +
            std::to_string(o.n_head) + " x " + std::to_string(hd) + " != " + std::to_string(o.n_embd));
   need(hd % 2 == 0, "the head dimension " + std::to_string(hd) + " must be even (RoPE rotates pairs)");
+  need(o.arch != ARCH_GEMMA2 || o.tied_output, "--arch gemma2 needs --tied-output (its output projection is token_embd)");
+  need(o.arch != ARCH_GEMMA2 || o.sliding_window != 0, "--arch gemma2 needs a --sliding-window of at least 1");
+  need((o.sliding_window < 0 && o.swa_period < 0) || arch_gemma_block(o.arch),
+       std::string("--sliding-window and --swa-period apply to gemma2 and gemma3, not --arch ") + arch_name(o.arch));
+  need(o.sliding_window <= o.n_ctx, "--sliding-window " + std::to_string(o.sliding_window) + " is longer than --n-ctx " +
+                                        std::to_string(o.n_ctx));
+  need(o.swa_period <= 4096, "--swa-period " + std::to_string(o.swa_period) + " is above 4096");
   synth_file_type(o.type);
   const gguf::dtype_traits& t = gguf::dtype_get(o.type);
   const std::pair<const char*, int64_t> rows[] = {{"--n-embd", o.n_embd}, {"--n-ff", o.n_ff}, {"--n-head x head_dim", o.n_head * hd}};

@@ -31,7 +31,12 @@ struct synth_options {
   int64_t n_ff = 768;
   int64_t n_ctx = 2048;
   int64_t head_dim = 0;            // 0: n_embd / n_head
-  bool tied_output = false;        // omit output.weight (the output projection reuses token_embd)
+  bool tied_output = false;        // omit output.weight (the output projection reuses token_embd); gemma2: always
+  // gemma2 / gemma3 sliding layers: the window (-1: the family's own, 4096 for gemma2 and 1024 for
+  // gemma3, at most n_ctx; gemma3 0: none) and the period (-1: 2 for gemma2, 6 for gemma3; layer l
+  // slides when l % period < period - 1).
+  int64_t sliding_window = -1;
+  int64_t swa_period = -1;
   uint64_t seed = 7;
   std::string vocab_from;          // copy tokenizer.* from this GGUF; empty: the built-in vocabulary
   std::string name = "synthetic";  // general.name

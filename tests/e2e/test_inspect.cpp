@@ -54,7 +54,8 @@ TEST_CASE("inspect: synthetic fixture files in every weight type") {
   const char* kinds[] = {"llama-f16", "llama-bf16", "llama-q8_0", "llama-q4_0", "llama-q4_1", "llama-q5_0",
                          "llama-q5_1", "llama-q2_k", "llama-q3_k_m", "llama-q4_k_m", "llama-q5_k_m", "llama-q6_k",
                          "qwen2-f16", "qwen2-q8_0", "qwen2-q4_0", "qwen2-q4_k_m", "qwen2-q5_k_m", "qwen2-q6_k",
-                         "phi3-f16",  "phi3-q8_0",  "phi3-q4_k_m"};
+                         "phi3-f16",  "phi3-q8_0",  "phi3-q4_k_m", "gemma2-f16", "gemma2-q8_0", "gemma2-q4_k_m",
+                         "gemma3-f16", "gemma3-q8_0", "gemma3-q4_k_m"};
   for (const char* k : kinds) {
     std::string path = detaudit::test::generated(std::string("models/synthetic/tiny-") + k + ".gguf");
     CAPTURE(path);
@@ -67,6 +68,25 @@ TEST_CASE("inspect: synthetic fixture files in every weight type") {
     CHECK(info["engine"]["runnable"] == true);
     CHECK(info["tensors"].size() == info["n_tensors"]);
   }
+}
+
+TEST_CASE("inspect: gemma's sliding layers, soft caps and block are explained") {
+  nlohmann::json g2 = inspect_json(detaudit::test::generated("models/synthetic/tiny-gemma2-f16.gguf"), "");
+  CHECK(g2["hparams"]["n_swa"] == 16);
+  CHECK(g2["hparams"]["swa_period"] == 2);
+  CHECK(g2["hparams"]["attn_softcap"] == 50.0);
+  CHECK(g2["hparams"]["final_softcap"] == 30.0);
+  CHECK(g2["engine"]["tied_output"] == true);
+  const std::string n2 = g2["engine"]["notes"].dump();
+  CHECK(n2.find("1 of 2 layers attend through a sliding window of 16 positions") != std::string::npos);
+  CHECK(n2.find("attention scores soft-capped: 50") != std::string::npos);
+  CHECK(n2.find("logits soft-capped: 30") != std::string::npos);
+  CHECK(n2.find("GELU") != std::string::npos);
+  nlohmann::json g3 = inspect_json(detaudit::test::generated("models/synthetic/tiny-gemma3-f16.gguf"), "");
+  CHECK(g3["hparams"]["rope_freq_base_swa"] == 10000.0);
+  const std::string n3 = g3["engine"]["notes"].dump();
+  CHECK(n3.find("with RoPE base 10000; the others attend to every position with base 1e+06") != std::string::npos);
+  CHECK(n3.find("soft-capped") == std::string::npos);
 }
 
 TEST_CASE("inspect: text output, tensor table and sha256") {

@@ -64,7 +64,8 @@ TEST_CASE("synth: every architecture and type reads back within the type's quant
                                gguf::DTYPE_Q5_0, gguf::DTYPE_Q5_1, gguf::DTYPE_Q2_K, gguf::DTYPE_Q3_K, gguf::DTYPE_Q4_K,
                                gguf::DTYPE_Q5_K, gguf::DTYPE_Q6_K};
   std::string dir = test::scratch_dir("synth_types");
-  for (model::arch_id a : {model::ARCH_LLAMA, model::ARCH_QWEN2, model::ARCH_QWEN3, model::ARCH_PHI3}) {
+  for (model::arch_id a : {model::ARCH_LLAMA, model::ARCH_QWEN2, model::ARCH_QWEN3, model::ARCH_PHI3, model::ARCH_GEMMA2,
+                           model::ARCH_GEMMA3}) {
     std::string ref_path = dir + "/" + model::arch_name(a) + "-f32.gguf";
     model::synth_write(tiny(a, gguf::DTYPE_F32), ref_path);
     gguf::file ref = gguf::file::open(ref_path);
