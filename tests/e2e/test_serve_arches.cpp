@@ -67,9 +67,8 @@ TEST_CASE("serve arches: phi3 with its chat template answers /v1/chat/completion
   CHECK(srv.stop() == 0);
 }
 
-TEST_CASE("serve arches: a Gemma template renders model turns on /v1/chat/completions and broken alternation is a 400") {
-  // The gemma2 architecture is not in the engine yet; its chat family is, on a llama model.
-  const std::string path = synth_with_template(model::ARCH_LLAMA, GEMMA2_JINJA);
+TEST_CASE("serve arches: gemma2 with its template renders model turns on /v1/chat/completions and broken alternation is a 400") {
+  const std::string path = synth_with_template(model::ARCH_GEMMA2, GEMMA2_JINJA);
   test::serve_child srv({"-np", "1", "-c", "256"}, path);
   const json messages = {{{"role", "user"}, {"content", "Hi"}}, {{"role", "assistant"}, {"content", "Yo"}},
                          {{"role", "user"}, {"content", "More"}}};
@@ -85,5 +84,19 @@ TEST_CASE("serve arches: a Gemma template renders model turns on /v1/chat/comple
   REQUIRE(r);
   CHECK(r->status == 400);
   CHECK(r->body.find("alternate") != std::string::npos);
+  CHECK(srv.stop() == 0);
+}
+
+TEST_CASE("serve arches: gemma3 puts the system text in the first user turn, as /completion answers that text") {
+  const std::string path = synth_with_template(model::ARCH_GEMMA3, GEMMA2_JINJA);
+  test::serve_child srv({"-np", "2", "-c", "512"}, path);
+  const json messages = {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}};
+  const char* rendered = "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n";
+  const json plain = test::post_json(srv.port, "/completion", {{"prompt", rendered}, {"n_predict", 12}, {"temperature", 0}});
+  const json chat = test::post_json(srv.port, "/v1/chat/completions", {{"messages", messages}, {"max_tokens", 12}, {"temperature", 0}});
+  REQUIRE(chat.contains("choices"));
+  CHECK(chat["choices"][0]["message"]["content"] == plain["content"]);
+  CHECK(chat["usage"]["prompt_tokens"] == plain["tokens_evaluated"]);
+  CHECK(chat["usage"]["completion_tokens"] == 12);
   CHECK(srv.stop() == 0);
 }

@@ -350,3 +350,60 @@ TEST_CASE("model: hostile phi3 files are refused with an input_error naming the 
   }
   refused("head_dim", hd, "key_length");
 }
+
+TEST_CASE("model: a gemma3 whose every layer slides through one position gives a token the logits it has alone") {
+  // With a window of 1 each query sees only its own key: the softmax weight is exactly 1 and the
+  // attention output is the token's own V, whatever came before and whatever its position (RoPE
+  // rotates q and k alike; V is not rotated). So the last token of a sequence gets the bits it gets
+  // as a sequence of its own; with the window switched off it does not.
+  const std::string dir = test::scratch_dir("model_gemma_window1");
+  model::synth_options o = small(model::ARCH_GEMMA3, gguf::DTYPE_Q8_0);
+  o.sliding_window = 1;
+  o.swa_period = 0;  // every layer slides
+  model::synth_write(o, dir + "/w1.gguf");
+  auto m = model::model::load(dir + "/w1.gguf");
+  for (int l = 0; l < m->hp().n_layer; ++l) REQUIRE(model::layer_swa(m->hp(), l));
+  const std::vector<int32_t> seq = {5, 77, 300, 12, 9, 41};
+  for (auto mode : {NUMERICS_EXACT, NUMERICS_FLOAT, NUMERICS_REFERENCE}) {
+    CAPTURE(runtime::numerics_name(mode));
+    const auto whole = eval(m, mode, seq);
+    const auto alone = eval(m, mode, {seq.back()});
+    if (mode == NUMERICS_EXACT) CHECK(std::memcmp(whole.back().data(), alone[0].data(), 4 * alone[0].size()) == 0);
+    else  // float and reference round the RoPE'd dot differently at each position: equal to a few ulp
+      for (size_t i = 0; i < alone[0].size(); ++i) REQUIRE(std::fabs(whole.back()[i] - alone[0][i]) < 1e-4f);
+  }
+  o.sliding_window = 0;  // no sliding layers: the same weights, context matters again
+  model::synth_write(o, dir + "/w0.gguf");
+  auto m0 = model::model::load(dir + "/w0.gguf");
+  CHECK_FALSE(m0->hp().swa);
+  const auto whole0 = eval(m0, NUMERICS_EXACT, seq), alone0 = eval(m0, NUMERICS_EXACT, {seq.back()});
+  CHECK(std::memcmp(whole0.back().data(), alone0[0].data(), 4 * alone0[0].size()) != 0);
+}
+
+TEST_CASE("model: hostile gemma files are refused with an input_error naming the tensor or key") {
+  const std::string dir = test::scratch_dir("model_gemma_hostile");
+  model::synth_write(small(model::ARCH_GEMMA2, gguf::DTYPE_F32), dir + "/g2.gguf");
+  model::synth_write(small(model::ARCH_GEMMA3, gguf::DTYPE_F32), dir + "/g3.gguf");
+  auto refused = [&](const std::string& base, const std::string& name, const phi3_craft& c, const std::string& needle) {
+    CAPTURE(name);
+    phi3_write(dir + "/" + base + ".gguf", dir + "/" + name + ".gguf", c);
+    CHECK_THROWS_WITH_AS(model::model::load(dir + "/" + name + ".gguf"), doctest::Contains(needle.c_str()), input_error);
+  };
+  const auto u32 = [](uint32_t v) { return gguf::value::of_u32(v); };
+  const auto f32 = [](float v) { return gguf::value::of_f32(v); };
+  refused("g2", "g2_window0", {{{"gemma2.attention.sliding_window", u32(0)}}, {}, {}, {}}, "gemma2.attention.sliding_window");
+  refused("g2", "g2_cap_nan", {{{"gemma2.attn_logit_softcapping", f32(NAN)}}, {}, {}, {}}, "attn_logit_softcapping");
+  refused("g2", "g2_cap_neg", {{{"gemma2.final_logit_softcapping", f32(-30)}}, {}, {}, {}}, "final_logit_softcapping");
+  refused("g2", "g2_cap_inf", {{{"gemma2.attn_logit_softcapping", f32(INFINITY)}}, {}, {}, {}}, "attn_logit_softcapping");
+  refused("g2", "g2_period_huge", {{{"gemma2.attention.sliding_window_pattern", u32(1u << 31)}}, {}, {}, {}}, "sliding_window_pattern");
+  refused("g2", "g2_period_array",
+          {{{"gemma2.attention.sliding_window_pattern", gguf::value::of_array(gguf::VALUE_BOOL, {gguf::value::of_bool(true)})}}, {}, {}, {}},
+          "sliding_window_pattern");
+  refused("g2", "g2_output", {{}, {}, {{"output.weight", {256, 543}}}, {}}, "unexpected tensor 'output.weight'");
+  refused("g2", "g2_no_post_ffw", {{}, {}, {}, {"blk.1.post_ffw_norm.weight"}}, "blk.1.post_ffw_norm.weight");
+  refused("g2", "g2_post_attn_shape", {{}, {{"blk.0.post_attention_norm.weight", {128}}}, {}, {}}, "post_attention_norm");
+  refused("g3", "g3_attn_cap", {{{"gemma3.attn_logit_softcapping", f32(50)}}, {}, {}, {}}, "gemma3.attn_logit_softcapping");
+  refused("g3", "g3_base_swa_zero", {{{"gemma3.rope.freq_base_swa", f32(0)}}, {}, {}, {}}, "gemma3.rope.freq_base_swa");
+  refused("g3", "g3_no_q_norm", {{}, {}, {}, {"blk.0.attn_q_norm.weight"}}, "blk.0.attn_q_norm.weight");
+  refused("g3", "g3_window_neg", {{{"gemma3.attention.sliding_window", gguf::value::of_i32(-4)}}, {}, {}, {}}, "sliding_window");
+}
