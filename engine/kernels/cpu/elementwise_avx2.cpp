@@ -126,21 +126,26 @@ inline __m256 recip_v(__m256 x) {
   return _mm256_blendv_ps(fbits(out), xf, _mm256_cmp_ps(xf, xf, _CMP_UNORD_Q));
 }
 
+// v with the lanes set in `nan` (a movemask) replaced by f(src[j]): NaN lanes take the scalar
+// function's answer (its payload), as the file comment says.
+template <class F>
+inline __m256 scalar_lanes(__m256 v, int nan, const float* src, F f) {
+  if (!nan) return v;
+  float tmp[LANES];
+  _mm256_storeu_ps(tmp, v);
+  for (int j = 0; j < LANES; ++j)
+    if ((nan >> j) & 1) tmp[j] = f(src[j]);
+  return _mm256_loadu_ps(tmp);
+}
+
 // silu_f32 of the lanes; NaN lanes are replaced by numerics::silu_f32 of src (live lanes only).
 inline __m256 silu_v(__m256 x, const float* src, __m256i live) {
   const __m256 xf = flush_v(x);
   const __m256 neg = fbits(_mm256_xor_si256(ibits(xf), splat_u(0x80000000u)));
   const __m256 d = flush_v(_mm256_add_ps(splat_f(1.0f), exp_v(neg)));
-  __m256 s = flush_v(_mm256_mul_ps(xf, recip_v(d)));
+  const __m256 s = flush_v(_mm256_mul_ps(xf, recip_v(d)));
   const int nan = _mm256_movemask_ps(_mm256_and_ps(fbits(live), _mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
-  if (nan) {
-    float tmp[LANES];
-    _mm256_storeu_ps(tmp, s);
-    for (int j = 0; j < LANES; ++j)
-      if ((nan >> j) & 1) tmp[j] = numerics::silu_f32(src[j]);
-    s = _mm256_loadu_ps(tmp);
-  }
-  return s;
+  return scalar_lanes(s, nan, src, numerics::silu_f32);
 }
 
 // gelu_f32 of the lanes (numerics' sequence); NaN lanes as silu_v.
@@ -151,16 +156,9 @@ inline __m256 gelu_v(__m256 x, const float* src, __m256i live) {
   const __m256 z = flush_v(_mm256_mul_ps(flush_v(_mm256_mul_ps(splat_f(1.59576912160573071f), xf)), inner));
   const __m256 neg = fbits(_mm256_xor_si256(ibits(z), splat_u(0x80000000u)));
   const __m256 d = flush_v(_mm256_add_ps(splat_f(1.0f), exp_v(neg)));
-  __m256 s = flush_v(_mm256_mul_ps(xf, recip_v(d)));
+  const __m256 s = flush_v(_mm256_mul_ps(xf, recip_v(d)));
   const int nan = _mm256_movemask_ps(_mm256_and_ps(fbits(live), _mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
-  if (nan) {
-    float tmp[LANES];
-    _mm256_storeu_ps(tmp, s);
-    for (int j = 0; j < LANES; ++j)
-      if ((nan >> j) & 1) tmp[j] = numerics::gelu_f32(src[j]);
-    s = _mm256_loadu_ps(tmp);
-  }
-  return s;
+  return scalar_lanes(s, nan, src, numerics::gelu_f32);
 }
 
 // softcap_f32 of the lanes (numerics' sequence); NaN lanes as silu_v.
@@ -172,16 +170,9 @@ inline __m256 softcap_v(__m256 x, float cap, float inv_cap, const float* src, __
   const __m256 e = exp_v(fbits(_mm256_xor_si256(ibits(aa), splat_u(0x80000000u))));
   const __m256 d = flush_v(_mm256_add_ps(splat_f(1.0f), e));
   const __m256 t = flush_v(_mm256_sub_ps(splat_f(1.0f), flush_v(_mm256_mul_ps(flush_v(_mm256_add_ps(e, e)), recip_v(d)))));
-  __m256 r = fbits(_mm256_xor_si256(ibits(flush_v(_mm256_mul_ps(splat_f(cap), t))), sign));
+  const __m256 r = fbits(_mm256_xor_si256(ibits(flush_v(_mm256_mul_ps(splat_f(cap), t))), sign));
   const int nan = _mm256_movemask_ps(_mm256_and_ps(fbits(live), _mm256_cmp_ps(y, y, _CMP_UNORD_Q)));
-  if (nan) {
-    float tmp[LANES];
-    _mm256_storeu_ps(tmp, r);
-    for (int j = 0; j < LANES; ++j)
-      if ((nan >> j) & 1) tmp[j] = numerics::softcap_f32(src[j], cap);
-    r = _mm256_loadu_ps(tmp);
-  }
-  return r;
+  return scalar_lanes(r, nan, src, [cap](float x) { return numerics::softcap_f32(x, cap); });
 }
 
 // a * 2^s for a in [0, 2^48), exact for s >= 0, half to even for s < 0 (4 lanes of 64 bits).

@@ -125,21 +125,26 @@ inline __m512 recip_v(__m512 x) {
   return _mm512_mask_mov_ps(fbits(out), _mm512_cmp_ps_mask(xf, xf, _CMP_UNORD_Q), xf);
 }
 
+// v with the lanes set in `nan` replaced by f(src[j]): NaN lanes take the scalar function's
+// answer (its payload), as the file comment says.
+template <class F>
+inline __m512 scalar_lanes(__m512 v, __mmask16 nan, const float* src, F f) {
+  if (!nan) return v;
+  float tmp[LANES];
+  _mm512_storeu_ps(tmp, v);
+  for (int j = 0; j < LANES; ++j)
+    if ((nan >> j) & 1) tmp[j] = f(src[j]);
+  return _mm512_loadu_ps(tmp);
+}
+
 // silu_f32 of the lanes; NaN lanes are replaced by numerics::silu_f32 of src (loaded lanes live).
 inline __m512 silu_v(__m512 x, const float* src, __mmask16 live) {
   const __m512 xf = flush_v(x);
   const __m512 neg = fbits(_mm512_xor_si512(ibits(xf), splat_u(0x80000000u)));
   const __m512 d = flush_v(_mm512_add_ps(splat_f(1.0f), exp_v(neg)));
-  __m512 s = flush_v(_mm512_mul_ps(xf, recip_v(d)));
+  const __m512 s = flush_v(_mm512_mul_ps(xf, recip_v(d)));
   const __mmask16 nan = _mm512_mask_cmp_ps_mask(live, x, x, _CMP_UNORD_Q);
-  if (nan) {
-    float tmp[LANES];
-    _mm512_storeu_ps(tmp, s);
-    for (int j = 0; j < LANES; ++j)
-      if ((nan >> j) & 1) tmp[j] = numerics::silu_f32(src[j]);
-    s = _mm512_loadu_ps(tmp);
-  }
-  return s;
+  return scalar_lanes(s, nan, src, numerics::silu_f32);
 }
 
 // gelu_f32 of the lanes (numerics' sequence); NaN lanes as silu_v.
@@ -150,16 +155,9 @@ inline __m512 gelu_v(__m512 x, const float* src, __mmask16 live) {
   const __m512 z = flush_v(_mm512_mul_ps(flush_v(_mm512_mul_ps(splat_f(1.59576912160573071f), xf)), inner));
   const __m512 neg = fbits(_mm512_xor_si512(ibits(z), splat_u(0x80000000u)));
   const __m512 d = flush_v(_mm512_add_ps(splat_f(1.0f), exp_v(neg)));
-  __m512 s = flush_v(_mm512_mul_ps(xf, recip_v(d)));
+  const __m512 s = flush_v(_mm512_mul_ps(xf, recip_v(d)));
   const __mmask16 nan = _mm512_mask_cmp_ps_mask(live, x, x, _CMP_UNORD_Q);
-  if (nan) {
-    float tmp[LANES];
-    _mm512_storeu_ps(tmp, s);
-    for (int j = 0; j < LANES; ++j)
-      if ((nan >> j) & 1) tmp[j] = numerics::gelu_f32(src[j]);
-    s = _mm512_loadu_ps(tmp);
-  }
-  return s;
+  return scalar_lanes(s, nan, src, numerics::gelu_f32);
 }
 
 // softcap_f32 of the lanes (numerics' sequence); NaN lanes as silu_v.
@@ -171,16 +169,9 @@ inline __m512 softcap_v(__m512 x, float cap, float inv_cap, const float* src, __
   const __m512 e = exp_v(fbits(_mm512_xor_si512(ibits(aa), splat_u(0x80000000u))));
   const __m512 d = flush_v(_mm512_add_ps(splat_f(1.0f), e));
   const __m512 t = flush_v(_mm512_sub_ps(splat_f(1.0f), flush_v(_mm512_mul_ps(flush_v(_mm512_add_ps(e, e)), recip_v(d)))));
-  __m512 r = fbits(_mm512_xor_si512(ibits(flush_v(_mm512_mul_ps(splat_f(cap), t))), sign));
+  const __m512 r = fbits(_mm512_xor_si512(ibits(flush_v(_mm512_mul_ps(splat_f(cap), t))), sign));
   const __mmask16 nan = _mm512_mask_cmp_ps_mask(live, y, y, _CMP_UNORD_Q);
-  if (nan) {
-    float tmp[LANES];
-    _mm512_storeu_ps(tmp, r);
-    for (int j = 0; j < LANES; ++j)
-      if ((nan >> j) & 1) tmp[j] = numerics::softcap_f32(src[j], cap);
-    r = _mm512_loadu_ps(tmp);
-  }
-  return r;
+  return scalar_lanes(r, nan, src, [cap](float x) { return numerics::softcap_f32(x, cap); });
 }
 
 // a * 2^s for a in [0, 2^48), exact for s >= 0, half to even for s < 0 (64-bit lanes).
