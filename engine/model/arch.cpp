@@ -26,7 +26,11 @@ const arch_row ARCHES[] = {
     {ARCH_QWEN2, "qwen2", ROPE_NEOX, true, false, false, false},
     {ARCH_QWEN3, "qwen3", ROPE_NEOX, false, true, false, false},
     {ARCH_PHI3, "phi3", ROPE_NEOX, false, false, false, true},
+    {ARCH_QWEN3MOE, "qwen3moe", ROPE_NEOX, false, true, false, false},
 };
+
+// The mixture-of-experts architectures (their attention is the row of ARCHES above).
+const arch_id MOE_ARCHES[] = {ARCH_QWEN3MOE};
 
 const arch_row& row_of(arch_id a) {
   for (const arch_row& r : ARCHES)
@@ -74,6 +78,24 @@ void check_consistency(const gguf::file& f, const hparams& hp) {
         std::to_string(hp.head_dim));
 }
 
+// The experts' hyperparameters (arch_moe). Refuses what llama.cpp's qwen3moe would compute
+// differently from the engine: group-limited routing and shared experts.
+void moe_hparams(const gguf::file& f, hparams& hp) {
+  const std::string n_key = key(hp, "expert_count"), used_key = key(hp, "expert_used_count");
+  hp.n_expert = positive(f, n_key, f.get_int(n_key, 0), 4096);
+  hp.n_expert_used = positive(f, used_key, f.get_int(used_key, 0), hp.n_expert);
+  const std::string ff_key = key(hp, "expert_feed_forward_length");
+  hp.n_ff_exp = positive(f, ff_key, f.get_int(ff_key, hp.n_ff / hp.n_expert_used));
+  hp.expert_weights_norm = true;
+  const std::string groups_key = key(hp, "expert_group_count"), shared_key = key(hp, "expert_shared_count");
+  if (f.get_int(groups_key, 0) > 1)
+    throw input_error(f.path() + ": key '" + groups_key + "' = " + std::to_string(f.get_int(groups_key)) +
+                      ": group-limited expert routing is not supported");
+  if (f.get_int(shared_key, 0) > 0)
+    throw input_error(f.path() + ": key '" + shared_key + "' = " + std::to_string(f.get_int(shared_key)) +
+                      ": shared experts are not supported (" + arch_name(hp.arch) + " has none)");
+}
+
 }  // namespace
 
 const char* arch_name(arch_id a) { return row_of(a).name; }
@@ -87,6 +109,12 @@ std::optional<arch_id> arch_from_name(const std::string& name) {
 rope_kind arch_rope_kind(arch_id a) { return row_of(a).rope; }
 
 bool arch_fused_qkv_ffn(arch_id a) { return row_of(a).fused; }
+
+bool arch_moe(arch_id a) {
+  for (arch_id m : MOE_ARCHES)
+    if (m == a) return true;
+  return false;
+}
 
 std::string arch_names() {
   std::string s;
@@ -147,6 +175,7 @@ hparams hparams_from_gguf(const gguf::file& f) {
       throw input_error(f.path() + ": key '" + swa_key + "': expected a window from 0 to " + std::to_string(MAX_COUNT) +
                         ", found " + std::to_string(hp.n_swa));
   }
+  if (arch_moe(hp.arch)) moe_hparams(f, hp);
   check_consistency(f, hp);
   return hp;
 }
@@ -160,7 +189,7 @@ void hparams_write(gguf::writer& w, const hparams& hp) {
   w.set(key(hp, "feed_forward_length"), u32(hp.n_ff));
   w.set(key(hp, "attention.head_count"), u32(hp.n_head));
   w.set(key(hp, "attention.head_count_kv"), u32(hp.n_head_kv));
-  if (hp.head_dim != hp.n_embd / hp.n_head || hp.arch == ARCH_QWEN3) {
+  if (hp.head_dim != hp.n_embd / hp.n_head || hp.arch == ARCH_QWEN3 || hp.arch == ARCH_QWEN3MOE) {
     w.set(key(hp, "attention.key_length"), u32(hp.head_dim));
     w.set(key(hp, "attention.value_length"), u32(hp.head_dim));
   }
@@ -170,6 +199,11 @@ void hparams_write(gguf::writer& w, const hparams& hp) {
   w.set(key(hp, "vocab_size"), u32(hp.n_vocab));
   // llama.cpp b4748 refuses a phi3 file without it; the current one reads it and disables it.
   if (hp.arch == ARCH_PHI3) w.set(key(hp, "attention.sliding_window"), u32(hp.n_swa));
+  if (arch_moe(hp.arch)) {
+    w.set(key(hp, "expert_count"), u32(hp.n_expert));
+    w.set(key(hp, "expert_used_count"), u32(hp.n_expert_used));
+    w.set(key(hp, "expert_feed_forward_length"), u32(hp.n_ff_exp));
+  }
 }
 
 std::vector<tensor_desc> arch_tensors(const hparams& hp) {
@@ -204,7 +238,12 @@ std::vector<tensor_desc> arch_tensors(const hparams& hp) {
     }
     add(b + "attn_output.weight", {q_dim, hp.n_embd}, TENSOR_MATRIX);
     add(b + "ffn_norm.weight", {hp.n_embd}, TENSOR_VECTOR);
-    if (r.fused) {
+    if (arch_moe(hp.arch)) {
+      add(b + "ffn_gate_inp.weight", {hp.n_embd, hp.n_expert}, TENSOR_MATRIX);
+      add(b + "ffn_gate_exps.weight", {hp.n_embd, hp.n_ff_exp, hp.n_expert}, TENSOR_MATRIX);
+      add(b + "ffn_down_exps.weight", {hp.n_ff_exp, hp.n_embd, hp.n_expert}, TENSOR_MATRIX);
+      add(b + "ffn_up_exps.weight", {hp.n_embd, hp.n_ff_exp, hp.n_expert}, TENSOR_MATRIX);
+    } else if (r.fused) {
       add(b + "ffn_down.weight", {hp.n_ff, hp.n_embd}, TENSOR_MATRIX);
       add(b + "ffn_up.weight", {hp.n_embd, 2 * hp.n_ff}, TENSOR_MATRIX);
     } else {
@@ -240,6 +279,9 @@ void arch_check_tensors(const gguf::file& f, const hparams& hp) {
     if (!expected.count(t.name) && (t.name == "rope_factors_long.weight" || t.name == "rope_factors_short.weight"))
       throw input_error(f.path() + ": tensor '" + t.name + "': LongRoPE frequency factors (Phi-3 128k, Phi-3.5, Phi-4-mini) " +
                         "are not supported yet; files without them (Phi-3 4k, Phi-4) are");
+    if (!expected.count(t.name) && arch_moe(hp.arch) && t.name.find("_shexp") != std::string::npos)
+      throw input_error(f.path() + ": tensor '" + gguf::printable(t.name) + "': shared experts are not supported (" +
+                        arch_name(hp.arch) + " has none)");
     if (!expected.count(t.name))
       throw input_error(f.path() + ": unexpected tensor '" + gguf::printable(t.name) + "' for architecture " + arch_name(hp.arch));
   }

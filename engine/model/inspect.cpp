@@ -51,7 +51,8 @@ json generic_hparams(const gguf::file& f, const std::string& arch) {
       {"n_layer", "block_count"}, {"n_embd", "embedding_length"}, {"n_ff", "feed_forward_length"},
       {"n_head", "attention.head_count"}, {"n_head_kv", "attention.head_count_kv"},
       {"n_ctx_train", "context_length"}, {"n_rot", "rope.dimension_count"}, {"head_dim", "attention.key_length"},
-      {"n_swa", "attention.sliding_window"}};
+      {"n_swa", "attention.sliding_window"}, {"n_expert", "expert_count"}, {"n_expert_used", "expert_used_count"},
+      {"n_ff_exp", "expert_feed_forward_length"}, {"n_expert_shared", "expert_shared_count"}};
   for (auto [name, suffix] : keys) {
     const gguf::value* v = f.find(arch + "." + suffix);
     if (v && v->is_integer()) h[name] = v->as_int(arch + "." + suffix);
@@ -130,6 +131,12 @@ json engine_support(const gguf::file& f, const std::string& arch) {
     if (hp.arch == ARCH_PHI3 && hp.n_swa > 0)
       notes.push_back("sliding_window " + std::to_string(hp.n_swa) + " is not applied, as in the current llama.cpp " +
                       "(llama.cpp b4748 applied it: outputs part past " + std::to_string(hp.n_swa) + " positions)");
+    if (arch_moe(hp.arch))
+      notes.push_back("mixture of experts: " + std::to_string(hp.n_expert) + " experts of width " + std::to_string(hp.n_ff_exp) +
+                      ", " + std::to_string(hp.n_expert_used) + " per token: softmax over the router's (ffn_gate_inp) logits, the " +
+                      std::to_string(hp.n_expert_used) + " largest (ties: lower expert id), weights " +
+                      (hp.expert_weights_norm ? "renormalised to sum to 1" : "as the softmax gives them") +
+                      "; each expert of ffn_{gate,up,down}_exps is read as a row range of the 3-D tensor");
     return {{"runnable", true}, {"rope", arch_rope_kind(hp.arch) == ROPE_NEOX ? "neox" : "norm"},
             {"head_dim", hp.head_dim}, {"tied_output", hp.tied_output}, {"n_vocab", hp.n_vocab},
             {"fused_qkv_ffn", arch_fused_qkv_ffn(hp.arch)}, {"notes", notes}};
