@@ -54,7 +54,7 @@ TEST_CASE("inspect: synthetic fixture files in every weight type") {
   const char* kinds[] = {"llama-f16", "llama-bf16", "llama-q8_0", "llama-q4_0", "llama-q4_1", "llama-q5_0",
                          "llama-q5_1", "llama-q2_k", "llama-q3_k_m", "llama-q4_k_m", "llama-q5_k_m", "llama-q6_k",
                          "qwen2-f16", "qwen2-q8_0", "qwen2-q4_0", "qwen2-q4_k_m", "qwen2-q5_k_m", "qwen2-q6_k",
-                         "phi3-f16",  "phi3-q8_0",  "phi3-q4_k_m"};
+                         "phi3-f16",  "phi3-q8_0",  "phi3-q4_k_m", "qwen3moe-f16", "qwen3moe-q8_0", "qwen3moe-q4_k_m"};
   for (const char* k : kinds) {
     std::string path = detaudit::test::generated(std::string("models/synthetic/tiny-") + k + ".gguf");
     CAPTURE(path);
@@ -66,6 +66,12 @@ TEST_CASE("inspect: synthetic fixture files in every weight type") {
     CHECK(info["vocab"]["size"] == 543);  // detaudit synth's built-in vocabulary
     CHECK(info["engine"]["runnable"] == true);
     CHECK(info["tensors"].size() == info["n_tensors"]);
+    if (kind.rfind("qwen3moe", 0) == 0) {
+      CHECK(info["hparams"]["n_expert"] == 16);
+      CHECK(info["hparams"]["n_expert_used"] == 4);
+      CHECK(info["hparams"]["n_ff_exp"] == 256);
+      CHECK(info["engine"]["notes"].dump().find("mixture of experts: 16 experts of width 256, 4 per token") != std::string::npos);
+    }
   }
 }
 
