@@ -146,7 +146,9 @@ void setup_generate(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--trace-hashes", opt->trace_hashes,
                 "After the text, print 'trace POS LAYER HASH' for every position of the request and every layer "
-                "(xxh3-64 of its f32 output): diff two runs to find the first layer where they part");
+                "(xxh3-64 of its f32 output), and for mixture-of-experts models 'route POS LAYER E0,E1,...' (the experts "
+                "used, best first): diff two runs to find the first layer where they part, or their route lines to find "
+                "the first layer where routing differs");
   sub->add_flag("--json", opt->json, "Print exactly one JSON object (tokens, top log-probs, hashes, timings) and nothing else");
   sub->add_flag("-v,--verbose", opt->verbose, "Prompt size, timings and the finish reason on stderr");
   sub->footer(

@@ -70,12 +70,13 @@ void setup_synth(CLI::App& app) {
   sub->add_option("--arch", opt->arch,
                   "Architecture: llama, qwen2 (q/k/v biases), qwen3 (q/k norms), phi3 (fused attn_qkv and gate-up ffn_up), "
                   "gemma2 (GELU gate, post-norms, soft caps, alternate sliding-window layers, tied output), gemma3 (gemma2's "
-                  "block with q/k norms, five sliding layers in six with their own RoPE base, no caps)")
+                  "block with q/k norms, five sliding layers in six with their own RoPE base, no caps), "
+                  "qwen3moe (qwen3 attention, mixture-of-experts feed-forward)")
       ->capture_default_str();
   sub->add_option("--type", opt->type,
                   std::string("Weight matrix type: ") + TYPES + ", or llama.cpp's mixture " + model::synth_mixture_names() +
                       " (q4_K/q5_K, with q6_K in output.weight and in attn_v and ffn_down of the layers llama.cpp gives more bits;"
-                      " phi3's fused attn_qkv one step up in every layer)")
+                      " phi3's fused attn_qkv one step up in every layer; qwen3moe's ffn_down_exps as ffn_down, its router f32)")
       ->capture_default_str();
   sub->add_option("--tensor-type", opt->tensor_types,
                   "NAME=TYPE: write the matrices NAME names in TYPE instead (repeatable; a later one wins). NAME is a "
@@ -88,6 +89,9 @@ void setup_synth(CLI::App& app) {
   sub->add_option("--n-ff", s.n_ff, "Feed-forward width")->capture_default_str();
   sub->add_option("--n-ctx", s.n_ctx, "Trained context length recorded in the file")->capture_default_str();
   sub->add_option("--head-dim", s.head_dim, "Head dimension (default n_embd / n_head)");
+  sub->add_option("--n-expert", s.n_expert, "qwen3moe: experts per layer")->capture_default_str();
+  sub->add_option("--n-expert-used", s.n_expert_used, "qwen3moe: experts each token uses")->capture_default_str();
+  sub->add_option("--n-ff-exp", s.n_ff_exp, "qwen3moe: feed-forward width of each expert (default n_embd)");
   sub->add_flag("--tied-output", s.tied_output, "Omit output.weight; the output projection reuses token_embd (gemma2: always)");
   sub->add_option("--sliding-window", s.sliding_window,
                   "gemma2/gemma3: positions a sliding layer sees (default: 4096 for gemma2, 1024 for gemma3, at most --n-ctx; "
@@ -106,6 +110,7 @@ void setup_synth(CLI::App& app) {
       "  detaudit synth -o q.gguf --arch qwen2 --type q4_k --n-embd 512 --n-ff 1536\n"
       "  detaudit synth -o 1b.gguf --preset 1b --type q4_k --vocab-from ggml-vocab-llama-spm.gguf\n"
       "  detaudit synth -o m.gguf --preset 1b --type q4_k_m     (llama.cpp's Q4_K_M mixture)\n"
+      "  detaudit synth -o moe.gguf --arch qwen3moe --type q8_0 --n-expert 16 --n-expert-used 4\n"
       "  detaudit synth -o m.gguf --type q4_k --tensor-type output.weight=q6_k --tensor-type blk.1.attn_v=q6_k\n"
       "  detaudit synth -o g.gguf --arch gemma3 --preset tiny --sliding-window 16 --swa-period 2");
   sub->callback([sub, opt] {

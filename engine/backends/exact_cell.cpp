@@ -32,4 +32,13 @@ void embed_row_exact(const model::weight& w, int32_t token, float* out) {
   }
 }
 
+void moe_route_exact(const float* logits, int64_t rows, int64_t n_expert, int64_t n_used, bool norm,
+                     std::vector<int32_t>& ids, std::vector<float>& weights) {
+  ids.resize(static_cast<size_t>(rows * n_used));
+  weights.resize(ids.size());
+  for (int64_t t = 0; t < rows; ++t)
+    kernels::moe_route_exact_ref(logits + t * n_expert, n_expert, n_used, norm, ids.data() + t * n_used,
+                                 weights.data() + t * n_used);
+}
+
 }  // namespace detaudit::backends

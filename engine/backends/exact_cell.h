@@ -72,4 +72,10 @@ class rope_tables {
 // input_error naming the tensor, row and element when a value is not finite.
 void embed_row_exact(const model::weight& w, int32_t token, float* out);
 
+// Routes each of the `rows` tokens by kernels::moe_route_exact_ref over its n_expert router
+// logits (logits: (rows, n_expert) f32): ids and weights (rows, n_used), for the CPU and GPU exact
+// backends alike.
+void moe_route_exact(const float* logits, int64_t rows, int64_t n_expert, int64_t n_used, bool norm,
+                     std::vector<int32_t>& ids, std::vector<float>& weights);
+
 }  // namespace detaudit::backends

@@ -147,6 +147,9 @@ class ops_exact final : public ops_storage<float> {
     };
     for (const model::layer_weights& l : m_.layers)
       for (const model::weight* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) consider(*w);
+    for (const model::layer_weights& l : m_.layers)
+      for (const std::vector<model::weight>* experts : {&l.exp_gate, &l.exp_up, &l.exp_down})
+        for (const model::weight& w : *experts) consider(w);
     consider(m_.output);
     done.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (stats) *stats = done;
@@ -274,6 +277,18 @@ class ops_exact final : public ops_storage<float> {
     for_ranges(x.rows * x.cols, ELEMENT_CHUNK, [&](int64_t i0, int64_t i1) {
       kernels::cpu::softcap_f32_cpu(isa_, data(x) + i0, i1 - i0, cap, o.data() + i0);
     });
+  }
+
+  // The routing is n_expert logits per token: host work far below the matmuls around it.
+  void moe_route(model::act logits, int64_t n_used, bool norm, std::vector<int32_t>& ids, std::vector<float>& weights) override {
+    moe_route_exact(data(logits), logits.rows, logits.cols, n_used, norm, ids, weights);
+  }
+
+  // The scalar ref kernel, no SIMD twin yet: it touches each expert output row once (k rows of
+  // n_embd per token), next to the three matmuls that made the row.
+  void scale_rows(model::act x, const std::vector<float>& s, model::act out) override {
+    const writer o = write(out);
+    for (int64_t t = 0; t < x.rows; ++t) kernels::scale_f32_ref(row(x, t), x.cols, s[t], o.row(t));
   }
 
  private:

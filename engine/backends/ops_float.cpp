@@ -15,7 +15,9 @@
 //   RMSNorm               ggml_compute_forward_rms_norm_f32: double sum of f32 squares, f32
 //                         mean, 1.0f / sqrtf.  RoPE: ggml_rope_cache_init (theta *= theta_scale
 //                         in f32, cosf / sinf).  SiLU: x / (1 + expf(-x)).
+//   expert routing        ggml_soft_max then top-k and renormalisation in f32 (moe_route below).
 // libm is allowed here (and in reference mode) only.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -177,6 +179,15 @@ class ops_float final : public ops_storage<float> {
     for (int64_t i = 0; i < x.rows * x.cols; ++i) o[i] = std::tanh(data(x)[i] * inv) * cap;
   }
 
+  void moe_route(model::act logits, int64_t n_used, bool norm, std::vector<int32_t>& ids, std::vector<float>& weights) override;
+
+  // ggml_mul of the expert outputs by their weights.
+  void scale_rows(model::act x, const std::vector<float>& s, model::act out) override {
+    const writer o = write(out);
+    for (int64_t t = 0; t < x.rows; ++t)
+      for (int64_t i = 0; i < x.cols; ++i) o.row(t)[i] = row(x, t)[i] * s[t];
+  }
+
  private:
   int64_t kv_dim() const { return hp_.n_head_kv * hp_.head_dim; }
   void matmul_vec(const model::weight& w, model::act x, model::act y);
@@ -243,6 +254,36 @@ void ops_float::matmul_gemm(const model::weight& w, model::act x, model::act y) 
       }
     }
   });
+}
+
+// llama.cpp's build_moe_ffn with softmax gating: ggml_soft_max (expf, a double sum, the f32
+// reciprocal of it multiplied in), top-k of the probabilities (ties: lower id), their sum in double
+// rounded to f32 (ggml_sum_rows), clamped below at 2^-14, and an f32 division.
+void ops_float::moe_route(model::act logits, int64_t n_used, bool norm, std::vector<int32_t>& ids, std::vector<float>& weights) {
+  const int64_t n_expert = logits.cols;
+  ids.resize(static_cast<size_t>(logits.rows * n_used));
+  weights.resize(ids.size());
+  std::vector<float> p(static_cast<size_t>(n_expert));
+  std::vector<int32_t> order(static_cast<size_t>(n_expert));
+  for (int64_t t = 0; t < logits.rows; ++t) {
+    const float* l = row(logits, t);
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n_expert; ++i) mx = std::max(mx, l[i]);
+    double sum = 0;
+    for (int64_t i = 0; i < n_expert; ++i) sum += static_cast<double>(p[i] = std::exp(l[i] - mx));
+    const float inv = static_cast<float>(1.0 / sum);
+    for (float& v : p) v *= inv;
+    for (int64_t i = 0; i < n_expert; ++i) order[i] = static_cast<int32_t>(i);
+    std::partial_sort(order.begin(), order.begin() + n_used, order.end(),
+                      [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    double chosen = 0;
+    for (int64_t j = 0; j < n_used; ++j) chosen += static_cast<double>(p[order[j]]);
+    const float denom = std::max(static_cast<float>(chosen), 6.103515625e-5f);
+    for (int64_t j = 0; j < n_used; ++j) {
+      ids[t * n_used + j] = order[j];
+      weights[t * n_used + j] = norm ? p[order[j]] / denom : p[order[j]];
+    }
+  }
 }
 
 void ops_float::rope(model::act x, int64_t n_head, const model::rope_params& rp) {

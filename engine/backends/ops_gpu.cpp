@@ -4,7 +4,10 @@
 // cache saved on one backend restores on another); each op copies its inputs to the device and its result back.
 // Weights are uploaded on first use and kept. The embedding lookup (a row decode, no arithmetic
 // beyond the exact dequantization) and the row gather stay on the host, as do the RoPE tables
-// (computed in double on the host by the contract).
+// (computed in double on the host by the contract). For mixture-of-experts models the routing
+// (moe_route: n_expert logits per token), the row scaling by routing weights (scale_rows, the ref
+// kernel) and the row scatter stay on the host too; the router and expert matmuls, SwiGLU and the
+// adds run on the device.
 //
 // Goals: the CPU backend's logits bit for bit, for any batch, chunking or cache history.
 // Non-goals: keeping activations on the device between ops (the copies cost what they cost).
@@ -102,6 +105,18 @@ class ops_gpu final : public ops_storage<float> {
   void geglu(model::act, model::act, model::act) override { unsupported("geglu"); }
   void scale(model::act, float, model::act) override { unsupported("scale"); }
   void softcap(model::act, float, model::act) override { unsupported("softcap"); }
+
+  // Host: n_expert logits per token, by the CPU exact backend's own function.
+  void moe_route(model::act logits, int64_t n_used, bool norm, std::vector<int32_t>& ids, std::vector<float>& weights) override {
+    moe_route_exact(data(logits), logits.rows, logits.cols, n_used, norm, ids, weights);
+  }
+
+  // Host: one multiply per element of each expert's output rows (kernels::scale_f32_ref), too little
+  // work to pay for a copy to the device and back.
+  void scale_rows(model::act x, const std::vector<float>& s, model::act out) override {
+    const writer o = write(out);
+    for (int64_t t = 0; t < x.rows; ++t) kernels::scale_f32_ref(row(x, t), x.cols, s[t], o.row(t));
+  }
 
  private:
   [[noreturn]] void unsupported(const std::string& op) const {

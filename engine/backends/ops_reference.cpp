@@ -2,6 +2,7 @@
 // exact values the file holds) and widened to double; activations, RMSNorm (with sqrt), RoPE
 // (std::cos / std::sin), softmax attention and the KV cache are double. Only the logits are
 // rounded, once, to f32. Slow: the ground truth fidelity is measured against.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -129,6 +130,35 @@ class ops_reference final : public ops_storage<double> {
   void softcap(model::act x, float cap, model::act out) override {
     double* o = write(out).data();
     for (int64_t i = 0; i < x.rows * x.cols; ++i) o[i] = cap * std::tanh(data(x)[i] / cap);
+  }
+
+  // Softmax and renormalisation in double; the experts ranked by their double logits (ties: lower
+  // id). The weights are handed over as f32 (the interface's type), a relative 6e-8.
+  void moe_route(model::act logits, int64_t n_used, bool norm, std::vector<int32_t>& ids, std::vector<float>& weights) override {
+    const int64_t n_expert = logits.cols;
+    ids.resize(static_cast<size_t>(logits.rows * n_used));
+    weights.resize(ids.size());
+    std::vector<int32_t> order(static_cast<size_t>(n_expert));
+    for (int64_t t = 0; t < logits.rows; ++t) {
+      const double* l = row(logits, t);
+      const double mx = *std::max_element(l, l + n_expert);
+      double all = 0, chosen = 0;
+      for (int64_t i = 0; i < n_expert; ++i) all += std::exp(l[i] - mx);
+      for (int64_t i = 0; i < n_expert; ++i) order[i] = static_cast<int32_t>(i);
+      std::partial_sort(order.begin(), order.begin() + n_used, order.end(),
+                        [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+      for (int64_t j = 0; j < n_used; ++j) chosen += std::exp(l[order[j]] - mx);
+      for (int64_t j = 0; j < n_used; ++j) {
+        ids[t * n_used + j] = order[j];
+        weights[t * n_used + j] = static_cast<float>(std::exp(l[order[j]] - mx) / (norm ? chosen : all));
+      }
+    }
+  }
+
+  void scale_rows(model::act x, const std::vector<float>& s, model::act out) override {
+    const writer o = write(out);
+    for (int64_t t = 0; t < x.rows; ++t)
+      for (int64_t i = 0; i < x.cols; ++i) o.row(t)[i] = row(x, t)[i] * static_cast<double>(s[t]);
   }
 
  private:

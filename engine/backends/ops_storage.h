@@ -56,6 +56,14 @@ class ops_storage : public model::ops {
     for (int64_t i = 0; i < x.rows * x.cols; ++i) out[i] = static_cast<float>(p[i]);
   }
 
+  void scatter_rows(model::act x, const std::vector<int64_t>& rows, model::act out) override {
+    const writer o = write(out);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const T* src = row(x, static_cast<int64_t>(i));
+      std::copy(src, src + x.cols, o.row(rows[i]));
+    }
+  }
+
  protected:
   ops_storage(const model::model& m, thread_pool* pool) : m_(m), hp_(m.hp()), pool_(pool) {}
 

@@ -29,7 +29,11 @@ const arch_row ARCHES[] = {
     {ARCH_PHI3, "phi3", ROPE_NEOX, false, false, false, true, false},
     {ARCH_GEMMA2, "gemma2", ROPE_NEOX, false, false, false, false, true},
     {ARCH_GEMMA3, "gemma3", ROPE_NEOX, false, true, false, false, true},
+    {ARCH_QWEN3MOE, "qwen3moe", ROPE_NEOX, false, true, false, false, false},
 };
+
+// The mixture-of-experts architectures (their attention is the row of ARCHES above).
+const arch_id MOE_ARCHES[] = {ARCH_QWEN3MOE};
 
 const arch_row& row_of(arch_id a) {
   for (const arch_row& r : ARCHES)
@@ -111,6 +115,24 @@ void read_gemma(const gguf::file& f, hparams& hp) {
   if (big) hp.attn_scale_override = 1.0 / std::sqrt(static_cast<double>(static_cast<float>(hp.n_embd / hp.n_head)));
 }
 
+// The experts' hyperparameters (arch_moe). Refuses what llama.cpp's qwen3moe would compute
+// differently from the engine: group-limited routing and shared experts.
+void moe_hparams(const gguf::file& f, hparams& hp) {
+  const std::string n_key = key(hp, "expert_count"), used_key = key(hp, "expert_used_count");
+  hp.n_expert = positive(f, n_key, f.get_int(n_key, 0), 4096);
+  hp.n_expert_used = positive(f, used_key, f.get_int(used_key, 0), hp.n_expert);
+  const std::string ff_key = key(hp, "expert_feed_forward_length");
+  hp.n_ff_exp = positive(f, ff_key, f.get_int(ff_key, hp.n_ff / hp.n_expert_used));
+  hp.expert_weights_norm = true;
+  const std::string groups_key = key(hp, "expert_group_count"), shared_key = key(hp, "expert_shared_count");
+  if (f.get_int(groups_key, 0) > 1)
+    throw input_error(f.path() + ": key '" + groups_key + "' = " + std::to_string(f.get_int(groups_key)) +
+                      ": group-limited expert routing is not supported");
+  if (f.get_int(shared_key, 0) > 0)
+    throw input_error(f.path() + ": key '" + shared_key + "' = " + std::to_string(f.get_int(shared_key)) +
+                      ": shared experts are not supported (" + arch_name(hp.arch) + " has none)");
+}
+
 }  // namespace
 
 const char* arch_name(arch_id a) { return row_of(a).name; }
@@ -130,6 +152,12 @@ bool arch_gemma_block(arch_id a) { return row_of(a).gemma; }
 bool layer_swa(const hparams& hp, int64_t l) {
   if (!hp.swa) return false;
   return hp.swa_period == 0 || l % hp.swa_period < hp.swa_period - 1;
+}
+
+bool arch_moe(arch_id a) {
+  for (arch_id m : MOE_ARCHES)
+    if (m == a) return true;
+  return false;
 }
 
 std::string arch_names() {
@@ -193,6 +221,7 @@ hparams hparams_from_gguf(const gguf::file& f) {
                         ", found " + std::to_string(hp.n_swa));
   }
   if (arch_gemma_block(hp.arch)) read_gemma(f, hp);
+  if (arch_moe(hp.arch)) moe_hparams(f, hp);
   check_consistency(f, hp);
   return hp;
 }
@@ -206,7 +235,7 @@ void hparams_write(gguf::writer& w, const hparams& hp) {
   w.set(key(hp, "feed_forward_length"), u32(hp.n_ff));
   w.set(key(hp, "attention.head_count"), u32(hp.n_head));
   w.set(key(hp, "attention.head_count_kv"), u32(hp.n_head_kv));
-  if (hp.head_dim != hp.n_embd / hp.n_head || hp.arch == ARCH_QWEN3) {
+  if (hp.head_dim != hp.n_embd / hp.n_head || hp.arch == ARCH_QWEN3 || hp.arch == ARCH_QWEN3MOE) {
     w.set(key(hp, "attention.key_length"), u32(hp.head_dim));
     w.set(key(hp, "attention.value_length"), u32(hp.head_dim));
   }
@@ -224,6 +253,11 @@ void hparams_write(gguf::writer& w, const hparams& hp) {
     }
     if (hp.arch == ARCH_GEMMA2) w.set(key(hp, "attn_logit_softcapping"), gguf::value::of_f32(static_cast<float>(hp.attn_softcap)));
     if (hp.final_softcap > 0) w.set(key(hp, "final_logit_softcapping"), gguf::value::of_f32(static_cast<float>(hp.final_softcap)));
+  }
+  if (arch_moe(hp.arch)) {
+    w.set(key(hp, "expert_count"), u32(hp.n_expert));
+    w.set(key(hp, "expert_used_count"), u32(hp.n_expert_used));
+    w.set(key(hp, "expert_feed_forward_length"), u32(hp.n_ff_exp));
   }
 }
 
@@ -261,7 +295,12 @@ std::vector<tensor_desc> arch_tensors(const hparams& hp) {
     add(b + "attn_output.weight", {q_dim, hp.n_embd}, TENSOR_MATRIX);
     if (r.gemma) add(b + "post_attention_norm.weight", {hp.n_embd}, TENSOR_VECTOR);
     add(b + "ffn_norm.weight", {hp.n_embd}, TENSOR_VECTOR);
-    if (r.fused) {
+    if (arch_moe(hp.arch)) {
+      add(b + "ffn_gate_inp.weight", {hp.n_embd, hp.n_expert}, TENSOR_MATRIX);
+      add(b + "ffn_gate_exps.weight", {hp.n_embd, hp.n_ff_exp, hp.n_expert}, TENSOR_MATRIX);
+      add(b + "ffn_down_exps.weight", {hp.n_ff_exp, hp.n_embd, hp.n_expert}, TENSOR_MATRIX);
+      add(b + "ffn_up_exps.weight", {hp.n_embd, hp.n_ff_exp, hp.n_expert}, TENSOR_MATRIX);
+    } else if (r.fused) {
       add(b + "ffn_down.weight", {hp.n_ff, hp.n_embd}, TENSOR_MATRIX);
       add(b + "ffn_up.weight", {hp.n_embd, 2 * hp.n_ff}, TENSOR_MATRIX);
     } else {
@@ -298,6 +337,9 @@ void arch_check_tensors(const gguf::file& f, const hparams& hp) {
     if (!expected.count(t.name) && (t.name == "rope_factors_long.weight" || t.name == "rope_factors_short.weight"))
       throw input_error(f.path() + ": tensor '" + t.name + "': LongRoPE frequency factors (Phi-3 128k, Phi-3.5, Phi-4-mini) " +
                         "are not supported yet; files without them (Phi-3 4k, Phi-4) are");
+    if (!expected.count(t.name) && arch_moe(hp.arch) && t.name.find("_shexp") != std::string::npos)
+      throw input_error(f.path() + ": tensor '" + gguf::printable(t.name) + "': shared experts are not supported (" +
+                        arch_name(hp.arch) + " has none)");
     if (!expected.count(t.name))
       throw input_error(f.path() + ": unexpected tensor '" + gguf::printable(t.name) + "' for architecture " + arch_name(hp.arch));
   }

@@ -15,14 +15,14 @@
 
 namespace detaudit::model {
 
-enum arch_id { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_PHI3, ARCH_GEMMA2, ARCH_GEMMA3 };
+enum arch_id { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_PHI3, ARCH_GEMMA2, ARCH_GEMMA3, ARCH_QWEN3MOE };
 
 enum rope_kind {
   ROPE_NORM,  // adjacent pairs (x[2i], x[2i+1]) rotate: llama
-  ROPE_NEOX,  // halves (x[i], x[i + d/2]) rotate: qwen2, qwen3, phi3, gemma2, gemma3
+  ROPE_NEOX,  // halves (x[i], x[i + d/2]) rotate: qwen2, qwen3, phi3, gemma2, gemma3, qwen3moe
 };
 
-// Returns "llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3".
+// Returns "llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe".
 const char* arch_name(arch_id a);
 // Parses a general.architecture value; nullopt when the engine does not know it.
 std::optional<arch_id> arch_from_name(const std::string& name);
@@ -35,6 +35,11 @@ bool arch_fused_qkv_ffn(arch_id a);
 // on the FFN output before each residual add (blk.N.post_attention_norm, blk.N.post_ffw_norm),
 // and a GELU (tanh form) gate instead of SiLU: gemma2, gemma3.
 bool arch_gemma_block(arch_id a);
+// Whether the architecture's feed-forward is a mixture of experts (qwen3moe): a router
+// (blk.N.ffn_gate_inp.weight, n_expert rows of n_embd) and n_expert SwiGLU experts stored as 3-D
+// tensors blk.N.ffn_{gate,up,down}_exps.weight, of which each token uses the n_expert_used its
+// router ranks highest. The loader reads each expert as a row range of the 3-D tensor.
+bool arch_moe(arch_id a);
 // The names of the supported architectures, comma-separated, for error messages.
 std::string arch_names();
 
@@ -75,6 +80,14 @@ struct hparams {
   // layers, gemma3 with 62) scale by 1/sqrt(n_embd / n_head), as llama.cpp decides by layer count.
   // 0: 1/sqrt(head_dim).
   double attn_scale_override = 0;
+  // Mixture of experts (arch_moe; all 0 otherwise): {arch}.expert_count, expert_used_count and
+  // expert_feed_forward_length (absent: n_ff / n_expert_used, as llama.cpp reads it). qwen3moe
+  // always renormalises the top-k softmax weights to sum to 1 (llama.cpp's qwen3moe does; the file
+  // has no key for it).
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t n_ff_exp = 0;
+  bool expert_weights_norm = false;
 };
 
 // Whether layer l attends through the sliding window of n_swa positions.

@@ -5,6 +5,8 @@
 
 #include <xxhash.h>
 
+#include "model/moe.h"
+
 namespace detaudit::model {
 
 rope_params layer_rope(const hparams& hp, int64_t l) {
@@ -32,7 +34,8 @@ void trace_rows(ops& o, act x, step_output& out) {
 
 // One transformer block on the residual stream x (n_tokens, n_embd), in place. Its temporaries
 // are released at the end, so a step holds one block's activations, not every layer's.
-void block(const model& m, ops& o, int64_t l, act x) {
+// routes: when non-null, receives each token's experts of this layer (mixture of experts).
+void block(const model& m, ops& o, int64_t l, act x, std::vector<std::vector<std::vector<int32_t>>>* routes) {
   const hparams& hp = m.hp();
   const layer_weights& w = m.layers[l];
   const int64_t n = x.rows, q_dim = hp.n_head * hp.head_dim, kv_dim = hp.n_head_kv * hp.head_dim;
@@ -65,6 +68,11 @@ void block(const model& m, ops& o, int64_t l, act x) {
   o.add(x, proj, x);
 
   o.rms_norm(x, w.ffn_norm, hp.n_embd, h);
+  if (!w.exp_gate.empty()) {
+    o.add(x, moe_ffn(m, o, l, h, routes), x);
+    o.alloc_release(mark);
+    return;
+  }
   act gate = o.alloc(n, hp.n_ff), up = o.alloc(n, hp.n_ff);
   o.matmul(w.w_gate, h, gate);
   o.matmul(w.w_up, h, up);
@@ -84,6 +92,7 @@ void forward_step(const model& m, ops& o, const std::vector<step_token>& toks, b
   const int64_t n = static_cast<int64_t>(toks.size());
   out.logits.clear();
   out.traces.assign(trace ? toks.size() : 0, {});
+  out.routes.assign(trace && hp.n_expert > 0 ? toks.size() : 0, {});
 
   o.begin_step(toks);
   act x = o.alloc(n, hp.n_embd);
@@ -91,7 +100,7 @@ void forward_step(const model& m, ops& o, const std::vector<step_token>& toks, b
   // gemma: the embeddings times sqrt(n_embd), rounded to float as llama.cpp's sqrtf does
   if (arch_gemma_block(hp.arch)) o.scale(x, std::sqrt(static_cast<float>(hp.n_embd)), x);
   for (int64_t l = 0; l < hp.n_layer; ++l) {
-    block(m, o, l, x);
+    block(m, o, l, x, out.routes.empty() ? nullptr : &out.routes);
     if (trace) trace_rows(o, x, out);
   }
   o.rms_norm(x, m.output_norm, hp.n_embd, x);

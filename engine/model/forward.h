@@ -1,4 +1,4 @@
-// The forward pass, written once for every architecture (llama, qwen2, qwen3, phi3, gemma2, gemma3) as a sequence of
+// The forward pass, written once for every architecture (llama, qwen2, qwen3, phi3, gemma2, gemma3, qwen3moe) as a sequence of
 // named ops, and the op interface that each numerics backend implements.
 //
 // Goals: one place that says what a transformer block computes; backends (backends/ops_exact,
@@ -105,6 +105,17 @@ class ops {
   virtual act gather_rows(act x, const std::vector<int64_t>& rows) = 0;
   // The activation as f32 (rows * cols floats), rounded once where the backend is wider.
   virtual void read_f32(act x, float* out) = 0;
+
+  // ---- mixture of experts (model/moe.h) ----
+  // Per row t of the router logits (rows: tokens; cols: n_expert), on the host: the n_used experts
+  // the token uses, best first (ties: the lower expert id), and their weights: the softmax over all
+  // experts at those ids, divided by their sum when norm. ids, weights: (rows, n_used).
+  virtual void moe_route(act logits, int64_t n_used, bool norm, std::vector<int32_t>& ids, std::vector<float>& weights) = 0;
+  // out(t, :) = x(t, :) * s[t], element-wise (s: x.rows weights).
+  virtual void scale_rows(act x, const std::vector<float>& s, act out) = 0;
+  // out(rows[i], :) = x(i, :) for each i, the inverse of gather_rows; other rows of out keep their
+  // values. out must differ from x.
+  virtual void scatter_rows(act x, const std::vector<int64_t>& rows, act out) = 0;
 };
 
 // What one step returns: logits of the tokens with logits = true, in step order, and (when
@@ -112,6 +123,8 @@ class ops {
 struct step_output {
   std::vector<float> logits;                     // (n_logit_rows, n_vocab)
   std::vector<std::vector<uint64_t>> traces;     // (n_tokens) x (n_layer + 1), when traced
+  // When traced and the model has experts: per token, per layer, the experts it used, best first.
+  std::vector<std::vector<std::vector<int32_t>>> routes;  // (n_tokens) x (n_layer) x (n_expert_used)
 };
 
 // Evaluates one step. Throws std::logic_error on an empty step.

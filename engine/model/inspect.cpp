@@ -51,7 +51,9 @@ json generic_hparams(const gguf::file& f, const std::string& arch) {
       {"n_layer", "block_count"}, {"n_embd", "embedding_length"}, {"n_ff", "feed_forward_length"},
       {"n_head", "attention.head_count"}, {"n_head_kv", "attention.head_count_kv"},
       {"n_ctx_train", "context_length"}, {"n_rot", "rope.dimension_count"}, {"head_dim", "attention.key_length"},
-      {"n_swa", "attention.sliding_window"}, {"swa_period", "attention.sliding_window_pattern"}};
+      {"n_swa", "attention.sliding_window"}, {"swa_period", "attention.sliding_window_pattern"},
+      {"n_expert", "expert_count"}, {"n_expert_used", "expert_used_count"},
+      {"n_ff_exp", "expert_feed_forward_length"}, {"n_expert_shared", "expert_shared_count"}};
   for (auto [name, suffix] : keys) {
     const gguf::value* v = f.find(arch + "." + suffix);
     if (v && v->is_integer()) h[name] = v->as_int(arch + "." + suffix);
@@ -145,7 +147,6 @@ json engine_support(const gguf::file& f, const std::string& arch) {
       notes.push_back("gemma block: embeddings scaled by sqrt(n_embd), RMS norms on the attention and FFN outputs "
                       "(post_attention_norm, post_ffw_norm), a GELU (tanh form) gate");
       if (hp.swa) {
-        std::string which;
         int64_t n_sliding = 0;
         for (int64_t l = 0; l < hp.n_layer; ++l) n_sliding += layer_swa(hp, l) ? 1 : 0;
         notes.push_back(std::to_string(n_sliding) + " of " + std::to_string(hp.n_layer) + " layers attend through a sliding window of " +
@@ -162,6 +163,12 @@ json engine_support(const gguf::file& f, const std::string& arch) {
         notes.push_back("attention scale 1/sqrt(n_embd / n_head) = " + num_text(hp.attn_scale_override) +
                         " (llama.cpp's rule for the 27B models, decided by the layer count)");
     }
+    if (arch_moe(hp.arch))
+      notes.push_back("mixture of experts: " + std::to_string(hp.n_expert) + " experts of width " + std::to_string(hp.n_ff_exp) +
+                      ", " + std::to_string(hp.n_expert_used) + " per token: softmax over the router's (ffn_gate_inp) logits, the " +
+                      std::to_string(hp.n_expert_used) + " largest (ties: lower expert id), weights " +
+                      (hp.expert_weights_norm ? "renormalised to sum to 1" : "as the softmax gives them") +
+                      "; each expert of ffn_{gate,up,down}_exps is read as a row range of the 3-D tensor");
     return {{"runnable", true}, {"rope", arch_rope_kind(hp.arch) == ROPE_NEOX ? "neox" : "norm"},
             {"head_dim", hp.head_dim}, {"tied_output", hp.tied_output}, {"n_vocab", hp.n_vocab},
             {"fused_qkv_ffn", arch_fused_qkv_ffn(hp.arch)}, {"notes", notes}};

@@ -51,6 +51,25 @@ weight tensor_get_matrix(const gguf::file& f, const std::string& name, int64_t n
   return w;
 }
 
+// A 3-D expert tensor (ne = [n_in, n_rows, n_expert]) as one matrix of n_expert * n_rows rows
+// (expert e's rows follow expert e-1's; weight_expert cuts one out). Throws input_error as
+// tensor_get_matrix does.
+weight tensor_get_experts(const gguf::file& f, const std::string& name, int64_t n_in, int64_t n_rows, int64_t n_expert) {
+  const gguf::tensor_info* t = tensor_find(f, name, {n_in, n_rows, n_expert});
+  if (!model_type_supported(t->type))
+    throw input_error(f.path() + ": tensor '" + name + "' has type " + gguf::dtype_get(t->type).name +
+                      ", which the engine does not compute (supported: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 "
+                      "q2_K q3_K q4_K q5_K q6_K)");
+  weight w;
+  w.name = name;
+  w.type = t->type;
+  w.n_in = n_in;
+  w.n_out = n_rows * n_expert;
+  w.row_bytes = gguf::dtype_row_bytes(t->type, n_in);
+  w.data = f.tensor_data(*t);
+  return w;
+}
+
 // An F32 vector of n elements, copied. Empty when `optional` and absent.
 std::vector<float> tensor_get_vector(const gguf::file& f, const std::string& name, int64_t n, bool optional = false) {
   const gguf::tensor_info* t = tensor_find(f, name, {n}, optional);
@@ -64,6 +83,19 @@ std::vector<float> tensor_get_vector(const gguf::file& f, const std::string& nam
       throw input_error(f.path() + ": tensor '" + name + "': element " + std::to_string(i) + " is " + std::to_string(v[i]) +
                         "; expected finite values");
   return v;
+}
+
+// The router and the experts of a mixture-of-experts block, each expert a view of its 3-D tensor.
+void layer_get_experts(const gguf::file& f, const hparams& hp, const std::string& b, layer_weights& lw) {
+  lw.router = tensor_get_matrix(f, b + "ffn_gate_inp.weight", hp.n_embd, hp.n_expert);
+  const weight gate = tensor_get_experts(f, b + "ffn_gate_exps.weight", hp.n_embd, hp.n_ff_exp, hp.n_expert);
+  const weight up = tensor_get_experts(f, b + "ffn_up_exps.weight", hp.n_embd, hp.n_ff_exp, hp.n_expert);
+  const weight down = tensor_get_experts(f, b + "ffn_down_exps.weight", hp.n_ff_exp, hp.n_embd, hp.n_expert);
+  for (int64_t e = 0; e < hp.n_expert; ++e) {
+    lw.exp_gate.push_back(weight_expert(gate, e, hp.n_ff_exp));
+    lw.exp_up.push_back(weight_expert(up, e, hp.n_ff_exp));
+    lw.exp_down.push_back(weight_expert(down, e, hp.n_embd));
+  }
 }
 
 layer_weights layer_get(const gguf::file& f, const hparams& hp, int64_t l) {
@@ -88,7 +120,7 @@ layer_weights layer_get(const gguf::file& f, const hparams& hp, int64_t l) {
     lw.bk = tensor_get_vector(f, b + "attn_k.bias", kv_dim);
     lw.bv = tensor_get_vector(f, b + "attn_v.bias", kv_dim);
   }
-  if (hp.arch == ARCH_QWEN3 || hp.arch == ARCH_GEMMA3) {
+  if (hp.arch == ARCH_QWEN3 || hp.arch == ARCH_GEMMA3 || hp.arch == ARCH_QWEN3MOE) {
     lw.q_norm = tensor_get_vector(f, b + "attn_q_norm.weight", hp.head_dim);
     lw.k_norm = tensor_get_vector(f, b + "attn_k_norm.weight", hp.head_dim);
   }
@@ -97,6 +129,10 @@ layer_weights layer_get(const gguf::file& f, const hparams& hp, int64_t l) {
     lw.post_ffn_norm = tensor_get_vector(f, b + "post_ffw_norm.weight", hp.n_embd);
   }
   lw.ffn_norm = tensor_get_vector(f, b + "ffn_norm.weight", hp.n_embd);
+  if (arch_moe(hp.arch)) {
+    layer_get_experts(f, hp, b, lw);
+    return lw;
+  }
   if (fused) {
     const weight gate_up = tensor_get_matrix(f, b + "ffn_up.weight", hp.n_embd, 2 * hp.n_ff);
     lw.w_gate = weight_rows(gate_up, 0, hp.n_ff);
@@ -118,6 +154,14 @@ weight weight_rows(const weight& w, int64_t r0, int64_t n) {
   v.name = w.name + "[" + std::to_string(r0) + ":" + std::to_string(r0 + n) + "]";
   v.n_out = n;
   v.data = w.data + w.row_bytes * static_cast<uint64_t>(r0);
+  return v;
+}
+
+weight weight_expert(const weight& all, int64_t e, int64_t n_rows) {
+  if (n_rows < 1 || all.n_out % n_rows != 0 || e < 0 || e >= all.n_out / n_rows)
+    throw std::logic_error("weight_expert: expert " + std::to_string(e) + " of " + all.name);
+  weight v = weight_rows(all, e * n_rows, n_rows);
+  v.name = all.name + "[expert " + std::to_string(e) + "]";
   return v;
 }
 

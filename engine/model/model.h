@@ -34,6 +34,10 @@ struct weight {
 // backend computes a row from that row's bytes alone, so a view gives the fused matmul's rows.
 weight weight_rows(const weight& w, int64_t r0, int64_t n);
 
+// Expert e of a 3-D expert tensor read as n_expert * n_rows rows (ne = [n_in, n_rows, n_expert]):
+// its rows [e * n_rows, (e + 1) * n_rows) as an ordinary matrix, named "NAME[expert E]".
+weight weight_expert(const weight& all, int64_t e, int64_t n_rows);
+
 struct layer_weights {
   std::vector<float> attn_norm;        // (n_embd)
   weight wq, wk, wv, wo;               // wq: (n_head*head_dim rows of n_embd) ... (phi3: views of attn_qkv)
@@ -44,6 +48,10 @@ struct layer_weights {
   std::vector<float> ffn_norm;         // (n_embd)
   weight w_gate, w_up, w_down;         // gate/up: (n_ff rows of n_embd); down: (n_embd rows of n_ff)
                                        // (phi3: gate and up are views of the fused ffn_up)
+  // Mixture of experts (arch_moe), else empty, and w_gate, w_up and w_down are unset:
+  weight router;                       // ffn_gate_inp: (n_expert rows of n_embd)
+  std::vector<weight> exp_gate, exp_up;  // per expert: (n_ff_exp rows of n_embd), views of ffn_{gate,up}_exps
+  std::vector<weight> exp_down;          // per expert: (n_embd rows of n_ff_exp), views of ffn_down_exps
 };
 
 class model {

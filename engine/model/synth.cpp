@@ -75,7 +75,7 @@ init_scale scale_for(const tensor_desc& d, const hparams& hp) {
   double fan_in = static_cast<double>(d.ne[0]);
   // Projections back into the residual stream are scaled down by sqrt(2 * n_layer), as in GPT-2,
   // so the stream stays O(1) however deep the model.
-  bool to_residual = ends("attn_output.weight") || ends("ffn_down.weight");
+  bool to_residual = ends("attn_output.weight") || ends("ffn_down.weight") || ends("ffn_down_exps.weight");
   return {inv_sqrt(fan_in) * (to_residual ? inv_sqrt(2.0 * double(hp.n_layer)) : 1.0), 0.0};
 }
 
@@ -125,6 +125,12 @@ hparams hparams_of(const synth_options& o, int64_t n_vocab) {
     hp.attn_softcap = g2 ? 50.0 : 0.0;
     hp.final_softcap = g2 ? 30.0 : 0.0;
     hp.tied_output = g2 || o.tied_output;
+  }
+  if (arch_moe(o.arch)) {
+    hp.n_expert = o.n_expert;
+    hp.n_expert_used = o.n_expert_used;
+    hp.n_ff_exp = o.n_ff_exp ? o.n_ff_exp : o.n_embd;
+    hp.expert_weights_norm = true;
   }
   return hp;
 }
@@ -247,7 +253,8 @@ bool synth_apply_mixture(synth_options& o, const std::string& name) {
   for (int64_t i = 0; i < n; ++i) {
     if (!more_bits(i)) continue;
     if (!fused) mix.emplace_back("blk." + std::to_string(i) + ".attn_v.weight", gguf::DTYPE_Q6_K);
-    mix.emplace_back("blk." + std::to_string(i) + ".ffn_down.weight", gguf::DTYPE_Q6_K);
+    // An expert tensor is an ffn_down to llama.cpp's quantizer (it matches the name by "ffn_down").
+    mix.emplace_back("blk." + std::to_string(i) + (arch_moe(o.arch) ? ".ffn_down_exps.weight" : ".ffn_down.weight"), gguf::DTYPE_Q6_K);
   }
   o.tensor_types.insert(o.tensor_types.begin(), mix.begin(), mix.end());
   return true;
@@ -265,7 +272,7 @@ bool pattern_matches(const std::string& pattern, const std::string& name) {
 }  // namespace
 
 gguf::dtype synth_tensor_type(const synth_options& o, const std::string& name) {
-  gguf::dtype t = o.type;
+  gguf::dtype t = name.ends_with("ffn_gate_inp.weight") ? gguf::DTYPE_F32 : o.type;
   for (const auto& [pattern, type] : o.tensor_types)
     if (pattern_matches(pattern, name)) t = type;
   return t;
@@ -297,6 +304,16 @@ void synth_validate(const synth_options& o) {
   need(o.swa_period <= 4096, "--swa-period " + std::to_string(o.swa_period) + " is above 4096");
   synth_file_type(o.type);
   const gguf::dtype_traits& t = gguf::dtype_get(o.type);
+  if (arch_moe(o.arch)) {
+    need(o.n_expert >= 1 && o.n_expert <= 256 && o.n_expert_used >= 1 && o.n_expert_used <= o.n_expert,
+         "--n-expert must be from 1 to 256 and --n-expert-used from 1 to --n-expert; found " + std::to_string(o.n_expert) +
+             " and " + std::to_string(o.n_expert_used));
+    const int64_t ff = o.n_ff_exp ? o.n_ff_exp : o.n_embd;
+    need(ff > 0 && ff <= (1 << 16), "--n-ff-exp must be from 1 to 65536, found " + std::to_string(ff));
+    need(ff % t.block_size == 0, "--type " + std::string(t.name) + " packs rows in blocks of " + std::to_string(t.block_size) +
+                                     "; the expert width (--n-ff-exp, default --n-embd) = " + std::to_string(ff) +
+                                     " is not a multiple of it");
+  }
   const std::pair<const char*, int64_t> rows[] = {{"--n-embd", o.n_embd}, {"--n-ff", o.n_ff}, {"--n-head x head_dim", o.n_head * hd}};
   for (auto [flag, n] : rows)
     need(n % t.block_size == 0, "--type " + (o.mixture.empty() ? std::string(t.name) : o.mixture + " (" + t.name + ")") +

@@ -42,6 +42,12 @@ struct synth_options {
   std::string name = "synthetic";  // general.name
   int64_t file_type = -1;          // general.file_type; -1: synth_file_type(type)
   std::string mixture;             // the mixture name synth_apply_mixture applied ("q4_k_m"), for messages
+  // Mixture of experts (arch_moe only): experts, experts per token, expert feed-forward width
+  // (0: n_embd). The router (ffn_gate_inp) is written in f32, as llama.cpp's converter and
+  // quantizer keep it, unless a tensor_types entry names it.
+  int64_t n_expert = 16;
+  int64_t n_expert_used = 4;
+  int64_t n_ff_exp = 0;
 };
 
 // llama.cpp's "medium" K-quant mixtures (its llama-quant.cpp rules for a dense model): every matrix

@@ -163,7 +163,9 @@ std::vector<std::vector<float>> context::impl::run_steps(const std::vector<token
         const float* l = out.logits.data() + row++ * static_cast<size_t>(n_vocab);
         logits.emplace_back(l, l + n_vocab);
       }
-      if (p.trace_hashes) traces.push_back({batch[i].seq, pos[i], std::move(out.traces[i - b0])});
+      if (p.trace_hashes)
+        traces.push_back({batch[i].seq, pos[i], std::move(out.traces[i - b0]),
+                          out.routes.empty() ? std::vector<std::vector<int32_t>>{} : std::move(out.routes[i - b0])});
     }
   }
   return logits;

@@ -56,6 +56,8 @@ struct token_trace {
   int32_t seq = 0;
   int64_t pos = 0;
   std::vector<uint64_t> layer_hashes;
+  // Mixture-of-experts models: per layer, the experts the token used, best first (else empty).
+  std::vector<std::vector<int32_t>> routes;
 };
 
 class context {

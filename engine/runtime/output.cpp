@@ -1,5 +1,6 @@
 #include "runtime/output.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 
@@ -98,13 +99,60 @@ std::string generate_hashes_text(const generate_result& r) {
   return out + "chained " + hash_hex(r.chained_hash) + "\n";
 }
 
+namespace {
+
+std::string expert_list(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  return s;
+}
+
+}  // namespace
+
 std::string generate_trace_text(const generate_result& r) {
   std::string out;
-  for (const token_trace& t : r.traces)
+  for (const token_trace& t : r.traces) {
     for (size_t l = 0; l < t.layer_hashes.size(); ++l)
       out += "trace " + std::to_string(t.pos) + " " + (l + 1 == t.layer_hashes.size() ? std::string("norm") : std::to_string(l)) +
              " " + hash_hex(t.layer_hashes[l]) + "\n";
+    for (size_t l = 0; l < t.routes.size(); ++l)
+      out += "route " + std::to_string(t.pos) + " " + std::to_string(l) + " " + expert_list(t.routes[l]) + "\n";
+  }
   return out;
+}
+
+trace_parting trace_compare(const std::vector<token_trace>& a, const std::vector<token_trace>& b) {
+  trace_parting d;
+  static const token_trace none;
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    const token_trace& ta = i < a.size() ? a[i] : none;
+    const token_trace& tb = i < b.size() ? b[i] : none;
+    const int64_t pos = i < a.size() ? ta.pos : tb.pos;
+    if (d.hash_pos < 0 && ta.layer_hashes != tb.layer_hashes) {
+      size_t l = 0;
+      while (l < ta.layer_hashes.size() && l < tb.layer_hashes.size() && ta.layer_hashes[l] == tb.layer_hashes[l]) ++l;
+      d.hash_pos = pos;
+      d.hash_layer = static_cast<int64_t>(l);
+    }
+    if (d.route_pos < 0 && ta.routes != tb.routes) {
+      size_t l = 0;
+      while (l < ta.routes.size() && l < tb.routes.size() && ta.routes[l] == tb.routes[l]) ++l;
+      d.route_pos = pos;
+      d.route_layer = static_cast<int64_t>(l);
+      if (l < ta.routes.size()) d.route_a = ta.routes[l];
+      if (l < tb.routes.size()) d.route_b = tb.routes[l];
+    }
+  }
+  return d;
+}
+
+std::string trace_parting_text(const trace_parting& d) {
+  std::string out = d.hash_pos < 0 ? "layers: identical\n"
+                                   : "layers: first differ at position " + std::to_string(d.hash_pos) + ", layer " +
+                                         std::to_string(d.hash_layer) + "\n";
+  if (d.route_pos < 0) return out + "routing: identical\n";
+  return out + "routing: first differs at position " + std::to_string(d.route_pos) + ", layer " + std::to_string(d.route_layer) +
+         ": experts " + expert_list(d.route_a) + " vs " + expert_list(d.route_b) + "\n";
 }
 
 std::string generate_summary_text(const generate_result& r) {

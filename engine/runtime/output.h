@@ -32,6 +32,21 @@ std::string generate_hashes_text(const generate_result& r);
 // "trace POS LAYER HASH" per traced position and layer ("norm" for the final norm), for diffing
 // two runs: the first differing line names the first position and layer where they part.
 std::string generate_trace_text(const generate_result& r);
+// With a mixture-of-experts model, generate_trace_text also writes "route POS LAYER E0,E1,..."
+// after each position's trace lines: the experts the token used in that layer, best first.
+
+// Where two traces of the same request first part, positions matched by order (the first
+// max(len) entries): in the first position that differs, the first layer whose output hash
+// differs, and separately the first position and layer whose experts differ. -1: no difference.
+struct trace_parting {
+  int64_t hash_pos = -1, hash_layer = -1;    // hash_layer == n_layer: the final norm
+  int64_t route_pos = -1, route_layer = -1;
+  std::vector<int32_t> route_a, route_b;     // the experts of route_layer on each side
+};
+trace_parting trace_compare(const std::vector<token_trace>& a, const std::vector<token_trace>& b);
+// "layers: first differ at position P, layer L" (or "layers: identical") and "routing: first
+// differs at position P, layer L: experts 3,1 vs 3,7" (or "routing: identical"), one line each.
+std::string trace_parting_text(const trace_parting& d);
 
 // Timings and the finish reason, for stderr.
 std::string generate_summary_text(const generate_result& r);

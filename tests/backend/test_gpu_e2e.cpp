@@ -165,10 +165,10 @@ std::string synth_path(model::arch_id a, gguf::dtype t, const std::string& dir) 
   return path;
 }
 
-// One test case per weight type, each over the four architectures.
+// One test case per weight type, each over the five architectures.
 void check_type(gguf::dtype t) {
   const std::string dir = test::scratch_dir(std::string("gpu_e2e_") + gguf::dtype_get(t).name);
-  for (model::arch_id a : {model::ARCH_LLAMA, model::ARCH_QWEN2, model::ARCH_QWEN3, model::ARCH_PHI3}) {
+  for (model::arch_id a : {model::ARCH_LLAMA, model::ARCH_QWEN2, model::ARCH_QWEN3, model::ARCH_PHI3, model::ARCH_QWEN3MOE}) {
     CAPTURE(model::arch_name(a));
     CAPTURE(gguf::dtype_get(t).name);
     check_same(synth_path(a, t, dir), dir);
@@ -220,7 +220,7 @@ TEST_CASE("gpu e2e: detaudit generate --hashes prints the same lines on the GPU 
   const gguf::dtype types[] = {gguf::DTYPE_F32,  gguf::DTYPE_F16,  gguf::DTYPE_BF16, gguf::DTYPE_Q4_0, gguf::DTYPE_Q4_1,
                                gguf::DTYPE_Q5_0, gguf::DTYPE_Q5_1, gguf::DTYPE_Q8_0, gguf::DTYPE_Q2_K, gguf::DTYPE_Q3_K,
                                gguf::DTYPE_Q4_K, gguf::DTYPE_Q5_K, gguf::DTYPE_Q6_K};
-  const model::arch_id archs[] = {model::ARCH_LLAMA, model::ARCH_QWEN2, model::ARCH_QWEN3, model::ARCH_PHI3};
+  const model::arch_id archs[] = {model::ARCH_LLAMA, model::ARCH_QWEN2, model::ARCH_QWEN3, model::ARCH_PHI3, model::ARCH_QWEN3MOE};
   for (size_t i = 0; i < std::size(types); ++i) {
     const std::string model = synth_path(archs[i % std::size(archs)], types[i], dir);
     CAPTURE(model);

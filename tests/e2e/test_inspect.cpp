@@ -55,7 +55,7 @@ TEST_CASE("inspect: synthetic fixture files in every weight type") {
                          "llama-q5_1", "llama-q2_k", "llama-q3_k_m", "llama-q4_k_m", "llama-q5_k_m", "llama-q6_k",
                          "qwen2-f16", "qwen2-q8_0", "qwen2-q4_0", "qwen2-q4_k_m", "qwen2-q5_k_m", "qwen2-q6_k",
                          "phi3-f16",  "phi3-q8_0",  "phi3-q4_k_m", "gemma2-f16", "gemma2-q8_0", "gemma2-q4_k_m",
-                         "gemma3-f16", "gemma3-q8_0", "gemma3-q4_k_m"};
+                         "gemma3-f16", "gemma3-q8_0", "gemma3-q4_k_m", "qwen3moe-f16", "qwen3moe-q8_0", "qwen3moe-q4_k_m"};
   for (const char* k : kinds) {
     std::string path = detaudit::test::generated(std::string("models/synthetic/tiny-") + k + ".gguf");
     CAPTURE(path);
@@ -67,6 +67,12 @@ TEST_CASE("inspect: synthetic fixture files in every weight type") {
     CHECK(info["vocab"]["size"] == 543);  // detaudit synth's built-in vocabulary
     CHECK(info["engine"]["runnable"] == true);
     CHECK(info["tensors"].size() == info["n_tensors"]);
+    if (kind.rfind("qwen3moe", 0) == 0) {
+      CHECK(info["hparams"]["n_expert"] == 16);
+      CHECK(info["hparams"]["n_expert_used"] == 4);
+      CHECK(info["hparams"]["n_ff_exp"] == 256);
+      CHECK(info["engine"]["notes"].dump().find("mixture of experts: 16 experts of width 256, 4 per token") != std::string::npos);
+    }
   }
 }
 

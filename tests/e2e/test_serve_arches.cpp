@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gguf/gguf.h"
 #include "model/synth.h"
@@ -98,5 +100,35 @@ TEST_CASE("serve arches: gemma3 puts the system text in the first user turn, as 
   CHECK(chat["choices"][0]["message"]["content"] == plain["content"]);
   CHECK(chat["usage"]["prompt_tokens"] == plain["tokens_evaluated"]);
   CHECK(chat["usage"]["completion_tokens"] == 12);
+  CHECK(srv.stop() == 0);
+}
+
+TEST_CASE("serve arches: qwen3moe answers /v1/chat/completions as /completion, and alike alone and among concurrent requests") {
+  const char* chatml =
+      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"
+      "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+  const std::string path = synth_with_template(model::ARCH_QWEN3MOE, chatml);
+  test::serve_child srv({"-np", "4", "-c", "1024"}, path);
+  const json messages = {{{"role", "user"}, {"content", "Hi"}}};
+  const char* rendered = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
+  const json request = {{"prompt", rendered}, {"n_predict", 12}, {"temperature", 0}, {"cache_prompt", false}};
+  const json plain = test::post_json(srv.port, "/completion", request);
+  const json chat = test::post_json(srv.port, "/v1/chat/completions", {{"messages", messages}, {"max_tokens", 12}, {"temperature", 0}});
+  REQUIRE(chat.contains("choices"));
+  CHECK(chat["choices"][0]["message"]["content"] == plain["content"]);
+  CHECK(chat["usage"]["prompt_tokens"] == plain["tokens_evaluated"]);
+  // Four at once share forward steps (the experts see other requests' rows): the same answer.
+  std::vector<std::string> answers(4);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < answers.size(); ++i)
+    threads.emplace_back([&, i] {
+      auto r = test::http_client(srv.port).Post("/completion", request.dump(), "application/json");
+      if (r && r->status == 200) answers[i] = r->body;
+    });
+  for (std::thread& t : threads) t.join();
+  for (const std::string& a : answers) {
+    REQUIRE_FALSE(a.empty());
+    CHECK(json::parse(a)["content"] == plain["content"]);
+  }
   CHECK(srv.stop() == 0);
 }

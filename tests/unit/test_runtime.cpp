@@ -229,6 +229,9 @@ std::vector<model_case> invariance_models(const std::string& dir) {
       {model::ARCH_GEMMA2, gguf::DTYPE_Q5_K}, {model::ARCH_GEMMA3, gguf::DTYPE_Q4_K},
       {model::ARCH_GEMMA3, gguf::DTYPE_F16},  {model::ARCH_GEMMA3, gguf::DTYPE_Q8_0},
       {model::ARCH_GEMMA3, gguf::DTYPE_Q6_K}, {model::ARCH_GEMMA3, gguf::DTYPE_Q5_K},
+      {model::ARCH_QWEN3MOE, gguf::DTYPE_Q4_K}, {model::ARCH_QWEN3MOE, gguf::DTYPE_F16},
+      {model::ARCH_QWEN3MOE, gguf::DTYPE_Q8_0}, {model::ARCH_QWEN3MOE, gguf::DTYPE_Q6_K},
+      {model::ARCH_QWEN3MOE, gguf::DTYPE_Q5_K},
   };
   for (const auto& [a, t] : kinds) {
     const std::string name = std::string(model::arch_name(a)) + "-" + gguf::dtype_get(t).name;

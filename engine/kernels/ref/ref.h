@@ -56,7 +56,8 @@ void add_f32_ref(const float* a, const float* b, int64_t n, float* out);
 // out[i] = flush(gelu_f32(gate[i]) * up[i]) (gemma's GeGLU). (n) each; out may alias either input.
 void geglu_f32_ref(const float* gate, const float* up, int64_t n, float* out);
 
-// out[i] = flush(x[i] * s) (gemma's embedding scale). out may alias x.
+// out[i] = flush(flush(x[i]) * flush(s)) (gemma's embedding scale; an expert's output row times its
+// routing weight). out may alias x.
 void scale_f32_ref(const float* x, int64_t n, float s, float* out);
 
 // out[i] = softcap_f32(x[i], cap) (gemma2's logit soft-capping). cap > 0, finite; out may alias x.
@@ -136,5 +137,19 @@ float log_softmax_logz_ref(const float* logits, int64_t n_vocab, float* max_out)
 // The k most likely tokens (k clamped to n_vocab), ordered by logit descending then id ascending,
 // with their log-probabilities. out: (min(k, n_vocab)). Returns the number written.
 int64_t log_softmax_top_ref(const float* logits, int64_t n_vocab, int64_t k, token_logprob* out);
+
+// ---- mixture of experts (docs/precision-contract.md, "Expert routing") ----
+
+// The experts one token uses and their weights, from its router logits (n_expert floats, finite):
+// with l_i = flush(logits[i]) and m = max l_i, W_i = attention_weight_ref(l_i, m) (the softmax
+// numerators on the 2^-30 grid, W = 2^30 for the largest), the n_used experts of largest l_i
+// (ties: lower id first) in that order, and
+//   weights[k] = flush(fixed_to_f32(W_{ids[k]}, -30) * recip_f32(fixed_to_f32(D, -30)))
+// where D = sum of W over the chosen experts when norm (the top-k weights renormalised to sum to
+// 1), else over all n_expert (the softmax probabilities). D >= 2^30, so no clamp is needed. Every
+// sum is an integer sum: the result does not depend on the order of the experts.
+// ids, weights: (n_used). 1 <= n_used <= n_expert. Throws input_error on a NaN or infinite logit.
+void moe_route_exact_ref(const float* logits, int64_t n_expert, int64_t n_used, bool norm, int32_t* ids,
+                         float* weights);
 
 }  // namespace detaudit::kernels
