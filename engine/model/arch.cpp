@@ -89,14 +89,22 @@ void read_gemma(const gguf::file& f, hparams& hp) {
   if (g2 && hp.n_swa == 0)
     throw input_error(f.path() + ": key '" + key(hp, "attention.sliding_window") + "': gemma2 needs a window of at least 1");
   hp.swa = hp.n_swa > 0;
+  for (const char* k : {"rope.dimension_count_swa", "attention.key_length_swa", "attention.value_length_swa"}) {
+    const std::string sk = key(hp, k);
+    const int64_t full = std::string(k).rfind("rope", 0) == 0 ? hp.n_rot : hp.head_dim;
+    if (f.find(sk) && f.get_int(sk) != full)
+      throw input_error(f.path() + ": key '" + sk + "' = " + std::to_string(f.get_int(sk)) + " differs from the full layers' " +
+                        std::to_string(full) + ": per-layer head and RoPE sizes are not supported");
+  }
   const std::string pk = key(hp, "attention.sliding_window_pattern");
   hp.swa_period = g2 ? 2 : 6;
   if (const gguf::value* v = f.find(pk)) {
     if (v->type == gguf::VALUE_ARRAY)
       throw input_error(f.path() + ": key '" + pk + "': a per-layer pattern (an array) is not supported; a period is");
     hp.swa_period = f.get_int(pk);
-    if (hp.swa_period < 0 || hp.swa_period > 4096)
-      throw input_error(f.path() + ": key '" + pk + "': expected a period from 0 to 4096, found " + std::to_string(hp.swa_period));
+    if (hp.swa_period < 0 || hp.swa_period > 4096 || (hp.swa && hp.swa_period == 1))
+      throw input_error(f.path() + ": key '" + pk + "': expected a period of 0 or 2 to 4096, found " + std::to_string(hp.swa_period) +
+                        (hp.swa_period == 1 ? " (no layer would slide; llama.cpp refuses such a file)" : ""));
   }
   const std::string bk = key(hp, "rope.freq_base_swa");
   hp.rope_freq_base_swa = g2 ? hp.rope_freq_base : 10000.0;
@@ -104,14 +112,20 @@ void read_gemma(const gguf::file& f, hparams& hp) {
     hp.rope_freq_base_swa = float_key(f, bk, f.get_float(bk), 0, std::numeric_limits<double>::max(), positive_float);
   hp.rope_scale_linear_swa = g2 ? hp.rope_scale_linear : 1.0;
   const std::string ak = key(hp, "attn_logit_softcapping"), fk = key(hp, "final_logit_softcapping");
-  if (g2) hp.attn_softcap = float_key(f, ak, f.get_float(ak, 50.0), 0, 1e30, positive_float);
+  // Caps up to 1000: softcap_f32's absolute error is about cap * 2^-23 (real models use 30 and 50).
+  const char* cap_range = "a soft cap from 1e-30 to 1000 (the exact tanh's error grows with the cap)";
+  if (g2) hp.attn_softcap = float_key(f, ak, f.get_float(ak, 50.0), 1e-30, 1000, cap_range);
   if (!g2 && f.find(ak))
     throw input_error(f.path() + ": key '" + ak + "': gemma3 has no attention soft-capping (llama.cpp ignores the key; "
                       "the engine refuses a file that states one)");
   const double final_default = g2 ? 30.0 : 0.0;
   const double fc = f.get_float(fk, final_default);
-  if (fc != 0.0) hp.final_softcap = float_key(f, fk, fc, 0, 1e30, positive_float);
+  if (fc != 0.0 || g2) hp.final_softcap = float_key(f, fk, fc, 1e-30, 1000, cap_range);  // gemma2 divides by it
   const bool big = (g2 && hp.n_layer == 46) || (!g2 && hp.n_layer == 62);  // llama.cpp's 27B
+  if (big && hp.n_embd / hp.n_head < 1)
+    throw input_error(f.path() + ": embedding_length " + std::to_string(hp.n_embd) + " / head_count " + std::to_string(hp.n_head) +
+                      " is 0: the attention scale of a " + std::to_string(hp.n_layer) + "-layer " + arch_name(hp.arch) +
+                      " (1/sqrt(n_embd / n_head), llama.cpp's 27B rule) would be infinite");
   if (big) hp.attn_scale_override = 1.0 / std::sqrt(static_cast<double>(static_cast<float>(hp.n_embd / hp.n_head)));
 }
 

@@ -54,19 +54,26 @@ json generic_hparams(const gguf::file& f, const std::string& arch) {
       {"n_swa", "attention.sliding_window"}, {"swa_period", "attention.sliding_window_pattern"},
       {"n_expert", "expert_count"}, {"n_expert_used", "expert_used_count"},
       {"n_ff_exp", "expert_feed_forward_length"}, {"n_expert_shared", "expert_shared_count"}};
+  // A value of the wrong type or range is left out here: the engine section says what is wrong.
+  auto guarded = [](auto&& fn) {
+    try {
+      fn();
+    } catch (const input_error&) {
+    }
+  };
   for (auto [name, suffix] : keys) {
     const gguf::value* v = f.find(arch + "." + suffix);
-    if (v && v->is_integer()) h[name] = v->as_int(arch + "." + suffix);
+    if (v && v->is_integer()) guarded([&] { h[name] = v->as_int(arch + "." + suffix); });
   }
   const gguf::value* base = f.find(arch + ".rope.freq_base");
-  if (base) h["rope_freq_base"] = float_value(*base, arch + ".rope.freq_base");
+  if (base) guarded([&] { h["rope_freq_base"] = float_value(*base, arch + ".rope.freq_base"); });
   const gguf::value* eps = f.find(arch + ".attention.layer_norm_rms_epsilon");
-  if (eps) h["rms_eps"] = float_value(*eps, arch + ".attention.layer_norm_rms_epsilon");
+  if (eps) guarded([&] { h["rms_eps"] = float_value(*eps, arch + ".attention.layer_norm_rms_epsilon"); });
   const std::pair<const char*, const char*> floats[] = {{"rope_freq_base_swa", "rope.freq_base_swa"},
                                                         {"attn_softcap", "attn_logit_softcapping"},
                                                         {"final_softcap", "final_logit_softcapping"}};
   for (auto [name, suffix] : floats)
-    if (const gguf::value* v = f.find(arch + "." + suffix)) h[name] = float_value(*v, arch + "." + suffix);
+    if (const gguf::value* v = f.find(arch + "." + suffix)) guarded([&] { h[name] = float_value(*v, arch + "." + suffix); });
   return h;
 }
 

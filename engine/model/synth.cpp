@@ -302,6 +302,10 @@ void synth_validate(const synth_options& o) {
   need(o.sliding_window <= o.n_ctx, "--sliding-window " + std::to_string(o.sliding_window) + " is longer than --n-ctx " +
                                         std::to_string(o.n_ctx));
   need(o.swa_period <= 4096, "--swa-period " + std::to_string(o.swa_period) + " is above 4096");
+  need(o.sliding_window >= -1 && o.swa_period >= -1, "--sliding-window and --swa-period must not be negative");
+  need(o.swa_period != 1, "--swa-period 1 makes no layer slide, a file llama.cpp refuses (use --sliding-window 0 for none)");
+  need(!(o.arch == ARCH_GEMMA3 && o.sliding_window == 0 && o.swa_period >= 0),
+       "--swa-period has no effect with --sliding-window 0 (no sliding layers)");
   synth_file_type(o.type);
   const gguf::dtype_traits& t = gguf::dtype_get(o.type);
   if (arch_moe(o.arch)) {

@@ -99,4 +99,9 @@ float gelu_f32(float x) { return inl::gelu(x); }
 
 float softcap_f32(float x, float cap) { return inl::softcap(x, cap, inl::recip(cap)); }
 
+bool softcap_cap_ok(float cap) {
+  if (!(cap >= 1.17549435e-38f) || !(cap <= 3.40282347e38f)) return false;  // NaN, <= 0, subnormal, inf
+  return inl::recip(cap) >= 1.17549435e-38f;
+}
+
 }  // namespace detaudit::numerics

@@ -66,6 +66,9 @@ float gelu_f32(float x);
 // recip_f32(flush(1 + e)))), result flush(cap * t) with y's sign. Absolute error about
 // cap * 2^-23 (t near 0 is a difference of values near 1). cap: a positive normal float.
 float softcap_f32(float x, float cap);
+// A cap softcap_f32 takes: a positive normal float whose reciprocal is normal too (about 1.2e-38
+// to 8.5e37); kernels refuse others.
+bool softcap_cap_ok(float cap);
 
 // ---- host-side float64 functions for tables (RoPE), computed once on the CPU ----
 // Ports of fdlibm's algorithms (e_exp.c, e_log.c, k_sin.c, k_cos.c with a three-part pi/2

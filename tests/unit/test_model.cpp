@@ -9,6 +9,9 @@
 #include <filesystem>
 
 #include "gguf/gguf.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/ref/ref.h"
+#include "model/inspect.h"
 #include "model/model.h"
 #include "model/synth.h"
 #include "runtime/context.h"
@@ -406,4 +409,89 @@ TEST_CASE("model: hostile gemma files are refused with an input_error naming the
   refused("g3", "g3_base_swa_zero", {{{"gemma3.rope.freq_base_swa", f32(0)}}, {}, {}, {}}, "gemma3.rope.freq_base_swa");
   refused("g3", "g3_no_q_norm", {{}, {}, {}, {"blk.0.attn_q_norm.weight"}}, "blk.0.attn_q_norm.weight");
   refused("g3", "g3_window_neg", {{{"gemma3.attention.sliding_window", gguf::value::of_i32(-4)}}, {}, {}, {}}, "sliding_window");
+}
+
+TEST_CASE("model: gemma files llama.cpp refuses or computes otherwise are refused, and inspect describes them") {
+  const std::string dir = test::scratch_dir("model_gemma_review");
+  model::synth_write(small(model::ARCH_GEMMA2, gguf::DTYPE_F32), dir + "/g2.gguf");
+  model::synth_write(small(model::ARCH_GEMMA3, gguf::DTYPE_F32), dir + "/g3.gguf");
+  const auto u32 = [](uint32_t v) { return gguf::value::of_u32(v); };
+  const auto f32 = [](float v) { return gguf::value::of_f32(v); };
+  struct bad {
+    const char* base;
+    const char* name;
+    phi3_craft craft;
+    const char* needle;
+  };
+  const bad cases[] = {
+      // period 1: no layer slides, and llama.cpp asserts on a sliding model without sliding layers
+      {"g2", "period1", {{{"gemma2.attention.sliding_window_pattern", u32(1)}}, {}, {}, {}}, "sliding_window_pattern"},
+      // llama.cpp reads per-sliding-layer sizes and applies them to every layer; the engine has none
+      {"g3", "rot_swa", {{{"gemma3.rope.dimension_count_swa", u32(32)}}, {}, {}, {}}, "rope.dimension_count_swa"},
+      {"g3", "keylen_swa", {{{"gemma3.attention.key_length_swa", u32(32)}}, {}, {}, {}}, "attention.key_length_swa"},
+      // gemma2 divides by its final cap: 0 is no "none" there; caps beyond 1000 lose the exact tanh's precision
+      {"g2", "final_cap0", {{{"gemma2.final_logit_softcapping", f32(0)}}, {}, {}, {}}, "final_logit_softcapping"},
+      {"g2", "final_cap_big", {{{"gemma2.final_logit_softcapping", f32(1e8f)}}, {}, {}, {}}, "final_logit_softcapping"},
+      {"g2", "attn_cap_big", {{{"gemma2.attn_logit_softcapping", f32(5000)}}, {}, {}, {}}, "attn_logit_softcapping"},
+      {"g3", "g3_final_cap_big", {{{"gemma3.final_logit_softcapping", f32(2e4f)}}, {}, {}, {}}, "final_logit_softcapping"},
+  };
+  for (const bad& b : cases) {
+    CAPTURE(b.name);
+    const std::string path = dir + "/" + b.name + ".gguf";
+    phi3_write(dir + "/" + b.base + ".gguf", path, b.craft);
+    CHECK_THROWS_WITH_AS(model::model::load(path), doctest::Contains(b.needle), input_error);
+  }
+  // The same sizes as the full layers are fine.
+  phi3_write(dir + "/g3.gguf", dir + "/rot_swa_same.gguf", {{{"gemma3.rope.dimension_count_swa", u32(64)}}, {}, {}, {}});
+  CHECK_NOTHROW(model::model::load(dir + "/rot_swa_same.gguf"));
+  // inspect describes a file whose gemma keys have the wrong type instead of failing on it
+  for (const char* key : {"gemma3.rope.freq_base_swa", "gemma3.final_logit_softcapping", "gemma3.attention.sliding_window_pattern"}) {
+    CAPTURE(key);
+    const std::string path = dir + "/typed.gguf";
+    phi3_write(dir + "/g3.gguf", path, {{{key, gguf::value::of_string("x")}}, {}, {}, {}});
+    nlohmann::json info;
+    REQUIRE_NOTHROW(info = model::inspect_file(path, {}));
+    CHECK(info["engine"]["runnable"] == false);
+    CHECK(info["engine"]["reason"].get<std::string>().find(key) != std::string::npos);
+  }
+  // llama.cpp's 27B rule with n_embd / n_head = 0 would make the attention scale infinite
+  model::synth_options o = small(model::ARCH_GEMMA2, gguf::DTYPE_F32);
+  o.n_layer = 46;
+  o.n_embd = 64;
+  o.n_head = 128;
+  o.n_head_kv = 1;
+  o.head_dim = 2;
+  o.n_ff = 64;
+  o.n_ctx = 64;
+  o.sliding_window = 4;
+  model::synth_write(o, dir + "/g2_46.gguf");
+  CHECK_THROWS_WITH_AS(model::model::load(dir + "/g2_46.gguf"), doctest::Contains("would be infinite"), input_error);
+  // synth refuses the options that would write such files
+  model::synth_options p1 = small(model::ARCH_GEMMA3, gguf::DTYPE_F16);
+  p1.swa_period = 1;
+  CHECK_THROWS_WITH_AS(model::synth_write(p1, dir + "/x.gguf"), doctest::Contains("--swa-period 1"), input_error);
+  p1.swa_period = -5;
+  CHECK_THROWS_WITH_AS(model::synth_write(p1, dir + "/x.gguf"), doctest::Contains("negative"), input_error);
+}
+
+TEST_CASE("kernels: soft caps outside softcap_f32's range are refused alike by the reference, the CPU and attention") {
+  const float x[3] = {5.0f, 1e37f, 1.0f};
+  float out[3];
+  for (float cap : {0.0f, -1.0f, NAN, INFINITY, 1e-40f, 1e38f, 3.4e38f, 3.40282347e38f}) {
+    CAPTURE(cap);
+    if (cap != 0.0f) CHECK_FALSE(numerics::softcap_cap_ok(cap));
+    CHECK_THROWS_AS(kernels::softcap_f32_ref(x, 3, cap, out), input_error);
+    for (kernels::cpu::isa i : kernels::cpu::isa_all_supported())
+      CHECK_THROWS_AS(kernels::cpu::softcap_f32_cpu(i, x, 3, cap, out), input_error);
+    if (cap == 0.0f) continue;  // 0 is "no cap" for attention
+    const int16_t kq[32] = {100};
+    const int32_t ke[1] = {-10};
+    const kernels::kv_head_view kv{kq, ke, 32, 1};
+    float q[32] = {1.0f}, o[32];
+    CHECK_THROWS_AS(kernels::attention_exact_ref(q, 32, kv, kv, 1, 0.125f, o, cap), input_error);
+    for (kernels::cpu::isa i : kernels::cpu::isa_all_supported())
+      CHECK_THROWS_AS(kernels::cpu::attention_exact_cpu(i, q, 32, kv, kv, 1, 0.125f, o, cap), input_error);
+  }
+  CHECK(numerics::softcap_cap_ok(30.0f));
+  CHECK(numerics::softcap_cap_ok(1e-30f));
 }

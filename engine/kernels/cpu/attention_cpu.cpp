@@ -64,9 +64,9 @@ bool is_finite(float x) {
   return (b & EXP_MASK) != EXP_MASK;
 }
 
-// A soft cap the fast path takes: none (0) or a positive finite normal float; anything else goes
-// to the reference, which refuses it.
-bool cap_ok(float c) { return c == 0.0f || (c >= 1.17549435e-38f && is_finite(c)); }
+// A soft cap the fast path takes: none (0) or one softcap_f32 takes; anything else goes to the
+// reference, which refuses it.
+bool cap_ok(float c) { return c == 0.0f || numerics::softcap_cap_ok(c); }
 
 // attention_value_grids_ref, with four independent maxima per block. gv: (nb).
 void value_grids(const kv_head_view& v, int64_t n_kv, int64_t nb, int32_t* gv) {

@@ -205,7 +205,7 @@ void scale_f32_cpu(isa i, const float* x, int64_t n, float s, float* out) {
 }
 
 void softcap_f32_cpu(isa i, const float* x, int64_t n, float cap, float* out) {
-  if (!(numerics::inl::flush(cap) > 0.0f) || !(cap <= 3.4028235e38f)) {
+  if (!numerics::softcap_cap_ok(cap)) {
     softcap_f32_ref(x, n, cap, out);  // its error
     return;
   }

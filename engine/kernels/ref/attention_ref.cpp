@@ -98,6 +98,9 @@ void attention_finish_ref(const int64_t* acc, int64_t s_sum, const int32_t* gv, 
 void attention_exact_ref(const float* q, int64_t head_dim, const kv_head_view& k,
                          const kv_head_view& v, int64_t n_kv, float kq_scale, float* out, float softcap) {
   if (head_dim < 1) throw input_error("attention_exact_ref: head_dim " + std::to_string(head_dim));
+  if (softcap != 0.0f && !numerics::softcap_cap_ok(softcap))
+    throw input_error("attention_exact_ref: soft cap " + std::to_string(softcap) + " is not 0 (none) or a positive normal float "
+                      "with a normal reciprocal");
   if (n_kv == 0) {
     std::fill(out, out + head_dim, 0.0f);
     return;

@@ -57,8 +57,8 @@ void scale_f32_ref(const float* x, int64_t n, float s, float* out) {
 }
 
 void softcap_f32_ref(const float* x, int64_t n, float cap, float* out) {
-  if (!(flush(cap) > 0.0f) || cap != cap || cap > 3.4e38f)
-    throw input_error("softcap_f32_ref: cap " + std::to_string(cap) + " is not a positive finite normal float");
+  if (!numerics::softcap_cap_ok(cap))
+    throw input_error("softcap_f32_ref: cap " + std::to_string(cap) + " is not a positive normal float with a normal reciprocal");
   for (int64_t i = 0; i < n; ++i) out[i] = numerics::softcap_f32(x[i], cap);
 }
 
