@@ -33,10 +33,8 @@ const gguf::tensor_info* tensor_find(const gguf::file& f, const std::string& nam
   return t;
 }
 
-// A weight matrix of n_out rows of n_in elements, as a view into the mapping. Throws input_error
-// when the shape differs or the type is one the engine does not compute.
-weight tensor_get_matrix(const gguf::file& f, const std::string& name, int64_t n_in, int64_t n_out) {
-  const gguf::tensor_info* t = tensor_find(f, name, {n_in, n_out});
+// Tensor t as n_out rows of n_in elements, refusing a type the engine does not compute.
+weight matrix_of(const gguf::file& f, const gguf::tensor_info* t, const std::string& name, int64_t n_in, int64_t n_out) {
   if (!model_type_supported(t->type))
     throw input_error(f.path() + ": tensor '" + name + "' has type " + gguf::dtype_get(t->type).name +
                       ", which the engine does not compute (supported: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 "
@@ -51,23 +49,18 @@ weight tensor_get_matrix(const gguf::file& f, const std::string& name, int64_t n
   return w;
 }
 
+// A weight matrix of n_out rows of n_in elements, as a view into the mapping. Throws input_error
+// when the shape differs or the type is one the engine does not compute.
+weight tensor_get_matrix(const gguf::file& f, const std::string& name, int64_t n_in, int64_t n_out) {
+  return matrix_of(f, tensor_find(f, name, {n_in, n_out}), name, n_in, n_out);
+}
+
 // A 3-D expert tensor (ne = [n_in, n_rows, n_expert]) as one matrix of n_expert * n_rows rows
 // (expert e's rows follow expert e-1's; weight_expert cuts one out). Throws input_error as
 // tensor_get_matrix does.
 weight tensor_get_experts(const gguf::file& f, const std::string& name, int64_t n_in, int64_t n_rows, int64_t n_expert) {
   const gguf::tensor_info* t = tensor_find(f, name, {n_in, n_rows, n_expert});
-  if (!model_type_supported(t->type))
-    throw input_error(f.path() + ": tensor '" + name + "' has type " + gguf::dtype_get(t->type).name +
-                      ", which the engine does not compute (supported: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 "
-                      "q2_K q3_K q4_K q5_K q6_K)");
-  weight w;
-  w.name = name;
-  w.type = t->type;
-  w.n_in = n_in;
-  w.n_out = n_rows * n_expert;
-  w.row_bytes = gguf::dtype_row_bytes(t->type, n_in);
-  w.data = f.tensor_data(*t);
-  return w;
+  return matrix_of(f, t, name, n_in, n_rows * n_expert);
 }
 
 // An F32 vector of n elements, copied. Empty when `optional` and absent.

@@ -376,6 +376,7 @@ TEST_CASE("model: a gemma3 whose every layer slides through one position gives a
       for (size_t i = 0; i < alone[0].size(); ++i) REQUIRE(std::fabs(whole.back()[i] - alone[0][i]) < 1e-4f);
   }
   o.sliding_window = 0;  // no sliding layers: the same weights, context matters again
+  o.swa_period = -1;
   model::synth_write(o, dir + "/w0.gguf");
   auto m0 = model::model::load(dir + "/w0.gguf");
   CHECK_FALSE(m0->hp().swa);
