@@ -105,7 +105,7 @@ void setup_generate(CLI::App& app) {
   sub->add_option("--system", opt->system, "System message (with --chat)")->needs(chat)->type_name("TEXT");
   sub->add_option("--chat-template", opt->chat_template,
                   "Chat template family, instead of the one detected in the file: chatml, qwen3, deepseek-r1, llama3, "
-                  "llama2, phi3, gemma (with --chat)")
+                  "llama2, phi3, gemma, gpt-oss (with --chat; gpt-oss writes the date: DETAUDIT_CHAT_DATE=YYYY-MM-DD pins it)")
       ->needs(chat)->type_name("NAME");
   sub->add_flag("--no-thinking", opt->no_thinking, "qwen3: close an empty <think> block (enable_thinking=false)")->needs(chat);
   sub->add_option("--numerics", opt->numerics,

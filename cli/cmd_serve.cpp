@@ -134,7 +134,8 @@ void setup_serve(CLI::App& app) {
       ->check(CLI::Range(0, 64))->capture_default_str();
   sub->add_option("--chat-template", opt->http.chat_template,
                   "Chat template family for /v1/chat/completions and /api/chat instead of the detected one (or of chatml, "
-                  "used when the file has none): chatml, qwen3, deepseek-r1, llama3, llama2, phi3, gemma")
+                  "used when the file has none): chatml, qwen3, deepseek-r1, llama3, llama2, phi3, gemma, gpt-oss "
+                  "(gpt-oss writes the date: DETAUDIT_CHAT_DATE=YYYY-MM-DD pins it, else today in UTC)")
       ->type_name("NAME");
   sub->add_option("--max-body", opt->http.max_body,
                   "Largest request body in bytes: a larger Content-Length is 413 before the body is read; a body "

@@ -21,7 +21,7 @@ struct synth_cmd_options {
 
 namespace {
 
-const char* TYPES = "f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k";
+const char* TYPES = "f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k|mxfp4";
 
 // Applies --preset, then lets every shape flag given explicitly override it.
 void resolve(CLI::App* sub, synth_cmd_options& o) {
@@ -31,7 +31,7 @@ void resolve(CLI::App* sub, synth_cmd_options& o) {
   if (*a == model::ARCH_GEMMA2) o.synth.tied_output = true;  // gemma2 has no output.weight
   std::string lower = o.type;
   for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  const bool mixture = lower == "q4_k_m" || lower == "q5_k_m";
+  const bool mixture = lower == "q4_k_m" || lower == "q5_k_m" || lower == "mxfp4_moe";
   const gguf::dtype_traits* t = mixture ? nullptr : gguf::dtype_from_name(o.type);
   if (!t && !mixture) throw input_error("synth: --type '" + o.type + "' is not one of " + TYPES + "|" + model::synth_mixture_names());
   if (t) o.synth.type = t->type;
@@ -71,12 +71,14 @@ void setup_synth(CLI::App& app) {
                   "Architecture: llama, qwen2 (q/k/v biases), qwen3 (q/k norms), phi3 (fused attn_qkv and gate-up ffn_up), "
                   "gemma2 (GELU gate, post-norms, soft caps, alternate sliding-window layers, tied output), gemma3 (gemma2's "
                   "block with q/k norms, five sliding layers in six with their own RoPE base, no caps), "
-                  "qwen3moe (qwen3 attention, mixture-of-experts feed-forward)")
+                  "qwen3moe (qwen3 attention, mixture-of-experts feed-forward), gpt-oss (biased attention with per-head "
+                  "sinks, YaRN RoPE, alternate 128-position sliding layers, biased experts with the clamped SwiGLU)")
       ->capture_default_str();
   sub->add_option("--type", opt->type,
                   std::string("Weight matrix type: ") + TYPES + ", or llama.cpp's mixture " + model::synth_mixture_names() +
                       " (q4_K/q5_K, with q6_K in output.weight and in attn_v and ffn_down of the layers llama.cpp gives more bits;"
-                      " phi3's fused attn_qkv one step up in every layer; qwen3moe's ffn_down_exps as ffn_down, its router f32)")
+                      " phi3's fused attn_qkv one step up in every layer; qwen3moe's ffn_down_exps as ffn_down, its router f32;"
+                      " mxfp4_moe: the expert tensors mxfp4 and every other matrix q8_0, the router f32, as gpt-oss ships)")
       ->capture_default_str();
   sub->add_option("--tensor-type", opt->tensor_types,
                   "NAME=TYPE: write the matrices NAME names in TYPE instead (repeatable; a later one wins). NAME is a "
@@ -89,15 +91,16 @@ void setup_synth(CLI::App& app) {
   sub->add_option("--n-ff", s.n_ff, "Feed-forward width")->capture_default_str();
   sub->add_option("--n-ctx", s.n_ctx, "Trained context length recorded in the file")->capture_default_str();
   sub->add_option("--head-dim", s.head_dim, "Head dimension (default n_embd / n_head)");
-  sub->add_option("--n-expert", s.n_expert, "qwen3moe: experts per layer")->capture_default_str();
-  sub->add_option("--n-expert-used", s.n_expert_used, "qwen3moe: experts each token uses")->capture_default_str();
-  sub->add_option("--n-ff-exp", s.n_ff_exp, "qwen3moe: feed-forward width of each expert (default n_embd)");
+  sub->add_option("--n-expert", s.n_expert, "qwen3moe, gpt-oss: experts per layer")->capture_default_str();
+  sub->add_option("--n-expert-used", s.n_expert_used, "qwen3moe, gpt-oss: experts each token uses")->capture_default_str();
+  sub->add_option("--n-ff-exp", s.n_ff_exp, "qwen3moe, gpt-oss: feed-forward width of each expert (default n_embd)");
   sub->add_flag("--tied-output", s.tied_output, "Omit output.weight; the output projection reuses token_embd (gemma2: always)");
   sub->add_option("--sliding-window", s.sliding_window,
-                  "gemma2/gemma3: positions a sliding layer sees (default: 4096 for gemma2, 1024 for gemma3, at most --n-ctx; "
-                  "gemma3 0: no sliding layers)");
+                  "gemma2/gemma3/gpt-oss: positions a sliding layer sees (default: 4096 for gemma2, 1024 for gemma3, 128 "
+                  "for gpt-oss, at most --n-ctx; gemma3 and gpt-oss 0: no sliding layers)");
   sub->add_option("--swa-period", s.swa_period,
-                  "gemma2/gemma3: layer l slides when l % P < P - 1 (default: 2 for gemma2, 6 for gemma3; 0: every layer)");
+                  "gemma2/gemma3/gpt-oss: layer l slides when l % P < P - 1 (default: 2 for gemma2 and gpt-oss, 6 for "
+                  "gemma3; 0: every layer)");
   sub->add_option("--vocab-from", s.vocab_from, "Copy the vocabulary (tokenizer.*) from this GGUF instead of the built-in one")
       ->check(CLI::ExistingFile);
   sub->add_option("--seed", s.seed, "Random seed; the same options and seed give the same bytes")->capture_default_str();
@@ -112,7 +115,8 @@ void setup_synth(CLI::App& app) {
       "  detaudit synth -o m.gguf --preset 1b --type q4_k_m     (llama.cpp's Q4_K_M mixture)\n"
       "  detaudit synth -o moe.gguf --arch qwen3moe --type q8_0 --n-expert 16 --n-expert-used 4\n"
       "  detaudit synth -o m.gguf --type q4_k --tensor-type output.weight=q6_k --tensor-type blk.1.attn_v=q6_k\n"
-      "  detaudit synth -o g.gguf --arch gemma3 --preset tiny --sliding-window 16 --swa-period 2");
+      "  detaudit synth -o g.gguf --arch gemma3 --preset tiny --sliding-window 16 --swa-period 2\n"
+      "  detaudit synth -o oss.gguf --arch gpt-oss --type mxfp4_moe --sliding-window 16   (experts in mxfp4)");
   sub->callback([sub, opt] {
     resolve(sub, *opt);
     uint64_t n = model::synth_write(opt->synth, opt->out);

@@ -464,6 +464,7 @@ struct op_case {
   std::vector<int64_t> n_kv{};
   float kq_scale = 0.0f;
   float softcap = 0.0f;  // attention: > 0 caps the scores (gemma2)
+  std::vector<float> sinks{};  // attention: one sink per query head (gpt-oss); empty: none
   dist d0{}, d1{}, d2{};
   bool gpu_scale = false;  // sized for a GPU's dispatch limits or dense sweeps
   bool nonfinite = false;  // an input holds inf or NaN
@@ -548,6 +549,10 @@ inline void add(std::vector<op_case>& t, op_case c) {
     c.name += sc;
     if (c.softcap > 0) {
       std::snprintf(sc, sizeof sc, " softcap %g", static_cast<double>(c.softcap));
+      c.name += sc;
+    }
+    if (!c.sinks.empty()) {
+      std::snprintf(sc, sizeof sc, " sinks %g..", static_cast<double>(c.sinks[0]));
       c.name += sc;
     }
   }
@@ -894,6 +899,25 @@ inline void attention_cases(std::vector<op_case>& t) {
           c.softcap = cap;
           add(t, c);
         }
+  // Attention sinks (gpt-oss: one learned score per query head that joins the softmax with no value):
+  // sinks far below, among and far above the scores, a zero, a negative zero, subnormals (flushed to
+  // zero), per-head mixtures; each mode, grouped heads, rows of 0, 1 and many positions.
+  const std::vector<std::vector<float>> sink_sets = {
+      {0.0f, 0.0f, 0.0f, 0.0f},         {-0.0f, 1.5f, -2.25f, 3.0f},       {40.0f, 40.0f, 40.0f, 40.0f},
+      {-80.0f, -80.0f, -80.0f, -80.0f}, {0x1p-130f, -0x1p-140f, 7.0f, -7.0f}, {88.0f, -88.0f, 0.5f, 1e-3f}};
+  for (const std::vector<float>& sk : sink_sets)
+    for (const mode& m : modes)
+      for (int64_t head_dim : {64, 80}) {
+        op_case c = attn(4, 2, head_dim, 200, {200, 0, 1, 77}, kernels::attention_kq_scale(head_dim), q_sp, m.k, m.v, m.p);
+        c.sinks = sk;
+        add(t, c);
+      }
+  {  // a sink with a soft cap (no architecture has both; the op takes both)
+    op_case c = attn(4, 2, 64, 100, {100, 3}, 8.0f, q_sp, modes[0].k, modes[0].v, modes[0].p);
+    c.softcap = 30.0f;
+    c.sinks = {29.0f, -1.0f, 0.0f, 31.0f};
+    add(t, c);
+  }
 }
 
 }  // namespace op_detail
@@ -1238,7 +1262,8 @@ inline std::vector<float> reference_output(const op_case& c, const op_inputs& in
           const kernels::kv_head_view kv{kq.data() + g * nb * numerics::QBLOCK, ke.data() + g * nb, kv_q, kv_e};
           const kernels::kv_head_view vv{vq.data() + g * nb * numerics::QBLOCK, ve.data() + g * nb, kv_q, kv_e};
           const int64_t at = (static_cast<int64_t>(row) * c.n_head + h) * hd;
-          kernels::attention_exact_ref(in.q.data() + at, hd, kv, vv, c.n_kv[row], c.kq_scale, y + at, c.softcap);
+          kernels::attention_exact_ref(in.q.data() + at, hd, kv, vv, c.n_kv[row], c.kq_scale, y + at, c.softcap,
+                                       c.sinks.empty() ? nullptr : &c.sinks[static_cast<size_t>(h)]);
         }
       break;
     }
@@ -1314,7 +1339,7 @@ enum skips : unsigned {
   skips_nonfinite = 1,  // NaN payloads are the hardware's (gpu.h): the GPU backends and CUDA's twins
   skips_refused = 2,    // no input checks of kernels/ref's: the devices and CUDA's twins
   skips_gpu_scale = 4,  // one std::thread per CUDA thread: the thread emulation
-  skips_softcap = 8,    // soft-capped attention: not in the device's attention kernel yet
+  skips_softcap = 8,    // soft-capped or sink attention: not in the device's attention kernel yet
 };
 inline constexpr unsigned GPU_SKIPS = skips_nonfinite | skips_refused | skips_softcap;
 
@@ -1330,6 +1355,10 @@ inline std::optional<prepared_case> prepare_for(const op_case& c, std::initializ
   }
   if ((skip & skips_softcap) && c.softcap > 0) {
     tally.skip("soft-capped attention: the device kernel has no cap yet (ops_gpu refuses gemma2)");
+    return std::nullopt;
+  }
+  if ((skip & skips_softcap) && !c.sinks.empty()) {
+    tally.skip("attention sinks: the device kernel has none yet (ops_gpu refuses gpt-oss)");
     return std::nullopt;
   }
   if ((skip & skips_nonfinite) && c.nonfinite) {

@@ -18,7 +18,7 @@ const float* rope_tables::row(const model::rope_params& p, int64_t pos) {
   const model::hparams& hp = m_.hp();
   std::vector<float> r(static_cast<size_t>(hp.n_rot));
   kernels::rope_table_row(pos, hp.n_rot, p.freq_base, p.freq_scale, m_.rope_factors.empty() ? nullptr : m_.rope_factors.data(),
-                          r.data());
+                          r.data(), p.ext_factor, p.corr_low, p.corr_high, p.mscale);
   return s->rows.emplace(pos, std::move(r)).first->second.data();
 }
 

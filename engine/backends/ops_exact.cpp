@@ -240,7 +240,7 @@ class ops_exact final : public ops_storage<float> {
       const uint8_t* first = tok(t).cache->cell(layer, p0);
       kernels::cpu::attention_exact_cpu_heads(isa_, row(q, t) + h0 * hp_.head_dim, group, hp_.head_dim, cell_.k_view(first, kvh),
                                               cell_.v_view(first, kvh), tok(t).pos + 1 - p0, kq_scale,
-                                              o.row(t) + h0 * hp_.head_dim, softcap);
+                                              o.row(t) + h0 * hp_.head_dim, softcap, p.sinks ? p.sinks + h0 : nullptr);
     });
   }
 
@@ -262,6 +262,13 @@ class ops_exact final : public ops_storage<float> {
     const writer o = write(out);
     for_ranges(gate.rows * gate.cols, ELEMENT_CHUNK, [&](int64_t i0, int64_t i1) {
       kernels::cpu::geglu_f32_cpu(isa_, data(gate) + i0, data(up) + i0, i1 - i0, o.data() + i0);
+    });
+  }
+
+  void swiglu_oai(model::act gate, model::act up, float alpha, float limit, model::act out) override {
+    const writer o = write(out);
+    for_ranges(gate.rows * gate.cols, ELEMENT_CHUNK, [&](int64_t i0, int64_t i1) {
+      kernels::cpu::swiglu_oai_f32_cpu(isa_, data(gate) + i0, data(up) + i0, i1 - i0, alpha, limit, o.data() + i0);
     });
   }
 

@@ -167,6 +167,15 @@ class ops_float final : public ops_storage<float> {
     }
   }
 
+  // ggml_swiglu_oai (CPU): x / (1 + expf(alpha * -x)) * (y + 1) on the clamped inputs.
+  void swiglu_oai(model::act gate, model::act up, float alpha, float limit, model::act out) override {
+    float* o = write(out).data();
+    for (int64_t i = 0; i < gate.rows * gate.cols; ++i) {
+      const float x = std::min(data(gate)[i], limit), y = std::clamp(data(up)[i], -limit, limit);
+      o[i] = x / (1.0f + std::exp(alpha * (-x))) * (y + 1.0f);
+    }
+  }
+
   void scale(model::act x, float s, model::act out) override {
     float* o = write(out).data();
     for (int64_t i = 0; i < x.rows * x.cols; ++i) o[i] = data(x)[i] * s;
@@ -290,16 +299,22 @@ void ops_float::rope(model::act x, int64_t n_head, const model::rope_params& rp)
   const int64_t hd = hp_.head_dim, n_rot = hp_.n_rot, half = n_rot / 2;
   const bool neox = model::arch_rope_kind(hp_.arch) == model::ROPE_NEOX;
   const float theta_scale = std::pow(static_cast<float>(rp.freq_base), -2.0f / static_cast<float>(n_rot));
-  const float freq_scale = static_cast<float>(rp.freq_scale);
+  const float freq_scale = static_cast<float>(rp.freq_scale), mscale = static_cast<float>(rp.mscale);
   std::vector<float> cs(static_cast<size_t>(n_rot));
   const writer o = write(x);
   for (int64_t t = 0; t < x.rows; ++t) {
     float theta = static_cast<float>(tok(t).pos);
     for (int64_t i = 0; i < half; ++i) {
       const float ff = m_.rope_factors.empty() ? 1.0f : m_.rope_factors[i];
-      const float th = freq_scale * (theta / ff);
-      cs[2 * i] = std::cos(th);
-      cs[2 * i + 1] = std::sin(th);
+      float th = freq_scale * (theta / ff);
+      if (rp.ext_factor != 0) {  // ggml's rope_yarn
+        const float y = (static_cast<float>(i) - static_cast<float>(rp.corr_low)) /
+                        std::max(0.001f, static_cast<float>(rp.corr_high - rp.corr_low));
+        const float mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * static_cast<float>(rp.ext_factor);
+        th = th * (1.0f - mix) + (theta / ff) * mix;
+      }
+      cs[2 * i] = std::cos(th) * mscale;
+      cs[2 * i + 1] = std::sin(th) * mscale;
       theta *= theta_scale;
     }
     for (int64_t h = 0; h < n_head; ++h) {
@@ -335,7 +350,8 @@ void ops_float::attend_token(int64_t layer, int64_t t, model::act q, const write
       if (cap > 0) w[p] = std::tanh(w[p] * inv_cap) * cap;
       mx = std::max(mx, w[p]);
     }
-    double sum = 0;
+    if (ap.sinks) mx = std::max(mx, ap.sinks[h]);  // ggml_soft_max_add_sinks: the sink joins max and sum
+    double sum = ap.sinks ? static_cast<double>(std::exp(ap.sinks[h] - mx)) : 0.0;
     for (int64_t p = 0; p < n_kv; ++p) sum += static_cast<double>(w[p] = std::exp(w[p] - mx));
     const float inv = static_cast<float>(1.0 / sum);
     for (int64_t p = 0; p < n_kv; ++p) w[p] = round_fp16(w[p] * inv);

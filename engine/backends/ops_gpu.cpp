@@ -64,7 +64,7 @@ class ops_gpu final : public ops_storage<float> {
 
   // One device call per sequence of the step: its query rows gathered, its cells [0, max pos].
   void attention(int64_t layer, model::act q, model::act out, const model::attn_params& p) override {
-    if (p.window > 0 || p.softcap > 0) unsupported("sliding-window or soft-capped attention");
+    if (p.window > 0 || p.softcap > 0 || p.sinks) unsupported("sliding-window, soft-capped or sink attention");
     const float kq_scale = static_cast<float>(p.kq_scale);
     const int64_t width = q.cols;
     const writer o = write(out);
@@ -104,6 +104,7 @@ class ops_gpu final : public ops_storage<float> {
 
   void geglu(model::act, model::act, model::act) override { unsupported("geglu"); }
   void scale(model::act, float, model::act) override { unsupported("scale"); }
+  void swiglu_oai(model::act, model::act, float, float, model::act) override { unsupported("swiglu_oai"); }
   void softcap(model::act, float, model::act) override { unsupported("softcap"); }
 
   // Host: n_expert logits per token, by the CPU exact backend's own function.
@@ -148,6 +149,9 @@ std::unique_ptr<model::ops> ops_gpu_create(backend_kind b, int device, const mod
   if (model::arch_gemma_block(m.hp().arch))
     throw input_error(std::string("the ") + kernels::gpu::api_name(a) + " backend lacks ops that " + model::arch_name(m.hp().arch) +
                       " needs (geglu, scale, softcap, sliding-window and soft-capped attention): use --backend cpu");
+  if (model::arch_oai_block(m.hp().arch))
+    throw input_error(std::string("the ") + kernels::gpu::api_name(a) + " backend lacks ops that " + model::arch_name(m.hp().arch) +
+                      " needs (swiglu_oai, attention with sinks, sliding-window attention, mxfp4 weights): use --backend cpu");
   std::unique_ptr<kernels::gpu::device> dev = kernels::gpu::open_device(a, device);
   const kernels::gpu::device_desc& d = dev->desc();
   if (description)

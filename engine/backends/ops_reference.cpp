@@ -73,10 +73,16 @@ class ops_reference final : public ops_storage<double> {
     const writer o = write(x);
     for (int64_t t = 0; t < x.rows; ++t)
       for (int64_t i = 0; i < half; ++i) {
-        double theta = static_cast<double>(tok(t).pos) * rp.freq_scale *
-                       std::pow(rp.freq_base, -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
-        if (!m_.rope_factors.empty()) theta /= m_.rope_factors[i];
-        const double c = std::cos(theta), s = std::sin(theta);
+        double extrap = static_cast<double>(tok(t).pos) *
+                        std::pow(rp.freq_base, -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+        if (!m_.rope_factors.empty()) extrap /= m_.rope_factors[i];
+        double theta = rp.freq_scale * extrap;
+        if (rp.ext_factor != 0) {  // YaRN
+          const double y = (static_cast<double>(i) - rp.corr_low) / std::max(0.001, rp.corr_high - rp.corr_low);
+          const double mix = (1.0 - std::min(1.0, std::max(0.0, y))) * rp.ext_factor;
+          theta = theta * (1.0 - mix) + extrap * mix;
+        }
+        const double c = std::cos(theta) * rp.mscale, s = std::sin(theta) * rp.mscale;
         for (int64_t h = 0; h < n_head; ++h) {
           double* p = o.row(t) + h * hd;
           const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
@@ -119,6 +125,15 @@ class ops_reference final : public ops_storage<double> {
     for (int64_t i = 0; i < gate.rows * gate.cols; ++i) {
       const double g = data(gate)[i];
       o[i] = 0.5 * g * (1.0 + std::tanh(0.79788456080286535588 * g * (1.0 + 0.044715 * g * g))) * data(up)[i];
+    }
+  }
+
+  void swiglu_oai(model::act gate, model::act up, float alpha, float limit, model::act out) override {
+    double* o = write(out).data();
+    const double a = alpha, lim = limit;
+    for (int64_t i = 0; i < gate.rows * gate.cols; ++i) {
+      const double x = std::min(data(gate)[i], lim), y = std::clamp(data(up)[i], -lim, lim);
+      o[i] = x / (1.0 + std::exp(-a * x)) * (y + 1.0);
     }
   }
 
@@ -181,7 +196,8 @@ class ops_reference final : public ops_storage<double> {
         if (ap.softcap > 0) w[p] = ap.softcap * std::tanh(w[p] / ap.softcap);
         mx = std::max(mx, w[p]);
       }
-      double sum = 0;
+      if (ap.sinks) mx = std::max(mx, static_cast<double>(ap.sinks[h]));
+      double sum = ap.sinks ? std::exp(static_cast<double>(ap.sinks[h]) - mx) : 0.0;
       for (int64_t p = 0; p < n_kv; ++p) sum += (w[p] = std::exp(w[p] - mx));
       double* o = out.row(t) + h * hd;
       std::fill(o, o + hd, 0.0);

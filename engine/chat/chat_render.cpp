@@ -11,6 +11,10 @@
 //   gemma        google/gemma-2-2b-it (as llama.cpp's models/templates keeps it) and Gemma 3's
 //                published template: roles alternate user/model; Gemma 2's raises on a system
 //                message, Gemma 3's writes it before the first user turn's text, and so does this
+//   gpt-oss      openai/gpt-oss-120b's chat_template.jinja (harmony; llama.cpp's
+//                models/templates/openai-gpt-oss-120b.jinja), no tools and no "thinking" field
+#include <cstdlib>
+#include <ctime>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -184,6 +188,38 @@ std::string render_gemma(const std::vector<chat_message>& ms, bool gen, const ch
   return out;
 }
 
+// gpt-oss (harmony): a system message with the model identity, knowledge cutoff, date, reasoning
+// level and channels; a first system message becomes the developer message's instructions; user
+// turns, and assistant turns in the final channel (the last one, when no generation prompt
+// follows, ended by <|return|>). The template raises on channel tags inside an assistant's content,
+// and so does this; a later system message is dropped, as the template drops it.
+std::string render_gpt_oss(const std::vector<chat_message>& ms, bool gen, const chat_options& opt) {
+  const std::string date = opt.current_date.empty() ? chat_current_date() : opt.current_date;
+  std::string out = "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+                    "Knowledge cutoff: 2024-06\nCurrent date: " + date + "\n\nReasoning: " + opt.reasoning_effort +
+                    "\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>";
+  size_t first = 0;
+  if (!ms.empty() && ms[0].role == "system") {
+    if (!ms[0].content.empty()) out += "<|start|>developer<|message|># Instructions\n\n" + ms[0].content + "\n\n<|end|>";
+    first = 1;
+  }
+  for (size_t i = first; i < ms.size(); ++i) {
+    const chat_message& m = ms[i];
+    if (m.role == "user") {
+      out += "<|start|>user<|message|>" + m.content + "<|end|>";
+    } else if (m.role == "assistant") {
+      if (m.content.find("<|channel|>analysis<|message|>") != std::string::npos ||
+          m.content.find("<|channel|>final<|message|>") != std::string::npos)
+        throw input_error("gpt-oss: message " + std::to_string(i) + " holds <|channel|> tags in its content; pass only the "
+                          "final message's text (the template refuses it too)");
+      const bool last = i + 1 == ms.size();
+      out += "<|start|>assistant<|channel|>final<|message|>" + m.content + (last && !gen ? "<|return|>" : "<|end|>");
+    }
+  }
+  if (gen) out += "<|start|>assistant";
+  return out;
+}
+
 // The literal text of a Jinja string up to `end`, with its escapes resolved; nullopt when the
 // text is not a plain literal (it contains a quote, an expression or a concatenation).
 std::optional<std::string> jinja_literal(std::string_view src, size_t from, std::string_view end) {
@@ -204,6 +240,27 @@ std::optional<std::string> jinja_literal(std::string_view src, size_t from, std:
 }
 
 }  // namespace
+
+std::string chat_current_date() {
+  if (const char* env = std::getenv("DETAUDIT_CHAT_DATE")) {
+    const std::string d = env;
+    auto digits = [&](size_t a, size_t b) {
+      for (size_t i = a; i < b; ++i)
+        if (d[i] < '0' || d[i] > '9') return false;
+      return true;
+    };
+    const bool ok = d.size() == 10 && d[4] == '-' && d[7] == '-' && digits(0, 4) && digits(5, 7) && digits(8, 10) &&
+                    d.substr(5, 2) >= "01" && d.substr(5, 2) <= "12" && d.substr(8, 2) >= "01" && d.substr(8, 2) <= "31";
+    if (!ok) throw input_error("DETAUDIT_CHAT_DATE '" + d + "' is not a YYYY-MM-DD date");
+    return d;
+  }
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
+  return buf;
+}
 
 chat_options chat_options_from_template(std::string_view jinja) {
   chat_options opt;
@@ -231,6 +288,7 @@ std::string chat_render(template_family f, const std::vector<chat_message>& mess
     case TEMPLATE_LLAMA2: return render_llama2(messages, opt);
     case TEMPLATE_PHI3: return render_phi3(messages, add_generation_prompt, opt);
     case TEMPLATE_GEMMA: return render_gemma(messages, add_generation_prompt, opt);
+    case TEMPLATE_GPT_OSS: return render_gpt_oss(messages, add_generation_prompt, opt);
   }
   throw std::logic_error("chat_render: unknown template family");
 }
@@ -241,7 +299,7 @@ std::optional<template_family> chat_fallback_family(std::string_view override_na
 }
 
 family_choice chat_choose_family(std::string_view override_name, std::string_view jinja, const std::string& origin) {
-  const char* const choices = "chatml|qwen3|deepseek-r1|llama3|llama2|phi3|gemma";
+  const char* const choices = "chatml|qwen3|deepseek-r1|llama3|llama2|phi3|gemma|gpt-oss";
   if (!override_name.empty()) {
     std::optional<template_family> f = template_family_from_name(override_name);
     if (!f) throw input_error("unknown chat template '" + std::string(override_name) + "'; expected " + choices);

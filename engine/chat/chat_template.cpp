@@ -16,6 +16,7 @@ const family_row FAMILIES[] = {
     {TEMPLATE_DEEPSEEK_R1, "deepseek-r1", {"<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>", nullptr, nullptr}},
     {TEMPLATE_CHATML, "chatml", {"<|im_start|>", "<|im_end|>", nullptr}},
     {TEMPLATE_LLAMA3, "llama3", {"<|start_header_id|>", "<|end_header_id|>", nullptr}},
+    {TEMPLATE_GPT_OSS, "gpt-oss", {"<|start|>", "<|channel|>", nullptr}},  // before phi3: both write <|end|>
     {TEMPLATE_PHI3, "phi3", {"<|assistant|>", "<|end|>", nullptr}},
     {TEMPLATE_GEMMA, "gemma", {"<start_of_turn>", "<end_of_turn>", nullptr}},
     {TEMPLATE_LLAMA2, "llama2", {"[INST]", "[/INST]", nullptr}},

@@ -20,9 +20,10 @@ enum template_family {
   TEMPLATE_LLAMA2,       // [INST] ... [/INST] (Llama 2, Mistral)
   TEMPLATE_PHI3,         // <|user|> ... <|end|> <|assistant|>
   TEMPLATE_GEMMA,        // <start_of_turn>user ... <end_of_turn> <start_of_turn>model (Gemma 2, Gemma 3)
+  TEMPLATE_GPT_OSS,      // harmony: <|start|>role<|message|> ... <|end|>, channels (gpt-oss)
 };
 
-// "chatml", "qwen3", "deepseek-r1", "llama3", "llama2", "phi3", "gemma".
+// "chatml", "qwen3", "deepseek-r1", "llama3", "llama2", "phi3", "gemma", "gpt-oss".
 const char* template_family_name(template_family f);
 std::optional<template_family> template_family_from_name(std::string_view name);
 
@@ -51,7 +52,18 @@ struct chat_options {
   // deepseek-r1: the generation prompt opens "<think>\n", as the templates published since
   // January 2025 do; false for the earlier ones that end at "<｜Assistant｜>".
   bool open_think = true;
+  // gpt-oss: the "Current date: YYYY-MM-DD" its system message states (the template calls
+  // strftime_now, so the same conversation renders differently on another day). Empty: the
+  // DETAUDIT_CHAT_DATE environment variable when set (it must be a YYYY-MM-DD date), else
+  // today's date in UTC, as llama-server writes it. Pin it to replay a conversation bit for bit.
+  std::string current_date;
+  // gpt-oss: the "Reasoning:" level of its system message (the template's default, "medium").
+  std::string reasoning_effort = "medium";
 };
+
+// The date a gpt-oss conversation renders with opt.current_date empty: DETAUDIT_CHAT_DATE or
+// today (UTC), as YYYY-MM-DD. Throws input_error for a DETAUDIT_CHAT_DATE that is not YYYY-MM-DD.
+std::string chat_current_date();
 
 // The options a template implies: default_system for ChatML templates that write a literal
 // default system message, open_think for DeepSeek-R1 templates. BOS / EOS text are left empty.
@@ -78,7 +90,7 @@ struct family_choice {
 // fallback when the file has no template, else the one detected in `jinja`. Throws input_error
 // for an unknown override name, and, naming `origin` (the model file), for a template that is
 // present but fits no family: "model.gguf: chat template not recognised; pass
-// --chat-template chatml|qwen3|deepseek-r1|llama3|llama2|phi3|gemma".
+// --chat-template chatml|qwen3|deepseek-r1|llama3|llama2|phi3|gemma|gpt-oss".
 family_choice chat_choose_family(std::string_view override_name, std::string_view jinja, const std::string& origin);
 
 // chat_choose_family(...).family, for callers that need not know whether it was the fallback.

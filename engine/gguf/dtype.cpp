@@ -10,7 +10,7 @@ namespace detaudit::gguf {
 namespace {
 
 // Block sizes and bytes per block follow the block structs of ggml-common.h.
-constexpr std::array<dtype_traits, 31> TRAITS = {{
+constexpr std::array<dtype_traits, 32> TRAITS = {{
     {DTYPE_F32, "f32", 1, 4},
     {DTYPE_F16, "f16", 1, 2},
     {DTYPE_Q4_0, "q4_0", 32, 18},
@@ -42,6 +42,7 @@ constexpr std::array<dtype_traits, 31> TRAITS = {{
     {DTYPE_BF16, "bf16", 1, 2},
     {DTYPE_TQ1_0, "tq1_0", 256, 54},
     {DTYPE_TQ2_0, "tq2_0", 256, 66},
+    {DTYPE_MXFP4, "mxfp4", 32, 17},
 }};
 
 char ascii_lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }

@@ -44,6 +44,7 @@ enum dtype : uint32_t {
   DTYPE_BF16 = 30,
   DTYPE_TQ1_0 = 34,
   DTYPE_TQ2_0 = 35,
+  DTYPE_MXFP4 = 39,  // OCP microscaling FP4: 32 e2m1 codes under one power-of-two (E8M0) scale
 };
 
 struct dtype_traits {

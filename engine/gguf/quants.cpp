@@ -37,7 +37,7 @@ constexpr row_layout LAYOUTS[] = {
     {DTYPE_Q4_0, "q4_0", 32, 18},   {DTYPE_Q4_1, "q4_1", 32, 20},   {DTYPE_Q5_0, "q5_0", 32, 22},
     {DTYPE_Q5_1, "q5_1", 32, 24},   {DTYPE_Q8_0, "q8_0", 32, 34},   {DTYPE_Q2_K, "q2_K", 256, 84},
     {DTYPE_Q3_K, "q3_K", 256, 110}, {DTYPE_Q4_K, "q4_K", 256, 144}, {DTYPE_Q5_K, "q5_K", 256, 176},
-    {DTYPE_Q6_K, "q6_K", 256, 210}, {DTYPE_Q8_K, "q8_K", 256, 292},
+    {DTYPE_Q6_K, "q6_K", 256, 210}, {DTYPE_Q8_K, "q8_K", 256, 292}, {DTYPE_MXFP4, "mxfp4", 32, 17},
 };
 
 const row_layout* find_layout(dtype t) {

@@ -18,7 +18,7 @@ float bf16_to_f32(uint16_t h);
 uint16_t f32_to_bf16(float f);
 
 // True for the types quants_quantize_row can write: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0
-// Q2_K Q3_K Q4_K Q5_K Q6_K Q8_K.
+// Q2_K Q3_K Q4_K Q5_K Q6_K Q8_K MXFP4.
 bool quants_can_quantize(dtype t);
 // True for the types quants_dequantize_row can read: the above.
 bool quants_can_dequantize(dtype t);

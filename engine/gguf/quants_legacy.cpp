@@ -8,16 +8,21 @@
 //   q5_0 (22 B): | d fp16 |          qh u32 (4 B)   | qs[16] |
 //   q5_1 (24 B): | d fp16 | m fp16 | qh u32 (4 B)   | qs[16] |
 //   q8_0 (34 B): | d fp16 | qs[32] int8 |
+//   mxfp4 (17 B): | e u8 (E8M0) | qs[16] |
 //
 // Element j (0..31) has code u_j: its low 4 bits are the low nibble of qs[j] for j < 16 and the
 // high nibble of qs[j - 16] for j >= 16; for the 5-bit types bit 4 is bit j of qh.
 // Decoding (the float expressions ggml evaluates):
 //   q4_0: (u - 8) * d     q5_0: (u - 16) * d     q4_1 / q5_1: u * d + m     q8_0: qs[j] * d
+//   mxfp4: MXFP4_VALUES[u] * 2^(e - 128): the e2m1 value of the 4-bit code, doubled to an integer
+//          (0, 1, 2, 3, 4, 6, 8, 12, then the same negated), under half the E8M0 scale 2^(e - 127)
 //
 // Quantizing is round-to-nearest against one per-block scale, computed from the fp16-rounded
 // scale that decoding will use. Symmetric types map the element of largest magnitude to the most
 // negative code; affine types map the block minimum to 0 and the maximum to the top code. Both
 // reproduce their own bytes when fed their own decoded output.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "gguf/quants_internal.h"
@@ -126,6 +131,55 @@ void decode_block(const legacy_format& f, const uint8_t* b, float* y) {
   }
 }
 
+// mxfp4: the scale exponent puts the block's largest magnitude in [4, 8) half-scales (ggml's rule,
+// e = floor(log2 max|x|) - 2 + 127, clamped to a byte), then each element takes the nearest code
+// (the first on ties, so 0 is +0).
+float mxfp4_half_scale(uint8_t e) {
+  // 2^(e - 128) as a float: subnormal for e < 2 (2^-128, 2^-127), normal above.
+  const uint32_t bits = e < 2 ? (uint32_t(0x00200000u) << e) : uint32_t(e - 1) << 23;
+  float d;
+  std::memcpy(&d, &bits, 4);
+  return d;
+}
+
+void encode_mxfp4(const float* x, uint8_t* b) {
+  float amax = 0.0f;
+  for (int j = 0; j < BLOCK; ++j) {
+    const float a = x[j] < 0 ? -x[j] : x[j];
+    if (a > amax) amax = a;
+  }
+  int e = 0;
+  if (amax > 0.0f && amax <= 3.4028235e38f) {
+    int ex;
+    std::frexp(amax, &ex);  // amax = m * 2^ex, m in [0.5, 1): floor(log2 amax) = ex - 1
+    e = std::min(254, std::max(0, ex - 1 - 2 + 127));
+  }
+  b[0] = uint8_t(e);
+  const float d = mxfp4_half_scale(uint8_t(e));
+  uint8_t u[BLOCK];
+  for (int j = 0; j < BLOCK; ++j) {
+    int best = 0;
+    float best_err = std::fabs(float(MXFP4_VALUES[0]) * d - x[j]);
+    for (int c = 1; c < 16; ++c) {
+      const float err = std::fabs(float(MXFP4_VALUES[c]) * d - x[j]);
+      if (err < best_err) {
+        best = c;
+        best_err = err;
+      }
+    }
+    u[j] = uint8_t(best);
+  }
+  for (int j = 0; j < BLOCK / 2; ++j) b[1 + j] = uint8_t(u[j] | (u[j + 16] << 4));
+}
+
+void decode_mxfp4(const uint8_t* b, float* y) {
+  const float d = mxfp4_half_scale(b[0]);
+  for (int j = 0; j < BLOCK / 2; ++j) {
+    y[j] = float(MXFP4_VALUES[b[1 + j] & 0xf]) * d;
+    y[j + 16] = float(MXFP4_VALUES[b[1 + j] >> 4]) * d;
+  }
+}
+
 // q8_0: x ~= q * d with q in [-127, 127] and d = max|x| / 127.
 void encode_q8_0(const float* x, uint8_t* b) {
   float amax = 0.0f;
@@ -152,6 +206,10 @@ void decode_q8_0(const uint8_t* b, float* y) {
 }  // namespace
 
 bool legacy_quantize(dtype t, const float* src, uint8_t* dst, int64_t n_blocks) {
+  if (t == DTYPE_MXFP4) {
+    for (int64_t i = 0; i < n_blocks; ++i) encode_mxfp4(src + i * BLOCK, dst + i * 17);
+    return true;
+  }
   if (t == DTYPE_Q8_0) {
     for (int64_t i = 0; i < n_blocks; ++i) encode_q8_0(src + i * BLOCK, dst + i * 34);
     return true;
@@ -163,6 +221,10 @@ bool legacy_quantize(dtype t, const float* src, uint8_t* dst, int64_t n_blocks) 
 }
 
 bool legacy_dequantize(dtype t, const uint8_t* src, float* dst, int64_t n_blocks) {
+  if (t == DTYPE_MXFP4) {
+    for (int64_t i = 0; i < n_blocks; ++i) decode_mxfp4(src + i * 17, dst + i * BLOCK);
+    return true;
+  }
   if (t == DTYPE_Q8_0) {
     for (int64_t i = 0; i < n_blocks; ++i) decode_q8_0(src + i * 34, dst + i * BLOCK);
     return true;

@@ -19,21 +19,23 @@ struct arch_row {
   bool rope_freqs; // an optional rope_freqs.weight (Llama 3 frequency factors)
   bool fused;      // attn_qkv and a gate-up ffn_up instead of attn_{q,k,v} and ffn_{gate,up}
   bool gemma;      // embedding scale, post-attention and post-FFN norms, GELU gate
+  bool oai;        // gpt-oss: biases, sinks, post_attention_norm as the FFN norm (arch_oai_block)
 };
 
 // The architectures, one row each.
 const arch_row ARCHES[] = {
-    {ARCH_LLAMA, "llama", ROPE_NORM, false, false, true, false, false},
-    {ARCH_QWEN2, "qwen2", ROPE_NEOX, true, false, false, false, false},
-    {ARCH_QWEN3, "qwen3", ROPE_NEOX, false, true, false, false, false},
-    {ARCH_PHI3, "phi3", ROPE_NEOX, false, false, false, true, false},
-    {ARCH_GEMMA2, "gemma2", ROPE_NEOX, false, false, false, false, true},
-    {ARCH_GEMMA3, "gemma3", ROPE_NEOX, false, true, false, false, true},
-    {ARCH_QWEN3MOE, "qwen3moe", ROPE_NEOX, false, true, false, false, false},
+    {ARCH_LLAMA, "llama", ROPE_NORM, false, false, true, false, false, false},
+    {ARCH_QWEN2, "qwen2", ROPE_NEOX, true, false, false, false, false, false},
+    {ARCH_QWEN3, "qwen3", ROPE_NEOX, false, true, false, false, false, false},
+    {ARCH_PHI3, "phi3", ROPE_NEOX, false, false, false, true, false, false},
+    {ARCH_GEMMA2, "gemma2", ROPE_NEOX, false, false, false, false, true, false},
+    {ARCH_GEMMA3, "gemma3", ROPE_NEOX, false, true, false, false, true, false},
+    {ARCH_QWEN3MOE, "qwen3moe", ROPE_NEOX, false, true, false, false, false, false},
+    {ARCH_GPT_OSS, "gpt-oss", ROPE_NEOX, true, false, false, false, false, true},
 };
 
 // The mixture-of-experts architectures (their attention is the row of ARCHES above).
-const arch_id MOE_ARCHES[] = {ARCH_QWEN3MOE};
+const arch_id MOE_ARCHES[] = {ARCH_QWEN3MOE, ARCH_GPT_OSS};
 
 const arch_row& row_of(arch_id a) {
   for (const arch_row& r : ARCHES)
@@ -147,6 +149,29 @@ void moe_hparams(const gguf::file& f, hparams& hp) {
                       ": shared experts are not supported (" + arch_name(hp.arch) + " has none)");
 }
 
+// gpt-oss: alternating sliding layers (llama.cpp's openai-moe reads the window as required and
+// the period with a default of 2) whose RoPE is the full layers' unless rope.freq_base_swa says.
+void read_oai(const gguf::file& f, hparams& hp) {
+  const std::string wk = key(hp, "attention.sliding_window");
+  if (!f.find(wk)) throw input_error(f.path() + ": key '" + wk + "' is missing (gpt-oss needs its window)");
+  hp.swa = hp.n_swa > 0;
+  hp.swa_period = 2;
+  const std::string pk = key(hp, "attention.sliding_window_pattern");
+  if (const gguf::value* v = f.find(pk)) {
+    if (v->type == gguf::VALUE_ARRAY)
+      throw input_error(f.path() + ": key '" + pk + "': a per-layer pattern (an array) is not supported; a period is");
+    hp.swa_period = f.get_int(pk);
+    if (hp.swa_period < 0 || hp.swa_period > 4096 || (hp.swa && hp.swa_period == 1))
+      throw input_error(f.path() + ": key '" + pk + "': expected a period of 0 or 2 to 4096, found " + std::to_string(hp.swa_period));
+  }
+  hp.rope_freq_base_swa = hp.rope_freq_base;
+  hp.rope_scale_linear_swa = hp.rope_scale_linear;
+  const std::string bk = key(hp, "rope.freq_base_swa");
+  if (f.find(bk))
+    hp.rope_freq_base_swa = float_key(f, bk, f.get_float(bk), 0, std::numeric_limits<double>::max(),
+                                      "a positive finite number, normal as a 32-bit float (the kernels' type)");
+}
+
 }  // namespace
 
 const char* arch_name(arch_id a) { return row_of(a).name; }
@@ -167,6 +192,8 @@ bool layer_swa(const hparams& hp, int64_t l) {
   if (!hp.swa) return false;
   return hp.swa_period == 0 || l % hp.swa_period < hp.swa_period - 1;
 }
+
+bool arch_oai_block(arch_id a) { return row_of(a).oai; }
 
 bool arch_moe(arch_id a) {
   for (arch_id m : MOE_ARCHES)
@@ -213,13 +240,21 @@ hparams hparams_from_gguf(const gguf::file& f) {
   hp.rope_freq_base = float_key(f, key(hp, "rope.freq_base"), f.get_float(key(hp, "rope.freq_base"), 10000.0), 0,
                                 std::numeric_limits<double>::max(), positive_float);
   std::string scaling = f.get_string(key(hp, "rope.scaling.type"), "none");
-  if (scaling == "linear") {
+  if (scaling == "linear" || scaling == "yarn") {
     const std::string k = key(hp, "rope.scaling.factor");
     hp.rope_scale_linear = 1.0 / float_key(f, k, f.get_float(k, 1.0), MIN_ROPE_FACTOR, MAX_ROPE_FACTOR,
                                            "a number from 1/65536 to 65536 (positions are divided by it)");
   } else if (scaling != "none") {
-    throw input_error(f.path() + ": rope.scaling.type '" + gguf::printable(scaling) + "' is not supported (none, linear)");
+    throw input_error(f.path() + ": rope.scaling.type '" + gguf::printable(scaling) + "' is not supported (none, linear, yarn)");
   }
+  hp.rope_yarn = scaling == "yarn";
+  if (hp.rope_yarn && hp.rope_scale_linear > 1.0)
+    throw input_error(f.path() + ": key '" + key(hp, "rope.scaling.factor") + "': YaRN needs a factor of at least 1, found " +
+                      num(1.0 / hp.rope_scale_linear));
+  const std::string orig_key = key(hp, "rope.scaling.original_context_length");
+  hp.n_ctx_orig_yarn = positive(f, orig_key, f.get_int(orig_key, hp.n_ctx_train));
+  const std::string af_key = key(hp, "rope.scaling.attn_factor");
+  if (f.find(af_key)) hp.rope_attn_factor = float_key(f, af_key, f.get_float(af_key), 1.0 / 1024, 1024, "a factor from 1/1024 to 1024");
   const std::string eps_key = key(hp, "attention.layer_norm_rms_epsilon");
   hp.rms_eps = float_key(f, eps_key, f.get_float(eps_key), 0, std::numeric_limits<double>::max(), positive_float);
   const gguf::tensor_info* emb = f.find_tensor("token_embd.weight");
@@ -236,6 +271,7 @@ hparams hparams_from_gguf(const gguf::file& f) {
   }
   if (arch_gemma_block(hp.arch)) read_gemma(f, hp);
   if (arch_moe(hp.arch)) moe_hparams(f, hp);
+  if (arch_oai_block(hp.arch)) read_oai(f, hp);
   check_consistency(f, hp);
   return hp;
 }
@@ -268,6 +304,15 @@ void hparams_write(gguf::writer& w, const hparams& hp) {
     if (hp.arch == ARCH_GEMMA2) w.set(key(hp, "attn_logit_softcapping"), gguf::value::of_f32(static_cast<float>(hp.attn_softcap)));
     if (hp.final_softcap > 0) w.set(key(hp, "final_logit_softcapping"), gguf::value::of_f32(static_cast<float>(hp.final_softcap)));
   }
+  if (hp.rope_yarn) {
+    w.set(key(hp, "rope.scaling.type"), gguf::value::of_string("yarn"));
+    w.set(key(hp, "rope.scaling.factor"), gguf::value::of_f32(static_cast<float>(1.0 / hp.rope_scale_linear)));
+    w.set(key(hp, "rope.scaling.original_context_length"), u32(hp.n_ctx_orig_yarn));
+  }
+  if (arch_oai_block(hp.arch)) {
+    w.set(key(hp, "attention.sliding_window"), u32(hp.n_swa));
+    if (hp.swa && hp.swa_period != 2) w.set(key(hp, "attention.sliding_window_pattern"), u32(hp.swa_period));
+  }
   if (arch_moe(hp.arch)) {
     w.set(key(hp, "expert_count"), u32(hp.n_expert));
     w.set(key(hp, "expert_used_count"), u32(hp.n_expert_used));
@@ -285,7 +330,7 @@ std::vector<tensor_desc> arch_tensors(const hparams& hp) {
   add("token_embd.weight", {hp.n_embd, hp.n_vocab}, TENSOR_MATRIX);
   add("output_norm.weight", {hp.n_embd}, TENSOR_VECTOR);
   if (hp.arch != ARCH_GEMMA2)  // gemma2's output is always token_embd (llama.cpp has no output.weight for it)
-    add("output.weight", {hp.n_embd, hp.n_vocab}, TENSOR_MATRIX, true);
+    add("output.weight", {hp.n_embd, hp.n_vocab}, TENSOR_MATRIX, !r.oai);  // gpt-oss: llama.cpp requires it
   if (r.rope_freqs) add("rope_freqs.weight", {hp.n_rot / 2}, TENSOR_VECTOR, true);
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
@@ -307,6 +352,20 @@ std::vector<tensor_desc> arch_tensors(const hparams& hp) {
       add(b + "attn_k_norm.weight", {hp.head_dim}, TENSOR_VECTOR);
     }
     add(b + "attn_output.weight", {q_dim, hp.n_embd}, TENSOR_MATRIX);
+    if (r.oai) {
+      add(b + "attn_output.bias", {hp.n_embd}, TENSOR_VECTOR);
+      add(b + "attn_sinks.weight", {hp.n_head}, TENSOR_VECTOR);
+      add(b + "post_attention_norm.weight", {hp.n_embd}, TENSOR_VECTOR);  // the FFN's input norm
+      add(b + "ffn_gate_inp.weight", {hp.n_embd, hp.n_expert}, TENSOR_MATRIX);
+      add(b + "ffn_gate_inp.bias", {hp.n_expert}, TENSOR_VECTOR);
+      add(b + "ffn_gate_exps.weight", {hp.n_embd, hp.n_ff_exp, hp.n_expert}, TENSOR_MATRIX);
+      add(b + "ffn_gate_exps.bias", {hp.n_ff_exp, hp.n_expert}, TENSOR_VECTOR);
+      add(b + "ffn_down_exps.weight", {hp.n_ff_exp, hp.n_embd, hp.n_expert}, TENSOR_MATRIX);
+      add(b + "ffn_down_exps.bias", {hp.n_embd, hp.n_expert}, TENSOR_VECTOR);
+      add(b + "ffn_up_exps.weight", {hp.n_embd, hp.n_ff_exp, hp.n_expert}, TENSOR_MATRIX);
+      add(b + "ffn_up_exps.bias", {hp.n_ff_exp, hp.n_expert}, TENSOR_VECTOR);
+      continue;
+    }
     if (r.gemma) add(b + "post_attention_norm.weight", {hp.n_embd}, TENSOR_VECTOR);
     add(b + "ffn_norm.weight", {hp.n_embd}, TENSOR_VECTOR);
     if (arch_moe(hp.arch)) {

@@ -15,14 +15,14 @@
 
 namespace detaudit::model {
 
-enum arch_id { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_PHI3, ARCH_GEMMA2, ARCH_GEMMA3, ARCH_QWEN3MOE };
+enum arch_id { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_PHI3, ARCH_GEMMA2, ARCH_GEMMA3, ARCH_QWEN3MOE, ARCH_GPT_OSS };
 
 enum rope_kind {
   ROPE_NORM,  // adjacent pairs (x[2i], x[2i+1]) rotate: llama
-  ROPE_NEOX,  // halves (x[i], x[i + d/2]) rotate: qwen2, qwen3, phi3, gemma2, gemma3, qwen3moe
+  ROPE_NEOX,  // halves (x[i], x[i + d/2]) rotate: qwen2, qwen3, phi3, gemma2, gemma3, qwen3moe, gpt-oss
 };
 
-// Returns "llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe".
+// Returns "llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe", "gpt-oss".
 const char* arch_name(arch_id a);
 // Parses a general.architecture value; nullopt when the engine does not know it.
 std::optional<arch_id> arch_from_name(const std::string& name);
@@ -40,6 +40,13 @@ bool arch_gemma_block(arch_id a);
 // tensors blk.N.ffn_{gate,up,down}_exps.weight, of which each token uses the n_expert_used its
 // router ranks highest. The loader reads each expert as a row range of the 3-D tensor.
 bool arch_moe(arch_id a);
+// gpt-oss's block (llama.cpp's "gpt-oss", its src/models/openai-moe.cpp): Q, K, V and attention
+// output biases, per-head attention sinks (blk.N.attn_sinks.weight), the FFN norm stored as
+// blk.N.post_attention_norm.weight, a router with a bias (ffn_gate_inp.bias), experts with biases
+// (ffn_{gate,up,down}_exps.bias, one row per expert), the clamped SwiGLU (alpha 1.702, limit 7),
+// and the routing weights a softmax over the chosen experts' logits. Sliding layers alternate
+// (period 2) and every layer attends with its sinks.
+bool arch_oai_block(arch_id a);
 // The names of the supported architectures, comma-separated, for error messages.
 std::string arch_names();
 
@@ -55,7 +62,14 @@ struct hparams {
   int64_t head_dim = 0;         // {arch}.attention.key_length, else n_embd / n_head
   int64_t n_rot = 0;            // {arch}.rope.dimension_count, else head_dim
   double rope_freq_base = 10000.0;
-  double rope_scale_linear = 1.0;  // 1 / {arch}.rope.scaling.factor when scaling.type is "linear"
+  double rope_scale_linear = 1.0;  // 1 / {arch}.rope.scaling.factor when scaling.type is "linear" or "yarn"
+  // YaRN ({arch}.rope.scaling.type "yarn", gpt-oss): positions interpolated by the factor on the
+  // low frequencies and kept on the high ones, ramped between the correction dimensions of
+  // beta_fast = 32 and beta_slow = 1 rotations over original_context_length (llama.cpp's defaults;
+  // it reads no other values for these architectures), and cos / sin scaled by 1 + 0.1 ln(factor).
+  bool rope_yarn = false;
+  int64_t n_ctx_orig_yarn = 0;     // {arch}.rope.scaling.original_context_length, else n_ctx_train
+  double rope_attn_factor = 1.0;   // {arch}.rope.scaling.attn_factor: multiplies cos and sin
   double rms_eps = 1e-5;
   bool tied_output = false;     // no output.weight: the output projection reuses token_embd
   // {arch}.attention.sliding_window as the file states it (0 when absent). phi3: recorded and not

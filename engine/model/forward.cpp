@@ -6,12 +6,34 @@
 #include <xxhash.h>
 
 #include "model/moe.h"
+#include "numerics/exact.h"
 
 namespace detaudit::model {
 
 rope_params layer_rope(const hparams& hp, int64_t l) {
-  if (layer_swa(hp, l)) return {hp.rope_freq_base_swa, hp.rope_scale_linear_swa};
-  return {hp.rope_freq_base, hp.rope_scale_linear};
+  rope_params p;
+  p.freq_base = layer_swa(hp, l) ? hp.rope_freq_base_swa : hp.rope_freq_base;
+  p.freq_scale = layer_swa(hp, l) ? hp.rope_scale_linear_swa : hp.rope_scale_linear;
+  // Computed once per layer in double with numerics' own log (no libm: the tables are the same
+  // bits on every machine). llama.cpp's attn_factor: rope.scaling.attn_factor, and under YaRN get_mscale(factor) / (1 +
+  // 0.1 ln factor) with get_mscale(f) = 1 + 0.1 ln f above 1, else 1 (its llama-context.cpp).
+  const double factor = 1.0 / hp.rope_scale_linear;
+  double attn_factor = hp.rope_attn_factor;
+  if (hp.rope_yarn) {
+    const double mscale = factor <= 1.0 ? 1.0 : 1.0 + 0.1 * numerics::log_f64(factor);
+    attn_factor *= mscale / (1.0 + 0.1 * numerics::log_f64(factor));
+    // ggml_rope_yarn_corr_dims: the dimensions where beta_fast = 32 and beta_slow = 1 rotations fit
+    // in the original context, floor / ceil, clamped to [0, n_rot - 1].
+    const double n_dims = static_cast<double>(hp.n_rot), orig = static_cast<double>(hp.n_ctx_orig_yarn);
+    auto corr_dim = [&](double beta) { return n_dims * numerics::log_f64(orig / (beta * 2.0 * M_PI)) / (2.0 * numerics::log_f64(p.freq_base)); };
+    p.ext_factor = 1.0;
+    p.corr_low = std::max(0.0, std::floor(corr_dim(32.0)));
+    p.corr_high = std::min(n_dims - 1.0, std::ceil(corr_dim(1.0)));
+    p.mscale = attn_factor * (1.0 + 0.1 * numerics::log_f64(1.0 / p.freq_scale));  // ggml_rope's magnitude under YaRN
+  } else {
+    p.mscale = attn_factor;
+  }
+  return p;
 }
 
 attn_params layer_attn(const hparams& hp, int64_t l) {
@@ -47,7 +69,7 @@ void block(const model& m, ops& o, int64_t l, act x, std::vector<std::vector<std
   o.matmul(w.wq, h, q);
   o.matmul(w.wk, h, k);
   o.matmul(w.wv, h, v);
-  if (!w.bq.empty()) {  // qwen2
+  if (!w.bq.empty()) {  // qwen2, gpt-oss
     o.add_bias(q, w.bq);
     o.add_bias(k, w.bk);
     o.add_bias(v, w.bv);
@@ -61,9 +83,12 @@ void block(const model& m, ops& o, int64_t l, act x, std::vector<std::vector<std
   o.rope(k, hp.n_head_kv, rp);
   o.kv_store(l, k, v);
   act att = o.alloc(n, q_dim);
-  o.attention(l, q, att, layer_attn(hp, l));
+  attn_params ap = layer_attn(hp, l);
+  if (!w.sinks.empty()) ap.sinks = w.sinks.data();  // gpt-oss
+  o.attention(l, q, att, ap);
   act proj = o.alloc(n, hp.n_embd);
   o.matmul(w.wo, att, proj);
+  if (!w.bo.empty()) o.add_bias(proj, w.bo);  // gpt-oss
   if (!w.post_attn_norm.empty()) o.rms_norm(proj, w.post_attn_norm, hp.n_embd, proj);  // gemma
   o.add(x, proj, x);
 

@@ -38,9 +38,15 @@ struct step_token {
 
 // The RoPE of one layer: theta_i = pos * freq_scale * freq_base^(-2i / n_rot) (model hparams give
 // n_rot, NORM or NEOX pairing and the Llama 3 factors). Gemma's sliding layers have their own.
+// YaRN (ext_factor != 0), as ggml's rope: with e_i = pos * freq_base^(-2i / n_rot), ramp_i =
+// 1 - clamp((i - corr_low) / max(0.001, corr_high - corr_low), 0, 1) * ext_factor, the angle is
+// freq_scale * e_i * (1 - ramp_i) + e_i * ramp_i, and cos / sin are multiplied by mscale.
 struct rope_params {
   double freq_base = 10000.0;
   double freq_scale = 1.0;
+  double ext_factor = 0;
+  double corr_low = 0, corr_high = 0;
+  double mscale = 1.0;
   bool operator==(const rope_params&) const = default;
 };
 
@@ -51,6 +57,10 @@ struct attn_params {
   double kq_scale = 0;  // score = q . k * kq_scale (1 / sqrt(head_dim) unless the model says otherwise)
   int64_t window = 0;   // > 0: the token at position p sees positions (p - window, p] only
   double softcap = 0;   // > 0: score = softcap * tanh(score / softcap) before the softmax
+  // gpt-oss's attention sinks: n_head learned scores (blk.N.attn_sinks), head h's one more term of
+  // the softmax's maximum and denominator with no value (it takes weight away from every position).
+  // nullptr: none. Points into the model's weights.
+  const float* sinks = nullptr;
 };
 
 // The RoPE and attention settings of layer l, from the hyperparameters.
@@ -95,6 +105,9 @@ class ops {
   virtual void swiglu(act gate, act up, act out) = 0;
   // out = gelu(gate) * up, element-wise (GELU's tanh form).
   virtual void geglu(act gate, act up, act out) = 0;
+  // out = min(gate, limit) * sigmoid(alpha * min(gate, limit)) * (clamp(up, -limit, limit) + 1),
+  // element-wise (gpt-oss's clamped SwiGLU).
+  virtual void swiglu_oai(act gate, act up, float alpha, float limit, act out) = 0;
   // out = x * s, element-wise.
   virtual void scale(act x, float s, act out) = 0;
   // out = cap * tanh(x / cap), element-wise (cap > 0).

@@ -7,6 +7,7 @@
 
 #include "chat/chat_template.h"
 #include "model/arch.h"
+#include "model/forward.h"
 #include "model/model.h"
 #include "util/error.h"
 #include "util/sha256.h"
@@ -53,7 +54,8 @@ json generic_hparams(const gguf::file& f, const std::string& arch) {
       {"n_ctx_train", "context_length"}, {"n_rot", "rope.dimension_count"}, {"head_dim", "attention.key_length"},
       {"n_swa", "attention.sliding_window"}, {"swa_period", "attention.sliding_window_pattern"},
       {"n_expert", "expert_count"}, {"n_expert_used", "expert_used_count"},
-      {"n_ff_exp", "expert_feed_forward_length"}, {"n_expert_shared", "expert_shared_count"}};
+      {"n_ff_exp", "expert_feed_forward_length"}, {"n_expert_shared", "expert_shared_count"},
+      {"n_ctx_orig_yarn", "rope.scaling.original_context_length"}};
   // A value of the wrong type or range is left out here: the engine section says what is wrong.
   auto guarded = [](auto&& fn) {
     try {
@@ -71,9 +73,13 @@ json generic_hparams(const gguf::file& f, const std::string& arch) {
   if (eps) guarded([&] { h["rms_eps"] = float_value(*eps, arch + ".attention.layer_norm_rms_epsilon"); });
   const std::pair<const char*, const char*> floats[] = {{"rope_freq_base_swa", "rope.freq_base_swa"},
                                                         {"attn_softcap", "attn_logit_softcapping"},
-                                                        {"final_softcap", "final_logit_softcapping"}};
+                                                        {"final_softcap", "final_logit_softcapping"},
+                                                        {"rope_scaling_factor", "rope.scaling.factor"},
+                                                        {"rope_attn_factor", "rope.scaling.attn_factor"}};
   for (auto [name, suffix] : floats)
     if (const gguf::value* v = f.find(arch + "." + suffix)) guarded([&] { h[name] = float_value(*v, arch + "." + suffix); });
+  if (const gguf::value* v = f.find(arch + ".rope.scaling.type"); v && v->type == gguf::VALUE_STRING)
+    h["rope_scaling"] = gguf::printable(v->s);
   return h;
 }
 
@@ -134,6 +140,15 @@ json chat_info(const gguf::file& f) {
           {"bytes", tmpl.size()}};
 }
 
+// "N of L layers attend through a sliding window of W positions (layer l slides when l % P < P-1)".
+std::string sliding_text(const hparams& hp) {
+  int64_t n_sliding = 0;
+  for (int64_t l = 0; l < hp.n_layer; ++l) n_sliding += layer_swa(hp, l) ? 1 : 0;
+  return std::to_string(n_sliding) + " of " + std::to_string(hp.n_layer) + " layers attend through a sliding window of " +
+         std::to_string(hp.n_swa) + " positions (layer l slides when l % " + std::to_string(hp.swa_period) + " < " +
+         std::to_string(hp.swa_period - 1) + ")";
+}
+
 // Whether the engine can run the file, and if not, why.
 json engine_support(const gguf::file& f, const std::string& arch) {
   if (!arch_from_name(arch)) return {{"runnable", false}, {"reason", "architecture '" + arch + "' is not supported"}};
@@ -154,11 +169,7 @@ json engine_support(const gguf::file& f, const std::string& arch) {
       notes.push_back("gemma block: embeddings scaled by sqrt(n_embd), RMS norms on the attention and FFN outputs "
                       "(post_attention_norm, post_ffw_norm), a GELU (tanh form) gate");
       if (hp.swa) {
-        int64_t n_sliding = 0;
-        for (int64_t l = 0; l < hp.n_layer; ++l) n_sliding += layer_swa(hp, l) ? 1 : 0;
-        notes.push_back(std::to_string(n_sliding) + " of " + std::to_string(hp.n_layer) + " layers attend through a sliding window of " +
-                        std::to_string(hp.n_swa) + " positions (layer l slides when l % " + std::to_string(hp.swa_period) + " < " +
-                        std::to_string(hp.swa_period - 1) + "), with RoPE base " + num_text(hp.rope_freq_base_swa) +
+        notes.push_back(sliding_text(hp) + ", with RoPE base " + num_text(hp.rope_freq_base_swa) +
                         (hp.rope_scale_linear_swa != 1.0 ? " and linear scale " + num_text(hp.rope_scale_linear_swa) : "") +
                         "; the others attend to every position with base " + num_text(hp.rope_freq_base));
       } else {
@@ -169,6 +180,20 @@ json engine_support(const gguf::file& f, const std::string& arch) {
       if (hp.attn_scale_override > 0)
         notes.push_back("attention scale 1/sqrt(n_embd / n_head) = " + num_text(hp.attn_scale_override) +
                         " (llama.cpp's rule for the 27B models, decided by the layer count)");
+    }
+    if (hp.rope_yarn) {
+      const rope_params rp = layer_rope(hp, 0);
+      notes.push_back("YaRN RoPE: factor " + num_text(1.0 / hp.rope_scale_linear) + " over " + std::to_string(hp.n_ctx_orig_yarn) +
+                      " original positions; rotation pairs below " + num_text(rp.corr_low) + " keep their angle, pairs above " +
+                      num_text(rp.corr_high) + " are interpolated by the factor, the ones between ramp from one to the other; "
+                      "cos and sin scaled by " + num_text(rp.mscale));
+    }
+    if (arch_oai_block(hp.arch)) {
+      notes.push_back("gpt-oss block: biases on Q, K, V and the attention output, one learned attention sink per head "
+                      "(attn_sinks: a score with no value that joins every softmax), post_attention_norm as the FFN's input "
+                      "norm, biased router and experts, the clamped SwiGLU (min(gate, 7), up clamped to [-7, 7], alpha 1.702), "
+                      "routing weights a softmax over the chosen experts' logits");
+      if (hp.swa) notes.push_back(sliding_text(hp) + "; the others attend to every position");
     }
     if (arch_moe(hp.arch))
       notes.push_back("mixture of experts: " + std::to_string(hp.n_expert) + " experts of width " + std::to_string(hp.n_ff_exp) +
@@ -199,7 +224,7 @@ std::string file_type_name(int64_t ft) {
       {0, "ALL_F32"}, {1, "MOSTLY_F16"}, {2, "MOSTLY_Q4_0"}, {3, "MOSTLY_Q4_1"}, {7, "MOSTLY_Q8_0"},
       {8, "MOSTLY_Q5_0"}, {9, "MOSTLY_Q5_1"}, {10, "MOSTLY_Q2_K"}, {11, "MOSTLY_Q3_K_S"}, {12, "MOSTLY_Q3_K_M"},
       {13, "MOSTLY_Q3_K_L"}, {14, "MOSTLY_Q4_K_S"}, {15, "MOSTLY_Q4_K_M"}, {16, "MOSTLY_Q5_K_S"},
-      {17, "MOSTLY_Q5_K_M"}, {18, "MOSTLY_Q6_K"}, {32, "MOSTLY_BF16"}};
+      {17, "MOSTLY_Q5_K_M"}, {18, "MOSTLY_Q6_K"}, {32, "MOSTLY_BF16"}, {38, "MOSTLY_MXFP4_MOE"}};
   auto it = names.find(ft);
   return it == names.end() ? "unknown(" + std::to_string(ft) + ")" : it->second;
 }

@@ -38,7 +38,7 @@ weight matrix_of(const gguf::file& f, const gguf::tensor_info* t, const std::str
   if (!model_type_supported(t->type))
     throw input_error(f.path() + ": tensor '" + name + "' has type " + gguf::dtype_get(t->type).name +
                       ", which the engine does not compute (supported: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 "
-                      "q2_K q3_K q4_K q5_K q6_K)");
+                      "q2_K q3_K q4_K q5_K q6_K mxfp4)");
   weight w;
   w.name = name;
   w.type = t->type;
@@ -78,6 +78,23 @@ std::vector<float> tensor_get_vector(const gguf::file& f, const std::string& nam
   return v;
 }
 
+// An F32 matrix of rows of n elements (ne = [n, rows]), copied row by row, checked as
+// tensor_get_vector.
+std::vector<std::vector<float>> tensor_get_rows(const gguf::file& f, const std::string& name, int64_t n, int64_t rows) {
+  const gguf::tensor_info* t = tensor_find(f, name, {n, rows});
+  if (t->type != gguf::DTYPE_F32)
+    throw input_error(f.path() + ": tensor '" + name + "': expected type f32, found " + gguf::dtype_get(t->type).name);
+  std::vector<std::vector<float>> out(static_cast<size_t>(rows), std::vector<float>(static_cast<size_t>(n)));
+  for (int64_t r = 0; r < rows; ++r) {
+    gguf::quants_dequantize_row(gguf::DTYPE_F32, f.tensor_data(*t) + static_cast<uint64_t>(r * n) * 4, out[r].data(), n);
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(out[r][i]))
+        throw input_error(f.path() + ": tensor '" + name + "': element " + std::to_string(r * n + i) + " is " +
+                          std::to_string(out[r][i]) + "; expected finite values");
+  }
+  return out;
+}
+
 // The router and the experts of a mixture-of-experts block, each expert a view of its 3-D tensor.
 void layer_get_experts(const gguf::file& f, const hparams& hp, const std::string& b, layer_weights& lw) {
   lw.router = tensor_get_matrix(f, b + "ffn_gate_inp.weight", hp.n_embd, hp.n_expert);
@@ -88,6 +105,12 @@ void layer_get_experts(const gguf::file& f, const hparams& hp, const std::string
     lw.exp_gate.push_back(weight_expert(gate, e, hp.n_ff_exp));
     lw.exp_up.push_back(weight_expert(up, e, hp.n_ff_exp));
     lw.exp_down.push_back(weight_expert(down, e, hp.n_embd));
+  }
+  if (arch_oai_block(hp.arch)) {
+    lw.router_b = tensor_get_vector(f, b + "ffn_gate_inp.bias", hp.n_expert);
+    lw.exp_gate_b = tensor_get_rows(f, b + "ffn_gate_exps.bias", hp.n_ff_exp, hp.n_expert);
+    lw.exp_up_b = tensor_get_rows(f, b + "ffn_up_exps.bias", hp.n_ff_exp, hp.n_expert);
+    lw.exp_down_b = tensor_get_rows(f, b + "ffn_down_exps.bias", hp.n_embd, hp.n_expert);
   }
 }
 
@@ -108,7 +131,7 @@ layer_weights layer_get(const gguf::file& f, const hparams& hp, int64_t l) {
     lw.wv = tensor_get_matrix(f, b + "attn_v.weight", hp.n_embd, kv_dim);
   }
   lw.wo = tensor_get_matrix(f, b + "attn_output.weight", q_dim, hp.n_embd);
-  if (hp.arch == ARCH_QWEN2) {
+  if (hp.arch == ARCH_QWEN2 || arch_oai_block(hp.arch)) {
     lw.bq = tensor_get_vector(f, b + "attn_q.bias", q_dim);
     lw.bk = tensor_get_vector(f, b + "attn_k.bias", kv_dim);
     lw.bv = tensor_get_vector(f, b + "attn_v.bias", kv_dim);
@@ -121,7 +144,11 @@ layer_weights layer_get(const gguf::file& f, const hparams& hp, int64_t l) {
     lw.post_attn_norm = tensor_get_vector(f, b + "post_attention_norm.weight", hp.n_embd);
     lw.post_ffn_norm = tensor_get_vector(f, b + "post_ffw_norm.weight", hp.n_embd);
   }
-  lw.ffn_norm = tensor_get_vector(f, b + "ffn_norm.weight", hp.n_embd);
+  if (arch_oai_block(hp.arch)) {
+    lw.bo = tensor_get_vector(f, b + "attn_output.bias", hp.n_embd);
+    lw.sinks = tensor_get_vector(f, b + "attn_sinks.weight", hp.n_head);
+  }
+  lw.ffn_norm = tensor_get_vector(f, b + (arch_oai_block(hp.arch) ? "post_attention_norm.weight" : "ffn_norm.weight"), hp.n_embd);
   if (arch_moe(hp.arch)) {
     layer_get_experts(f, hp, b, lw);
     return lw;

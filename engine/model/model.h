@@ -41,7 +41,9 @@ weight weight_expert(const weight& all, int64_t e, int64_t n_rows);
 struct layer_weights {
   std::vector<float> attn_norm;        // (n_embd)
   weight wq, wk, wv, wo;               // wq: (n_head*head_dim rows of n_embd) ... (phi3: views of attn_qkv)
-  std::vector<float> bq, bk, bv;       // qwen2 only, else empty
+  std::vector<float> bq, bk, bv;       // qwen2, gpt-oss, else empty
+  std::vector<float> bo;               // gpt-oss: attn_output.bias (n_embd), else empty
+  std::vector<float> sinks;            // gpt-oss: attn_sinks.weight (n_head), else empty
   std::vector<float> q_norm, k_norm;   // qwen3, gemma3 (head_dim), else empty
   std::vector<float> post_attn_norm;   // gemma2, gemma3 (n_embd): on the attention output, else empty
   std::vector<float> post_ffn_norm;    // gemma2, gemma3 (n_embd): on the FFN output, else empty
@@ -52,6 +54,9 @@ struct layer_weights {
   weight router;                       // ffn_gate_inp: (n_expert rows of n_embd)
   std::vector<weight> exp_gate, exp_up;  // per expert: (n_ff_exp rows of n_embd), views of ffn_{gate,up}_exps
   std::vector<weight> exp_down;          // per expert: (n_embd rows of n_ff_exp), views of ffn_down_exps
+  // gpt-oss, else empty: the router's bias (n_expert) and each expert's biases (ffn_*_exps.bias rows)
+  std::vector<float> router_b;
+  std::vector<std::vector<float>> exp_gate_b, exp_up_b, exp_down_b;
 };
 
 class model {

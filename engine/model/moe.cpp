@@ -2,12 +2,19 @@
 
 namespace detaudit::model {
 
+namespace {
+// gpt-oss's clamped SwiGLU (llama.cpp's LLM_FFN_SWIGLU_OAI_MOE constants).
+constexpr float OAI_ALPHA = 1.702f, OAI_LIMIT = 7.0f;
+}  // namespace
+
 act moe_ffn(const model& m, ops& o, int64_t l, act h, std::vector<std::vector<std::vector<int32_t>>>* routes) {
   const hparams& hp = m.hp();
   const layer_weights& w = m.layers[l];
   const int64_t n = h.rows, k = hp.n_expert_used;
+  const bool oai = arch_oai_block(hp.arch);
   act logits = o.alloc(n, hp.n_expert);
   o.matmul(w.router, h, logits);
+  if (!w.router_b.empty()) o.add_bias(logits, w.router_b);  // gpt-oss
   std::vector<int32_t> ids;
   std::vector<float> weights;
   o.moe_route(logits, k, hp.expert_weights_norm, ids, weights);
@@ -31,8 +38,15 @@ act moe_ffn(const model& m, ops& o, int64_t l, act h, std::vector<std::vector<st
     act gate = o.alloc(xe.rows, hp.n_ff_exp), up = o.alloc(xe.rows, hp.n_ff_exp), down = o.alloc(xe.rows, hp.n_embd);
     o.matmul(w.exp_gate[e], xe, gate);
     o.matmul(w.exp_up[e], xe, up);
-    o.swiglu(gate, up, gate);
+    if (oai) {  // gpt-oss: biased experts, the clamped SwiGLU
+      o.add_bias(gate, w.exp_gate_b[e]);
+      o.add_bias(up, w.exp_up_b[e]);
+      o.swiglu_oai(gate, up, OAI_ALPHA, OAI_LIMIT, gate);
+    } else {
+      o.swiglu(gate, up, gate);
+    }
     o.matmul(w.exp_down[e], gate, down);
+    if (oai) o.add_bias(down, w.exp_down_b[e]);
     o.scale_rows(down, scale[e], down);
     o.scatter_rows(down, dest[e], slots);
     o.alloc_release(mark);

@@ -1,4 +1,4 @@
-// The mixture-of-experts feed-forward (qwen3moe), as a composition of ops.
+// The mixture-of-experts feed-forward (qwen3moe, gpt-oss), as a composition of ops.
 //
 // Goals: routing and expert evaluation written once, over the ordinary ops (matmul, swiglu,
 // gather_rows) and three of their own (moe_route, scale_rows, scatter_rows), so every numerics
@@ -17,7 +17,9 @@ namespace detaudit::model {
 
 // The feed-forward of layer l on the normed rows h (tokens, n_embd): a new activation (tokens,
 // n_embd) = sum over each token's experts, best first, of weight * down(silu(gate(h)) * up(h)),
-// added in rank order as llama.cpp adds them. routes: when non-null, (*routes)[t] receives token
+// added in rank order as llama.cpp adds them. gpt-oss adds the router's and the experts' biases and
+// uses the clamped SwiGLU (swiglu_oai); its routing weights, a softmax over the chosen experts'
+// logits, are the renormalised softmax (the same ratios; moe_route with norm). routes: when non-null, (*routes)[t] receives token
 // t's expert ids of this layer (rank order).
 act moe_ffn(const model& m, ops& o, int64_t l, act h, std::vector<std::vector<std::vector<int32_t>>>* routes);
 

@@ -70,6 +70,7 @@ init_scale scale_for(const tensor_desc& d, const hparams& hp) {
   auto ends = [&](const char* s) { return n.size() >= std::string(s).size() && n.compare(n.size() - std::string(s).size(), std::string::npos, s) == 0; };
   if (ends("norm.weight")) return {0.1, 1.0};
   if (ends(".bias")) return {0.1, 0.0};
+  if (ends("attn_sinks.weight")) return {1.0, 0.0};  // scores' own scale: some heads' sinks take most weight
   if (n == "token_embd.weight") return {hp.tied_output ? 2.5 * inv_sqrt(double(hp.n_embd)) : 1.0, 0.0};
   if (n == "output.weight") return {2.5 * inv_sqrt(double(hp.n_embd)), 0.0};
   double fan_in = static_cast<double>(d.ne[0]);
@@ -125,6 +126,18 @@ hparams hparams_of(const synth_options& o, int64_t n_vocab) {
     hp.attn_softcap = g2 ? 50.0 : 0.0;
     hp.final_softcap = g2 ? 30.0 : 0.0;
     hp.tied_output = g2 || o.tied_output;
+  }
+  if (arch_oai_block(o.arch)) {
+    // gpt-oss's values: RMS eps 1e-5, RoPE base 150000 under YaRN (factor 32 over 4096 positions),
+    // a 128-position window on alternate layers.
+    hp.rms_eps = 1e-5;
+    hp.rope_freq_base = hp.rope_freq_base_swa = 150000.0;
+    hp.rope_yarn = true;
+    hp.rope_scale_linear = hp.rope_scale_linear_swa = 1.0 / 32.0;
+    hp.n_ctx_orig_yarn = 4096;
+    hp.n_swa = o.sliding_window >= 0 ? o.sliding_window : std::min<int64_t>(128, o.n_ctx);
+    hp.swa = hp.n_swa > 0;
+    hp.swa_period = o.swa_period >= 0 ? o.swa_period : 2;
   }
   if (arch_moe(o.arch)) {
     hp.n_expert = o.n_expert;
@@ -223,13 +236,24 @@ int64_t synth_file_type(gguf::dtype t) {
     case gguf::DTYPE_Q5_K: return 16;
     case gguf::DTYPE_Q6_K: return 18;
     case gguf::DTYPE_BF16: return 32;
+    case gguf::DTYPE_MXFP4: return 38;  // llama.cpp's MOSTLY_MXFP4_MOE
     default: throw input_error(std::string("synth cannot write weight type ") + gguf::dtype_get(t).name);
   }
 }
 
-const char* synth_mixture_names() { return "q4_k_m|q5_k_m"; }
+const char* synth_mixture_names() { return "q4_k_m|q5_k_m|mxfp4_moe"; }
 
 bool synth_apply_mixture(synth_options& o, const std::string& name) {
+  if (name == "mxfp4_moe") {  // llama.cpp's MXFP4_MOE: the 3-D expert tensors mxfp4, the other matrices q8_0
+    o.type = gguf::DTYPE_Q8_0;
+    o.file_type = 38;
+    o.mixture = name;
+    std::vector<std::pair<std::string, gguf::dtype>> mix;
+    if (arch_moe(o.arch))
+      for (const char* t : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}) mix.emplace_back(t, gguf::DTYPE_MXFP4);
+    o.tensor_types.insert(o.tensor_types.begin(), mix.begin(), mix.end());
+    return true;
+  }
   gguf::dtype base;
   if (name == "q4_k_m") {
     base = gguf::DTYPE_Q4_K;
@@ -297,8 +321,11 @@ void synth_validate(const synth_options& o) {
   need(hd % 2 == 0, "the head dimension " + std::to_string(hd) + " must be even (RoPE rotates pairs)");
   need(o.arch != ARCH_GEMMA2 || o.tied_output, "--arch gemma2 needs --tied-output (its output projection is token_embd)");
   need(o.arch != ARCH_GEMMA2 || o.sliding_window != 0, "--arch gemma2 needs a --sliding-window of at least 1");
-  need((o.sliding_window < 0 && o.swa_period < 0) || arch_gemma_block(o.arch),
-       std::string("--sliding-window and --swa-period apply to gemma2 and gemma3, not --arch ") + arch_name(o.arch));
+  need((o.sliding_window < 0 && o.swa_period < 0) || arch_gemma_block(o.arch) || arch_oai_block(o.arch),
+       std::string("--sliding-window and --swa-period apply to gemma2, gemma3 and gpt-oss, not --arch ") + arch_name(o.arch));
+  need(!arch_oai_block(o.arch) || !o.tied_output, "--arch gpt-oss has its own output.weight (llama.cpp requires it): drop --tied-output");
+  need(!(arch_oai_block(o.arch) && o.sliding_window == 0 && o.swa_period >= 0),
+       "--swa-period has no effect with --sliding-window 0 (no sliding layers)");
   need(o.sliding_window <= o.n_ctx, "--sliding-window " + std::to_string(o.sliding_window) + " is longer than --n-ctx " +
                                         std::to_string(o.n_ctx));
   need(o.swa_period <= 4096, "--swa-period " + std::to_string(o.swa_period) + " is above 4096");

@@ -97,6 +97,8 @@ float silu_f32(float x) { return inl::silu(x); }
 
 float gelu_f32(float x) { return inl::gelu(x); }
 
+float swiglu_oai_f32(float gate, float up, float alpha, float limit) { return inl::swiglu_oai(gate, up, alpha, limit); }
+
 float softcap_f32(float x, float cap) { return inl::softcap(x, cap, inl::recip(cap)); }
 
 bool softcap_cap_ok(float cap) {

@@ -61,6 +61,10 @@ float silu_f32(float x);    // flush(x * recip_f32(flush(1 + exp_f32(-x))))
 // flush(x * recip_f32(flush(1 + exp_f32(-z)))), z = flush(flush(1.5957691216 * x) *
 // flush(1 + flush(0.044715 * flush(x * x)))).
 float gelu_f32(float x);
+// gpt-oss's clamped SwiGLU of one gate / up pair: x = min(gate, limit), y = clamp(up, -limit,
+// limit), z = flush(alpha * x), g = flush(x * recip_f32(flush(1 + exp_f32(-z)))), result
+// flush(g * flush(y + 1)) (llama.cpp's ggml_swiglu_oai with alpha 1.702, limit 7).
+float swiglu_oai_f32(float gate, float up, float alpha, float limit);
 // Soft-capping (gemma2's attention scores and logits): cap * tanh(x / cap), in (-cap, cap).
 // y = flush(x * recip_f32(cap)), e = exp_f32(-2|y|), t = flush(1 - flush(flush(e + e) *
 // recip_f32(flush(1 + e)))), result flush(cap * t) with y's sign. Absolute error about

@@ -129,6 +129,21 @@ inline float gelu(float x) {
   return flush(x * recip(d));
 }
 
+// numerics::swiglu_oai_f32: gpt-oss's clamped SwiGLU. x = min(gate, limit), y = clamp(up, -limit,
+// limit), x * sigmoid(alpha x) * (y + 1), each step flushed; a NaN input stays NaN (the comparisons
+// keep it).
+inline float swiglu_oai(float gate, float up, float alpha, float limit) {
+  float x = flush(gate);
+  if (limit < x) x = limit;
+  float y = flush(up);
+  if (y < -limit) y = -limit;
+  if (limit < y) y = limit;
+  const float z = flush(alpha * x);
+  const float d = flush(1.0f + exp(-z));
+  const float g = flush(x * recip(d));
+  return flush(g * flush(y + 1.0f));
+}
+
 // numerics::softcap_f32: cap * tanh(x / cap), tanh(a) = 1 - 2 e / (1 + e) with e = e^-2|a| (no
 // cancellation in the denominator; the sign applied last). inv_cap = recip(cap), hoisted by callers.
 inline float softcap(float x, float cap, float inv_cap) {

@@ -106,6 +106,20 @@ void decode_q8_0(const uint8_t* row, int64_t b, wblock& w) {
   for (int j = 0; j < QBLOCK; ++j) w.q[j] = static_cast<int8_t>(p[2 + j]);
 }
 
+// mxfp4 (17 B): e (E8M0), qs[16]. Element j < 16 is the low nibble of qs[j], j >= 16 the high
+// nibble of qs[j - 16]; its value is the doubled e2m1 code value times 2^(e - 128), exactly.
+void decode_mxfp4(const uint8_t* row, int64_t b, wblock& w) {
+  static constexpr int8_t VALUES[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  const uint8_t* p = row + b * 17;
+  w.d_mant = 1;
+  w.d_exp = static_cast<int32_t>(p[0]) - 128;
+  set_plain(w, 1, 1);
+  for (int j = 0; j < QBLOCK / 2; ++j) {
+    w.q[j] = VALUES[p[1 + j] & 0xf];
+    w.q[j + 16] = VALUES[p[1 + j] >> 4];
+  }
+}
+
 // ---- K-quant super-blocks: slice s (0..7) holds elements 32s .. 32s+31 ----
 
 int read_2bit(const uint8_t* qs, int e) {
@@ -203,7 +217,7 @@ bool weight_type_supported(gguf::dtype t) {
     case gguf::DTYPE_F32: case gguf::DTYPE_F16: case gguf::DTYPE_BF16:
     case gguf::DTYPE_Q4_0: case gguf::DTYPE_Q4_1: case gguf::DTYPE_Q5_0: case gguf::DTYPE_Q5_1:
     case gguf::DTYPE_Q8_0: case gguf::DTYPE_Q2_K: case gguf::DTYPE_Q3_K: case gguf::DTYPE_Q4_K:
-    case gguf::DTYPE_Q5_K: case gguf::DTYPE_Q6_K:
+    case gguf::DTYPE_Q5_K: case gguf::DTYPE_Q6_K: case gguf::DTYPE_MXFP4:
       return true;
     default:
       return false;
@@ -216,7 +230,7 @@ void weight_check_type(gguf::dtype t) {
   throw input_error(std::string("exact numerics: weight type ") + (tr ? tr->name : "unknown") +
                     " (id " + std::to_string(static_cast<uint32_t>(t)) +
                     ") is not supported; expected f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, "
-                    "q2_K, q3_K, q4_K, q5_K or q6_K");
+                    "q2_K, q3_K, q4_K, q5_K, q6_K or mxfp4");
 }
 
 void weight_decode_block(gguf::dtype t, const uint8_t* row, int64_t block32_index, wblock& out,
@@ -231,6 +245,8 @@ void weight_decode_block(gguf::dtype t, const uint8_t* row, int64_t block32_inde
   }
   if (t == gguf::DTYPE_Q8_0) {
     decode_q8_0(row, block32_index, out);
+  } else if (t == gguf::DTYPE_MXFP4) {
+    decode_mxfp4(row, block32_index, out);
   } else if (!decode_k(t, row, block32_index, out)) {
     decode_legacy(t, row, block32_index, out);
   }

@@ -182,7 +182,7 @@ bench_model_info bench_describe(const model::model& m) {
   // A K-quant mixture is named as llama-bench names it (its general.file_type), e.g. "Q4_K - Medium".
   static const std::map<int64_t, const char*> MIXTURES = {{11, "Q3_K - Small"}, {12, "Q3_K - Medium"}, {13, "Q3_K - Large"},
                                                           {14, "Q4_K - Small"}, {15, "Q4_K - Medium"}, {16, "Q5_K - Small"},
-                                                          {17, "Q5_K - Medium"}};
+                                                          {17, "Q5_K - Medium"}, {38, "MXFP4 MoE"}};
   if (m.file().find("general.file_type")) {
     try {  // only a label: a file_type of another type leaves the main weight type's name
       auto it = MIXTURES.find(m.file().get_int("general.file_type"));

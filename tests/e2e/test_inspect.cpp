@@ -55,19 +55,20 @@ TEST_CASE("inspect: synthetic fixture files in every weight type") {
                          "llama-q5_1", "llama-q2_k", "llama-q3_k_m", "llama-q4_k_m", "llama-q5_k_m", "llama-q6_k",
                          "qwen2-f16", "qwen2-q8_0", "qwen2-q4_0", "qwen2-q4_k_m", "qwen2-q5_k_m", "qwen2-q6_k",
                          "phi3-f16",  "phi3-q8_0",  "phi3-q4_k_m", "gemma2-f16", "gemma2-q8_0", "gemma2-q4_k_m",
-                         "gemma3-f16", "gemma3-q8_0", "gemma3-q4_k_m", "qwen3moe-f16", "qwen3moe-q8_0", "qwen3moe-q4_k_m"};
+                         "gemma3-f16", "gemma3-q8_0", "gemma3-q4_k_m", "qwen3moe-f16", "qwen3moe-q8_0", "qwen3moe-q4_k_m",
+                         "gpt-oss-f16", "gpt-oss-q8_0", "gpt-oss-mxfp4"};
   for (const char* k : kinds) {
     std::string path = detaudit::test::generated(std::string("models/synthetic/tiny-") + k + ".gguf");
     CAPTURE(path);
     nlohmann::json info = inspect_json(path, "--tensors");
     const std::string kind = k;
-    CHECK(info["architecture"] == kind.substr(0, kind.find('-')));
+    CHECK(info["architecture"] == kind.substr(0, kind.rfind('-')));
     CHECK(info["hparams"]["n_layer"] == 2);
     CHECK(info["hparams"]["n_embd"] == 256);
     CHECK(info["vocab"]["size"] == 543);  // detaudit synth's built-in vocabulary
     CHECK(info["engine"]["runnable"] == true);
     CHECK(info["tensors"].size() == info["n_tensors"]);
-    if (kind.rfind("qwen3moe", 0) == 0) {
+    if (kind.rfind("qwen3moe", 0) == 0 || kind.rfind("gpt-oss", 0) == 0) {
       CHECK(info["hparams"]["n_expert"] == 16);
       CHECK(info["hparams"]["n_expert_used"] == 4);
       CHECK(info["hparams"]["n_ff_exp"] == 256);
@@ -93,6 +94,29 @@ TEST_CASE("inspect: gemma's sliding layers, soft caps and block are explained") 
   const std::string n3 = g3["engine"]["notes"].dump();
   CHECK(n3.find("with RoPE base 10000; the others attend to every position with base 1e+06") != std::string::npos);
   CHECK(n3.find("soft-capped") == std::string::npos);
+}
+
+TEST_CASE("inspect: gpt-oss's YaRN, sinks, biases, sliding layers and mxfp4 experts are explained") {
+  nlohmann::json g = inspect_json(detaudit::test::generated("models/synthetic/tiny-gpt-oss-mxfp4.gguf"), "--tensors");
+  CHECK(g["architecture"] == "gpt-oss");
+  CHECK(g["hparams"]["n_swa"] == 16);
+  CHECK(g["hparams"]["rope_scaling"] == "yarn");
+  CHECK(g["hparams"]["rope_scaling_factor"] == 32.0);
+  CHECK(g["hparams"]["n_ctx_orig_yarn"] == 4096);
+  const std::string n = g["engine"]["notes"].dump();
+  CHECK(n.find("YaRN RoPE: factor 32 over 4096 original positions") != std::string::npos);
+  CHECK(n.find("attention sink per head") != std::string::npos);
+  CHECK(n.find("clamped SwiGLU") != std::string::npos);
+  CHECK(n.find("1 of 2 layers attend through a sliding window of 16 positions") != std::string::npos);
+  int n_mxfp4 = 0;
+  for (const auto& t : g["tensors"]) {
+    const std::string name = t["name"];
+    if (t["type"] == "mxfp4") {
+      ++n_mxfp4;
+      CHECK(name.find("_exps.weight") != std::string::npos);
+    }
+  }
+  CHECK(n_mxfp4 == 6);  // gate, up and down experts of 2 layers
 }
 
 TEST_CASE("inspect: text output, tensor table and sha256") {

@@ -132,3 +132,39 @@ TEST_CASE("serve arches: qwen3moe answers /v1/chat/completions as /completion, a
   }
   CHECK(srv.stop() == 0);
 }
+
+TEST_CASE("serve arches: gpt-oss renders harmony on /v1/chat/completions with the pinned date, and channel tags in content are a 400") {
+  // The markers of openai/gpt-oss-120b's harmony template (its generation prompt and a channel).
+  const char* harmony =
+      "{{- \"<|start|>system<|message|>\" }}{%- for message in messages -%}{{- \"<|start|>\" + message.role + "
+      "\"<|channel|>final<|message|>\" + message.content + \"<|end|>\" }}{%- endfor -%}"
+      "{%- if add_generation_prompt -%}<|start|>assistant{%- endif -%}";
+  const std::string path = synth_with_template(model::ARCH_GPT_OSS, harmony);
+  setenv("DETAUDIT_CHAT_DATE", "2026-12-01", 1);
+  test::serve_child srv({"-np", "2", "-c", "1024"}, path);
+  unsetenv("DETAUDIT_CHAT_DATE");
+  const json messages = {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}};
+  // What the harmony template writes for these messages (system message, the system text as the
+  // developer's instructions, the user turn, the generation prompt).
+  const char* rendered =
+      "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\n"
+      "Current date: 2026-12-01\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be "
+      "included for every message.<|end|><|start|>developer<|message|># Instructions\n\nBe brief.\n\n<|end|>"
+      "<|start|>user<|message|>Hi<|end|><|start|>assistant";
+  const json plain = test::post_json(srv.port, "/completion", {{"prompt", rendered}, {"n_predict", 10}, {"temperature", 0}});
+  const json chat = test::post_json(srv.port, "/v1/chat/completions", {{"messages", messages}, {"max_tokens", 10}, {"temperature", 0}});
+  REQUIRE(chat.contains("choices"));
+  CHECK(chat["choices"][0]["message"]["content"] == plain["content"]);
+  CHECK(chat["usage"]["prompt_tokens"] == plain["tokens_evaluated"]);
+  CHECK(chat["usage"]["completion_tokens"] == 10);
+  auto c = test::http_client(srv.port);
+  const json tagged = {{"messages",
+                        {{{"role", "user"}, {"content", "a"}},
+                         {{"role", "assistant"}, {"content", "<|channel|>final<|message|>b"}},
+                         {{"role", "user"}, {"content", "c"}}}}};
+  auto r = c.Post("/v1/chat/completions", tagged.dump(), "application/json");
+  REQUIRE(r);
+  CHECK(r->status == 400);
+  CHECK(r->body.find("<|channel|> tags") != std::string::npos);
+  CHECK(srv.stop() == 0);
+}

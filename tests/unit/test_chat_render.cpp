@@ -2,8 +2,8 @@
 // the same messages, worked out by hand from the template text (tokenizer_config.json
 // "chat_template" of: Qwen/Qwen2.5-7B-Instruct, Qwen/Qwen3-0.6B,
 // deepseek-ai/DeepSeek-R1-Distill-Qwen-32B, meta-llama/Meta-Llama-3-8B-Instruct,
-// meta-llama/Llama-2-7b-chat-hf, microsoft/Phi-3.5-mini-instruct), with bos_token / eos_token the
-// tokenizer's special tokens.
+// meta-llama/Llama-2-7b-chat-hf, microsoft/Phi-3.5-mini-instruct, openai/gpt-oss-120b), with
+// bos_token / eos_token the tokenizer's special tokens.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -125,6 +125,45 @@ TEST_CASE("chat: gemma renders model turns, opens the first user turn with the s
   CHECK(chat_resolve_family("gemma", "", "m.gguf") == TEMPLATE_GEMMA);
 }
 
+TEST_CASE("chat: gpt-oss renders harmony: the system message with its date, developer instructions, final-channel turns") {
+  chat_options opt;
+  opt.current_date = "2026-12-01";
+  const std::string head =
+      "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\n"
+      "Current date: 2026-12-01\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be "
+      "included for every message.<|end|>";
+  CHECK(chat_render(TEMPLATE_GPT_OSS, sys_user(), true, opt) ==
+        head + "<|start|>developer<|message|># Instructions\n\nYou are terse.\n\n<|end|><|start|>user<|message|>Hi<|end|>"
+               "<|start|>assistant");
+  // no system message: no developer message; earlier assistant turns end with <|end|>, a last one
+  // without a generation prompt with <|return|>; an empty system message writes no developer turn
+  CHECK(chat_render(TEMPLATE_GPT_OSS, {{"user", "a"}, {"assistant", "b"}, {"user", "c"}, {"assistant", "d"}}, false, opt) ==
+        head + "<|start|>user<|message|>a<|end|><|start|>assistant<|channel|>final<|message|>b<|end|>"
+               "<|start|>user<|message|>c<|end|><|start|>assistant<|channel|>final<|message|>d<|return|>");
+  CHECK(chat_render(TEMPLATE_GPT_OSS, {{"system", ""}, {"user", "a"}}, true, opt) ==
+        head + "<|start|>user<|message|>a<|end|><|start|>assistant");
+  opt.reasoning_effort = "high";
+  CHECK(chat_render(TEMPLATE_GPT_OSS, {{"user", "a"}}, true, opt).find("Reasoning: high\n\n") != std::string::npos);
+  CHECK_THROWS_WITH_AS(chat_render(TEMPLATE_GPT_OSS, {{"user", "a"}, {"assistant", "x<|channel|>analysis<|message|>y"}}, true, opt),
+                       doctest::Contains("<|channel|> tags"), detaudit::input_error);
+  // the date: DETAUDIT_CHAT_DATE pins it when the options leave it empty, and must be a date
+  setenv("DETAUDIT_CHAT_DATE", "2031-02-03", 1);
+  CHECK(chat_current_date() == "2031-02-03");
+  CHECK(chat_render(TEMPLATE_GPT_OSS, {{"user", "a"}}, true).find("Current date: 2031-02-03\n") != std::string::npos);
+  for (const char* bad : {"2031-2-3", "yesterday", "2031-13-01", "2031-02-32", "", "2031-02-03x"}) {
+    setenv("DETAUDIT_CHAT_DATE", bad, 1);
+    CHECK_THROWS_AS(chat_current_date(), detaudit::input_error);
+  }
+  unsetenv("DETAUDIT_CHAT_DATE");
+  const std::string today = chat_current_date();
+  CHECK(today.size() == 10);
+  CHECK(today[4] == '-');
+  // detection: harmony's markers; its <|end|> does not make it phi3
+  CHECK(chat_detect_family("{{- \"<|start|>assistant<|channel|>final<|message|>\" + message.content + \"<|end|>\" }}") ==
+        TEMPLATE_GPT_OSS);
+  CHECK(chat_resolve_family("gpt-oss", "", "m.gguf") == TEMPLATE_GPT_OSS);
+}
+
 TEST_CASE("chat: unknown roles are input errors") {
   CHECK_THROWS_AS(chat_render(TEMPLATE_CHATML, {{"tool", "x"}}, true), detaudit::input_error);
 }
@@ -150,7 +189,7 @@ TEST_CASE("chat: the family comes from an override name, the template, or chatml
     FAIL("expected an input_error");
   } catch (const detaudit::input_error& e) {
     CHECK(std::string(e.what()) ==
-          "model.gguf: chat template not recognised; pass --chat-template chatml|qwen3|deepseek-r1|llama3|llama2|phi3|gemma");
+          "model.gguf: chat template not recognised; pass --chat-template chatml|qwen3|deepseek-r1|llama3|llama2|phi3|gemma|gpt-oss");
   }
   CHECK_THROWS_AS(chat_resolve_family("", "{{ messages }}", "model.gguf"), detaudit::input_error);
   CHECK_THROWS_AS(chat_resolve_family("vicuna", "", "m.gguf"), detaudit::input_error);

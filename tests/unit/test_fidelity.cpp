@@ -249,11 +249,13 @@ TEST_CASE("fidelity: exact vs float64 reference at 4k tokens of context") {
   CHECK(st.max <= 0.05);
 }
 
-// qwen3moe (mixture of experts) appeared in llama.cpp after b4748: its references are the 2026-08
-// build's, whose prompts also serve as the contexts of the exact vs reference comparison.
-const char* SYNTHETIC_MOE[] = {"qwen3moe-f16", "qwen3moe-q8_0", "qwen3moe-q4_k_m"};
+// qwen3moe and gpt-oss (mixtures of experts) appeared in llama.cpp after b4748: their references
+// are the 2026-08 build's, whose prompts also serve as the contexts of the exact vs reference
+// comparison. gpt-oss-mxfp4 is llama.cpp's MXFP4_MOE mixture (experts mxfp4, the rest q8_0).
+const char* SYNTHETIC_MOE[] = {"qwen3moe-f16", "qwen3moe-q8_0", "qwen3moe-q4_k_m",
+                               "gpt-oss-f16",  "gpt-oss-q8_0",  "gpt-oss-mxfp4"};
 
-TEST_CASE("fidelity: qwen3moe, exact vs float64 reference and exact and float vs llama.cpp 2026-08") {
+TEST_CASE("fidelity: qwen3moe and gpt-oss, exact vs float64 reference and exact and float vs llama.cpp 2026-08") {
   for (const char* k : SYNTHETIC_MOE) {
     CAPTURE(std::string(k));
     const std::string model = test::generated(std::string("models/synthetic/tiny-") + k + ".gguf");

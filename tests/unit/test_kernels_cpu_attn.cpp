@@ -43,12 +43,14 @@ std::vector<float> cpu_attention(const op_case& c, const test::op_inputs& in, cp
       const int64_t at = (static_cast<int64_t>(row) * c.n_head + g * per) * hd;
       if (grouped) {
         cpu::attention_exact_cpu_heads(isa, in.q.data() + at, per, hd, k, v, c.n_kv[row], c.kq_scale,
-                                       out.data() + test::GUARD + at, c.softcap);
+                                       out.data() + test::GUARD + at, c.softcap,
+                                       c.sinks.empty() ? nullptr : c.sinks.data() + g * per);
         continue;
       }
       for (int64_t h = 0; h < per; ++h)
         cpu::attention_exact_cpu(isa, in.q.data() + at + h * hd, hd, k, v, c.n_kv[row], c.kq_scale,
-                                 out.data() + test::GUARD + at + h * hd, c.softcap);
+                                 out.data() + test::GUARD + at + h * hd, c.softcap,
+                                 c.sinks.empty() ? nullptr : &c.sinks[static_cast<size_t>(g * per + h)]);
     }
   }
   return out;

@@ -68,6 +68,18 @@ std::string rewritten(const std::string& src, const std::string& name, const std
   return path;
 }
 
+// Loading `path` must fail with an input_error whose message contains `part`.
+void fails_with(const std::string& path, const std::string& part) {
+  CAPTURE(path);
+  try {
+    model::model::load(path);
+    FAIL("loaded");
+  } catch (const input_error& e) {
+    CAPTURE(std::string(e.what()));
+    CHECK(std::string(e.what()).find(part) != std::string::npos);
+  }
+}
+
 bool keep_meta(gguf::kv&) { return true; }
 bool keep_tensor(std::string&, std::vector<int64_t>&) { return true; }
 
@@ -219,16 +231,6 @@ TEST_CASE("moe: scale_f32_ref multiplies once and flushes") {
 TEST_CASE("moe: the loader refuses what it does not compute, naming the key or tensor") {
   const std::string ok = moe_file("loader_ok", moe_options(7, 4, 2));
   CHECK_NOTHROW(model::model::load(ok));
-  auto fails_with = [](const std::string& path, const std::string& part) {
-    CAPTURE(path);
-    try {
-      model::model::load(path);
-      FAIL("loaded");
-    } catch (const input_error& e) {
-      CAPTURE(std::string(e.what()));
-      CHECK(std::string(e.what()).find(part) != std::string::npos);
-    }
-  };
   fails_with(rewritten(ok, "shared_count", keep_meta, keep_tensor, {{"qwen3moe.expert_shared_count", gguf::value::of_u32(1)}}),
              "shared experts are not supported");
   fails_with(rewritten(ok, "groups", keep_meta, keep_tensor, {{"qwen3moe.expert_group_count", gguf::value::of_u32(2)}}),
@@ -345,4 +347,114 @@ TEST_CASE("moe: routing flips under batching in float numerics, never in exact n
     }
   }
   CHECK(n_float_flips > 0);
+}
+
+// ---- gpt-oss: the same machinery with biases, sinks, YaRN and the clamped SwiGLU ----
+
+namespace {
+
+model::synth_options oss_options(uint64_t seed, gguf::dtype t = gguf::DTYPE_Q8_0) {
+  model::synth_options o = test::small_model(model::ARCH_GPT_OSS, t, seed, 256);
+  o.n_expert = 8;
+  o.n_expert_used = 2;
+  o.sliding_window = 8;
+  return o;
+}
+
+// A copy of `src` with the F32 tensor `name`'s elements replaced by f(index, old value).
+std::string with_values(const std::string& src, const std::string& out_name, const std::string& tensor,
+                        const std::function<float(size_t, float)>& f) {
+  const gguf::file in = gguf::file::open(src);
+  gguf::writer w(in.alignment());
+  for (const gguf::kv& e : in.metadata())
+    if (e.key != "general.alignment") w.set(e.key, e.val);
+  for (const gguf::tensor_info& t : in.tensors()) {
+    std::vector<uint8_t> bytes(in.tensor_data(t), in.tensor_data(t) + t.n_bytes);
+    if (t.name == tensor) {
+      REQUIRE(t.type == gguf::DTYPE_F32);
+      for (size_t i = 0; i < bytes.size() / 4; ++i) {
+        float v;
+        std::memcpy(&v, bytes.data() + 4 * i, 4);
+        v = f(i, v);
+        std::memcpy(bytes.data() + 4 * i, &v, 4);
+      }
+    }
+    w.add_tensor(t.name, t.type, t.ne, bytes.data(), bytes.size());
+  }
+  const std::string path = test::process_scratch_dir("oss_values_" + out_name) + "/" + out_name + ".gguf";
+  w.write(path);
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("gpt-oss: the loader refuses missing parts and hostile values, naming the key or tensor") {
+  const std::string ok = moe_file("oss_ok", oss_options(3));
+  CHECK_NOTHROW(model::model::load(ok));
+  fails_with(rewritten(ok, "no_sinks", keep_meta, [](std::string& n, std::vector<int64_t>&) { return n != "blk.1.attn_sinks.weight"; }),
+             "blk.1.attn_sinks.weight' is missing");
+  fails_with(rewritten(ok, "no_bias", keep_meta, [](std::string& n, std::vector<int64_t>&) { return n != "blk.0.ffn_down_exps.bias"; }),
+             "blk.0.ffn_down_exps.bias' is missing");
+  fails_with(rewritten(ok, "no_window", [](gguf::kv& e) { return e.key != "gpt-oss.attention.sliding_window"; }, keep_tensor),
+             "gpt-oss.attention.sliding_window' is missing");
+  fails_with(rewritten(ok, "yarn_below_1", [](gguf::kv& e) {
+               if (e.key == "gpt-oss.rope.scaling.factor") e.val = gguf::value::of_f32(0.5f);
+               return true;
+             }, keep_tensor),
+             "YaRN needs a factor of at least 1");
+  fails_with(rewritten(ok, "scaling_kind", [](gguf::kv& e) {
+               if (e.key == "gpt-oss.rope.scaling.type") e.val = gguf::value::of_string("longrope");
+               return true;
+             }, keep_tensor),
+             "rope.scaling.type 'longrope' is not supported (none, linear, yarn)");
+  fails_with(with_values(ok, "nan_sink", "blk.0.attn_sinks.weight", [](size_t i, float v) { return i == 2 ? NAN : v; }),
+             "blk.0.attn_sinks.weight': element 2 is nan");
+  fails_with(with_values(ok, "inf_bias", "blk.1.ffn_gate_exps.bias", [](size_t i, float v) { return i == 300 ? INFINITY : v; }),
+             "blk.1.ffn_gate_exps.bias': element 300 is inf");
+  fails_with(rewritten(ok, "bias_shape", keep_meta, [](std::string& n, std::vector<int64_t>& ne) {
+               if (n == "blk.0.ffn_up_exps.bias") ne = {ne[0] * 2, ne[1] / 2};
+               return true;
+             }),
+             "tensor 'blk.0.ffn_up_exps.bias': expected shape [256, 8], found [512, 4]");
+}
+
+// Each part gpt-oss adds must reach the forward pass: changing one of its values changes the logits
+// (in every numerics), and a sink far below every score (its weight underflows to 0) gives the
+// exact numerics' bits of a file whose sink sits a little lower still.
+TEST_CASE("gpt-oss: sinks, biases and YaRN reach the forward pass") {
+  const std::string base = moe_file("oss_base", oss_options(9));
+  const model::model& m = *model::model::load(base);
+  const std::vector<int32_t> toks = prompt(m.hp().n_vocab);
+  const std::string sink = with_values(base, "sink", "blk.0.attn_sinks.weight", [](size_t i, float v) { return i == 1 ? v + 2.0f : v; });
+  const std::string bias = with_values(base, "bias", "blk.1.ffn_down_exps.bias", [](size_t, float v) { return v * 3.0f; });
+  const std::string router = with_values(base, "router", "blk.0.ffn_gate_inp.bias", [](size_t i, float v) { return i == 0 ? v + 1.0f : v; });
+  const std::string obias = with_values(base, "obias", "blk.0.attn_output.bias", [](size_t, float v) { return -v; });
+  const std::string yarn = rewritten(base, "yarn_16", [](gguf::kv& e) {
+    if (e.key == "gpt-oss.rope.scaling.factor") e.val = gguf::value::of_f32(16.0f);
+    return true;
+  }, keep_tensor);
+  for (auto mode : {runtime::NUMERICS_EXACT, runtime::NUMERICS_FLOAT, runtime::NUMERICS_REFERENCE}) {
+    CAPTURE(runtime::numerics_name(mode));
+    const auto ref = eval(base, mode, toks);
+    for (const std::string& p : {sink, bias, router, obias, yarn}) {
+      CAPTURE(p);
+      CHECK(!same_bits(ref, eval(p, mode, toks)));
+    }
+  }
+  const std::string low1 = with_values(base, "low1", "blk.0.attn_sinks.weight", [](size_t, float) { return -200.0f; });
+  const std::string low2 = with_values(base, "low2", "blk.0.attn_sinks.weight", [](size_t, float) { return -300.0f; });
+  CHECK(same_bits(eval(low1, runtime::NUMERICS_EXACT, toks), eval(low2, runtime::NUMERICS_EXACT, toks)));
+  CHECK(!same_bits(eval(low1, runtime::NUMERICS_EXACT, toks), eval(base, runtime::NUMERICS_EXACT, toks)));
+}
+
+TEST_CASE("gpt-oss: routing evidence in traces, identical across batching in exact numerics") {
+  const std::string path = moe_file("oss_routes", oss_options(11, gguf::DTYPE_MXFP4));
+  const std::vector<runtime::token_trace> a = traced(path, runtime::NUMERICS_EXACT, 512, false);
+  const std::vector<runtime::token_trace> b = traced(path, runtime::NUMERICS_EXACT, 7, true);
+  REQUIRE(!a.empty());
+  CHECK(a[0].routes.size() == 2);     // one list per layer
+  CHECK(a[0].routes[0].size() == 2);  // n_expert_used
+  const runtime::trace_parting d = runtime::trace_compare(a, b);
+  CHECK(d.route_pos == -1);
+  CHECK(d.hash_pos == -1);
 }

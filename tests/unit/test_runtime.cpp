@@ -192,10 +192,15 @@ outcome invariance_matrix(std::shared_ptr<const model::model> m, runtime::numeri
   return o;
 }
 
-// Gemma's sliding window is 8 positions here, so the 36-token prompt crosses it in every condition
-// (alternate layers slide: the period is 2).
+// Gemma's and gpt-oss's sliding window is 8 positions here, so the 36-token prompt crosses it in
+// every condition (alternate layers slide: the period is 2). gpt-oss's MXFP4 case is llama.cpp's
+// MXFP4_MOE mixture (experts mxfp4, the other matrices q8_0).
 model::synth_options synth(model::arch_id a, gguf::dtype t) {
   model::synth_options o = test::small_model(a, t, 11, 256);
+  if (model::arch_oai_block(a)) {
+    o.sliding_window = 8;
+    if (t == gguf::DTYPE_MXFP4) model::synth_apply_mixture(o, "mxfp4_moe");
+  }
   if (model::arch_gemma_block(a)) {
     o.sliding_window = 8;
     o.swa_period = 2;
@@ -232,6 +237,9 @@ std::vector<model_case> invariance_models(const std::string& dir) {
       {model::ARCH_QWEN3MOE, gguf::DTYPE_Q4_K}, {model::ARCH_QWEN3MOE, gguf::DTYPE_F16},
       {model::ARCH_QWEN3MOE, gguf::DTYPE_Q8_0}, {model::ARCH_QWEN3MOE, gguf::DTYPE_Q6_K},
       {model::ARCH_QWEN3MOE, gguf::DTYPE_Q5_K},
+      {model::ARCH_GPT_OSS, gguf::DTYPE_MXFP4}, {model::ARCH_GPT_OSS, gguf::DTYPE_F16},
+      {model::ARCH_GPT_OSS, gguf::DTYPE_Q8_0},  {model::ARCH_GPT_OSS, gguf::DTYPE_Q4_K},
+      {model::ARCH_GPT_OSS, gguf::DTYPE_Q6_K},
   };
   for (const auto& [a, t] : kinds) {
     const std::string name = std::string(model::arch_name(a)) + "-" + gguf::dtype_get(t).name;

@@ -68,6 +68,17 @@ bool is_finite(float x) {
 // reference, which refuses it.
 bool cap_ok(float c) { return c == 0.0f || numerics::softcap_cap_ok(c); }
 
+// Sinks the fast path takes: none, or finite values (the reference reports a non-finite one).
+bool sink_ok(const float* sink) { return !sink || *sink - *sink == 0.0f; }
+bool sinks_ok(const float* sinks, int64_t n) {
+  for (int64_t h = 0; sinks && h < n; ++h)
+    if (!sink_ok(sinks + h)) return false;
+  return true;
+}
+
+// The sink's term of the denominator (attention_weight_ref of the flushed sink); 0 without one.
+int64_t sink_weight(const float* sink, float m) { return sink ? attention_weight_ref(numerics::flush(*sink), m) : 0; }
+
 // attention_value_grids_ref, with four independent maxima per block. gv: (nb).
 void value_grids(const kv_head_view& v, int64_t n_kv, int64_t nb, int32_t* gv) {
   const int32_t bits = WEIGHT_BITS + VALUE_BITS + numerics::ceil_log2(n_kv) - numerics::ACC_BITS;
@@ -177,9 +188,10 @@ void attention_values_scalar(const int32_t* w, const kv_head_view& v, int64_t n_
 }
 
 void attention_exact_cpu(isa i, const float* q, int64_t head_dim, const kv_head_view& k,
-                         const kv_head_view& v, int64_t n_kv, float kq_scale, float* out, float softcap) {
-  if (head_dim < 1 || n_kv <= 0 || !is_finite(kq_scale) || !cap_ok(softcap)) {
-    attention_exact_ref(q, head_dim, k, v, n_kv, kq_scale, out, softcap);
+                         const kv_head_view& v, int64_t n_kv, float kq_scale, float* out, float softcap,
+                         const float* sink) {
+  if (head_dim < 1 || n_kv <= 0 || !is_finite(kq_scale) || !cap_ok(softcap) || !sink_ok(sink)) {
+    attention_exact_ref(q, head_dim, k, v, n_kv, kq_scale, out, softcap, sink);
     return;
   }
   if (!isa_supported(i))
@@ -199,12 +211,13 @@ void attention_exact_cpu(isa i, const float* q, int64_t head_dim, const kv_head_
   if (softcap > 0.0f) softcap_f32_cpu(i, s.data(), n_kv, softcap, s.data());
   float m;
   if (!scores_max(s.data(), n_kv, &m)) {
-    attention_exact_ref(q, head_dim, k, v, n_kv, kq_scale, out, softcap);
+    attention_exact_ref(q, head_dim, k, v, n_kv, kq_scale, out, softcap, sink);
     return;
   }
+  if (sink && numerics::flush(*sink) > m) m = numerics::flush(*sink);
   if (m == 0.0f) m = 0.0f;  // +0 whichever zero came first
   std::vector<int32_t> w(static_cast<size_t>(n_kv));
-  const int64_t s_sum = weights_dispatch(i, s.data(), n_kv, m, w.data());
+  const int64_t s_sum = weights_dispatch(i, s.data(), n_kv, m, w.data()) + sink_weight(sink, m);
   std::vector<int32_t> gv(static_cast<size_t>(nb));
   value_grids(v, n_kv, nb, gv.data());
   std::vector<int64_t> acc(static_cast<size_t>(nb * QBLOCK), 0);
@@ -224,10 +237,11 @@ kv_head_view view_from(const kv_head_view& x, int64_t t0) {
 
 void attention_exact_cpu_heads(isa i, const float* q, int64_t n_heads, int64_t head_dim,
                                const kv_head_view& k, const kv_head_view& v, int64_t n_kv,
-                               float kq_scale, float* out, float softcap) {
-  if (n_heads == 1 || head_dim < 1 || n_kv <= 0 || !is_finite(kq_scale) || !cap_ok(softcap)) {
+                               float kq_scale, float* out, float softcap, const float* sinks) {
+  if (n_heads == 1 || head_dim < 1 || n_kv <= 0 || !is_finite(kq_scale) || !cap_ok(softcap) || !sinks_ok(sinks, n_heads)) {
     for (int64_t h = 0; h < n_heads; ++h)
-      attention_exact_cpu(i, q + h * head_dim, head_dim, k, v, n_kv, kq_scale, out + h * head_dim, softcap);
+      attention_exact_cpu(i, q + h * head_dim, head_dim, k, v, n_kv, kq_scale, out + h * head_dim, softcap,
+                          sinks ? sinks + h : nullptr);
     return;
   }
   if (!isa_supported(i))
@@ -257,12 +271,15 @@ void attention_exact_cpu_heads(isa i, const float* q, int64_t n_heads, int64_t h
   for (int64_t h = 0; h < n_heads; ++h) {
     float m;
     if (!scores_max(s.data() + h * n_kv, n_kv, &m)) {  // a non-finite score: the reference decides
-      attention_exact_ref(q + h * head_dim, head_dim, k, v, n_kv, kq_scale, out + h * head_dim, softcap);
+      attention_exact_ref(q + h * head_dim, head_dim, k, v, n_kv, kq_scale, out + h * head_dim, softcap,
+                          sinks ? sinks + h : nullptr);
       by_ref[static_cast<size_t>(h)] = 1;
       continue;
     }
+    const float* sink = sinks ? sinks + h : nullptr;
+    if (sink && numerics::flush(*sink) > m) m = numerics::flush(*sink);
     if (m == 0.0f) m = 0.0f;  // +0 whichever zero came first
-    s_sum[static_cast<size_t>(h)] = weights_dispatch(i, s.data() + h * n_kv, n_kv, m, w.data() + h * n_kv);
+    s_sum[static_cast<size_t>(h)] = weights_dispatch(i, s.data() + h * n_kv, n_kv, m, w.data() + h * n_kv) + sink_weight(sink, m);
   }
   std::vector<int32_t> gv(static_cast<size_t>(nb));
   value_grids(v, n_kv, nb, gv.data());

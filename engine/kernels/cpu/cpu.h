@@ -144,17 +144,18 @@ void matmul_exact_cpu_packed(isa i, const act_pack& x, const row_pack& w, const 
 
 // attention_exact_ref, bit for bit: one query token, one head, over n_kv cached positions.
 // softcap > 0: each score capped as attention_exact_ref does (softcap_f32_cpu over the scores).
+// sink: the head's attention sink or null, as attention_exact_ref.
 void attention_exact_cpu(isa i, const float* q, int64_t head_dim, const kv_head_view& k,
                          const kv_head_view& v, int64_t n_kv, float kq_scale, float* out,
-                         float softcap = 0.0f);
+                         float softcap = 0.0f, const float* sink = nullptr);
 
 // The same for n_heads query heads that share one KV head (grouped-query attention): q and out
 // are (n_heads, head_dim); head h's output is attention_exact_ref of q head h, bit for bit. The
 // positions are visited in chunks for all heads at once, so each K and V line is read from the
-// cache once per group instead of once per head.
+// cache once per group instead of once per head. sinks: null, or the n_heads heads' sinks.
 void attention_exact_cpu_heads(isa i, const float* q, int64_t n_heads, int64_t head_dim,
                                const kv_head_view& k, const kv_head_view& v, int64_t n_kv,
-                               float kq_scale, float* out, float softcap = 0.0f);
+                               float kq_scale, float* out, float softcap = 0.0f, const float* sinks = nullptr);
 
 // ---- element-wise ----
 
@@ -170,5 +171,7 @@ void add_f32_cpu(isa i, const float* a, const float* b, int64_t n, float* out);
 void geglu_f32_cpu(isa i, const float* gate, const float* up, int64_t n, float* out);
 void scale_f32_cpu(isa i, const float* x, int64_t n, float s, float* out);
 void softcap_f32_cpu(isa i, const float* x, int64_t n, float cap, float* out);
+// swiglu_oai_f32_ref (gpt-oss's clamped SwiGLU), bit for bit. out may equal an input.
+void swiglu_oai_f32_cpu(isa i, const float* gate, const float* up, int64_t n, float alpha, float limit, float* out);
 
 }  // namespace detaudit::kernels::cpu

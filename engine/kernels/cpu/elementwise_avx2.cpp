@@ -255,6 +255,31 @@ void elem_geglu_avx2(const float* gate, const float* up, int64_t n, float* out) 
   }
 }
 
+void elem_swiglu_oai_avx2(const float* gate, const float* up, int64_t n, float alpha, float limit, float* out) {
+  const __m256 lim = splat_f(limit), nlim = splat_f(-limit), al = splat_f(alpha);
+  for (int64_t i = 0; i < n; i += LANES) {
+    const __m256i live = lanes_at(i, n);
+    const __m256 g = load(gate + i, live), u = load(up + i, live);
+    const __m256 x = _mm256_min_ps(flush_v(g), lim);
+    const __m256 y = _mm256_max_ps(_mm256_min_ps(flush_v(u), lim), nlim);
+    const __m256 z = flush_v(_mm256_mul_ps(al, x));
+    const __m256 neg = fbits(_mm256_xor_si256(ibits(z), splat_u(0x80000000u)));
+    const __m256 d = flush_v(_mm256_add_ps(splat_f(1.0f), exp_v(neg)));
+    const __m256 s = flush_v(_mm256_mul_ps(x, recip_v(d)));
+    __m256 r = flush_v(_mm256_mul_ps(s, flush_v(_mm256_add_ps(y, splat_f(1.0f)))));
+    const int nan = _mm256_movemask_ps(
+        _mm256_and_ps(fbits(live), _mm256_or_ps(_mm256_cmp_ps(g, g, _CMP_UNORD_Q), _mm256_cmp_ps(u, u, _CMP_UNORD_Q))));
+    if (nan) {
+      float tmp[LANES];
+      _mm256_storeu_ps(tmp, r);
+      for (int j = 0; j < LANES; ++j)
+        if ((nan >> j) & 1) tmp[j] = numerics::swiglu_oai_f32(gate[i + j], up[i + j], alpha, limit);
+      r = _mm256_loadu_ps(tmp);
+    }
+    store(out + i, live, r);
+  }
+}
+
 void elem_softcap_avx2(const float* x, int64_t n, float cap, float inv_cap, float* out) {
   for (int64_t i = 0; i < n; i += LANES) {
     const __m256i live = lanes_at(i, n);
@@ -304,6 +329,9 @@ void elem_swiglu_avx2(const float* gate, const float* up, int64_t n, float* out)
 void elem_add_avx2(const float* a, const float* b, int64_t n, float* out) { elem_add_scalar(a, b, n, out); }
 void elem_geglu_avx2(const float* gate, const float* up, int64_t n, float* out) { elem_geglu_scalar(gate, up, n, out); }
 void elem_softcap_avx2(const float* x, int64_t n, float cap, float inv_cap, float* out) { elem_softcap_scalar(x, n, cap, inv_cap, out); }
+void elem_swiglu_oai_avx2(const float* gate, const float* up, int64_t n, float alpha, float limit, float* out) {
+  elem_swiglu_oai_scalar(gate, up, n, alpha, limit, out);
+}
 void elem_exp_avx2(const float* x, int64_t n, float* out) { elem_exp_scalar(x, n, out); }
 void elem_recip_avx2(const float* x, int64_t n, float* out) { elem_recip_scalar(x, n, out); }
 void elem_silu_avx2(const float* x, int64_t n, float* out) { elem_silu_scalar(x, n, out); }

@@ -247,6 +247,30 @@ void elem_geglu_avx512(const float* gate, const float* up, int64_t n, float* out
   }
 }
 
+void elem_swiglu_oai_avx512(const float* gate, const float* up, int64_t n, float alpha, float limit, float* out) {
+  const __m512 lim = splat_f(limit), nlim = splat_f(-limit), al = splat_f(alpha);
+  for (int64_t i = 0; i < n; i += LANES) {
+    const __mmask16 live = lanes_at(i, n);
+    const __m512 g = _mm512_maskz_loadu_ps(live, gate + i), u = _mm512_maskz_loadu_ps(live, up + i);
+    const __m512 x = _mm512_min_ps(flush_v(g), lim);
+    const __m512 y = _mm512_max_ps(_mm512_min_ps(flush_v(u), lim), nlim);
+    const __m512 z = flush_v(_mm512_mul_ps(al, x));
+    const __m512 neg = fbits(_mm512_xor_si512(ibits(z), splat_u(0x80000000u)));
+    const __m512 d = flush_v(_mm512_add_ps(splat_f(1.0f), exp_v(neg)));
+    const __m512 s = flush_v(_mm512_mul_ps(x, recip_v(d)));
+    __m512 r = flush_v(_mm512_mul_ps(s, flush_v(_mm512_add_ps(y, splat_f(1.0f)))));
+    const __mmask16 nan = _mm512_mask_cmp_ps_mask(live, g, g, _CMP_UNORD_Q) | _mm512_mask_cmp_ps_mask(live, u, u, _CMP_UNORD_Q);
+    if (nan) {
+      float tmp[LANES];
+      _mm512_storeu_ps(tmp, r);
+      for (int j = 0; j < LANES; ++j)
+        if ((nan >> j) & 1) tmp[j] = numerics::swiglu_oai_f32(gate[i + j], up[i + j], alpha, limit);
+      r = _mm512_loadu_ps(tmp);
+    }
+    _mm512_mask_storeu_ps(out + i, live, r);
+  }
+}
+
 void elem_softcap_avx512(const float* x, int64_t n, float cap, float inv_cap, float* out) {
   for (int64_t i = 0; i < n; i += LANES) {
     const __mmask16 live = lanes_at(i, n);
@@ -296,6 +320,9 @@ void elem_swiglu_avx512(const float* gate, const float* up, int64_t n, float* ou
 void elem_add_avx512(const float* a, const float* b, int64_t n, float* out) { elem_add_scalar(a, b, n, out); }
 void elem_geglu_avx512(const float* gate, const float* up, int64_t n, float* out) { elem_geglu_scalar(gate, up, n, out); }
 void elem_softcap_avx512(const float* x, int64_t n, float cap, float inv_cap, float* out) { elem_softcap_scalar(x, n, cap, inv_cap, out); }
+void elem_swiglu_oai_avx512(const float* gate, const float* up, int64_t n, float alpha, float limit, float* out) {
+  elem_swiglu_oai_scalar(gate, up, n, alpha, limit, out);
+}
 void elem_exp_avx512(const float* x, int64_t n, float* out) { elem_exp_scalar(x, n, out); }
 void elem_recip_avx512(const float* x, int64_t n, float* out) { elem_recip_scalar(x, n, out); }
 void elem_silu_avx512(const float* x, int64_t n, float* out) { elem_silu_scalar(x, n, out); }

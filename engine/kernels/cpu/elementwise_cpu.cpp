@@ -131,6 +131,12 @@ void elem_softcap_scalar(const float* x, int64_t n, float cap, float inv_cap, fl
   for (int64_t i = 0; i < n; ++i) out[i] = softcap_s(x[i], cap, inv_cap);
 }
 
+void elem_swiglu_oai_scalar(const float* gate, const float* up, int64_t n, float alpha, float limit, float* out) {
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = gate[i] != gate[i] || up[i] != up[i] ? numerics::swiglu_oai_f32(gate[i], up[i], alpha, limit)
+                                                   : numerics::inl::swiglu_oai(gate[i], up[i], alpha, limit);
+}
+
 void elem_exp_scalar(const float* x, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = numerics::inl::exp(x[i]);
 }
@@ -197,6 +203,16 @@ void geglu_f32_cpu(isa i, const float* gate, const float* up, int64_t n, float* 
     case isa::scalar: break;
   }
   elem_geglu_scalar(gate, up, n, out);
+}
+
+void swiglu_oai_f32_cpu(isa i, const float* gate, const float* up, int64_t n, float alpha, float limit, float* out) {
+  check_supported(i, "swiglu_oai_f32_cpu");
+  switch (i) {
+    case isa::avx512: elem_swiglu_oai_avx512(gate, up, n, alpha, limit, out); return;
+    case isa::avx2: elem_swiglu_oai_avx2(gate, up, n, alpha, limit, out); return;
+    case isa::scalar: break;
+  }
+  elem_swiglu_oai_scalar(gate, up, n, alpha, limit, out);
 }
 
 void scale_f32_cpu(isa i, const float* x, int64_t n, float s, float* out) {

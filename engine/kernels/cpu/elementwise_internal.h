@@ -59,6 +59,12 @@ void elem_softcap_scalar(const float* x, int64_t n, float cap, float inv_cap, fl
 void elem_softcap_avx2(const float* x, int64_t n, float cap, float inv_cap, float* out);
 void elem_softcap_avx512(const float* x, int64_t n, float cap, float inv_cap, float* out);
 
+// swiglu_oai_f32_ref (numerics::swiglu_oai_f32 per pair), bit for bit; lanes where gate or up is
+// NaN take the scalar function's answer.
+void elem_swiglu_oai_scalar(const float* gate, const float* up, int64_t n, float alpha, float limit, float* out);
+void elem_swiglu_oai_avx2(const float* gate, const float* up, int64_t n, float alpha, float limit, float* out);
+void elem_swiglu_oai_avx512(const float* gate, const float* up, int64_t n, float alpha, float limit, float* out);
+
 // out_i = numerics::exp_f32 / recip_f32 / silu_f32 of x_i, bit for bit (out may equal x).
 void elem_exp_scalar(const float* x, int64_t n, float* out);
 void elem_exp_avx2(const float* x, int64_t n, float* out);

@@ -91,9 +91,12 @@ int32_t quantize_block_cpu(const float* x, int n, int16_t* q) {
   return n == QBLOCK ? quantize_block_fast(x, q) : numerics::quantize_block(x, n, q);
 }
 
-// Every integer block type numerics computes with; F32/F16/BF16 weights take the reference kernel.
+// Every integer block type numerics computes with; F32/F16/BF16 weights take the reference kernel,
+// and so does MXFP4 for now: its E8M0 scale (2^-128 .. 2^127) is not an fp16, which the panel and
+// few-token decoders take their block scales as.
 bool matmul_fast_type(gguf::dtype t) {
-  return numerics::weight_type_supported(t) && t != gguf::DTYPE_F32 && t != gguf::DTYPE_F16 && t != gguf::DTYPE_BF16;
+  return numerics::weight_type_supported(t) && t != gguf::DTYPE_F32 && t != gguf::DTYPE_F16 && t != gguf::DTYPE_BF16 &&
+         t != gguf::DTYPE_MXFP4;
 }
 
 int32_t matmul_shift_const(int64_t n_blocks) {

@@ -96,8 +96,11 @@ void attention_finish_ref(const int64_t* acc, int64_t s_sum, const int32_t* gv, 
 }
 
 void attention_exact_ref(const float* q, int64_t head_dim, const kv_head_view& k,
-                         const kv_head_view& v, int64_t n_kv, float kq_scale, float* out, float softcap) {
+                         const kv_head_view& v, int64_t n_kv, float kq_scale, float* out, float softcap,
+                         const float* sink) {
   if (head_dim < 1) throw input_error("attention_exact_ref: head_dim " + std::to_string(head_dim));
+  if (sink && !(*sink - *sink == 0.0f))
+    throw input_error("attention_exact_ref: attention sink " + std::to_string(*sink) + " is not finite");
   if (softcap != 0.0f && !numerics::softcap_cap_ok(softcap))
     throw input_error("attention_exact_ref: soft cap " + std::to_string(softcap) + " is not 0 (none) or a positive normal float "
                       "with a normal reciprocal");
@@ -114,11 +117,12 @@ void attention_exact_ref(const float* q, int64_t head_dim, const kv_head_view& k
     s[static_cast<size_t>(t)] = attention_score_ref(qq, k, t, kq_scale, softcap);
     if (t == 0 || s[static_cast<size_t>(t)] > m) m = s[static_cast<size_t>(t)];
   }
+  if (sink && flush(*sink) > m) m = flush(*sink);
   if (m == 0.0f) m = 0.0f;  // +0 whichever zero came first
   std::vector<int32_t> gv(static_cast<size_t>(nb));
   attention_value_grids_ref(v, n_kv, nb, gv.data());
   std::vector<int64_t> acc(static_cast<size_t>(head_dim), 0);
-  int64_t s_sum = 0;
+  int64_t s_sum = sink ? attention_weight_ref(flush(*sink), m) : 0;
   for (int64_t t = 0; t < n_kv; ++t) {
     const int64_t w = attention_weight_ref(s[static_cast<size_t>(t)], m);
     s_sum += w;

@@ -1,4 +1,5 @@
 // RMS norm, SwiGLU, residual add and RoPE (docs/precision-contract.md, "Element-wise ops").
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,10 @@ void scale_f32_ref(const float* x, int64_t n, float s, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = flush(flush(x[i]) * s);
 }
 
+void swiglu_oai_f32_ref(const float* gate, const float* up, int64_t n, float alpha, float limit, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = numerics::swiglu_oai_f32(gate[i], up[i], alpha, limit);
+}
+
 void softcap_f32_ref(const float* x, int64_t n, float cap, float* out) {
   if (!numerics::softcap_cap_ok(cap))
     throw input_error("softcap_f32_ref: cap " + std::to_string(cap) + " is not a positive normal float with a normal reciprocal");
@@ -63,7 +68,8 @@ void softcap_f32_ref(const float* x, int64_t n, float cap, float* out) {
 }
 
 void rope_table_row(int64_t pos, int64_t n_rot, double freq_base, double freq_scale,
-                    const float* factors, float* out) {
+                    const float* factors, float* out, double ext_factor, double corr_low,
+                    double corr_high, double mscale) {
   if (n_rot < 2 || n_rot % 2 != 0) throw input_error("rope_table_row: n_rot " + std::to_string(n_rot) + " is not even and >= 2");
   if (!(freq_base > 0.0)) throw input_error("rope_table_row: freq_base must be > 0");
   const double log_base = numerics::log_f64(freq_base);
@@ -71,8 +77,19 @@ void rope_table_row(int64_t pos, int64_t n_rot, double freq_base, double freq_sc
     const double inv_freq = numerics::exp_f64(-(2.0 * static_cast<double>(i) / static_cast<double>(n_rot)) * log_base);
     double theta = static_cast<double>(pos) * freq_scale * inv_freq;
     if (factors) theta = theta / static_cast<double>(factors[i]);
+    if (ext_factor != 0) {
+      double extrap = static_cast<double>(pos) * inv_freq;
+      if (factors) extrap = extrap / static_cast<double>(factors[i]);
+      const double y = (static_cast<double>(i) - corr_low) / std::max(0.001, corr_high - corr_low);
+      const double mix = (1.0 - std::min(1.0, std::max(0.0, y))) * ext_factor;
+      theta = freq_scale * extrap * (1.0 - mix) + extrap * mix;
+    }
     double s, c;
     numerics::sincos_f64(theta, &s, &c);
+    if (mscale != 1.0) {
+      s *= mscale;
+      c *= mscale;
+    }
     out[2 * i] = flush(static_cast<float>(c));
     out[2 * i + 1] = flush(static_cast<float>(s));
   }

@@ -56,6 +56,10 @@ void add_f32_ref(const float* a, const float* b, int64_t n, float* out);
 // out[i] = flush(gelu_f32(gate[i]) * up[i]) (gemma's GeGLU). (n) each; out may alias either input.
 void geglu_f32_ref(const float* gate, const float* up, int64_t n, float* out);
 
+// out[i] = swiglu_oai_f32(gate[i], up[i], alpha, limit) (gpt-oss's clamped SwiGLU: alpha 1.702,
+// limit 7). (n) each; out may alias either input.
+void swiglu_oai_f32_ref(const float* gate, const float* up, int64_t n, float alpha, float limit, float* out);
+
 // out[i] = flush(flush(x[i]) * flush(s)) (gemma's embedding scale; an expert's output row times its
 // routing weight). out may alias x.
 void scale_f32_ref(const float* x, int64_t n, float s, float* out);
@@ -68,8 +72,12 @@ void softcap_f32_ref(const float* x, int64_t n, float cap, float* out);
 // The (cos, sin) pairs of one position, computed on the host in double and rounded to float once:
 // theta_i = pos * freq_scale * freq_base^(-2i / n_rot) [/ factors[i]], i < n_rot / 2.
 // out: (n_rot / 2, 2) = cos, sin. factors: (n_rot / 2) (Llama 3 rope_freqs) or null.
+// YaRN when ext_factor != 0 (model::rope_params says how): e_i = pos * freq_base^(-2i / n_rot)
+// [/ factors[i]], theta_i = freq_scale * e_i * (1 - r_i) + e_i * r_i with the ramp r_i; cos and
+// sin are multiplied by mscale (skipped when it is 1, so a table without YaRN is unchanged).
 void rope_table_row(int64_t pos, int64_t n_rot, double freq_base, double freq_scale,
-                    const float* factors, float* out);
+                    const float* factors, float* out, double ext_factor = 0, double corr_low = 0,
+                    double corr_high = 0, double mscale = 1.0);
 
 // Rotates x in place: (n_head, head_dim). Pairs (2i, 2i+1) (normal) or (i, i + n_rot/2) (neox)
 // for i < n_rot / 2 use table row (cos_i, sin_i) from rope_table_row(pos, ...):
@@ -95,10 +103,13 @@ struct kv_head_view {
 // position). q: (head_dim) floats, already roped; out: (head_dim). kq_scale = (float)(1 /
 // sqrt(head_dim)) computed in double on the host, or the architecture's own scale. softcap > 0
 // caps each score as softcap_f32(s, softcap) before the softmax (gemma2); 0: no cap.
+// sink: when not null, the head's attention sink (gpt-oss): flush(*sink) joins the maximum m and
+// adds attention_weight_ref(sink, m) to the denominator, as a position whose value is zero; a
+// non-finite sink throws input_error.
 // n_kv == 0 gives zeros. The result does not depend on the order of the positions.
 void attention_exact_ref(const float* q, int64_t head_dim, const kv_head_view& k,
                          const kv_head_view& v, int64_t n_kv, float kq_scale, float* out,
-                         float softcap = 0.0f);
+                         float softcap = 0.0f, const float* sink = nullptr);
 
 // kq_scale for a head size: (float)(1 / sqrt(head_dim)), computed on the host in double without
 // libm (Newton's iteration to double precision, then one rounding to float).
