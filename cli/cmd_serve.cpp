@@ -74,6 +74,8 @@ void run_serve(const serve_cmd_options& o) {
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
+  // A bad DETAUDIT_CHAT_DATE is the server's configuration, not a client's mistake: refuse it now.
+  if (std::getenv("DETAUDIT_CHAT_DATE")) chat::chat_current_date();
   auto m = model::model::load(o.model);
   if (auto f = chat::chat_fallback_family(hp.chat_template, m->vocab().chat_template()))
     std::cerr << "serve: " << o.model << " has no chat template; chat requests are rendered with "

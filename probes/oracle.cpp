@@ -58,7 +58,7 @@ oracle_settings settings_parse(const std::string& spec) {
     else if (key == "device") s.ctx.device = static_cast<int>(engine_setting_int(what, key, v, 0, 255));
     else if (key == "chat_template") {
       if (!chat::template_family_from_name(v))
-        throw input_error(what + ": unknown chat_template '" + v + "' (expected chatml, qwen3, deepseek-r1, llama3, llama2, phi3, gemma)");
+        throw input_error(what + ": unknown chat_template '" + v + "' (expected chatml, qwen3, deepseek-r1, llama3, llama2, phi3, gemma, gpt-oss)");
       s.chat_template = v;
     } else if (key == "numerics") {
       if (v != "exact") throw input_error(what + ": the oracle is the exact engine; numerics must be exact, found '" + v + "'");

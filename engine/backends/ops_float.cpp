@@ -267,7 +267,8 @@ void ops_float::matmul_gemm(const model::weight& w, model::act x, model::act y) 
 
 // llama.cpp's build_moe_ffn with softmax gating: ggml_soft_max (expf, a double sum, the f32
 // reciprocal of it multiplied in), top-k of the probabilities (ties: lower id), their sum in double
-// rounded to f32 (ggml_sum_rows), clamped below at 2^-14, and an f32 division.
+// rounded to f32 (ggml_sum_rows), clamped below at 2^-14, and an f32 division. gpt-oss's gating
+// (hparams.expert_softmax_chosen): top-k of the logits, then ggml_soft_max over the k chosen.
 void ops_float::moe_route(model::act logits, int64_t n_used, bool norm, std::vector<int32_t>& ids, std::vector<float>& weights) {
   const int64_t n_expert = logits.cols;
   ids.resize(static_cast<size_t>(logits.rows * n_used));
@@ -276,13 +277,26 @@ void ops_float::moe_route(model::act logits, int64_t n_used, bool norm, std::vec
   std::vector<int32_t> order(static_cast<size_t>(n_expert));
   for (int64_t t = 0; t < logits.rows; ++t) {
     const float* l = row(logits, t);
+    for (int64_t i = 0; i < n_expert; ++i) order[i] = static_cast<int32_t>(i);
+    if (hp_.expert_softmax_chosen) {  // gpt-oss: top k of the logits, then ggml_soft_max over those k
+      std::partial_sort(order.begin(), order.begin() + n_used, order.end(),
+                        [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+      const float top = l[order[0]];
+      double sum = 0;
+      for (int64_t j = 0; j < n_used; ++j) sum += static_cast<double>(p[j] = std::exp(l[order[j]] - top));
+      const float inv = static_cast<float>(1.0 / sum);
+      for (int64_t j = 0; j < n_used; ++j) {
+        ids[t * n_used + j] = order[j];
+        weights[t * n_used + j] = p[j] * inv;
+      }
+      continue;
+    }
     float mx = -INFINITY;
     for (int64_t i = 0; i < n_expert; ++i) mx = std::max(mx, l[i]);
     double sum = 0;
     for (int64_t i = 0; i < n_expert; ++i) sum += static_cast<double>(p[i] = std::exp(l[i] - mx));
     const float inv = static_cast<float>(1.0 / sum);
     for (float& v : p) v *= inv;
-    for (int64_t i = 0; i < n_expert; ++i) order[i] = static_cast<int32_t>(i);
     std::partial_sort(order.begin(), order.begin() + n_used, order.end(),
                       [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
     double chosen = 0;

@@ -195,8 +195,8 @@ std::string render_gemma(const std::vector<chat_message>& ms, bool gen, const ch
 // and so does this; a later system message is dropped, as the template drops it.
 std::string render_gpt_oss(const std::vector<chat_message>& ms, bool gen, const chat_options& opt) {
   const std::string date = opt.current_date.empty() ? chat_current_date() : opt.current_date;
-  std::string out = "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
-                    "Knowledge cutoff: 2024-06\nCurrent date: " + date + "\n\nReasoning: " + opt.reasoning_effort +
+  std::string out = "<|start|>system<|message|>" + opt.model_identity + "\nKnowledge cutoff: " + opt.knowledge_cutoff +
+                    "\nCurrent date: " + date + "\n\nReasoning: " + opt.reasoning_effort +
                     "\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>";
   size_t first = 0;
   if (!ms.empty() && ms[0].role == "system") {
@@ -249,14 +249,22 @@ std::string chat_current_date() {
         if (d[i] < '0' || d[i] > '9') return false;
       return true;
     };
-    const bool ok = d.size() == 10 && d[4] == '-' && d[7] == '-' && digits(0, 4) && digits(5, 7) && digits(8, 10) &&
-                    d.substr(5, 2) >= "01" && d.substr(5, 2) <= "12" && d.substr(8, 2) >= "01" && d.substr(8, 2) <= "31";
-    if (!ok) throw input_error("DETAUDIT_CHAT_DATE '" + d + "' is not a YYYY-MM-DD date");
+    bool ok = d.size() == 10 && d[4] == '-' && d[7] == '-' && digits(0, 4) && digits(5, 7) && digits(8, 10);
+    if (ok) {
+      const int y = std::stoi(d.substr(0, 4)), m = std::stoi(d.substr(5, 2)), day = std::stoi(d.substr(8, 2));
+      const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+      const int days[12] = {31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+      ok = m >= 1 && m <= 12 && day >= 1 && day <= days[m - 1];
+    }
+    if (!ok)
+      throw input_error("DETAUDIT_CHAT_DATE '" + (d.size() > 40 ? d.substr(0, 40) + "...'" : d + "'") +
+                        " is not a YYYY-MM-DD date");
     return d;
   }
+  // The local date, as llama-server's strftime_now writes it.
   const std::time_t now = std::time(nullptr);
   std::tm tm{};
-  gmtime_r(&now, &tm);
+  localtime_r(&now, &tm);
   char buf[16];
   std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
   return buf;
@@ -274,6 +282,27 @@ chat_options chat_options_from_template(std::string_view jinja) {
   }
   if (jinja.find("<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>") != std::string_view::npos)
     opt.open_think = jinja.find("<\xef\xbd\x9c" "Assistant\xef\xbd\x9c><think>") != std::string_view::npos;
+  // gpt-oss: the identity, knowledge cutoff and default reasoning level the file's template sets
+  // (its build_system_message), when they are plain string literals.
+  auto quoted_after = [&](std::string_view marker) -> std::optional<std::string> {
+    const size_t p = jinja.find(marker);
+    if (p == std::string_view::npos) return std::nullopt;
+    size_t q = p + marker.size();
+    while (q < jinja.size() && jinja[q] == ' ') ++q;
+    if (q >= jinja.size() || (jinja[q] != '"' && jinja[q] != '\'')) return std::nullopt;
+    const char quote = jinja[q];
+    const size_t end = jinja.find(quote, q + 1);
+    if (end == std::string_view::npos) return std::nullopt;
+    const std::string_view lit = jinja.substr(q + 1, end - q - 1);
+    if (lit.find('\\') != std::string_view::npos) return std::nullopt;  // escapes: keep the default
+    return std::string(lit);
+  };
+  if (auto v = quoted_after("set model_identity =")) opt.model_identity = *v;
+  if (auto v = quoted_after("set reasoning_effort =")) opt.reasoning_effort = *v;
+  if (const size_t p = jinja.find("Knowledge cutoff: "); p != std::string_view::npos) {
+    const size_t e = jinja.find_first_of("\\\"'", p);
+    if (e != std::string_view::npos) opt.knowledge_cutoff = std::string(jinja.substr(p + 18, e - p - 18));
+  }
   return opt;
 }
 

@@ -55,18 +55,26 @@ struct chat_options {
   // gpt-oss: the "Current date: YYYY-MM-DD" its system message states (the template calls
   // strftime_now, so the same conversation renders differently on another day). Empty: the
   // DETAUDIT_CHAT_DATE environment variable when set (it must be a YYYY-MM-DD date), else
-  // today's date in UTC, as llama-server writes it. Pin it to replay a conversation bit for bit.
+  // today's local date, as llama-server writes it. Pin it to replay a conversation bit for bit.
   std::string current_date;
-  // gpt-oss: the "Reasoning:" level of its system message (the template's default, "medium").
+  // gpt-oss: the "Reasoning:" level of its system message (the template's default, "medium"; a
+  // request may set it, as chat_template_kwargs.reasoning_effort does for llama-server).
   std::string reasoning_effort = "medium";
+  // gpt-oss: the model identity and knowledge cutoff its system message states (the published
+  // template's values; chat_options_from_template reads a file's own).
+  std::string model_identity = "You are ChatGPT, a large language model trained by OpenAI.";
+  std::string knowledge_cutoff = "2024-06";
 };
 
 // The date a gpt-oss conversation renders with opt.current_date empty: DETAUDIT_CHAT_DATE or
-// today (UTC), as YYYY-MM-DD. Throws input_error for a DETAUDIT_CHAT_DATE that is not YYYY-MM-DD.
+// today's local date (as llama-server's strftime_now), as YYYY-MM-DD. Throws input_error for a
+// DETAUDIT_CHAT_DATE that is not a calendar date written YYYY-MM-DD.
 std::string chat_current_date();
 
 // The options a template implies: default_system for ChatML templates that write a literal
-// default system message, open_think for DeepSeek-R1 templates. BOS / EOS text are left empty.
+// default system message, open_think for DeepSeek-R1 templates, gpt-oss's model identity,
+// knowledge cutoff and default reasoning level when its template sets them as plain literals.
+// BOS / EOS text are left empty.
 chat_options chat_options_from_template(std::string_view jinja);
 
 // Renders a conversation as the family's template does (the source of each is named in

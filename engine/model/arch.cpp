@@ -164,6 +164,13 @@ void read_oai(const gguf::file& f, hparams& hp) {
     if (hp.swa_period < 0 || hp.swa_period > 4096 || (hp.swa && hp.swa_period == 1))
       throw input_error(f.path() + ": key '" + pk + "': expected a period of 0 or 2 to 4096, found " + std::to_string(hp.swa_period));
   }
+  hp.expert_softmax_chosen = true;
+  if (hp.n_rot != hp.head_dim)
+    throw input_error(f.path() + ": key '" + key(hp, "rope.dimension_count") + "' = " + std::to_string(hp.n_rot) +
+                      " differs from the head dimension " + std::to_string(hp.head_dim) +
+                      ": gpt-oss sizes Q, K and V by it (llama.cpp refuses such a file)");
+  const std::string fk = key(hp, "expert_feed_forward_length");
+  if (!f.find(fk)) throw input_error(f.path() + ": key '" + fk + "' is missing (gpt-oss states its expert width)");
   hp.rope_freq_base_swa = hp.rope_freq_base;
   hp.rope_scale_linear_swa = hp.rope_scale_linear;
   const std::string bk = key(hp, "rope.freq_base_swa");

@@ -102,6 +102,10 @@ struct hparams {
   int64_t n_expert_used = 0;
   int64_t n_ff_exp = 0;
   bool expert_weights_norm = false;
+  // gpt-oss: the experts are the top k of the raw router logits and their weights a softmax over
+  // the chosen logits (llama.cpp's SOFTMAX_WEIGHT gating). In exact and reference numerics this is
+  // the renormalised softmax bit for bit / exactly; float numerics follow llama.cpp's order.
+  bool expert_softmax_chosen = false;
 };
 
 // Whether layer l attends through the sliding window of n_swa positions.

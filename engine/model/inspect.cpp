@@ -141,12 +141,22 @@ json chat_info(const gguf::file& f) {
 }
 
 // "N of L layers attend through a sliding window of W positions (layer l slides when l % P < P-1)".
+// Period 0: "every layer attends through ... (period 0)".
 std::string sliding_text(const hparams& hp) {
   int64_t n_sliding = 0;
   for (int64_t l = 0; l < hp.n_layer; ++l) n_sliding += layer_swa(hp, l) ? 1 : 0;
+  if (hp.swa_period == 0)
+    return "every layer attends through a sliding window of " + std::to_string(hp.n_swa) + " positions (period 0)";
   return std::to_string(n_sliding) + " of " + std::to_string(hp.n_layer) + " layers attend through a sliding window of " +
          std::to_string(hp.n_swa) + " positions (layer l slides when l % " + std::to_string(hp.swa_period) + " < " +
          std::to_string(hp.swa_period - 1) + ")";
+}
+
+// Whether some layer attends to every position.
+bool has_full_layer(const hparams& hp) {
+  for (int64_t l = 0; l < hp.n_layer; ++l)
+    if (!layer_swa(hp, l)) return true;
+  return false;
 }
 
 // Whether the engine can run the file, and if not, why.
@@ -182,18 +192,23 @@ json engine_support(const gguf::file& f, const std::string& arch) {
                         " (llama.cpp's rule for the 27B models, decided by the layer count)");
     }
     if (hp.rope_yarn) {
-      const rope_params rp = layer_rope(hp, 0);
+      int64_t full = 0;  // a layer attending to every position (its base is the model's), else layer 0
+      while (full + 1 < hp.n_layer && layer_swa(hp, full)) ++full;
+      const rope_params rp = layer_rope(hp, full);
       notes.push_back("YaRN RoPE: factor " + num_text(1.0 / hp.rope_scale_linear) + " over " + std::to_string(hp.n_ctx_orig_yarn) +
                       " original positions; rotation pairs below " + num_text(rp.corr_low) + " keep their angle, pairs above " +
-                      num_text(rp.corr_high) + " are interpolated by the factor, the ones between ramp from one to the other; "
-                      "cos and sin scaled by " + num_text(rp.mscale));
+                      num_text(rp.corr_high) + " are interpolated by the factor, the ones between ramp from one to the other" +
+                      " (base " + num_text(rp.freq_base) + "); cos and sin scaled by " + num_text(rp.mscale));
     }
     if (arch_oai_block(hp.arch)) {
       notes.push_back("gpt-oss block: biases on Q, K, V and the attention output, one learned attention sink per head "
                       "(attn_sinks: a score with no value that joins every softmax), post_attention_norm as the FFN's input "
                       "norm, biased router and experts, the clamped SwiGLU (min(gate, 7), up clamped to [-7, 7], alpha 1.702), "
                       "routing weights a softmax over the chosen experts' logits");
-      if (hp.swa) notes.push_back(sliding_text(hp) + "; the others attend to every position");
+      if (hp.swa)
+        notes.push_back(sliding_text(hp) +
+                        (hp.rope_freq_base_swa != hp.rope_freq_base ? ", with RoPE base " + num_text(hp.rope_freq_base_swa) : "") +
+                        (has_full_layer(hp) ? "; the others attend to every position" : ""));
     }
     if (arch_moe(hp.arch))
       notes.push_back("mixture of experts: " + std::to_string(hp.n_expert) + " experts of width " + std::to_string(hp.n_ff_exp) +

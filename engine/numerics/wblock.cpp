@@ -6,7 +6,9 @@
 // against quants_dequantize_row on every type and on every tensor of the fixture models.
 #include "numerics/wblock.h"
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -106,6 +108,18 @@ void decode_q8_0(const uint8_t* row, int64_t b, wblock& w) {
   for (int j = 0; j < QBLOCK; ++j) w.q[j] = static_cast<int8_t>(p[2 + j]);
 }
 
+}  // namespace
+
+const char* mxfp4_block_problem(uint8_t e, int max_code) {
+  if (e == 255) return "is NaN in the OCP MX format (expected a finite scale)";
+  // max_code * 2^(e - 128) >= 2^128 (exact in double): not a finite float, ggml's decode gives inf
+  if (std::ldexp(static_cast<double>(max_code), static_cast<int>(e) - 128) >= 0x1p128)
+    return "makes an element overflow a float (expected values below 2^128)";
+  return nullptr;
+}
+
+namespace {
+
 // mxfp4 (17 B): e (E8M0), qs[16]. Element j < 16 is the low nibble of qs[j], j >= 16 the high
 // nibble of qs[j - 16]; its value is the doubled e2m1 code value times 2^(e - 128), exactly.
 void decode_mxfp4(const uint8_t* row, int64_t b, wblock& w) {
@@ -114,10 +128,14 @@ void decode_mxfp4(const uint8_t* row, int64_t b, wblock& w) {
   w.d_mant = 1;
   w.d_exp = static_cast<int32_t>(p[0]) - 128;
   set_plain(w, 1, 1);
+  int amax = 0;
   for (int j = 0; j < QBLOCK / 2; ++j) {
     w.q[j] = VALUES[p[1 + j] & 0xf];
     w.q[j + 16] = VALUES[p[1 + j] >> 4];
+    amax = std::max({amax, std::abs(static_cast<int>(w.q[j])), std::abs(static_cast<int>(w.q[j + 16]))});
   }
+  if (const char* why = mxfp4_block_problem(p[0], amax))
+    throw input_error("weight block: mxfp4 scale byte " + std::to_string(p[0]) + " " + why);
 }
 
 // ---- K-quant super-blocks: slice s (0..7) holds elements 32s .. 32s+31 ----

@@ -47,6 +47,11 @@ void weight_check_type(gguf::dtype t);
 void weight_decode_block(gguf::dtype t, const uint8_t* row, int64_t block32_index, wblock& out,
                          int n_valid = QBLOCK);
 
+// Why an mxfp4 block of scale byte e whose largest code value (doubled E2M1, 0..12) is max_code
+// is not a block of finite weights: e = 255 is NaN in the OCP MX format, and a value of 2^128 or
+// more overflows a float (ggml decodes it to inf). nullptr when the block is fine.
+const char* mxfp4_block_problem(uint8_t e, int max_code);
+
 // The exact value of element i of a decoded block, in double (exact for every supported type:
 // at most 11 + 8 + 16 significant bits per product). For tests and the reference numerics.
 double wblock_value(const wblock& w, int i);

@@ -34,10 +34,12 @@ std::string generate_render_chat(const model::model& m, const chat_request& req)
 }
 
 std::vector<int32_t> generate_chat_tokens(const model::model& m, const std::vector<chat::chat_message>& msgs,
-                                          const std::string& template_name, bool enable_thinking) {
+                                          const std::string& template_name, bool enable_thinking,
+                                          const std::string& reasoning_effort) {
   const chat::template_family f = chat::chat_resolve_family(template_name, m.vocab().chat_template(), m.path());
-  return generate_tokenize(m.vocab(),
-                           chat::chat_render(f, msgs, /*add_generation_prompt=*/true, chat_options_for(m, enable_thinking)));
+  chat::chat_options opt = chat_options_for(m, enable_thinking);
+  if (!reasoning_effort.empty()) opt.reasoning_effort = reasoning_effort;
+  return generate_tokenize(m.vocab(), chat::chat_render(f, msgs, /*add_generation_prompt=*/true, opt));
 }
 
 std::vector<int32_t> token_ids_parse(std::string_view text, const std::string& what) {

@@ -36,9 +36,11 @@ std::string generate_render_chat(const model::model& m, const chat_request& req)
 // A conversation's prompt tokens as every chat endpoint makes them (serve's /v1/chat/completions
 // and /api/chat, the engine target, the oracle): the template family `template_name` ("" =
 // detected from the model, chatml when it has none), the generation prompt appended, then
-// generate_tokenize. Throws input_error naming the model file when its template fits no family.
+// generate_tokenize. reasoning_effort: gpt-oss's "Reasoning:" level ("" = the template's default).
+// Throws input_error naming the model file when its template fits no family.
 std::vector<int32_t> generate_chat_tokens(const model::model& m, const std::vector<chat::chat_message>& msgs,
-                                          const std::string& template_name, bool enable_thinking = true);
+                                          const std::string& template_name, bool enable_thinking = true,
+                                          const std::string& reasoning_effort = "");
 
 // Token ids from a list such as "1, 403 407,261": commas and/or whitespace between ids. `what`
 // (an option name) starts error messages. Throws input_error for anything that is not a

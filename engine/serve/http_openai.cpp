@@ -191,8 +191,19 @@ std::vector<int32_t> chat_prompt(const http_state& st, const json& b) {
     msgs.push_back({role, message_content(m, i)});
   }
   bool thinking = true;
-  if (auto k = b.find("chat_template_kwargs"); k != b.end() && k->is_object()) thinking = field_bool(*k, "enable_thinking", true);
-  return runtime::generate_chat_tokens(st.sched.model(), msgs, st.params.chat_template, thinking);
+  std::string effort;
+  if (auto k = b.find("chat_template_kwargs"); k != b.end() && k->is_object()) {
+    thinking = field_bool(*k, "enable_thinking", true);
+    // gpt-oss's reasoning level, passed to its template as llama-server passes it
+    if (auto e = k->find("reasoning_effort"); e != k->end()) {
+      if (!e->is_string() || e->get<std::string>().empty() || e->get<std::string>().size() > 64 ||
+          e->get<std::string>().find_first_of("\n\r") != std::string::npos)
+        throw http_error(400, "field 'chat_template_kwargs.reasoning_effort': expected a one-line string of 1 to 64 bytes "
+                              "(low, medium or high)");
+      effort = e->get<std::string>();
+    }
+  }
+  return runtime::generate_chat_tokens(st.sched.model(), msgs, st.params.chat_template, thinking, effort);
 }
 
 void handle_chat(http_state& st, const httplib::Request& req, httplib::Response& res) {

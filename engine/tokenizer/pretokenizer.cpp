@@ -20,6 +20,18 @@ constexpr std::string_view LLAMA3 =
 constexpr std::string_view QWEN2 =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?"
     "[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// gpt-4o (o200k, gpt-oss): the tokenizer.json regex, then its lookahead form, in order, as
+// llama.cpp's LLAMA_VOCAB_PRE_TYPE_GPT4O applies them.
+constexpr std::string_view GPT4O_1 =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+constexpr std::string_view GPT4O_2 =
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|"
+    "'[mM]|'[lL][lL]|'[dD])?|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|"
+    "'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|"
+    "\\s+(?!\\S)|\\s+";
 constexpr std::string_view SPLIT_PUNCT = " ?[^(\\s|.,!?…。，、।۔،)]+";
 constexpr std::string_view DIGIT = "\\p{N}";
 
@@ -52,6 +64,7 @@ const std::vector<pre_tokenizer_row>& table() {
       {{"bloom", "gpt3-finnish"}, {SPLIT_PUNCT}},
       {{"viking"}, {SPLIT_PUNCT, DIGIT}, false, false, false},
       {{"chatglm-bpe"}, {LLAMA3}, false, false, true, false},
+      {{"gpt-4o", "llama4", "kanana2", "talkie"}, {GPT4O_1, GPT4O_2}, false, false, false},
       {{"tekken"},
        {"[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])"
         "([^a-z]))+((?=[\\p{L}])([^A-Z]))*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},

@@ -14,8 +14,8 @@ namespace {
 
 // Token texts llama.cpp treats as ending generation (and forces to CONTROL), and which of them
 // it takes as the EOT / EOM token when the file names none.
-const std::vector<std::string_view> EOG_TEXTS = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
-                                                   "<|endoftext|>", "<|eom_id|>", "<EOT>"};
+const std::vector<std::string_view> EOG_TEXTS = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
+                                                   "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>"};
 const std::vector<std::string_view> EOT_TEXTS = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
                                                    "<|endoftext|>", "<EOT>", "<｜end▁of▁sentence｜>"};
 
@@ -147,6 +147,16 @@ void apply_text_rules(vocab_data& d) {
     }
   for (int32_t id : {d.ids.eos, d.ids.eot, d.ids.eom})
     if (id != TOKEN_NONE) d.eog.insert(id);
+  // gpt-oss's harmony tokens (o200k_harmony), as the current llama.cpp treats them: the channel
+  // markers are user-defined (written in the output text), and with <|return|> and <|call|> ending
+  // generation, <|end|> (which closes an analysis message before the final one) does not.
+  for (std::string_view t : {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"})
+    if (int32_t id = d.find(t); id != TOKEN_NONE) d.attrs[id] = ATTR_USER_DEFINED;
+  const int32_t ret = d.find("<|return|>"), call = d.find("<|call|>"), end = d.find("<|end|>");
+  if (ret != TOKEN_NONE && call != TOKEN_NONE && end != TOKEN_NONE && d.eog.count(ret) && d.eog.count(call) && d.eog.count(end)) {
+    d.eog.erase(end);
+    d.attrs[end] = ATTR_USER_DEFINED;
+  }
 }
 
 void build_special_cache(vocab_data& d) {

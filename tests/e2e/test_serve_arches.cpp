@@ -157,7 +157,21 @@ TEST_CASE("serve arches: gpt-oss renders harmony on /v1/chat/completions with th
   CHECK(chat["choices"][0]["message"]["content"] == plain["content"]);
   CHECK(chat["usage"]["prompt_tokens"] == plain["tokens_evaluated"]);
   CHECK(chat["usage"]["completion_tokens"] == 10);
+  // chat_template_kwargs.reasoning_effort reaches the system message, as llama-server passes it
+  std::string high = rendered;
+  high.replace(high.find("Reasoning: medium"), 17, "Reasoning: high");
+  const json plain_high = test::post_json(srv.port, "/completion", {{"prompt", high}, {"n_predict", 10}, {"temperature", 0}});
+  const json chat_high = test::post_json(srv.port, "/v1/chat/completions",
+                                         {{"messages", messages}, {"max_tokens", 10}, {"temperature", 0},
+                                          {"chat_template_kwargs", {{"reasoning_effort", "high"}}}});
+  REQUIRE(chat_high.contains("choices"));
+  CHECK(chat_high["choices"][0]["message"]["content"] == plain_high["content"]);
+  CHECK(chat_high["usage"]["prompt_tokens"] == plain_high["tokens_evaluated"]);
   auto c = test::http_client(srv.port);
+  const json bad_effort = {{"messages", messages}, {"chat_template_kwargs", {{"reasoning_effort", 3}}}};
+  auto be = c.Post("/v1/chat/completions", bad_effort.dump(), "application/json");
+  REQUIRE(be);
+  CHECK(be->status == 400);
   const json tagged = {{"messages",
                         {{{"role", "user"}, {"content", "a"}},
                          {{"role", "assistant"}, {"content", "<|channel|>final<|message|>b"}},
@@ -167,4 +181,9 @@ TEST_CASE("serve arches: gpt-oss renders harmony on /v1/chat/completions with th
   CHECK(r->status == 400);
   CHECK(r->body.find("<|channel|> tags") != std::string::npos);
   CHECK(srv.stop() == 0);
+  // A DETAUDIT_CHAT_DATE that is no date is the server's configuration: refused at start, not a 400 later.
+  const test::cmd_result bad = test::run_cmd("DETAUDIT_CHAT_DATE=2026-02-30 timeout 30 " + test::shell_quote(test::detaudit_bin()) +
+                                             " serve -m " + test::shell_quote(path) + " --port 0");
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("DETAUDIT_CHAT_DATE '2026-02-30' is not a YYYY-MM-DD date") != std::string::npos);
 }

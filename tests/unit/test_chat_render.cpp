@@ -150,9 +150,18 @@ TEST_CASE("chat: gpt-oss renders harmony: the system message with its date, deve
   setenv("DETAUDIT_CHAT_DATE", "2031-02-03", 1);
   CHECK(chat_current_date() == "2031-02-03");
   CHECK(chat_render(TEMPLATE_GPT_OSS, {{"user", "a"}}, true).find("Current date: 2031-02-03\n") != std::string::npos);
-  for (const char* bad : {"2031-2-3", "yesterday", "2031-13-01", "2031-02-32", "", "2031-02-03x"}) {
+  for (const char* bad : {"2031-2-3", "yesterday", "2031-13-01", "2031-02-32", "", "2031-02-03x", "2026-02-29", "2026-04-31"}) {
     setenv("DETAUDIT_CHAT_DATE", bad, 1);
     CHECK_THROWS_AS(chat_current_date(), detaudit::input_error);
+  }
+  setenv("DETAUDIT_CHAT_DATE", "2028-02-29", 1);  // a leap day
+  CHECK(chat_current_date() == "2028-02-29");
+  setenv("DETAUDIT_CHAT_DATE", std::string(5000, '9').c_str(), 1);
+  try {
+    chat_current_date();
+    FAIL("accepted");
+  } catch (const detaudit::input_error& e) {
+    CHECK(std::string(e.what()).size() < 120);  // the value is cut short in the message
   }
   unsetenv("DETAUDIT_CHAT_DATE");
   const std::string today = chat_current_date();
@@ -162,6 +171,18 @@ TEST_CASE("chat: gpt-oss renders harmony: the system message with its date, deve
   CHECK(chat_detect_family("{{- \"<|start|>assistant<|channel|>final<|message|>\" + message.content + \"<|end|>\" }}") ==
         TEMPLATE_GPT_OSS);
   CHECK(chat_resolve_family("gpt-oss", "", "m.gguf") == TEMPLATE_GPT_OSS);
+  // A file's own template sets the identity, cutoff and default reasoning level its system message writes.
+  const chat_options own = chat_options_from_template(
+      "{%- macro build_system_message() -%}{%- if model_identity is not defined %}{%- set model_identity = \"You are Bob.\" %}"
+      "{%- endif %}{{- model_identity + \"\\n\" }}{{- \"Knowledge cutoff: 2030-01\\n\" }}{%- if reasoning_effort is not defined %}"
+      "{%- set reasoning_effort = \"low\" %}{%- endif %}{%- endmacro -%}<|start|>assistant<|channel|>final");
+  CHECK(own.model_identity == "You are Bob.");
+  CHECK(own.knowledge_cutoff == "2030-01");
+  CHECK(own.reasoning_effort == "low");
+  chat_options pinned = own;
+  pinned.current_date = "2026-12-01";
+  CHECK(chat_render(TEMPLATE_GPT_OSS, {{"user", "a"}}, true, pinned).rfind(
+            "<|start|>system<|message|>You are Bob.\nKnowledge cutoff: 2030-01\nCurrent date: 2026-12-01\n\nReasoning: low\n\n", 0) == 0);
 }
 
 TEST_CASE("chat: unknown roles are input errors") {

@@ -203,7 +203,7 @@ TEST_CASE("gguf: dtype table") {
       {DTYPE_IQ2_S, "iq2_s", 256, 82},   {DTYPE_IQ4_XS, "iq4_xs", 256, 136}, {DTYPE_I8, "i8", 1, 1},
       {DTYPE_I16, "i16", 1, 2},          {DTYPE_I32, "i32", 1, 4},          {DTYPE_I64, "i64", 1, 8},
       {DTYPE_F64, "f64", 1, 8},          {DTYPE_IQ1_M, "iq1_m", 256, 56},   {DTYPE_TQ1_0, "tq1_0", 256, 54},
-      {DTYPE_TQ2_0, "tq2_0", 256, 66},
+      {DTYPE_TQ2_0, "tq2_0", 256, 66},   {DTYPE_MXFP4, "mxfp4", 32, 17},
   };
   for (const row& r : rows) {
     CAPTURE(r.name);
@@ -218,7 +218,7 @@ TEST_CASE("gguf: dtype table") {
   CHECK(dtype_from_name("Q4_K") == dtype_find(DTYPE_Q4_K));
   CHECK(dtype_from_name("IQ2_XXS") == dtype_find(DTYPE_IQ2_XXS));
   CHECK(dtype_from_name("q4_k_m") == nullptr);
-  for (uint32_t retired : {4u, 5u, 31u, 32u, 33u, 36u, 39u, 1000u}) CHECK(dtype_find(retired) == nullptr);
+  for (uint32_t retired : {4u, 5u, 31u, 32u, 33u, 36u, 1000u}) CHECK(dtype_find(retired) == nullptr);
   CHECK_THROWS_AS(dtype_get(static_cast<dtype>(4)), std::logic_error);
   CHECK(dtype_row_bytes(DTYPE_Q4_0, 64) == 36);
   CHECK(dtype_row_bytes(DTYPE_Q6_K, 512) == 420);

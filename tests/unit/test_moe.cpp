@@ -458,3 +458,49 @@ TEST_CASE("gpt-oss: routing evidence in traces, identical across batching in exa
   CHECK(d.route_pos == -1);
   CHECK(d.hash_pos == -1);
 }
+
+TEST_CASE("gpt-oss: mxfp4 blocks whose scale is NaN or whose values overflow a float are refused at load, naming them") {
+  const std::string ok = moe_file("oss_mx_ok", oss_options(4, gguf::DTYPE_MXFP4));
+  const gguf::file f = gguf::file::open(ok);
+  const gguf::tensor_info* t = f.find_tensor("blk.0.ffn_up_exps.weight");
+  REQUIRE(t != nullptr);
+  REQUIRE(t->type == gguf::DTYPE_MXFP4);
+  auto with_scale = [&](const std::string& name, uint64_t block, uint8_t e, uint8_t code) {
+    gguf::writer w(f.alignment());
+    for (const gguf::kv& kv : f.metadata())
+      if (kv.key != "general.alignment") w.set(kv.key, kv.val);
+    for (const gguf::tensor_info& ti : f.tensors()) {
+      std::vector<uint8_t> bytes(f.tensor_data(ti), f.tensor_data(ti) + ti.n_bytes);
+      if (ti.name == t->name) {
+        bytes[block * 17] = e;
+        for (int j = 1; j < 17; ++j) bytes[block * 17 + j] = code;  // every element pair of the block
+      }
+      w.add_tensor(ti.name, ti.type, ti.ne, bytes.data(), bytes.size());
+    }
+    const std::string path = test::process_scratch_dir("oss_mx_" + name) + "/m.gguf";
+    w.write(path);
+    return path;
+  };
+  // Block 9 is row 1's second block (rows of 256 are 8 blocks).
+  fails_with(with_scale("nan", 9, 255, 0x11), "tensor 'blk.0.ffn_up_exps.weight': block 9 (row 1): mxfp4 scale byte 255 is NaN");
+  fails_with(with_scale("over", 3, 254, 0x47), "block 3 (row 0): mxfp4 scale byte 254 makes an element overflow a float");
+  // 3 * 2^126 (code 3 beside code 1) is a finite float: loads, and exact and reference numerics agree on its tokens
+  const std::string fine = with_scale("fine", 3, 254, 0x13);
+  CHECK_NOTHROW(model::model::load(fine));
+}
+
+// llama.cpp routes gpt-oss by the raw router logits (its SOFTMAX_WEIGHT gating), so experts whose
+// softmax probability underflows are still ranked: with a zero router and biases 0..7 except one
+// far above, every numerics picks that expert, then 7, 6, ... (float numerics too).
+TEST_CASE("gpt-oss: every numerics ranks experts by the router logits, underflowing probabilities included") {
+  const std::string base = moe_file("oss_rank", oss_options(6));
+  const std::string zero_w = with_values(base, "rank_w", "blk.0.ffn_gate_inp.weight", [](size_t, float) { return 0.0f; });
+  const std::string path = with_values(zero_w, "rank_b", "blk.0.ffn_gate_inp.bias",
+                                       [](size_t i, float) { return i == 5 ? 300.0f : static_cast<float>(i); });
+  for (auto mode : {runtime::NUMERICS_EXACT, runtime::NUMERICS_FLOAT, runtime::NUMERICS_REFERENCE}) {
+    CAPTURE(runtime::numerics_name(mode));
+    const std::vector<runtime::token_trace> tr = traced(path, mode, 512, false);
+    REQUIRE(!tr.empty());
+    CHECK(tr[0].routes[0] == std::vector<int32_t>{5, 7});
+  }
+}

@@ -40,7 +40,7 @@ int32_t quantize_block_cpu(const float* x, int n, int16_t* q);
 // ---- matmul ----
 
 // True when matmul_exact_cpu has a fast path for weight type t (every integer block type:
-// q4_0 q4_1 q5_0 q5_1 q8_0 q2_K q3_K q4_K q5_K q6_K). Other types use matmul_exact_ref.
+// q4_0 q4_1 q5_0 q5_1 q8_0 q2_K q3_K q4_K q5_K q6_K mxfp4). Other types use matmul_exact_ref.
 bool matmul_fast_type(gguf::dtype t);
 
 // Per-row exponent bounds of a weight matrix: out[r] = wblock_exp_bound of row r (every block

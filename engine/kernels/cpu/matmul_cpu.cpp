@@ -91,12 +91,12 @@ int32_t quantize_block_cpu(const float* x, int n, int16_t* q) {
   return n == QBLOCK ? quantize_block_fast(x, q) : numerics::quantize_block(x, n, q);
 }
 
-// Every integer block type numerics computes with; F32/F16/BF16 weights take the reference kernel,
-// and so does MXFP4 for now: its E8M0 scale (2^-128 .. 2^127) is not an fp16, which the panel and
-// few-token decoders take their block scales as.
+// Every integer block type numerics computes with; F32/F16/BF16 weights take the reference kernel.
+// MXFP4 has no decoder of its own: its panels come from panel_decode_generic (weight_decode_block)
+// and its few-token rows take the panel path too, since the few-token decoders read fp16 scales and
+// MXFP4's E8M0 scale (2^-128 .. 2^127) is not one.
 bool matmul_fast_type(gguf::dtype t) {
-  return numerics::weight_type_supported(t) && t != gguf::DTYPE_F32 && t != gguf::DTYPE_F16 && t != gguf::DTYPE_BF16 &&
-         t != gguf::DTYPE_MXFP4;
+  return numerics::weight_type_supported(t) && t != gguf::DTYPE_F32 && t != gguf::DTYPE_F16 && t != gguf::DTYPE_BF16;
 }
 
 int32_t matmul_shift_const(int64_t n_blocks) {
@@ -115,6 +115,15 @@ void weight_row_bounds(gguf::dtype t, const uint8_t* w, int64_t n_in, int64_t ro
     return;
   }
   const gguf::dtype_traits& tr = gguf::dtype_get(t);
+  if (t == gguf::DTYPE_MXFP4) {  // every block's d_mant is 1: the bound is the largest e, less 128
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      const uint8_t* row = w + static_cast<uint64_t>(r) * row_bytes;
+      int32_t e = EXP_ZERO;
+      for (int64_t b = 0; b < n_in / tr.block_size; ++b) e = std::max<int32_t>(e, static_cast<int32_t>(row[b * tr.type_size]) - 128);
+      out[r - row_begin] = e;
+    }
+    return;
+  }
   const scale_fields f = scale_fields_of(t);
   const int64_t n_super = n_in / tr.block_size;
   for (int64_t r = row_begin; r < row_end; ++r) {
