@@ -100,7 +100,7 @@ TEST_CASE("chat_fallback: a template that is present but not recognised is still
     const json e = test::post_json(srv.port, route, {{"messages", MESSAGES}, {"stream", false}}, 400);
     REQUIRE(e.contains("error"));
     CHECK(e["error"]["message"] == model + ": chat template not recognised; pass --chat-template "
-                                           "chatml|qwen3|deepseek-r1|llama3|llama2|phi3|gemma");
+                                           "chatml|qwen3|deepseek-r1|llama3|llama2|phi3|gemma|gpt-oss");
   }
   CHECK(srv.stop() == 0);
 }
@@ -124,6 +124,6 @@ TEST_CASE("chat_fallback: generate --chat renders a model without a template wit
   const std::string unknown_model = test::shell_quote(stories_with_template("unknown_gen", "{{ messages }}"));
   const test::cmd_result unknown = test::run_cmd(bin + " generate -m " + unknown_model + " --chat -p Hi -n 2");
   CHECK(unknown.exit_code == 2);
-  CHECK(unknown.err.find("chat template not recognised; pass --chat-template chatml|qwen3|deepseek-r1|llama3|llama2|phi3|gemma") !=
+  CHECK(unknown.err.find("chat template not recognised; pass --chat-template chatml|qwen3|deepseek-r1|llama3|llama2|phi3|gemma|gpt-oss") !=
         std::string::npos);
 }
