@@ -30,7 +30,8 @@ namespace {
 using rng = detaudit::test::test_rng;
 
 const dtype INT_TYPES[] = {gguf::DTYPE_Q4_0, gguf::DTYPE_Q4_1, gguf::DTYPE_Q5_0, gguf::DTYPE_Q5_1, gguf::DTYPE_Q8_0,
-                           gguf::DTYPE_Q2_K, gguf::DTYPE_Q3_K, gguf::DTYPE_Q4_K, gguf::DTYPE_Q5_K, gguf::DTYPE_Q6_K};
+                           gguf::DTYPE_Q2_K, gguf::DTYPE_Q3_K, gguf::DTYPE_Q4_K, gguf::DTYPE_Q5_K, gguf::DTYPE_Q6_K,
+                           gguf::DTYPE_MXFP4};
 
 // Weights whose codes and sub-block scales are at their extremes: every byte 0x00 or 0xff (per
 // block, at random), fp16 fields at the largest finite magnitudes or tiny subnormals.
@@ -44,6 +45,10 @@ std::vector<uint8_t> extreme_weights(rng& r, dtype t, int64_t n_in, int64_t n_ou
       const uint16_t choices[] = {0x7bff, 0xfbff, 0x0001, 0x8001, 0x0000, 0x3c00, 0x7800};
       const uint16_t h = choices[r.range(0, 6)];
       std::memcpy(w.data() + off + static_cast<uint64_t>(f), &h, 2);
+    }
+    if (t == gguf::DTYPE_MXFP4) {  // E8M0 scales at the extremes whose values stay finite floats
+      const uint8_t scales[] = {0, 1, 2, 127, 128, 200, 252};
+      w[off] = scales[r.range(0, 6)];
     }
   }
   return w;

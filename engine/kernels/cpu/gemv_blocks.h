@@ -7,7 +7,7 @@
 // serves every type with the same block terms, rounded the same way, as the panel kernels.
 //
 // Every code of every supported type fits int8 (q8_0 -128..127, q6_K -32..31, q5 0..31 or
-// -16..15, q4 0..15 or -8..7, q3_K -4..3, q2_K 0..3). The min coefficient is stored with the sign
+// -16..15, q4 0..15 or -8..7, q3_K -4..3, q2_K 0..3, mxfp4 -12..12). The min coefficient is stored with the sign
 // of the offset term folded in (K-quants: m = -dmin, so mcoef is negated and the fp16 field is
 // used as it is): the products m_mant * mcoef are the same integers.
 //
@@ -28,7 +28,7 @@ namespace {
 
 struct gemv_group {
   const int8_t* code[8];   // the 32 codes of block k (past the row's end: the zero block)
-  int32_t hd[8];           // fp16 bits of d (0 past the row's end)
+  int32_t hd[8];           // fp16 bits of d (0 past the row's end); mxfp4: the E8M0 byte (-1 past the end)
   int32_t hm[8];           // fp16 bits of the offset scale (0 without one)
   int32_t s0[8], s1[8];    // sub-block scales of elements 0..15 and 16..31
   int32_t m0[8], m1[8];    // signed min coefficients of elements 0..15 and 16..31
@@ -93,6 +93,41 @@ using q4_0_blocks = legacy_blocks<18, false, false>;
 using q4_1_blocks = legacy_blocks<20, true, false>;
 using q5_0_blocks = legacy_blocks<22, false, true>;
 using q5_1_blocks = legacy_blocks<24, true, true>;
+
+// mxfp4 (17 B): e (E8M0), qs[16]. Codes are the doubled E2M1 values (-12..12), looked up by
+// nibble; the scale is the exponent e - 128 with mantissa 1, which the row kernels take from hd
+// when the decoder says E8M0 (hd = e, or -1 past the row's end: no scale term).
+struct mxfp4_blocks {
+  static constexpr bool HAS_MIN = false;
+  static constexpr bool PER16 = false;
+  static constexpr bool E8M0 = true;
+  static void decode(const uint8_t* row, int64_t b0, int64_t nb, int8_t* buf, gemv_group& g) {
+    const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m128i m4 = _mm_set1_epi8(15);
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      g.s0[k] = g.s1[k] = 1;
+      g.m0[k] = g.m1[k] = 0;
+      g.hm[k] = 0;
+      if (b0 + k >= nb) {
+        g.code[k] = ZERO_BLOCK;
+        g.hd[k] = -1;
+        continue;
+      }
+      const uint8_t* p = row + (b0 + k) * 17;
+      g.hd[k] = p[0];
+      const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 1));
+      const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(qs, m4));
+      const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(qs, 4), m4));
+      store32(buf + 32 * k, _mm256_set_m128i(hi, lo));
+      g.code[k] = buf + 32 * k;
+    }
+  }
+};
+
+// Whether decoder D gives E8M0 scale exponents in hd instead of fp16 bits (mxfp4).
+template <class D>
+constexpr bool gemv_e8m0 = requires { D::E8M0; };
 
 // ---- K-quant super-blocks of 256 (8 blocks; rows are whole super-blocks) ----
 
@@ -232,6 +267,7 @@ gemv_row_fn gemv_blocks_row(gguf::dtype t) {
     case gguf::DTYPE_Q3_K: return ROW<q3_k_blocks>::run;
     case gguf::DTYPE_Q5_K: return ROW<q5_k_blocks>::run;
     case gguf::DTYPE_Q6_K: return ROW<q6_k_blocks>::run;
+    case gguf::DTYPE_MXFP4: return ROW<mxfp4_blocks>::run;
     default: return nullptr;
   }
 }

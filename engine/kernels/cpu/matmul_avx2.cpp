@@ -277,7 +277,13 @@ struct gemv_row_blocks {
   #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
         int64_t dm, mm;
-        if (!fp16_parts(static_cast<uint16_t>(g.hd[k]), bound, &dm, &doff[k])) return false;
+        if constexpr (gemv_e8m0<D>) {  // mxfp4: mantissa 1, exponent e - 128; 253.. may overflow: the panel path decides
+          if (g.hd[k] >= 253) return false;
+          dm = g.hd[k] < 0 ? 0 : 1;
+          doff[k] = g.hd[k] < 0 ? 0 : static_cast<int64_t>(g.hd[k]) - 128 - bound;
+        } else if (!fp16_parts(static_cast<uint16_t>(g.hd[k]), bound, &dm, &doff[k])) {
+          return false;
+        }
         f0[k] = dm * g.s0[k];
         f1[k] = dm * g.s1[k];
         if (D::HAS_MIN) {

@@ -318,6 +318,15 @@ inline void fp16_split8(__m256i h, int32_t bound, __m512i* mant, __m512i* off, b
   *off = _mm512_cvtepi32_epi64(o);
 }
 
+// mxfp4's scales (gemv_blocks.h): mantissa 1 and exponent e - 128 - bound for e >= 0, nothing for
+// -1 (past the row's end); e >= 253 may overflow a float: bad, and the panel path decides.
+inline void e8m0_split8(__m256i e, int32_t bound, __m512i* mant, __m512i* off, bool* bad) {
+  const __mmask8 live = _mm256_cmpge_epi32_mask(e, _mm256_setzero_si256());
+  if (_mm256_cmpge_epi32_mask(e, _mm256_set1_epi32(253))) *bad = true;
+  *mant = _mm512_cvtepi32_epi64(_mm256_maskz_mov_epi32(live, _mm256_set1_epi32(1)));
+  *off = _mm512_cvtepi32_epi64(_mm256_maskz_sub_epi32(live, e, _mm256_set1_epi32(128 + bound)));
+}
+
 // Adds the rounded block terms v (8 blocks) at shifts c + (e_a - xmax) + off into acc.
 inline __m512i add_terms(__m512i acc, __m512i v, const int32_t* ea, int64_t c_xmax, __m512i off) {
   const __m512i s = _mm512_add_epi64(_mm512_add_epi64(_mm512_cvtepi32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ea))),
@@ -479,7 +488,8 @@ struct gemv_row_blocks {
         }
       }
       __m512i dm, doff;
-      fp16_split8(load8(g.hd), bound, &dm, &doff, &bad);
+      if constexpr (gemv_e8m0<D>) e8m0_split8(load8(g.hd), bound, &dm, &doff, &bad);
+      else fp16_split8(load8(g.hd), bound, &dm, &doff, &bad);
       const __m256i dm32 = _mm512_cvtepi64_epi32(dm);
       __m512i t1 = _mm512_mul_epi32(_mm512_cvtepi32_epi64(reduce8(p0)), _mm512_cvtepi32_epi64(_mm256_mullo_epi32(dm32, load8(g.s0))));
       if (D::PER16) {

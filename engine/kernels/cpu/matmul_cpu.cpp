@@ -92,9 +92,8 @@ int32_t quantize_block_cpu(const float* x, int n, int16_t* q) {
 }
 
 // Every integer block type numerics computes with; F32/F16/BF16 weights take the reference kernel.
-// MXFP4 has no decoder of its own: its panels come from panel_decode_generic (weight_decode_block)
-// and its few-token rows take the panel path too, since the few-token decoders read fp16 scales and
-// MXFP4's E8M0 scale (2^-128 .. 2^127) is not one.
+// MXFP4's panels come from panel_decode_generic (weight_decode_block); its few-token rows have a
+// decoder of their own (gemv_blocks.h's mxfp4_blocks, E8M0 scales as exponents).
 bool matmul_fast_type(gguf::dtype t) {
   return numerics::weight_type_supported(t) && t != gguf::DTYPE_F32 && t != gguf::DTYPE_F16 && t != gguf::DTYPE_BF16;
 }
