@@ -17,9 +17,6 @@ bool legacy_dequantize(dtype t, const uint8_t* src, float* dst, int64_t n_blocks
 bool k_quantize(dtype t, const float* src, uint8_t* dst, int64_t n_blocks);
 bool k_dequantize(dtype t, const uint8_t* src, float* dst, int64_t n_blocks);
 
-// MXFP4's sixteen e2m1 values, doubled to integers (code c: bit 3 the sign, bits 0-2 the magnitude).
-inline constexpr int8_t MXFP4_VALUES[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-
 // Nearest integer to v (ties to even), clamped to [lo, hi]; NaN gives lo.
 int round_clamp(float v, int lo, int hi);
 

@@ -14,7 +14,7 @@
 // high nibble of qs[j - 16] for j >= 16; for the 5-bit types bit 4 is bit j of qh.
 // Decoding (the float expressions ggml evaluates):
 //   q4_0: (u - 8) * d     q5_0: (u - 16) * d     q4_1 / q5_1: u * d + m     q8_0: qs[j] * d
-//   mxfp4: MXFP4_VALUES[u] * 2^(e - 128): the e2m1 value of the 4-bit code, doubled to an integer
+//   mxfp4: MXFP4_DOUBLED[u] * 2^(e - 128): the e2m1 value of the 4-bit code, doubled to an integer
 //          (0, 1, 2, 3, 4, 6, 8, 12, then the same negated), under half the E8M0 scale 2^(e - 127)
 //
 // Quantizing is round-to-nearest against one per-block scale, computed from the fp16-rounded
@@ -159,9 +159,9 @@ void encode_mxfp4(const float* x, uint8_t* b) {
   uint8_t u[BLOCK];
   for (int j = 0; j < BLOCK; ++j) {
     int best = 0;
-    float best_err = std::fabs(float(MXFP4_VALUES[0]) * d - x[j]);
+    float best_err = std::fabs(float(MXFP4_DOUBLED[0]) * d - x[j]);
     for (int c = 1; c < 16; ++c) {
-      const float err = std::fabs(float(MXFP4_VALUES[c]) * d - x[j]);
+      const float err = std::fabs(float(MXFP4_DOUBLED[c]) * d - x[j]);
       if (err < best_err) {
         best = c;
         best_err = err;
@@ -175,8 +175,8 @@ void encode_mxfp4(const float* x, uint8_t* b) {
 void decode_mxfp4(const uint8_t* b, float* y) {
   const float d = mxfp4_half_scale(b[0]);
   for (int j = 0; j < BLOCK / 2; ++j) {
-    y[j] = float(MXFP4_VALUES[b[1 + j] & 0xf]) * d;
-    y[j + 16] = float(MXFP4_VALUES[b[1 + j] >> 4]) * d;
+    y[j] = float(MXFP4_DOUBLED[b[1 + j] & 0xf]) * d;
+    y[j + 16] = float(MXFP4_DOUBLED[b[1 + j] >> 4]) * d;
   }
 }
 

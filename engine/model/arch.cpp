@@ -83,6 +83,21 @@ void check_consistency(const gguf::file& f, const hparams& hp) {
         std::to_string(hp.head_dim));
 }
 
+// {arch}.attention.sliding_window_pattern (a period; `fallback` when absent) into hp.swa_period,
+// refusing a per-layer array and a period under which no layer would slide (hp.swa set first).
+void read_swa_period(const gguf::file& f, hparams& hp, int64_t fallback) {
+  const std::string pk = key(hp, "attention.sliding_window_pattern");
+  hp.swa_period = fallback;
+  if (const gguf::value* v = f.find(pk)) {
+    if (v->type == gguf::VALUE_ARRAY)
+      throw input_error(f.path() + ": key '" + pk + "': a per-layer pattern (an array) is not supported; a period is");
+    hp.swa_period = f.get_int(pk);
+    if (hp.swa_period < 0 || hp.swa_period > 4096 || (hp.swa && hp.swa_period == 1))
+      throw input_error(f.path() + ": key '" + pk + "': expected a period of 0 or 2 to 4096, found " + std::to_string(hp.swa_period) +
+                        (hp.swa_period == 1 ? " (no layer would slide; llama.cpp refuses such a file)" : ""));
+  }
+}
+
 // gemma2 / gemma3: sliding layers, their RoPE, soft caps and the attention scale, with
 // llama.cpp's defaults (src/models/gemma2.cpp, gemma3.cpp).
 void read_gemma(const gguf::file& f, hparams& hp) {
@@ -98,16 +113,7 @@ void read_gemma(const gguf::file& f, hparams& hp) {
       throw input_error(f.path() + ": key '" + sk + "' = " + std::to_string(f.get_int(sk)) + " differs from the full layers' " +
                         std::to_string(full) + ": per-layer head and RoPE sizes are not supported");
   }
-  const std::string pk = key(hp, "attention.sliding_window_pattern");
-  hp.swa_period = g2 ? 2 : 6;
-  if (const gguf::value* v = f.find(pk)) {
-    if (v->type == gguf::VALUE_ARRAY)
-      throw input_error(f.path() + ": key '" + pk + "': a per-layer pattern (an array) is not supported; a period is");
-    hp.swa_period = f.get_int(pk);
-    if (hp.swa_period < 0 || hp.swa_period > 4096 || (hp.swa && hp.swa_period == 1))
-      throw input_error(f.path() + ": key '" + pk + "': expected a period of 0 or 2 to 4096, found " + std::to_string(hp.swa_period) +
-                        (hp.swa_period == 1 ? " (no layer would slide; llama.cpp refuses such a file)" : ""));
-  }
+  read_swa_period(f, hp, g2 ? 2 : 6);
   const std::string bk = key(hp, "rope.freq_base_swa");
   hp.rope_freq_base_swa = g2 ? hp.rope_freq_base : 10000.0;
   if (f.find(bk))
@@ -155,15 +161,7 @@ void read_oai(const gguf::file& f, hparams& hp) {
   const std::string wk = key(hp, "attention.sliding_window");
   if (!f.find(wk)) throw input_error(f.path() + ": key '" + wk + "' is missing (gpt-oss needs its window)");
   hp.swa = hp.n_swa > 0;
-  hp.swa_period = 2;
-  const std::string pk = key(hp, "attention.sliding_window_pattern");
-  if (const gguf::value* v = f.find(pk)) {
-    if (v->type == gguf::VALUE_ARRAY)
-      throw input_error(f.path() + ": key '" + pk + "': a per-layer pattern (an array) is not supported; a period is");
-    hp.swa_period = f.get_int(pk);
-    if (hp.swa_period < 0 || hp.swa_period > 4096 || (hp.swa && hp.swa_period == 1))
-      throw input_error(f.path() + ": key '" + pk + "': expected a period of 0 or 2 to 4096, found " + std::to_string(hp.swa_period));
-  }
+  read_swa_period(f, hp, 2);
   hp.expert_softmax_chosen = true;
   if (hp.n_rot != hp.head_dim)
     throw input_error(f.path() + ": key '" + key(hp, "rope.dimension_count") + "' = " + std::to_string(hp.n_rot) +

@@ -35,9 +35,6 @@ const gguf::tensor_info* tensor_find(const gguf::file& f, const std::string& nam
   return t;
 }
 
-// MXFP4's doubled E2M1 values by 4-bit code.
-constexpr int MXFP4_DOUBLED[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-
 // Tensor t as n_out rows of n_in elements, refusing a type the engine does not compute.
 weight matrix_of(const gguf::file& f, const gguf::tensor_info* t, const std::string& name, int64_t n_in, int64_t n_out) {
   if (!model_type_supported(t->type))
@@ -51,7 +48,7 @@ weight matrix_of(const gguf::file& f, const gguf::tensor_info* t, const std::str
       if (d[b * 17] < 253) continue;  // 12 * 2^(252 - 128) < 2^128: only the top three scales can fail
       int amax = 0;
       for (int j = 1; j < 17; ++j)
-        for (int code : {d[b * 17 + j] & 0xf, d[b * 17 + j] >> 4}) amax = std::max(amax, std::abs(MXFP4_DOUBLED[code]));
+        for (int code : {d[b * 17 + j] & 0xf, d[b * 17 + j] >> 4}) amax = std::max(amax, std::abs(static_cast<int>(gguf::MXFP4_DOUBLED[code])));
       if (const char* why = numerics::mxfp4_block_problem(d[b * 17], amax))
         throw input_error(f.path() + ": tensor '" + name + "': block " + std::to_string(b) + " (row " +
                           std::to_string(b / (gguf::dtype_row_bytes(t->type, n_in) / 17)) + "): mxfp4 scale byte " +

@@ -123,7 +123,7 @@ namespace {
 // mxfp4 (17 B): e (E8M0), qs[16]. Element j < 16 is the low nibble of qs[j], j >= 16 the high
 // nibble of qs[j - 16]; its value is the doubled e2m1 code value times 2^(e - 128), exactly.
 void decode_mxfp4(const uint8_t* row, int64_t b, wblock& w) {
-  static constexpr int8_t VALUES[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  const int8_t* VALUES = gguf::MXFP4_DOUBLED;
   const uint8_t* p = row + b * 17;
   w.d_mant = 1;
   w.d_exp = static_cast<int32_t>(p[0]) - 128;
