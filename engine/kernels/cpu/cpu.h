@@ -60,6 +60,12 @@ struct act_pack {
   std::vector<int32_t> half_sum;    // (n_tokens, n_blocks, 2) sums of elements 0..15 and 16..31
   std::vector<int32_t> block_sum;   // (n_tokens, n_blocks) the two half sums added
   std::vector<int64_t> shift;       // (n_tokens, n_blocks) matmul_shift_const(n_blocks) + exp - max_exp
+  // The same shifts as powers of two for the AVX-512 epilogues (matmul_internal.h, "rounding
+  // through double"): 2^shift, or 0 for a zero block or a shift below -1022; the half sums and the
+  // block sum times it (exact: integers below 2^21 times a power of two).
+  std::vector<double> scale;         // (n_tokens, n_blocks)
+  std::vector<double> half_scaled;   // (n_tokens, n_blocks, 2)
+  std::vector<double> sum_scaled;    // (n_tokens, n_blocks)
   // Only when n_tokens <= GEMV_PACKED_MAX_TOKENS (the packed generation kernels' byte products):
   // each run of four elements q[4k .. 4k + 3] as its low bytes (unsigned) and its high bytes
   // (signed, q >> 8), so that q = 256 hi + lo.

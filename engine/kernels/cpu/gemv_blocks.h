@@ -225,21 +225,25 @@ struct q5_k_blocks {
 };
 
 // q6_K (210 B): ql[128] (low nibbles), qh[64] (high bit pairs), scales[16] (int8, one per 16), d.
+// The 32 codes (q - 32) of block s (0..7) of the q6_K super-block p (ql[128], qh[64], ...).
+inline __m256i q6k_codes(const uint8_t* p, int s) {
+  const int h = s / 4, q = s % 4;
+  const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * h + 32 * (q & 1)));
+  const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * h));
+  const __m256i low = _mm256_and_si256(q >> 1 ? _mm256_srli_epi16(ql, 4) : ql, _mm256_set1_epi8(15));
+  const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * q), _mm256_set1_epi8(3));
+  return _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), _mm256_set1_epi8(32));
+}
+
 struct q6_k_blocks {
   static constexpr bool HAS_MIN = false;
   static constexpr bool PER16 = true;
   static void decode(const uint8_t* row, int64_t b0, int64_t, int8_t* buf, gemv_group& g) {
     const uint8_t* p = row + (b0 / 8) * 210;
-    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
     const int32_t hd = u16_at(p + 208);
 #pragma GCC unroll 8
     for (int s = 0; s < 8; ++s) {
-      const int h = s / 4, q = s % 4;
-      const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * h + 32 * (q & 1)));
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * h));
-      const __m256i low = _mm256_and_si256(q >> 1 ? _mm256_srli_epi16(ql, 4) : ql, m4);
-      const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * q), m2);
-      store32(buf + 32 * s, _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), off));
+      store32(buf + 32 * s, q6k_codes(p, s));
       g.code[s] = buf + 32 * s;
       g.hd[s] = hd;
       g.hm[s] = 0;

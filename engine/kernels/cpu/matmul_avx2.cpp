@@ -17,7 +17,7 @@
 #include "numerics/exact.h"
 
 #if defined(__x86_64__)
-#pragma GCC target("avx2")
+#pragma GCC target("avx2,fma,f16c")
 #include "kernels/cpu/gemv_blocks.h"
 
 namespace detaudit::kernels::cpu {
@@ -42,6 +42,72 @@ inline __m256i round_shift_v(__m256i v, __m256i s) {
   const __m256i right = sra64(_mm256_add_epi64(_mm256_add_epi64(v, half_m1), odd), n);
   return _mm256_blendv_epi8(left, right, neg);
 }
+
+// ---- rounding through double ----
+// AVX2 has no double -> int64 conversion. For |x| < 2^51, x + 1.5 * 2^52 lies in [2^52, 2^53),
+// where doubles are the integers, so the addition rounds x to an integer, half to even (the
+// default rounding mode, which the engine never changes), and the sum's bit pattern less the
+// constant's is that integer. Every block term is an exact double (matmul_internal.h: an integer
+// below 2^44 times powers of two), so this is round_shift of the contract in one addition where the
+// integer form takes some twenty instructions. The kernels add the bit patterns into int64 lanes,
+// take the constant off once per lane at the end (wrapping sums, exact modulo 2^64), and keep the
+// largest |x|: a sum with a term of 2^51 or more (a left shift of a large product, short rows
+// only) is redone on the integer path.
+constexpr double ROUND_MAGIC = 6755399441055744.0;  // 1.5 * 2^52
+constexpr uint64_t ROUND_MAGIC_BITS = 0x4338000000000000ull;
+constexpr double ROUND_LIMIT = 2251799813685248.0;  // 2^51
+
+struct dround {
+  __m256i acc[4];   // bit patterns, one vector per four lanes
+  __m256d big;      // the largest |x| seen
+  void init() {
+    #pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) acc[q] = _mm256_setzero_si256();
+    big = _mm256_setzero_pd();
+  }
+  void add(int q, __m256d x) {
+    acc[q] = _mm256_add_epi64(acc[q], _mm256_castpd_si256(_mm256_add_pd(x, _mm256_set1_pd(ROUND_MAGIC))));
+    big = _mm256_max_pd(big, _mm256_andnot_pd(_mm256_set1_pd(-0.0), x));
+  }
+  bool ok() const { return _mm256_movemask_pd(_mm256_cmp_pd(big, _mm256_set1_pd(ROUND_LIMIT), _CMP_GE_OQ)) == 0; }
+  // Lanes of vector q after n additions each.
+  __m256i value(int q, int64_t n) const {
+    return _mm256_sub_epi64(acc[q], _mm256_set1_epi64x(static_cast<int64_t>(static_cast<uint64_t>(n) * ROUND_MAGIC_BITS)));
+  }
+  // The sum of every lane of vectors 0 .. nv - 1 after n additions each.
+  int64_t total(int nv, int64_t n) const {
+    alignas(32) int64_t lanes[16];
+    for (int q = 0; q < nv; ++q) _mm256_store_si256(reinterpret_cast<__m256i*>(lanes + 4 * q), value(q, n));
+    int64_t sum = 0;
+    for (int i = 0; i < 4 * nv; ++i) sum += lanes[i];
+    return sum;
+  }
+};
+
+// 2^e as a double for -1022 <= e <= 1023.
+inline double pow2(int64_t e) {
+  const uint64_t bits = static_cast<uint64_t>(e + 1023) << 52;
+  double d;
+  __builtin_memcpy(&d, &bits, 8);
+  return d;
+}
+
+// The value of a finite fp16 field times 2^-bound (bound: the row's exponent bound, wblock's
+// exponent of the largest scale), exact: mant * 2^(exp - bound) with wblock's mant and exp.
+inline double fp16_scaled(uint16_t h, int32_t bound) {
+  const int e = (h >> 10) & 31;
+  const int32_t m = e == 0 ? (h & 1023) : 1024 + (h & 1023);
+  if (m == 0) return 0.0;
+  const double v = static_cast<double>((h & 0x8000) ? -m : m);
+  return v * pow2(static_cast<int64_t>(e == 0 ? -24 : e - 25) - bound);
+}
+
+// Four doubles as a vector, built from their values (registers once unrolled), not a load.
+inline __m256d v4(const double* a) { return _mm256_setr_pd(a[0], a[1], a[2], a[3]); }
+
+// int32 lanes 0..3 and 4..7 of v as doubles.
+inline __m256d lo_pd(__m256i v) { return _mm256_cvtepi32_pd(_mm256_castsi256_si128(v)); }
+inline __m256d hi_pd(__m256i v) { return _mm256_cvtepi32_pd(_mm256_extracti128_si256(v, 1)); }
 
 inline __m256i load4(const int64_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
@@ -115,8 +181,60 @@ void kernel_token(const panel& p, const act_view& x, int64_t t, int64_t* out) {
 }
 
 template <bool WIDE, bool MIN>
-void kernel_all(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64_t* acc) {
+void kernel_all_int(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64_t* acc) {
   for (int64_t t = t0; t < t1; ++t) kernel_token<WIDE, MIN>(p, x, t, acc + (t - t0) * PANEL_ROWS);
+}
+
+// kernel_token with the epilogue through double (panel_scales' wd, wm0, wm1 and the act_pack's
+// powers of two). False when a term reached 2^51 (out is then unchanged).
+template <bool WIDE, bool MIN>
+bool kernel_token_pd(const panel& p, const act_view& x, int64_t t, int64_t* out) {
+  const int64_t nb = p.n_blocks;
+  dround r;
+  r.init();
+  int64_t n = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    const double f = x.scale[t * nb + b];
+    if (f == 0.0) continue;  // a zero block (or one whose terms all round to 0)
+    __m256i sums[4];
+    block_products<WIDE>(p.codes + b * 16 * PANEL_ROWS, x.q + (t * nb + b) * numerics::QBLOCK, sums);
+    __m256d v[4];
+    v[0] = lo_pd(sums[0]);
+    v[1] = hi_pd(sums[0]);
+    v[2] = lo_pd(sums[1]);
+    v[3] = hi_pd(sums[1]);
+    if (WIDE) {
+      v[0] = _mm256_add_pd(v[0], lo_pd(sums[2]));
+      v[1] = _mm256_add_pd(v[1], hi_pd(sums[2]));
+      v[2] = _mm256_add_pd(v[2], lo_pd(sums[3]));
+      v[3] = _mm256_add_pd(v[3], hi_pd(sums[3]));
+    }
+    const int64_t o = b * PANEL_ROWS;
+    const __m256d s = _mm256_set1_pd(f);
+    #pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) r.add(q, _mm256_mul_pd(_mm256_mul_pd(v[q], _mm256_load_pd(p.wd + o + 4 * q)), s));
+    if (MIN) {
+      // Both products are integers times the same power of two and their sum is below 2^44: the
+      // fused sum is exact.
+      const double* hs = x.half_scaled + (t * nb + b) * 2;
+      const __m256d h0 = _mm256_set1_pd(hs[0]), h1 = _mm256_set1_pd(hs[1]);
+      #pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q)
+        r.add(q, _mm256_fmadd_pd(_mm256_load_pd(p.wm1 + o + 4 * q), h1, _mm256_mul_pd(_mm256_load_pd(p.wm0 + o + 4 * q), h0)));
+    }
+    n += MIN ? 2 : 1;
+  }
+  if (!r.ok()) return false;
+  #pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 4 * q), _mm256_add_epi64(load4(out + 4 * q), r.value(q, n)));
+  return true;
+}
+
+template <bool WIDE, bool MIN>
+void kernel_all(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64_t* acc) {
+  for (int64_t t = t0; t < t1; ++t)
+    if (!kernel_token_pd<WIDE, MIN>(p, x, t, acc + (t - t0) * PANEL_ROWS)) kernel_token<WIDE, MIN>(p, x, t, acc + (t - t0) * PANEL_ROWS);
 }
 
 // ---- the few-token path: q8_0 and q4_K hand-fused, every other integer type through gemv_blocks.h ----
@@ -131,7 +249,7 @@ inline __m256i reduce8(const __m256i* p) {
 }
 
 // One q8_0 row against one token, 8 blocks per epilogue; false for a non-finite scale.
-bool gemv_row_q8_0(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
+bool gemv_row_q8_0_int(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
   const int16_t* a = x.q + t * nb * 32;
   const int32_t* ea = x.exp + t * nb;
   const int64_t c_xmax = c - x.max_exp[t];
@@ -192,11 +310,37 @@ inline __m256i add_terms8(__m256i acc, __m256i v_lo, __m256i v_hi, const int32_t
   return _mm256_add_epi64(acc, round_shift_v(v_hi, _mm256_add_epi64(e_hi, b)));
 }
 
+// The eight block sums of a q4_K super-block sb (144 bytes) with its 256 activations a; FIVE: a
+// q5_K super-block (176 bytes: d, dmin, scales[12], qh[32], qs[128]), bit j of qh[l] the fifth
+// bit (16) of element l of block j.
+template <bool FIVE = false>
+inline void q4k_products(const uint8_t* sb, const int16_t* a, __m256i* p) {
+  const __m128i low4 = _mm_set1_epi8(15), one = _mm_set1_epi8(1);
+  const uint8_t* qs = sb + (FIVE ? 48 : 16);
+#pragma GCC unroll 4
+  for (int ch = 0; ch < 4; ++ch) {
+    const int16_t* a0 = a + 2 * ch * 32;
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 32 * ch + 16 * half));
+      __m128i lo8 = _mm_and_si128(bytes, low4), hi8 = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
+      if (FIVE) {
+        const __m128i qh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 16 + 16 * half));
+        lo8 = _mm_or_si128(lo8, _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(qh, 2 * ch), one), 4));
+        hi8 = _mm_or_si128(hi8, _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(qh, 2 * ch + 1), one), 4));
+      }
+      const __m256i plo = _mm256_madd_epi16(_mm256_cvtepu8_epi16(lo8), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a0 + 16 * half)));
+      const __m256i phi = _mm256_madd_epi16(_mm256_cvtepu8_epi16(hi8), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a0 + 32 + 16 * half)));
+      p[2 * ch] = half ? _mm256_add_epi32(p[2 * ch], plo) : plo;
+      p[2 * ch + 1] = half ? _mm256_add_epi32(p[2 * ch + 1], phi) : phi;
+    }
+  }
+}
+
 // One q4_K row against one token: one 144-byte super-block (8 blocks) per group.
-bool gemv_row_q4_k(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
+bool gemv_row_q4_k_int(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
   const int16_t* a = x.q + t * nb * 32;
   const int64_t c_xmax = c - x.max_exp[t];
-  const __m128i low4 = _mm_set1_epi8(15);
   __m256i acc = _mm256_setzero_si256();
   for (int64_t b0 = 0; b0 < nb; b0 += 8) {
     const uint8_t* sb = row + (b0 / 8) * 144;
@@ -206,20 +350,7 @@ bool gemv_row_q4_k(const uint8_t* row, int64_t nb, const act_view& x, int64_t t,
     int64_t dm, doff, mm, moff;
     if (!fp16_parts(hd, bound, &dm, &doff) || !fp16_parts(hm, bound, &mm, &moff)) return false;
     __m256i p[8];
-#pragma GCC unroll 4
-    for (int ch = 0; ch < 4; ++ch) {
-      const int16_t* a0 = a + (b0 + 2 * ch) * 32;
-#pragma GCC unroll 2
-      for (int half = 0; half < 2; ++half) {
-        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 16 + 32 * ch + 16 * half));
-        const __m256i lo = _mm256_cvtepu8_epi16(_mm_and_si128(bytes, low4));
-        const __m256i hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(bytes, 4), low4));
-        const __m256i plo = _mm256_madd_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a0 + 16 * half)));
-        const __m256i phi = _mm256_madd_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a0 + 32 + 16 * half)));
-        p[2 * ch] = half ? _mm256_add_epi32(p[2 * ch], plo) : plo;
-        p[2 * ch + 1] = half ? _mm256_add_epi32(p[2 * ch + 1], phi) : phi;
-      }
-    }
+    q4k_products(sb, a + b0 * 32, p);
     alignas(32) int32_t sc[8], mn[8], a_sum[8];
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) {
@@ -245,12 +376,29 @@ bool gemv_row_q4_k(const uint8_t* row, int64_t nb, const act_view& x, int64_t t,
   return true;
 }
 
+// The products of a decoded group's live blocks with their activations a (32 per block): each
+// half-block's 16 in one vpmaddwd, p1 added into p0 unless PER16; zeros past live.
+template <bool PER16>
+inline void group_products(const gemv_group& g, const int16_t* a, int live, __m256i* p0, __m256i* p1) {
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    p0[k] = p1[k] = _mm256_setzero_si256();
+    if (k >= live) continue;
+    const int16_t* ak = a + k * 32;
+    const __m256i c0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g.code[k])));
+    const __m256i c1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g.code[k] + 16)));
+    p0[k] = _mm256_madd_epi16(c0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ak)));
+    p1[k] = _mm256_madd_epi16(c1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ak + 16)));
+    if (!PER16) p0[k] = _mm256_add_epi32(p0[k], p1[k]);
+  }
+}
+
 // One row of any type with a decoder in gemv_blocks.h against one token: eight blocks per group,
 // each half-block's 16 products in one vpmaddwd (their sums kept apart when the halves' scales
 // differ, PER16), the epilogue four int64 lanes at a time with 32 x 32 -> 64-bit products only
 // (d_mant * scale and m_mant * mcoef fit 18 bits, half-block sums 25 bits).
 template <class D>
-struct gemv_row_blocks {
+struct gemv_row_blocks_int {
   static bool run(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
     const int16_t* a = x.q + t * nb * 32;
     const int64_t c_xmax = c - x.max_exp[t];
@@ -261,17 +409,7 @@ struct gemv_row_blocks {
       D::decode(row, b0, nb, buf, g);
       const int live = nb - b0 >= 8 ? 8 : static_cast<int>(nb - b0);
       __m256i p0[8], p1[8];
-  #pragma GCC unroll 8
-      for (int k = 0; k < 8; ++k) {
-        p0[k] = p1[k] = _mm256_setzero_si256();
-        if (k >= live) continue;
-        const int16_t* ak = a + (b0 + k) * 32;
-        const __m256i c0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g.code[k])));
-        const __m256i c1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g.code[k] + 16)));
-        p0[k] = _mm256_madd_epi16(c0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ak)));
-        p1[k] = _mm256_madd_epi16(c1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ak + 16)));
-        if (!D::PER16) p0[k] = _mm256_add_epi32(p0[k], p1[k]);
-      }
+      group_products<D::PER16>(g, a + b0 * 32, live, p0, p1);
       alignas(32) int64_t f0[8], f1[8], g0[8], g1[8], doff[8], moff[8];
       alignas(32) int32_t a0[8], a1[8];
   #pragma GCC unroll 8
@@ -330,6 +468,284 @@ struct gemv_row_blocks {
   }
 };
 
+// The activations' powers of two of blocks [b0, b0 + 8) of token t (zeros past the row's end),
+// copied into tail (room for 8) at the end of a row.
+inline const double* scales8(const double* s, int64_t b0, int64_t nb, double* tail) {
+  if (nb - b0 >= 8) return s + b0;
+  for (int k = 0; k < 8; ++k) tail[k] = b0 + k < nb ? s[b0 + k] : 0.0;
+  return tail;
+}
+
+// The eight 6-bit scales and mins of a q4_K super-block (its 12 scale bytes s) as int32 lanes,
+// four bytes at a time (bytes 0..3: scales 0..3 low 6 bits; 4..7: mins 0..3; 8..11: the low
+// nibbles of scales 4..7 and mins 4..7, their high two bits in the top bits of bytes 0..7). Byte
+// by byte, GCC assembles the bytes through the stack, where a byte store and a word load cost a
+// store-forwarding stall per super-block.
+inline void q4k_scales8(const uint8_t* s, __m256i* sc, __m256i* mn) {
+  uint32_t w0, w1, w2;
+  __builtin_memcpy(&w0, s, 4);
+  __builtin_memcpy(&w1, s + 4, 4);
+  __builtin_memcpy(&w2, s + 8, 4);
+  const uint32_t sc_lo = w0 & 0x3f3f3f3fu, mn_lo = w1 & 0x3f3f3f3fu;
+  const uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | ((w0 >> 6) & 0x03030303u) << 4;
+  const uint32_t mn_hi = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 6) & 0x03030303u) << 4;
+  *sc = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc_lo | static_cast<uint64_t>(sc_hi) << 32)));
+  *mn = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn_lo | static_cast<uint64_t>(mn_hi) << 32)));
+}
+
+// Eight fp16 fields (low 16 bits of each int32 lane of h) times 2^-bound as doubles, exact (an
+// fp16 value times a power of two: wblock's mant * 2^(exp - bound)); false when one is not finite.
+inline bool fp16x8_scaled(__m128i h16, __m256d rb, __m256d* lo, __m256d* hi) {
+  const __m128i e = _mm_and_si128(h16, _mm_set1_epi16(0x7c00));
+  if (!_mm_testz_si128(_mm_cmpeq_epi16(e, _mm_set1_epi16(0x7c00)), _mm_set1_epi16(-1))) return false;
+  const __m256 f = _mm256_cvtph_ps(h16);
+  *lo = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(f)), rb);
+  *hi = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(f, 1)), rb);
+  return true;
+}
+
+// gemv_row_q8_0_int with the epilogue through double: x = T * d * 2^-bound * 2^(C + e_a - max).
+bool gemv_row_q8_0(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
+  const int16_t* a = x.q + t * nb * 32;
+  const double* sa = x.scale + t * nb;
+  const __m256d rb = _mm256_set1_pd(bound == numerics::EXP_ZERO ? 0.0 : pow2(-static_cast<int64_t>(bound)));
+  dround r;
+  r.init();
+  int64_t n = 0;
+  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+    __m256i p[8];
+    __m128i h16 = _mm_setzero_si128();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const int64_t b = b0 + k;
+      p[k] = _mm256_setzero_si256();
+      if (b >= nb) continue;
+      const uint8_t* blk = row + b * 34;
+      uint16_t h;
+      __builtin_memcpy(&h, blk, 2);
+      h16 = _mm_insert_epi16(h16, h, k);
+      if (sa[b] == 0.0) continue;
+      const __m256i c0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
+      const __m256i c1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)));
+      const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + b * 32));
+      const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + b * 32 + 16));
+      p[k] = _mm256_add_epi32(_mm256_madd_epi16(c0, a0), _mm256_madd_epi16(c1, a1));
+    }
+    __m256d d_lo, d_hi;
+    if (!fp16x8_scaled(h16, rb, &d_lo, &d_hi)) return false;
+    alignas(32) double tail[8];
+    const double* s8 = scales8(sa, b0, nb, tail);
+    const __m256i sums = reduce8(p);
+    r.add(0, _mm256_mul_pd(_mm256_mul_pd(lo_pd(sums), d_lo), _mm256_loadu_pd(s8)));
+    r.add(1, _mm256_mul_pd(_mm256_mul_pd(hi_pd(sums), d_hi), _mm256_loadu_pd(s8 + 4)));
+    ++n;
+  }
+  if (!r.ok()) return gemv_row_q8_0_int(row, nb, x, t, bound, c, out);
+  *out += r.total(2, n);
+  return true;
+}
+
+// One q4_0 row (18-byte blocks: fp16 d, 16 bytes of nibbles, element l < 16 the low nibble of
+// byte l, the others the high nibble of byte l - 16) against one token, fused: the codes are
+// u - 8, so each block sum is the nibbles' products less 8 times the activation block sum (an
+// int32), then the epilogue through double as q8_0's.
+bool gemv_row_q4_0(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
+  const int16_t* a = x.q + t * nb * 32;
+  const double* sa = x.scale + t * nb;
+  const int32_t* hs = x.half_sum + t * nb * 2;
+  const __m256d rb = _mm256_set1_pd(bound == numerics::EXP_ZERO ? 0.0 : pow2(-static_cast<int64_t>(bound)));
+  const __m128i low4 = _mm_set1_epi8(15);
+  dround r;
+  r.init();
+  int64_t n = 0;
+  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+    __m256i p[8];
+    __m128i h16 = _mm_setzero_si128();
+    alignas(32) int32_t tail_hs[16];
+    const int32_t* h8 = hs + b0 * 2;
+    if (nb - b0 < 8) {
+      for (int i = 0; i < 16; ++i) tail_hs[i] = b0 * 2 + i < nb * 2 ? h8[i] : 0;
+      h8 = tail_hs;
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const int64_t b = b0 + k;
+      p[k] = _mm256_setzero_si256();
+      if (b >= nb) continue;
+      const uint8_t* blk = row + b * 18;
+      uint16_t h;
+      __builtin_memcpy(&h, blk, 2);
+      h16 = _mm_insert_epi16(h16, h, k);
+      if (sa[b] == 0.0) continue;
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+      const __m256i lo = _mm256_cvtepu8_epi16(_mm_and_si128(bytes, low4));
+      const __m256i hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(bytes, 4), low4));
+      p[k] = _mm256_add_epi32(_mm256_madd_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + b * 32))),
+                              _mm256_madd_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + b * 32 + 16))));
+    }
+    __m256d d_lo, d_hi;
+    if (!fp16x8_scaled(h16, rb, &d_lo, &d_hi)) return false;
+    // Block sums of the activations: pairs of half sums added, back in block order.
+    const __m256i asum = _mm256_permute4x64_epi64(
+        _mm256_hadd_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h8)), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h8 + 8))),
+        0xd8);
+    const __m256i sums = _mm256_sub_epi32(reduce8(p), _mm256_slli_epi32(asum, 3));
+    alignas(32) double tail[8];
+    const double* s8 = scales8(sa, b0, nb, tail);
+    r.add(0, _mm256_mul_pd(_mm256_mul_pd(lo_pd(sums), d_lo), _mm256_loadu_pd(s8)));
+    r.add(1, _mm256_mul_pd(_mm256_mul_pd(hi_pd(sums), d_hi), _mm256_loadu_pd(s8 + 4)));
+    ++n;
+  }
+  if (!r.ok()) return gemv_row_blocks_int<q4_0_blocks>::run(row, nb, x, t, bound, c, out);
+  *out += r.total(2, n);
+  return true;
+}
+
+// One q6_K row (210-byte super-blocks: ql[128], qh[64], 16 int8 scales, fp16 d) against one token,
+// fused: codes q - 32 from the low nibbles and two high bits, each half-block's 16 products in one
+// vpmaddwd, the sixteen scales as two vectors (even and odd half-blocks), the epilogue through
+// double: (T0 * s0 + T1 * s1) * d * 2^-bound * 2^(C + e_a - max), the fused sum exact (integers
+// times one power of two, below 2^44).
+bool gemv_row_q6_k(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
+  const int16_t* a = x.q + t * nb * 32;
+  const double* sa = x.scale + t * nb;
+  const __m128i even_odd = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  dround r;
+  r.init();
+  int64_t n = 0;
+  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+    const uint8_t* sb = row + (b0 / 8) * 210;
+    uint16_t hd;
+    __builtin_memcpy(&hd, sb + 208, 2);
+    if (((hd >> 10) & 31) == 31) return false;
+    __m256i p0[8], p1[8];
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      const __m256i code = q6k_codes(sb, s);
+      const int16_t* ak = a + (b0 + s) * 32;
+      p0[s] = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(code)), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ak)));
+      p1[s] = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(code, 1)),
+                                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ak + 16)));
+    }
+    const __m128i sc = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 192)), even_odd);
+    const __m256i s0 = _mm256_cvtepi8_epi32(sc), s1 = _mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8));
+    const __m256d d = _mm256_set1_pd(fp16_scaled(hd, bound));
+    const __m256i v0 = reduce8(p0), v1 = reduce8(p1);
+    const __m256d f0_lo = _mm256_mul_pd(lo_pd(s0), d), f0_hi = _mm256_mul_pd(hi_pd(s0), d);
+    const __m256d f1_lo = _mm256_mul_pd(lo_pd(s1), d), f1_hi = _mm256_mul_pd(hi_pd(s1), d);
+    const __m256d t_lo = _mm256_fmadd_pd(lo_pd(v1), f1_lo, _mm256_mul_pd(lo_pd(v0), f0_lo));
+    const __m256d t_hi = _mm256_fmadd_pd(hi_pd(v1), f1_hi, _mm256_mul_pd(hi_pd(v0), f0_hi));
+    r.add(0, _mm256_mul_pd(t_lo, _mm256_loadu_pd(sa + b0)));
+    r.add(1, _mm256_mul_pd(t_hi, _mm256_loadu_pd(sa + b0 + 4)));
+    ++n;
+  }
+  if (!r.ok()) return gemv_row_blocks_int<q6_k_blocks>::run(row, nb, x, t, bound, c, out);
+  *out += r.total(2, n);
+  return true;
+}
+
+// gemv_row_q4_k_int with the epilogue through double: T * scale * d * 2^-bound * 2^(C + e_a - max)
+// and min * A * (-dmin) * 2^-bound * 2^(C + e_a - max) (A * 2^(...) is act_pack::sum_scaled).
+// FIVE: the same for q5_K (the codes' fifth bits added; its integer fallback is the block decoder's).
+template <bool FIVE>
+bool gemv_row_qk(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
+  const int16_t* a = x.q + t * nb * 32;
+  const double* sa = x.scale + t * nb;
+  const double* ss = x.sum_scaled + t * nb;
+  dround r;
+  r.init();
+  int64_t n = 0;
+  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+    const uint8_t* sb = row + (b0 / 8) * (FIVE ? 176 : 144);
+    uint16_t hd, hm;
+    __builtin_memcpy(&hd, sb, 2);
+    __builtin_memcpy(&hm, sb + 2, 2);
+    if (((hd >> 10) & 31) == 31 || ((hm >> 10) & 31) == 31) return false;
+    __m256i p[8];
+    q4k_products<FIVE>(sb, a + b0 * 32, p);
+    __m256i scv, mv;
+    q4k_scales8(sb + 4, &scv, &mv);
+    const __m256d d = _mm256_set1_pd(fp16_scaled(hd, bound)), m = _mm256_set1_pd(-fp16_scaled(hm, bound));
+    const __m256i v = _mm256_mullo_epi32(reduce8(p), scv);
+    r.add(0, _mm256_mul_pd(_mm256_mul_pd(lo_pd(v), d), _mm256_loadu_pd(sa + b0)));
+    r.add(1, _mm256_mul_pd(_mm256_mul_pd(hi_pd(v), d), _mm256_loadu_pd(sa + b0 + 4)));
+    r.add(2, _mm256_mul_pd(_mm256_mul_pd(lo_pd(mv), m), _mm256_loadu_pd(ss + b0)));
+    r.add(3, _mm256_mul_pd(_mm256_mul_pd(hi_pd(mv), m), _mm256_loadu_pd(ss + b0 + 4)));
+    ++n;
+  }
+  if (!r.ok()) return FIVE ? gemv_row_blocks_int<q5_k_blocks>::run(row, nb, x, t, bound, c, out) : gemv_row_q4_k_int(row, nb, x, t, bound, c, out);
+  *out += r.total(4, n);
+  return true;
+}
+
+// gemv_row_blocks_int with the epilogue through double: the block's scale (and offset scale)
+// times 2^-bound as one double per block, times the sub-block scales (or min coefficients), times
+// the activation's power of two. PER16: both halves' products are integers times the same power of
+// two, their sum below 2^44, so the fused sum is exact.
+template <class D>
+struct gemv_row_blocks {
+  static bool run(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
+    const int16_t* a = x.q + t * nb * 32;
+    const double* sa = x.scale + t * nb;
+    const double* hsc = x.half_scaled + t * nb * 2;
+    dround r;
+    r.init();
+    int64_t n = 0;
+    alignas(32) int8_t buf[256];
+    gemv_group g;
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+      D::decode(row, b0, nb, buf, g);
+      const int live = nb - b0 >= 8 ? 8 : static_cast<int>(nb - b0);
+      __m256i p0[8], p1[8];
+      group_products<D::PER16>(g, a + b0 * 32, live, p0, p1);
+      // Per block: f0, f1 = d * 2^-bound * scale (halves), g0, g1 = m * 2^-bound * mcoef (halves),
+      // each an integer below 2^18 times a power of two; the activation's side comes after.
+      double f0[8], f1[8], g0[8] = {}, g1[8] = {}, h0[8] = {}, h1[8] = {}, s8[8];
+  #pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        double dv;
+        if constexpr (gemv_e8m0<D>) {  // mxfp4: mantissa 1, exponent e - 128; 253.. may overflow: the panel path decides
+          if (g.hd[k] >= 253) return false;
+          dv = g.hd[k] < 0 ? 0.0 : pow2(static_cast<int64_t>(g.hd[k]) - 128 - bound);
+        } else {
+          if (((g.hd[k] >> 10) & 31) == 31) return false;
+          dv = fp16_scaled(static_cast<uint16_t>(g.hd[k]), bound);
+        }
+        f0[k] = dv * g.s0[k];
+        f1[k] = dv * g.s1[k];
+        s8[k] = k < live ? sa[b0 + k] : 0.0;
+        if (D::HAS_MIN) {
+          if (((g.hm[k] >> 10) & 31) == 31) return false;
+          const double mv = fp16_scaled(static_cast<uint16_t>(g.hm[k]), bound);
+          g0[k] = mv * g.m0[k];
+          g1[k] = mv * g.m1[k];
+          h0[k] = k < live ? hsc[(b0 + k) * 2] : 0.0;
+          h1[k] = k < live ? hsc[(b0 + k) * 2 + 1] : 0.0;
+        }
+      }
+      // The per-block doubles go into vectors from registers: loaded from the arrays just written
+      // element by element, each vector would wait for its four stores (no store forwarding).
+      const __m256i v0 = reduce8(p0);
+      __m256d t_lo = _mm256_mul_pd(lo_pd(v0), v4(f0)), t_hi = _mm256_mul_pd(hi_pd(v0), v4(f0 + 4));
+      if (D::PER16) {
+        const __m256i v1 = reduce8(p1);
+        t_lo = _mm256_fmadd_pd(lo_pd(v1), v4(f1), t_lo);
+        t_hi = _mm256_fmadd_pd(hi_pd(v1), v4(f1 + 4), t_hi);
+      }
+      r.add(0, _mm256_mul_pd(t_lo, v4(s8)));
+      r.add(1, _mm256_mul_pd(t_hi, v4(s8 + 4)));
+      if (D::HAS_MIN) {
+        r.add(2, _mm256_fmadd_pd(v4(g1), v4(h1), _mm256_mul_pd(v4(g0), v4(h0))));
+        r.add(3, _mm256_fmadd_pd(v4(g1 + 4), v4(h1 + 4), _mm256_mul_pd(v4(g0 + 4), v4(h0 + 4))));
+      }
+      ++n;
+    }
+    if (!r.ok()) return gemv_row_blocks_int<D>::run(row, nb, x, t, bound, c, out);
+    *out += r.total(D::HAS_MIN ? 4 : 2, n);
+    return true;
+  }
+};
+
 }  // namespace
 
 void panel_kernel_avx2(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64_t* acc) {
@@ -346,7 +762,10 @@ bool gemv_avx2(gguf::dtype t, const act_view& x, int64_t n_tokens, const uint8_t
                uint64_t row_bytes, const int32_t* row_bounds, int64_t r0, int64_t r1, int64_t* acc) {
   gemv_row_fn fn = gemv_blocks_row<gemv_row_blocks>(t);
   if (t == gguf::DTYPE_Q8_0) fn = gemv_row_q8_0;
-  if (t == gguf::DTYPE_Q4_K) fn = gemv_row_q4_k;
+  if (t == gguf::DTYPE_Q4_K) fn = gemv_row_qk<false>;
+  if (t == gguf::DTYPE_Q5_K) fn = gemv_row_qk<true>;
+  if (t == gguf::DTYPE_Q4_0) fn = gemv_row_q4_0;
+  if (t == gguf::DTYPE_Q6_K) fn = gemv_row_q6_k;
   return fn != nullptr && gemv_rows(fn, x, n_tokens, w, row_bytes, row_bounds, r0, r1, acc);
 }
 

@@ -30,6 +30,17 @@ namespace detaudit::kernels::cpu {
 using numerics::inl::fixed_to_f32_fast;
 using numerics::inl::round_shift_fast;
 
+// An fp16 scale field as wblock records it: signed mantissa and exponent; false when not finite.
+inline bool fp16_field(const uint8_t* p, int32_t* mant, int32_t* exp) {
+  const uint16_t h = static_cast<uint16_t>(p[0] | p[1] << 8);
+  const int e = (h >> 10) & 31;
+  if (e == 31) return false;
+  const int32_t m = e == 0 ? (h & 1023) : 1024 + (h & 1023);
+  *mant = (h & 0x8000) ? -m : m;
+  *exp = e == 0 ? -24 : e - 25;
+  return true;
+}
+
 constexpr int PANEL_ROWS = 16;
 constexpr int32_t NARROW_CODE_MAX = 2047;
 
@@ -44,6 +55,11 @@ struct panel {
   int64_t* mm0 = nullptr;
   int64_t* mm1 = nullptr;
   int64_t* msh = nullptr;
+  // The same terms as doubles for the AVX2 kernel (panel_scales): dm * 2^dsh, mm0 * 2^msh,
+  // mm1 * 2^msh (exact: at most 22 significant bits, shifts far inside the double range).
+  double* wd = nullptr;
+  double* wm0 = nullptr;
+  double* wm1 = nullptr;
   int16_t* stage = nullptr;  // (16 rows, n_blocks, 32) scratch for decoders (row-major codes)
 };
 
@@ -51,7 +67,7 @@ struct panel {
 struct panel_buffer {
   int64_t capacity = 0;
   int32_t* codes = nullptr;
-  int64_t* meta = nullptr;  // dm, dsh, mm0, mm1, msh
+  int64_t* meta = nullptr;  // dm, dsh, mm0, mm1, msh, wd, wm0, wm1
   int16_t* stage = nullptr;
   panel_buffer() = default;
   panel_buffer(const panel_buffer&) = delete;
@@ -62,6 +78,14 @@ struct panel_buffer {
 
 // The shift constant C of a dot product over n_blocks blocks.
 int32_t matmul_shift_const(int64_t n_blocks);
+
+// q8_0 and q4_K panels without SIMD (scalar and AVX2), the same panel as panel_decode_generic;
+// false for another type or a non-finite scale (then use panel_decode_generic).
+bool panel_decode_fast(gguf::dtype t, const uint8_t* w, uint64_t row_bytes, int64_t row0, int n_rows,
+                       const int32_t* bounds, panel& p);
+
+// Fills p's wd, wm0 and wm1 from its integer terms (after a decoder).
+void panel_scales(panel& p);
 
 // Decodes rows [row0, row0 + n_rows) of w (type t, n_blocks blocks per row) into p with the
 // portable code (weight_decode_block). bounds: the rows' exponent bounds (indexed from row0).
@@ -75,6 +99,9 @@ struct act_view {
   const int32_t* exp = nullptr;       // (n_tokens, n_blocks)
   const int32_t* max_exp = nullptr;   // (n_tokens)
   const int32_t* half_sum = nullptr;  // (n_tokens, n_blocks, 2)
+  const double* scale = nullptr;       // (n_tokens, n_blocks) act_pack::scale
+  const double* half_scaled = nullptr; // (n_tokens, n_blocks, 2)
+  const double* sum_scaled = nullptr;  // (n_tokens, n_blocks)
 };
 
 // Accumulates the panel's products with tokens [t0, t1) of x into acc (t1 - t0, 16) int64,

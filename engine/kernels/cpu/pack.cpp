@@ -27,18 +27,6 @@ constexpr int64_t Q5K_FIFTH = 2048;
 constexpr int64_t Q6K_TILE = 3392, Q6K_HI = 2048, Q6K_SC = 3072, Q6K_DM = 3328, Q6K_DSH = 3360;
 constexpr int64_t Q40_TILE = 2432, Q40_DM = 2048, Q40_DSH = 2304;
 
-// An fp16 field as wblock records it: signed mantissa and exponent; false when not finite.
-bool fp16_field(const uint8_t* p, int32_t* mant, int32_t* exp) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  const int e = (h >> 10) & 31;
-  if (e == 31) return false;
-  const int32_t m = e == 0 ? (h & 1023) : 1024 + (h & 1023);
-  *mant = (h & 0x8000) ? -m : m;
-  *exp = e == 0 ? -24 : e - 25;
-  return true;
-}
-
 int8_t shift_of(int32_t mant, int32_t exp, int32_t bound) {
   return static_cast<int8_t>(mant == 0 || bound == EXP_ZERO ? 0 : exp - bound);
 }
