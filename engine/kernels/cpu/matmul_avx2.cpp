@@ -504,52 +504,14 @@ inline bool fp16x8_scaled(__m128i h16, __m256d rb, __m256d* lo, __m256d* hi) {
   return true;
 }
 
-// gemv_row_q8_0_int with the epilogue through double: x = T * d * 2^-bound * 2^(C + e_a - max).
-bool gemv_row_q8_0(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
-  const int16_t* a = x.q + t * nb * 32;
-  const double* sa = x.scale + t * nb;
-  const __m256d rb = _mm256_set1_pd(bound == numerics::EXP_ZERO ? 0.0 : pow2(-static_cast<int64_t>(bound)));
-  dround r;
-  r.init();
-  int64_t n = 0;
-  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-    __m256i p[8];
-    __m128i h16 = _mm_setzero_si128();
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) {
-      const int64_t b = b0 + k;
-      p[k] = _mm256_setzero_si256();
-      if (b >= nb) continue;
-      const uint8_t* blk = row + b * 34;
-      uint16_t h;
-      __builtin_memcpy(&h, blk, 2);
-      h16 = _mm_insert_epi16(h16, h, k);
-      if (sa[b] == 0.0) continue;
-      const __m256i c0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
-      const __m256i c1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)));
-      const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + b * 32));
-      const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + b * 32 + 16));
-      p[k] = _mm256_add_epi32(_mm256_madd_epi16(c0, a0), _mm256_madd_epi16(c1, a1));
-    }
-    __m256d d_lo, d_hi;
-    if (!fp16x8_scaled(h16, rb, &d_lo, &d_hi)) return false;
-    alignas(32) double tail[8];
-    const double* s8 = scales8(sa, b0, nb, tail);
-    const __m256i sums = reduce8(p);
-    r.add(0, _mm256_mul_pd(_mm256_mul_pd(lo_pd(sums), d_lo), _mm256_loadu_pd(s8)));
-    r.add(1, _mm256_mul_pd(_mm256_mul_pd(hi_pd(sums), d_hi), _mm256_loadu_pd(s8 + 4)));
-    ++n;
-  }
-  if (!r.ok()) return gemv_row_q8_0_int(row, nb, x, t, bound, c, out);
-  *out += r.total(2, n);
-  return true;
-}
-
-// One q4_0 row (18-byte blocks: fp16 d, 16 bytes of nibbles, element l < 16 the low nibble of
-// byte l, the others the high nibble of byte l - 16) against one token, fused: the codes are
-// u - 8, so each block sum is the nibbles' products less 8 times the activation block sum (an
-// int32), then the epilogue through double as q8_0's.
-bool gemv_row_q4_0(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
+// q8_0 (34-byte blocks: fp16 d, 32 int8 codes; Q40 false) and q4_0 rows (18-byte blocks: fp16 d,
+// 16 bytes of nibbles, element l < 16 the low nibble of byte l, the others the high nibble of byte
+// l - 16; codes u - 8, so each block sum is the nibbles' products less 8 times the activation block
+// sum, an int32) against one token: gemv_row_q8_0_int / the q4_0 block decoder's row with the
+// epilogue through double, x = T * d * 2^-bound * 2^(C + e_a - max), eight blocks at a time.
+template <bool Q40>
+bool gemv_row_d16(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
+  constexpr int64_t BLOCK = Q40 ? 18 : 34;
   const int16_t* a = x.q + t * nb * 32;
   const double* sa = x.scale + t * nb;
   const int32_t* hs = x.half_sum + t * nb * 2;
@@ -561,44 +523,53 @@ bool gemv_row_q4_0(const uint8_t* row, int64_t nb, const act_view& x, int64_t t,
   for (int64_t b0 = 0; b0 < nb; b0 += 8) {
     __m256i p[8];
     __m128i h16 = _mm_setzero_si128();
-    alignas(32) int32_t tail_hs[16];
-    const int32_t* h8 = hs + b0 * 2;
-    if (nb - b0 < 8) {
-      for (int i = 0; i < 16; ++i) tail_hs[i] = b0 * 2 + i < nb * 2 ? h8[i] : 0;
-      h8 = tail_hs;
-    }
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) {
       const int64_t b = b0 + k;
       p[k] = _mm256_setzero_si256();
       if (b >= nb) continue;
-      const uint8_t* blk = row + b * 18;
+      const uint8_t* blk = row + b * BLOCK;
       uint16_t h;
       __builtin_memcpy(&h, blk, 2);
       h16 = _mm_insert_epi16(h16, h, k);
       if (sa[b] == 0.0) continue;
-      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
-      const __m256i lo = _mm256_cvtepu8_epi16(_mm_and_si128(bytes, low4));
-      const __m256i hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(bytes, 4), low4));
-      p[k] = _mm256_add_epi32(_mm256_madd_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + b * 32))),
-                              _mm256_madd_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + b * 32 + 16))));
+      __m256i c0, c1;
+      if (Q40) {
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+        c0 = _mm256_cvtepu8_epi16(_mm_and_si128(bytes, low4));
+        c1 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(bytes, 4), low4));
+      } else {
+        c0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
+        c1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)));
+      }
+      p[k] = _mm256_add_epi32(_mm256_madd_epi16(c0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + b * 32))),
+                              _mm256_madd_epi16(c1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + b * 32 + 16))));
     }
     __m256d d_lo, d_hi;
     if (!fp16x8_scaled(h16, rb, &d_lo, &d_hi)) return false;
-    // Block sums of the activations: pairs of half sums added, back in block order.
-    const __m256i asum = _mm256_permute4x64_epi64(
-        _mm256_hadd_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h8)), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h8 + 8))),
-        0xd8);
-    const __m256i sums = _mm256_sub_epi32(reduce8(p), _mm256_slli_epi32(asum, 3));
+    __m256i sums = reduce8(p);
+    if (Q40) {
+      // Block sums of the activations: pairs of half sums added, back in block order.
+      alignas(32) int32_t tail_hs[16];
+      const int32_t* h8 = hs + b0 * 2;
+      if (nb - b0 < 8) {
+        for (int i = 0; i < 16; ++i) tail_hs[i] = b0 * 2 + i < nb * 2 ? h8[i] : 0;
+        h8 = tail_hs;
+      }
+      const __m256i asum = _mm256_permute4x64_epi64(
+          _mm256_hadd_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h8)), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h8 + 8))),
+          0xd8);
+      sums = _mm256_sub_epi32(sums, _mm256_slli_epi32(asum, 3));
+    }
     alignas(32) double tail[8];
     const double* s8 = scales8(sa, b0, nb, tail);
     r.add(0, _mm256_mul_pd(_mm256_mul_pd(lo_pd(sums), d_lo), _mm256_loadu_pd(s8)));
     r.add(1, _mm256_mul_pd(_mm256_mul_pd(hi_pd(sums), d_hi), _mm256_loadu_pd(s8 + 4)));
     ++n;
   }
-  // Unreachable by the bounds (a q4_0 term is below 8 * 32 * 32767 * 2047 * 2^17 < 2^51), kept so
-  // that the kernel stands on its own rather than on that arithmetic.
-  if (!r.ok()) return gemv_row_blocks_int<q4_0_blocks>::run(row, nb, x, t, bound, c, out);
+  // q4_0 cannot reach this by the bounds (a term is below 8 * 32 * 32767 * 2047 * 2^17 < 2^51); the
+  // kernel stands on its own rather than on that arithmetic.
+  if (!r.ok()) return Q40 ? gemv_row_blocks_int<q4_0_blocks>::run(row, nb, x, t, bound, c, out) : gemv_row_q8_0_int(row, nb, x, t, bound, c, out);
   *out += r.total(2, n);
   return true;
 }
@@ -763,10 +734,10 @@ void panel_kernel_avx2(const panel& p, const act_view& x, int64_t t0, int64_t t1
 bool gemv_avx2(gguf::dtype t, const act_view& x, int64_t n_tokens, const uint8_t* w,
                uint64_t row_bytes, const int32_t* row_bounds, int64_t r0, int64_t r1, int64_t* acc) {
   gemv_row_fn fn = gemv_blocks_row<gemv_row_blocks>(t);
-  if (t == gguf::DTYPE_Q8_0) fn = gemv_row_q8_0;
+  if (t == gguf::DTYPE_Q8_0) fn = gemv_row_d16<false>;
   if (t == gguf::DTYPE_Q4_K) fn = gemv_row_qk<false>;
   if (t == gguf::DTYPE_Q5_K) fn = gemv_row_qk<true>;
-  if (t == gguf::DTYPE_Q4_0) fn = gemv_row_q4_0;
+  if (t == gguf::DTYPE_Q4_0) fn = gemv_row_d16<true>;
   if (t == gguf::DTYPE_Q6_K) fn = gemv_row_q6_k;
   return fn != nullptr && gemv_rows(fn, x, n_tokens, w, row_bytes, row_bounds, r0, r1, acc);
 }
