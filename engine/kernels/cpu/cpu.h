@@ -70,6 +70,10 @@ struct act_pack {
   // each run of four elements q[4k .. 4k + 3] as its low bytes (unsigned) and its high bytes
   // (signed, q >> 8), so that q = 256 hi + lo.
   std::vector<uint32_t> bytes;      // (n_tokens, n_blocks, 8, 2) low bytes, high bytes of each four
+  // Also only then, for the AVX2 generation kernels: each block's elements in the order 0, 2, ..,
+  // 30, 1, 3, .., 31, so that the even and odd bytes of a 16-bit lane of codes pair with
+  // consecutive activations (a block's sum does not depend on the order of its products).
+  std::vector<int16_t> q_eo;        // (n_tokens, n_blocks * 32)
 };
 
 // Quantizes rows x (n_tokens, n_in) like numerics::quantize_act into p. n_in % 32 == 0.

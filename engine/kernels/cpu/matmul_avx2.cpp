@@ -239,14 +239,44 @@ void kernel_all(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64
 
 // ---- the few-token path: q8_0 and q4_K hand-fused, every other integer type through gemv_blocks.h ----
 
-// Sums of the 8 int32 lanes of each of p[0..7], as 8 lanes in order.
-inline __m256i reduce8(const __m256i* p) {
+// Sums of lanes 0..3 of each of p[0..7] as the 8 lanes of *lo, of lanes 4..7 as those of *hi.
+inline void reduce8_halves(const __m256i* p, __m256i* lo, __m256i* hi) {
   const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
   const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
   const __m256i a = _mm256_hadd_epi32(h01, h23), b = _mm256_hadd_epi32(h45, h67);
   // a: 128-bit lane L holds the lane-L halves' sums of p0..p3; b likewise for p4..p7.
-  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+  *lo = _mm256_permute2x128_si256(a, b, 0x20);
+  *hi = _mm256_permute2x128_si256(a, b, 0x31);
 }
+
+// Sums of the 8 int32 lanes of each of p[0..7], as 8 lanes in order.
+inline __m256i reduce8(const __m256i* p) {
+  __m256i lo, hi;
+  reduce8_halves(p, &lo, &hi);
+  return _mm256_add_epi32(lo, hi);
+}
+
+// ---- codes against activations in even/odd order (act_pack::q_eo) ----
+// A 16-bit lane of a block's packed codes holds two neighbouring elements, one per byte (or per
+// nibble pair); masks and shifts within the lane give the even elements' codes in one vector and
+// the odd elements' in another, which pair with the block's activations stored evens first. This
+// replaces the byte-to-word widening (two shuffle uops per 16 codes on Zen 3, the bottleneck of
+// the row kernels) with single-uop lane operations.
+
+inline __m256i ld16(const int16_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// Signed bytes: the low byte of each 16-bit lane (even elements) and the high byte (odd).
+inline __m256i even_s8(__m256i w) { return _mm256_srai_epi16(_mm256_slli_epi16(w, 8), 8); }
+inline __m256i odd_s8(__m256i w) { return _mm256_srai_epi16(w, 8); }
+
+// A block's products: even and odd codes with its 32 activations ae in q_eo order. Lanes 0..3
+// hold elements 0..15 (the first half-block), lanes 4..7 elements 16..31.
+inline __m256i eo_products(__m256i even, __m256i odd, const int16_t* ae) {
+  return _mm256_add_epi32(_mm256_madd_epi16(even, ld16(ae)), _mm256_madd_epi16(odd, ld16(ae + 16)));
+}
+
+// v shifted left by s bits (right by -s when s < 0) in each 16-bit lane.
+inline __m256i shift16(__m256i v, int s) { return s >= 0 ? _mm256_slli_epi16(v, s) : _mm256_srli_epi16(v, -s); }
 
 // One q8_0 row against one token, 8 blocks per epilogue; false for a non-finite scale.
 bool gemv_row_q8_0_int(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
@@ -310,36 +340,40 @@ inline __m256i add_terms8(__m256i acc, __m256i v_lo, __m256i v_hi, const int32_t
   return _mm256_add_epi64(acc, round_shift_v(v_hi, _mm256_add_epi64(e_hi, b)));
 }
 
-// The eight block sums of a q4_K super-block sb (144 bytes) with its 256 activations a; FIVE: a
-// q5_K super-block (176 bytes: d, dmin, scales[12], qh[32], qs[128]), bit j of qh[l] the fifth
-// bit (16) of element l of block j.
+// The eight block sums of a q4_K super-block sb (144 bytes) with its 256 activations ae (q_eo
+// order); FIVE: a q5_K super-block (176 bytes: d, dmin, scales[12], qh[32], qs[128]), bit j of
+// qh[l] the fifth bit (16) of element l of block j. Byte l of the 32 code bytes of blocks 2ch and
+// 2ch + 1 holds element l of block 2ch (low nibble) and of block 2ch + 1 (high nibble), so
+// 16-bit lane i holds, from bit 0: element 2i of block 2ch, 2i of 2ch + 1, 2i + 1 of 2ch, 2i + 1
+// of 2ch + 1.
 template <bool FIVE = false>
-inline void q4k_products(const uint8_t* sb, const int16_t* a, __m256i* p) {
-  const __m128i low4 = _mm_set1_epi8(15), one = _mm_set1_epi8(1);
+inline void q4k_products(const uint8_t* sb, const int16_t* ae, __m256i* p) {
+  const __m256i low4 = _mm256_set1_epi16(15), bit4 = _mm256_set1_epi16(16);
   const uint8_t* qs = sb + (FIVE ? 48 : 16);
+  __m256i qh = _mm256_setzero_si256();
+  if (FIVE) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sb + 16));
 #pragma GCC unroll 4
   for (int ch = 0; ch < 4; ++ch) {
-    const int16_t* a0 = a + 2 * ch * 32;
-#pragma GCC unroll 2
-    for (int half = 0; half < 2; ++half) {
-      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 32 * ch + 16 * half));
-      __m128i lo8 = _mm_and_si128(bytes, low4), hi8 = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
-      if (FIVE) {
-        const __m128i qh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 16 + 16 * half));
-        lo8 = _mm_or_si128(lo8, _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(qh, 2 * ch), one), 4));
-        hi8 = _mm_or_si128(hi8, _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(qh, 2 * ch + 1), one), 4));
-      }
-      const __m256i plo = _mm256_madd_epi16(_mm256_cvtepu8_epi16(lo8), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a0 + 16 * half)));
-      const __m256i phi = _mm256_madd_epi16(_mm256_cvtepu8_epi16(hi8), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a0 + 32 + 16 * half)));
-      p[2 * ch] = half ? _mm256_add_epi32(p[2 * ch], plo) : plo;
-      p[2 * ch + 1] = half ? _mm256_add_epi32(p[2 * ch + 1], phi) : phi;
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * ch));
+    __m256i e0 = _mm256_and_si256(w, low4), e1 = _mm256_and_si256(_mm256_srli_epi16(w, 4), low4);
+    __m256i o0 = _mm256_and_si256(_mm256_srli_epi16(w, 8), low4), o1 = _mm256_srli_epi16(w, 12);
+    if (FIVE) {
+      // Bit j of an even element's byte is bit j of the lane, of an odd element's bit 8 + j;
+      // each moves to bit 4.
+      const int j0 = 2 * ch, j1 = 2 * ch + 1;
+      e0 = _mm256_or_si256(e0, _mm256_and_si256(shift16(qh, 4 - j0), bit4));
+      e1 = _mm256_or_si256(e1, _mm256_and_si256(shift16(qh, 4 - j1), bit4));
+      o0 = _mm256_or_si256(o0, _mm256_and_si256(_mm256_srli_epi16(qh, j0 + 4), bit4));
+      o1 = _mm256_or_si256(o1, _mm256_and_si256(_mm256_srli_epi16(qh, j1 + 4), bit4));
     }
+    p[2 * ch] = eo_products(e0, o0, ae + 64 * ch);
+    p[2 * ch + 1] = eo_products(e1, o1, ae + 64 * ch + 32);
   }
 }
 
 // One q4_K row against one token: one 144-byte super-block (8 blocks) per group.
 bool gemv_row_q4_k_int(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
-  const int16_t* a = x.q + t * nb * 32;
+  const int16_t* a = x.q_eo + t * nb * 32;
   const int64_t c_xmax = c - x.max_exp[t];
   __m256i acc = _mm256_setzero_si256();
   for (int64_t b0 = 0; b0 < nb; b0 += 8) {
@@ -476,21 +510,22 @@ inline const double* scales8(const double* s, int64_t b0, int64_t nb, double* ta
   return tail;
 }
 
-// The eight 6-bit scales and mins of a q4_K super-block (its 12 scale bytes s) as int32 lanes,
-// four bytes at a time (bytes 0..3: scales 0..3 low 6 bits; 4..7: mins 0..3; 8..11: the low
-// nibbles of scales 4..7 and mins 4..7, their high two bits in the top bits of bytes 0..7). Byte
-// by byte, GCC assembles the bytes through the stack, where a byte store and a word load cost a
-// store-forwarding stall per super-block.
+// The eight 6-bit scales and mins of a q4_K super-block (its 12 scale bytes s, read as 16: the
+// super-block goes on) as int32 lanes. Bytes 0..3 hold scales 0..3 (low 6 bits), 4..7 mins 0..3,
+// 8..11 the low nibbles of scales 4..7 (low) and mins 4..7 (high), whose top two bits are the top
+// bits of bytes 0..3 (scales) and 4..7 (mins). One shuffle lines the low parts up as scales 0..7
+// then mins 0..7, another the bytes with the top bits; shifts and masks within bytes finish it.
 inline void q4k_scales8(const uint8_t* s, __m256i* sc, __m256i* mn) {
-  uint32_t w0, w1, w2;
-  __builtin_memcpy(&w0, s, 4);
-  __builtin_memcpy(&w1, s + 4, 4);
-  __builtin_memcpy(&w2, s + 8, 4);
-  const uint32_t sc_lo = w0 & 0x3f3f3f3fu, mn_lo = w1 & 0x3f3f3f3fu;
-  const uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | ((w0 >> 6) & 0x03030303u) << 4;
-  const uint32_t mn_hi = ((w2 >> 4) & 0x0f0f0f0fu) | ((w1 >> 6) & 0x03030303u) << 4;
-  *sc = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(sc_lo | static_cast<uint64_t>(sc_hi) << 32)));
-  *mn = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn_lo | static_cast<uint64_t>(mn_hi) << 32)));
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+  const __m128i lo = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+  const __m128i top = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+  // Mins 4..7 take the high nibbles of bytes 8..11 (dword 3 shifted); 16-bit shifts carry bits
+  // across bytes, which the masks drop.
+  const __m128i low = _mm_and_si128(_mm_blend_epi32(lo, _mm_srli_epi16(lo, 4), 8), _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+  const __m128i high = _mm_and_si128(_mm_srli_epi16(top, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+  const __m128i all = _mm_or_si128(low, high);
+  *sc = _mm256_cvtepu8_epi32(all);
+  *mn = _mm256_cvtepu8_epi32(_mm_srli_si128(all, 8));
 }
 
 // Eight fp16 fields (low 16 bits of each int32 lane of h) times 2^-bound as doubles, exact (an
@@ -512,11 +547,14 @@ inline bool fp16x8_scaled(__m128i h16, __m256d rb, __m256d* lo, __m256d* hi) {
 template <bool Q40>
 bool gemv_row_d16(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
   constexpr int64_t BLOCK = Q40 ? 18 : 34;
-  const int16_t* a = x.q + t * nb * 32;
+  const int16_t* a = x.q_eo + t * nb * 32;
   const double* sa = x.scale + t * nb;
   const int32_t* hs = x.half_sum + t * nb * 2;
   const __m256d rb = _mm256_set1_pd(bound == numerics::EXP_ZERO ? 0.0 : pow2(-static_cast<int64_t>(bound)));
-  const __m128i low4 = _mm_set1_epi8(15);
+  // q4_0: 16-bit lane i (of 8) of a block's bytes holds, from bit 0, elements 2i, 2i + 16, 2i + 1,
+  // 2i + 17; the bytes in both 128-bit halves, each 32-bit lane shifted by its own count.
+  const __m256i even_shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4), odd_shift = _mm256_setr_epi32(8, 8, 8, 8, 12, 12, 12, 12);
+  const __m256i low4 = _mm256_set1_epi32(0x000f000f);
   dround r;
   r.init();
   int64_t n = 0;
@@ -533,17 +571,17 @@ bool gemv_row_d16(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, 
       __builtin_memcpy(&h, blk, 2);
       h16 = _mm_insert_epi16(h16, h, k);
       if (sa[b] == 0.0) continue;
-      __m256i c0, c1;
+      __m256i even, odd;
       if (Q40) {
-        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
-        c0 = _mm256_cvtepu8_epi16(_mm_and_si128(bytes, low4));
-        c1 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(bytes, 4), low4));
+        const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
+        even = _mm256_and_si256(_mm256_srlv_epi32(bytes, even_shift), low4);
+        odd = _mm256_and_si256(_mm256_srlv_epi32(bytes, odd_shift), low4);
       } else {
-        c0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
-        c1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)));
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+        even = even_s8(w);
+        odd = odd_s8(w);
       }
-      p[k] = _mm256_add_epi32(_mm256_madd_epi16(c0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + b * 32))),
-                              _mm256_madd_epi16(c1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + b * 32 + 16))));
+      p[k] = eo_products(even, odd, a + b * 32);
     }
     __m256d d_lo, d_hi;
     if (!fp16x8_scaled(h16, rb, &d_lo, &d_hi)) return false;
@@ -580,7 +618,7 @@ bool gemv_row_d16(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, 
 // double: (T0 * s0 + T1 * s1) * d * 2^-bound * 2^(C + e_a - max), the fused sum exact (integers
 // times one power of two, below 2^44).
 bool gemv_row_q6_k(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
-  const int16_t* a = x.q + t * nb * 32;
+  const int16_t* a = x.q_eo + t * nb * 32;
   const double* sa = x.scale + t * nb;
   const __m128i even_odd = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
   dround r;
@@ -591,19 +629,17 @@ bool gemv_row_q6_k(const uint8_t* row, int64_t nb, const act_view& x, int64_t t,
     uint16_t hd;
     __builtin_memcpy(&hd, sb + 208, 2);
     if (((hd >> 10) & 31) == 31) return false;
-    __m256i p0[8], p1[8];
+    __m256i p[8];  // lanes 0..3: first half-block, 4..7: second
 #pragma GCC unroll 8
     for (int s = 0; s < 8; ++s) {
       const __m256i code = q6k_codes(sb, s);
-      const int16_t* ak = a + (b0 + s) * 32;
-      p0[s] = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(code)), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ak)));
-      p1[s] = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(code, 1)),
-                                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ak + 16)));
+      p[s] = eo_products(even_s8(code), odd_s8(code), a + (b0 + s) * 32);
     }
     const __m128i sc = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 192)), even_odd);
     const __m256i s0 = _mm256_cvtepi8_epi32(sc), s1 = _mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8));
     const __m256d d = _mm256_set1_pd(fp16_scaled(hd, bound));
-    const __m256i v0 = reduce8(p0), v1 = reduce8(p1);
+    __m256i v0, v1;
+    reduce8_halves(p, &v0, &v1);
     const __m256d f0_lo = _mm256_mul_pd(lo_pd(s0), d), f0_hi = _mm256_mul_pd(hi_pd(s0), d);
     const __m256d f1_lo = _mm256_mul_pd(lo_pd(s1), d), f1_hi = _mm256_mul_pd(hi_pd(s1), d);
     const __m256d t_lo = _mm256_fmadd_pd(lo_pd(v1), f1_lo, _mm256_mul_pd(lo_pd(v0), f0_lo));
@@ -622,23 +658,26 @@ bool gemv_row_q6_k(const uint8_t* row, int64_t nb, const act_view& x, int64_t t,
 // FIVE: the same for q5_K (the codes' fifth bits added; its integer fallback is the block decoder's).
 template <bool FIVE>
 bool gemv_row_qk(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
-  const int16_t* a = x.q + t * nb * 32;
+  const int16_t* a = x.q_eo + t * nb * 32;
   const double* sa = x.scale + t * nb;
   const double* ss = x.sum_scaled + t * nb;
+  const double pb = bound == numerics::EXP_ZERO ? 0.0 : pow2(-static_cast<int64_t>(bound));
+  const __m128d rb = _mm_setr_pd(pb, -pb);
   dround r;
   r.init();
   int64_t n = 0;
   for (int64_t b0 = 0; b0 < nb; b0 += 8) {
     const uint8_t* sb = row + (b0 / 8) * (FIVE ? 176 : 144);
-    uint16_t hd, hm;
-    __builtin_memcpy(&hd, sb, 2);
-    __builtin_memcpy(&hm, sb + 2, 2);
-    if (((hd >> 10) & 31) == 31 || ((hm >> 10) & 31) == 31) return false;
+    uint32_t hdm;  // d, dmin
+    __builtin_memcpy(&hdm, sb, 4);
+    if ((hdm & 0x7c00u) == 0x7c00u || (hdm & 0x7c000000u) == 0x7c000000u) return false;
     __m256i p[8];
     q4k_products<FIVE>(sb, a + b0 * 32, p);
     __m256i scv, mv;
     q4k_scales8(sb + 4, &scv, &mv);
-    const __m256d d = _mm256_set1_pd(fp16_scaled(hd, bound)), m = _mm256_set1_pd(-fp16_scaled(hm, bound));
+    // d * 2^-bound and -dmin * 2^-bound, exact: an fp16 value widens exactly (F16C), times a power of two.
+    const __m256d dm = _mm256_castpd128_pd256(_mm_mul_pd(_mm_cvtps_pd(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(hdm)))), rb));
+    const __m256d d = _mm256_permute4x64_pd(dm, 0x00), m = _mm256_permute4x64_pd(dm, 0x55);
     const __m256i v = _mm256_mullo_epi32(reduce8(p), scv);
     r.add(0, _mm256_mul_pd(_mm256_mul_pd(lo_pd(v), d), _mm256_loadu_pd(sa + b0)));
     r.add(1, _mm256_mul_pd(_mm256_mul_pd(hi_pd(v), d), _mm256_loadu_pd(sa + b0 + 4)));
@@ -733,6 +772,7 @@ void panel_kernel_avx2(const panel& p, const act_view& x, int64_t t0, int64_t t1
 
 bool gemv_avx2(gguf::dtype t, const act_view& x, int64_t n_tokens, const uint8_t* w,
                uint64_t row_bytes, const int32_t* row_bounds, int64_t r0, int64_t r1, int64_t* acc) {
+  if (x.q_eo == nullptr) return false;
   gemv_row_fn fn = gemv_blocks_row<gemv_row_blocks>(t);
   if (t == gguf::DTYPE_Q8_0) fn = gemv_row_d16<false>;
   if (t == gguf::DTYPE_Q4_K) fn = gemv_row_qk<false>;

@@ -169,6 +169,7 @@ void act_pack_init(int64_t n_tokens, int64_t n_in, act_pack& p) {
   p.sum_scaled.resize(static_cast<size_t>(n_tokens * nb));
   const bool few = n_tokens <= GEMV_PACKED_MAX_TOKENS;
   p.bytes.resize(few ? static_cast<size_t>(n_tokens * nb * 16) : 0);
+  p.q_eo.resize(few ? static_cast<size_t>(n_tokens * n_in) : 0);
 }
 
 void act_pack_rows(const float* x, int64_t t0, int64_t t1, act_pack& p) {
@@ -186,6 +187,13 @@ void act_pack_rows(const float* x, int64_t t0, int64_t t1, act_pack& p) {
       p.half_sum[static_cast<size_t>((t * nb + b) * 2)] = s0;
       p.half_sum[static_cast<size_t>((t * nb + b) * 2 + 1)] = s1;
       p.block_sum[static_cast<size_t>(t * nb + b)] = s0 + s1;
+      if (!p.q_eo.empty()) {
+        int16_t* eo = p.q_eo.data() + t * n_in + b * QBLOCK;
+        for (int i = 0; i < 16; ++i) {
+          eo[i] = q[2 * i];
+          eo[16 + i] = q[2 * i + 1];
+        }
+      }
       if (!p.bytes.empty()) {
         uint32_t* out = p.bytes.data() + (t * nb + b) * 16;
         for (int k = 0; k < 8; ++k) {
@@ -407,7 +415,7 @@ void matmul_exact_cpu(isa i, const act_pack& x, gguf::dtype t, const uint8_t* w,
   const int64_t nb = x.n_blocks;
   const int32_t c = matmul_shift_const(nb);
   const act_view xv{nb, x.q.data(), x.exp.data(), x.max_exp.data(), x.half_sum.data(), x.scale.data(), x.half_scaled.data(),
-                    x.sum_scaled.data()};
+                    x.sum_scaled.data(), x.q_eo.empty() ? nullptr : x.q_eo.data()};
   const int64_t n_rows_all = row_end - row_begin;
   // Converts the sum of (token, row) on its grid and stores it.
   auto finish = [&](int64_t tok, int64_t r, int64_t sum) {

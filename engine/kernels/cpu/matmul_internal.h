@@ -102,6 +102,7 @@ struct act_view {
   const double* scale = nullptr;       // (n_tokens, n_blocks) act_pack::scale
   const double* half_scaled = nullptr; // (n_tokens, n_blocks, 2)
   const double* sum_scaled = nullptr;  // (n_tokens, n_blocks)
+  const int16_t* q_eo = nullptr;       // (n_tokens, n_blocks * 32) act_pack::q_eo; null when absent
 };
 
 // Accumulates the panel's products with tokens [t0, t1) of x into acc (t1 - t0, 16) int64,
