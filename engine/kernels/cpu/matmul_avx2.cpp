@@ -275,6 +275,14 @@ inline __m256i eo_products(__m256i even, __m256i odd, const int16_t* ae) {
   return _mm256_add_epi32(_mm256_madd_epi16(even, ld16(ae)), _mm256_madd_epi16(odd, ld16(ae + 16)));
 }
 
+// The fused row kernels take GROUPS groups of eight blocks per iteration and compute every group's
+// products before any group's epilogue. A group's block sums come at the end of a long dependent
+// chain (products, the hadd tree, conversions, rounding); with one group per iteration the ~140
+// vector uops of the next group sit behind that chain and too little is in flight (Zen 3, q4_K:
+// 15.6 against 18.0 ns per super-block with rows in L2). Rows stay one sequential stream: pairing
+// two rows instead measured as fast in L2 and far slower from DRAM (two streams per thread).
+constexpr int GROUPS = 2;
+
 // v shifted left by s bits (right by -s when s < 0) in each 16-bit lane.
 inline __m256i shift16(__m256i v, int s) { return s >= 0 ? _mm256_slli_epi16(v, s) : _mm256_srli_epi16(v, -s); }
 
@@ -543,7 +551,8 @@ inline bool fp16x8_scaled(__m128i h16, __m256d rb, __m256d* lo, __m256d* hi) {
 // 16 bytes of nibbles, element l < 16 the low nibble of byte l, the others the high nibble of byte
 // l - 16; codes u - 8, so each block sum is the nibbles' products less 8 times the activation block
 // sum, an int32) against one token: gemv_row_q8_0_int / the q4_0 block decoder's row with the
-// epilogue through double, x = T * d * 2^-bound * 2^(C + e_a - max), eight blocks at a time.
+// epilogue through double, x = T * d * 2^-bound * 2^(C + e_a - max), eight blocks to an epilogue,
+// two such groups per iteration (GROUPS).
 template <bool Q40>
 bool gemv_row_d16(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
   constexpr int64_t BLOCK = Q40 ? 18 : 34;
@@ -558,52 +567,65 @@ bool gemv_row_d16(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, 
   dround r;
   r.init();
   int64_t n = 0;
-  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-    __m256i p[8];
-    __m128i h16 = _mm_setzero_si128();
+  for (int64_t b0 = 0; b0 < nb; b0 += 8 * GROUPS) {
+    const int live = nb - b0 > 8 ? GROUPS : 1;  // groups of eight blocks this iteration
+    __m256i sums[GROUPS];
+    __m128i h16[GROUPS];
+#pragma GCC unroll 2
+    for (int g = 0; g < GROUPS; ++g) {
+      if (g >= live) break;
+      __m256i p[8];
+      h16[g] = _mm_setzero_si128();
 #pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) {
-      const int64_t b = b0 + k;
-      p[k] = _mm256_setzero_si256();
-      if (b >= nb) continue;
-      const uint8_t* blk = row + b * BLOCK;
-      uint16_t h;
-      __builtin_memcpy(&h, blk, 2);
-      h16 = _mm_insert_epi16(h16, h, k);
-      if (sa[b] == 0.0) continue;
-      __m256i even, odd;
+      for (int k = 0; k < 8; ++k) {
+        const int64_t b = b0 + 8 * g + k;
+        p[k] = _mm256_setzero_si256();
+        if (b >= nb) continue;
+        const uint8_t* blk = row + b * BLOCK;
+        uint16_t h;
+        __builtin_memcpy(&h, blk, 2);
+        h16[g] = _mm_insert_epi16(h16[g], h, k);
+        if (sa[b] == 0.0) continue;
+        __m256i even, odd;
+        if (Q40) {
+          const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
+          even = _mm256_and_si256(_mm256_srlv_epi32(bytes, even_shift), low4);
+          odd = _mm256_and_si256(_mm256_srlv_epi32(bytes, odd_shift), low4);
+        } else {
+          const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+          even = even_s8(w);
+          odd = odd_s8(w);
+        }
+        p[k] = eo_products(even, odd, a + b * 32);
+      }
+      sums[g] = reduce8(p);
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < GROUPS; ++g) {
+      if (g >= live) break;
+      const int64_t bg = b0 + 8 * g;
+      __m256d d_lo, d_hi;
+      if (!fp16x8_scaled(h16[g], rb, &d_lo, &d_hi)) return false;
+      __m256i v = sums[g];
       if (Q40) {
-        const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
-        even = _mm256_and_si256(_mm256_srlv_epi32(bytes, even_shift), low4);
-        odd = _mm256_and_si256(_mm256_srlv_epi32(bytes, odd_shift), low4);
-      } else {
-        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
-        even = even_s8(w);
-        odd = odd_s8(w);
+        // Block sums of the activations: pairs of half sums added, back in block order.
+        alignas(32) int32_t tail_hs[16];
+        const int32_t* h8 = hs + bg * 2;
+        if (nb - bg < 8) {
+          for (int i = 0; i < 16; ++i) tail_hs[i] = bg * 2 + i < nb * 2 ? h8[i] : 0;
+          h8 = tail_hs;
+        }
+        const __m256i asum = _mm256_permute4x64_epi64(
+            _mm256_hadd_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h8)), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h8 + 8))),
+            0xd8);
+        v = _mm256_sub_epi32(v, _mm256_slli_epi32(asum, 3));
       }
-      p[k] = eo_products(even, odd, a + b * 32);
+      alignas(32) double tail[8];
+      const double* s8 = scales8(sa, bg, nb, tail);
+      r.add(0, _mm256_mul_pd(_mm256_mul_pd(lo_pd(v), d_lo), _mm256_loadu_pd(s8)));
+      r.add(1, _mm256_mul_pd(_mm256_mul_pd(hi_pd(v), d_hi), _mm256_loadu_pd(s8 + 4)));
+      ++n;
     }
-    __m256d d_lo, d_hi;
-    if (!fp16x8_scaled(h16, rb, &d_lo, &d_hi)) return false;
-    __m256i sums = reduce8(p);
-    if (Q40) {
-      // Block sums of the activations: pairs of half sums added, back in block order.
-      alignas(32) int32_t tail_hs[16];
-      const int32_t* h8 = hs + b0 * 2;
-      if (nb - b0 < 8) {
-        for (int i = 0; i < 16; ++i) tail_hs[i] = b0 * 2 + i < nb * 2 ? h8[i] : 0;
-        h8 = tail_hs;
-      }
-      const __m256i asum = _mm256_permute4x64_epi64(
-          _mm256_hadd_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h8)), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h8 + 8))),
-          0xd8);
-      sums = _mm256_sub_epi32(sums, _mm256_slli_epi32(asum, 3));
-    }
-    alignas(32) double tail[8];
-    const double* s8 = scales8(sa, b0, nb, tail);
-    r.add(0, _mm256_mul_pd(_mm256_mul_pd(lo_pd(sums), d_lo), _mm256_loadu_pd(s8)));
-    r.add(1, _mm256_mul_pd(_mm256_mul_pd(hi_pd(sums), d_hi), _mm256_loadu_pd(s8 + 4)));
-    ++n;
   }
   // q4_0 cannot reach this by the bounds (a term is below 8 * 32 * 32767 * 2047 * 2^17 < 2^51); the
   // kernel stands on its own rather than on that arithmetic.
@@ -616,7 +638,7 @@ bool gemv_row_d16(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, 
 // fused: codes q - 32 from the low nibbles and two high bits, each half-block's 16 products in one
 // vpmaddwd, the sixteen scales as two vectors (even and odd half-blocks), the epilogue through
 // double: (T0 * s0 + T1 * s1) * d * 2^-bound * 2^(C + e_a - max), the fused sum exact (integers
-// times one power of two, below 2^44).
+// times one power of two, below 2^44). Two super-blocks per iteration (GROUPS).
 bool gemv_row_q6_k(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
   const int16_t* a = x.q_eo + t * nb * 32;
   const double* sa = x.scale + t * nb;
@@ -624,40 +646,53 @@ bool gemv_row_q6_k(const uint8_t* row, int64_t nb, const act_view& x, int64_t t,
   dround r;
   r.init();
   int64_t n = 0;
-  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-    const uint8_t* sb = row + (b0 / 8) * 210;
-    uint16_t hd;
-    __builtin_memcpy(&hd, sb + 208, 2);
-    if (((hd >> 10) & 31) == 31) return false;
-    __m256i p[8];  // lanes 0..3: first half-block, 4..7: second
+  for (int64_t b0 = 0; b0 < nb; b0 += 8 * GROUPS) {
+    const int live = nb - b0 > 8 ? GROUPS : 1;
+    __m256i v0[GROUPS], v1[GROUPS];  // half-block sums: first halves, second halves
+#pragma GCC unroll 2
+    for (int g = 0; g < GROUPS; ++g) {
+      if (g >= live) break;
+      const uint8_t* sb = row + (b0 / 8 + g) * 210;
+      __m256i p[8];  // lanes 0..3: first half-block, 4..7: second
 #pragma GCC unroll 8
-    for (int s = 0; s < 8; ++s) {
-      const __m256i code = q6k_codes(sb, s);
-      p[s] = eo_products(even_s8(code), odd_s8(code), a + (b0 + s) * 32);
+      for (int s = 0; s < 8; ++s) {
+        const __m256i code = q6k_codes(sb, s);
+        p[s] = eo_products(even_s8(code), odd_s8(code), a + (b0 + 8 * g + s) * 32);
+      }
+      reduce8_halves(p, &v0[g], &v1[g]);
     }
-    const __m128i sc = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 192)), even_odd);
-    const __m256i s0 = _mm256_cvtepi8_epi32(sc), s1 = _mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8));
-    const __m256d d = _mm256_set1_pd(fp16_scaled(hd, bound));
-    __m256i v0, v1;
-    reduce8_halves(p, &v0, &v1);
-    const __m256d f0_lo = _mm256_mul_pd(lo_pd(s0), d), f0_hi = _mm256_mul_pd(hi_pd(s0), d);
-    const __m256d f1_lo = _mm256_mul_pd(lo_pd(s1), d), f1_hi = _mm256_mul_pd(hi_pd(s1), d);
-    const __m256d t_lo = _mm256_fmadd_pd(lo_pd(v1), f1_lo, _mm256_mul_pd(lo_pd(v0), f0_lo));
-    const __m256d t_hi = _mm256_fmadd_pd(hi_pd(v1), f1_hi, _mm256_mul_pd(hi_pd(v0), f0_hi));
-    r.add(0, _mm256_mul_pd(t_lo, _mm256_loadu_pd(sa + b0)));
-    r.add(1, _mm256_mul_pd(t_hi, _mm256_loadu_pd(sa + b0 + 4)));
-    ++n;
+#pragma GCC unroll 2
+    for (int g = 0; g < GROUPS; ++g) {
+      if (g >= live) break;
+      const uint8_t* sb = row + (b0 / 8 + g) * 210;
+      const int64_t bg = b0 + 8 * g;
+      uint16_t hd;
+      __builtin_memcpy(&hd, sb + 208, 2);
+      if (((hd >> 10) & 31) == 31) return false;
+      const __m128i sc = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + 192)), even_odd);
+      const __m256i s0 = _mm256_cvtepi8_epi32(sc), s1 = _mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8));
+      const __m256d d = _mm256_set1_pd(fp16_scaled(hd, bound));
+      const __m256d f0_lo = _mm256_mul_pd(lo_pd(s0), d), f0_hi = _mm256_mul_pd(hi_pd(s0), d);
+      const __m256d f1_lo = _mm256_mul_pd(lo_pd(s1), d), f1_hi = _mm256_mul_pd(hi_pd(s1), d);
+      const __m256d t_lo = _mm256_fmadd_pd(lo_pd(v1[g]), f1_lo, _mm256_mul_pd(lo_pd(v0[g]), f0_lo));
+      const __m256d t_hi = _mm256_fmadd_pd(hi_pd(v1[g]), f1_hi, _mm256_mul_pd(hi_pd(v0[g]), f0_hi));
+      r.add(0, _mm256_mul_pd(t_lo, _mm256_loadu_pd(sa + bg)));
+      r.add(1, _mm256_mul_pd(t_hi, _mm256_loadu_pd(sa + bg + 4)));
+      ++n;
+    }
   }
   if (!r.ok()) return gemv_row_blocks_int<q6_k_blocks>::run(row, nb, x, t, bound, c, out);
   *out += r.total(2, n);
   return true;
 }
 
-// gemv_row_q4_k_int with the epilogue through double: T * scale * d * 2^-bound * 2^(C + e_a - max)
-// and min * A * (-dmin) * 2^-bound * 2^(C + e_a - max) (A * 2^(...) is act_pack::sum_scaled).
-// FIVE: the same for q5_K (the codes' fifth bits added; its integer fallback is the block decoder's).
+// One q4_K row (FIVE: q5_K) against one token, the fused gemv_row_q4_k_int with the epilogue
+// through double: T * scale * d * 2^-bound * 2^(C + e_a - max) and min * A * (-dmin) * 2^-bound *
+// 2^(C + e_a - max) (A * 2^(...) is act_pack::sum_scaled); q5_K's integer fallback is the block
+// decoder's. Two super-blocks per iteration, both products before either epilogue (GROUPS).
 template <bool FIVE>
 bool gemv_row_qk(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, int32_t bound, int64_t c, int64_t* out) {
+  constexpr int64_t SB = FIVE ? 176 : 144;
   const int16_t* a = x.q_eo + t * nb * 32;
   const double* sa = x.scale + t * nb;
   const double* ss = x.sum_scaled + t * nb;
@@ -666,24 +701,36 @@ bool gemv_row_qk(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, i
   dround r;
   r.init();
   int64_t n = 0;
-  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-    const uint8_t* sb = row + (b0 / 8) * (FIVE ? 176 : 144);
-    uint32_t hdm;  // d, dmin
-    __builtin_memcpy(&hdm, sb, 4);
-    if ((hdm & 0x7c00u) == 0x7c00u || (hdm & 0x7c000000u) == 0x7c000000u) return false;
-    __m256i p[8];
-    q4k_products<FIVE>(sb, a + b0 * 32, p);
-    __m256i scv, mv;
-    q4k_scales8(sb + 4, &scv, &mv);
-    // d * 2^-bound and -dmin * 2^-bound, exact: an fp16 value widens exactly (F16C), times a power of two.
-    const __m256d dm = _mm256_castpd128_pd256(_mm_mul_pd(_mm_cvtps_pd(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(hdm)))), rb));
-    const __m256d d = _mm256_permute4x64_pd(dm, 0x00), m = _mm256_permute4x64_pd(dm, 0x55);
-    const __m256i v = _mm256_mullo_epi32(reduce8(p), scv);
-    r.add(0, _mm256_mul_pd(_mm256_mul_pd(lo_pd(v), d), _mm256_loadu_pd(sa + b0)));
-    r.add(1, _mm256_mul_pd(_mm256_mul_pd(hi_pd(v), d), _mm256_loadu_pd(sa + b0 + 4)));
-    r.add(2, _mm256_mul_pd(_mm256_mul_pd(lo_pd(mv), m), _mm256_loadu_pd(ss + b0)));
-    r.add(3, _mm256_mul_pd(_mm256_mul_pd(hi_pd(mv), m), _mm256_loadu_pd(ss + b0 + 4)));
-    ++n;
+  for (int64_t b0 = 0; b0 < nb; b0 += 8 * GROUPS) {
+    const int live = nb - b0 > 8 ? GROUPS : 1;  // super-blocks this iteration
+    __m256i v[GROUPS];
+#pragma GCC unroll 2
+    for (int g = 0; g < GROUPS; ++g) {
+      if (g >= live) break;
+      __m256i p[8];
+      q4k_products<FIVE>(row + (b0 / 8 + g) * SB, a + (b0 + 8 * g) * 32, p);
+      v[g] = reduce8(p);
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < GROUPS; ++g) {
+      if (g >= live) break;
+      const uint8_t* sb = row + (b0 / 8 + g) * SB;
+      const int64_t bg = b0 + 8 * g;
+      uint32_t hdm;  // d, dmin
+      __builtin_memcpy(&hdm, sb, 4);
+      if ((hdm & 0x7c00u) == 0x7c00u || (hdm & 0x7c000000u) == 0x7c000000u) return false;
+      __m256i scv, mv;
+      q4k_scales8(sb + 4, &scv, &mv);
+      // d * 2^-bound and -dmin * 2^-bound, exact: an fp16 value widens exactly (F16C), times a power of two.
+      const __m256d dm = _mm256_castpd128_pd256(_mm_mul_pd(_mm_cvtps_pd(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(hdm)))), rb));
+      const __m256d d = _mm256_permute4x64_pd(dm, 0x00), m = _mm256_permute4x64_pd(dm, 0x55);
+      const __m256i sv = _mm256_mullo_epi32(v[g], scv);
+      r.add(0, _mm256_mul_pd(_mm256_mul_pd(lo_pd(sv), d), _mm256_loadu_pd(sa + bg)));
+      r.add(1, _mm256_mul_pd(_mm256_mul_pd(hi_pd(sv), d), _mm256_loadu_pd(sa + bg + 4)));
+      r.add(2, _mm256_mul_pd(_mm256_mul_pd(lo_pd(mv), m), _mm256_loadu_pd(ss + bg)));
+      r.add(3, _mm256_mul_pd(_mm256_mul_pd(hi_pd(mv), m), _mm256_loadu_pd(ss + bg + 4)));
+      ++n;
+    }
   }
   if (!r.ok()) return FIVE ? gemv_row_blocks_int<q5_k_blocks>::run(row, nb, x, t, bound, c, out) : gemv_row_q4_k_int(row, nb, x, t, bound, c, out);
   *out += r.total(4, n);
@@ -775,9 +822,9 @@ bool gemv_avx2(gguf::dtype t, const act_view& x, int64_t n_tokens, const uint8_t
   if (x.q_eo == nullptr) return false;
   gemv_row_fn fn = gemv_blocks_row<gemv_row_blocks>(t);
   if (t == gguf::DTYPE_Q8_0) fn = gemv_row_d16<false>;
+  if (t == gguf::DTYPE_Q4_0) fn = gemv_row_d16<true>;
   if (t == gguf::DTYPE_Q4_K) fn = gemv_row_qk<false>;
   if (t == gguf::DTYPE_Q5_K) fn = gemv_row_qk<true>;
-  if (t == gguf::DTYPE_Q4_0) fn = gemv_row_d16<true>;
   if (t == gguf::DTYPE_Q6_K) fn = gemv_row_q6_k;
   return fn != nullptr && gemv_rows(fn, x, n_tokens, w, row_bytes, row_bounds, r0, r1, acc);
 }
