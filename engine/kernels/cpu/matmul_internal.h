@@ -114,9 +114,10 @@ void panel_kernel_avx512(const panel& p, const act_view& x, int64_t t0, int64_t 
 // The few-token path (generation): rows [r0, r1) of w straight from their blocks, no panel, for
 // tokens [0, n_tokens) of x, into acc[t * (r1 - r0) + (r - r0)] (zeroed by the caller). Same
 // block terms, rounded the same way, so the same sums as the panel kernels. Every integer type has
-// one (q8_0 and q4_K hand-fused; the others through the block decoders of
-// gemv_blocks.h). False when t has none (f32/f16/bf16) or a block has a non-finite scale (the
-// caller then takes the panel path, which reports the error).
+// one (hand-fused: q8_0 and q4_K on AVX-512, q8_0, q4_0, q4_K, q5_K and q6_K on AVX2; the others
+// through the block decoders of gemv_blocks.h). False when t has none (f32/f16/bf16), a block has a
+// non-finite scale (the caller then takes the panel path, which reports the error), or, on AVX2,
+// x has no q_eo (the AVX2 rows read the activations in that order).
 constexpr int64_t GEMV_MAX_TOKENS = 4;
 bool gemv_avx512(gguf::dtype t, const act_view& x, int64_t n_tokens, const uint8_t* w,
                  uint64_t row_bytes, const int32_t* row_bounds, int64_t r0, int64_t r1, int64_t* acc);
