@@ -242,7 +242,7 @@ TEST_CASE("gemv: no read past the end of the weights or any activation array (gu
   rng r{99};
   for (dtype t : INT_TYPES) {
     const bool k = gguf::dtype_get(t).block_size == 256;
-    for (int64_t n_in : k ? std::vector<int64_t>{256, 512} : std::vector<int64_t>{32, 64, 96, 160, 224, 288}) {
+    for (int64_t n_in : k ? std::vector<int64_t>{256, 512, 768, 1024, 2304} : std::vector<int64_t>{32, 64, 96, 160, 224, 288, 512, 544, 1056}) {
       for (int64_t n_tok = 1; n_tok <= 4; ++n_tok) {
         CAPTURE(n_in);
         CAPTURE(n_tok);
@@ -283,4 +283,65 @@ TEST_CASE("gemv: no read past the end of the weights or any activation array (gu
       }
     }
   }
+}
+
+// The AVX2 row kernels take two groups of eight blocks per iteration (GROUPS = 2) with a partial
+// last group; every tail shape of that loop (nb 1..40: 0..15 blocks past a multiple of 16; 1..9
+// super-blocks: an odd last super-block), on the five fused types, plus blocks built to reach the
+// 2^51 limit of the double epilogue so that each fused kernel's integer fallback runs (q4_K's reads
+// act_pack::q_eo too): fp16 scales 65504, codes at their extreme on even elements and 0 on odd
+// ones, even activations +-32767 and odd ones small (so an even/odd mix-up changes the sums).
+TEST_CASE("gemv fuzz: two-group tails of the AVX2 row kernels and their 2^51 fallback") {
+  rng r{20261203};
+  int64_t n_cases = 0, n_bad = 0;
+  for (dtype t : {gguf::DTYPE_Q8_0, gguf::DTYPE_Q4_0, gguf::DTYPE_Q4_K, gguf::DTYPE_Q5_K, gguf::DTYPE_Q6_K}) {
+    const gguf::dtype_traits& tr = gguf::dtype_get(t);
+    const bool k = tr.block_size == 256;
+    for (int64_t units = 1; units <= (k ? 9 : 40); ++units)
+      for (int64_t n_tok = 1; n_tok <= 4; ++n_tok)
+        for (int kind = 0; kind < 4; ++kind) {
+          const int64_t n_in = units * tr.block_size, n_out = r.range(1, 9);
+          fuzz_case c = make_case(r, t, n_in, n_out, n_tok, kind == 3 ? 2 : kind);
+          if (kind == 3) {
+            // Codes at their extreme on even elements, zero-ish on odd ones (so that an even/odd
+            // mix-up of codes or activations changes the sum), largest scales.
+            int64_t c0 = 0, c1 = 0;  // the code bytes of a block
+            if (t == gguf::DTYPE_Q8_0) c0 = 2, c1 = 34;
+            if (t == gguf::DTYPE_Q4_0) c0 = 2, c1 = 18;
+            if (t == gguf::DTYPE_Q4_K) c0 = 16, c1 = 144;
+            if (t == gguf::DTYPE_Q5_K) c0 = 48, c1 = 176;
+            if (t == gguf::DTYPE_Q6_K) c0 = 0, c1 = 128;
+            for (uint64_t off = 0; off < c.w.size(); off += tr.type_size) {
+              uint8_t* blk = c.w.data() + off;
+              std::memset(blk, 0xff, tr.type_size);
+              for (int64_t j = c0; j < c1; ++j) blk[j] = j % 2 == 0 ? (t == gguf::DTYPE_Q8_0 ? 0x80 : 0xff) : 0x00;
+              if (t == gguf::DTYPE_Q6_K) std::memset(blk + 192, 0x7f, 16);  // int8 scales +127
+              for (int f : test::fp16_fields(t)) {
+                const uint16_t h = 0x7bff;
+                std::memcpy(blk + f, &h, 2);
+              }
+            }
+            // Activations: every even element of a block +-32767 (one sign per block), odd ones small.
+            for (size_t b = 0; b < c.x.size(); b += 32) {
+              const float v = r.range(0, 1) ? 32767.0f : -32767.0f;
+              for (size_t i = b; i < b + 32; ++i) c.x[i] = i % 2 == 0 ? v : static_cast<float>(r.range(-300, 300));
+            }
+          }
+          const int64_t r0 = r.range(0, n_out - 1), r1 = r.range(r0 + 1, n_out);
+          const std::vector<float> want = ref_out(c, 0, n_out), want_part = ref_out(c, r0, r1);
+          for (cpu::isa isa : cpu::isa_all_supported()) {
+            const int64_t d = first_diff(want, cpu_out(c, isa, 0, n_out));
+            const int64_t d2 = first_diff(want_part, cpu_out(c, isa, r0, r1));
+            if (d != -1 || d2 != -1) {
+              ++n_bad;
+              if (n_bad < 20)
+                FAIL_CHECK(c.name << " " << cpu::isa_name(isa) << ": first difference at " << d << " / rows " << r0 << ".." << r1
+                                  << " at " << d2);
+            }
+          }
+          ++n_cases;
+        }
+  }
+  CHECK(n_bad == 0);
+  MESSAGE(n_cases << " two-group tail cases");
 }

@@ -237,7 +237,7 @@ void kernel_all(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64
     if (!kernel_token_pd<WIDE, MIN>(p, x, t, acc + (t - t0) * PANEL_ROWS)) kernel_token<WIDE, MIN>(p, x, t, acc + (t - t0) * PANEL_ROWS);
 }
 
-// ---- the few-token path: q8_0 and q4_K hand-fused, every other integer type through gemv_blocks.h ----
+// ---- the few-token path: q8_0, q4_0, q4_K, q5_K and q6_K hand-fused, the other integer types through gemv_blocks.h ----
 
 // Sums of lanes 0..3 of each of p[0..7] as the 8 lanes of *lo, of lanes 4..7 as those of *hi.
 inline void reduce8_halves(const __m256i* p, __m256i* lo, __m256i* hi) {
@@ -279,8 +279,9 @@ inline __m256i eo_products(__m256i even, __m256i odd, const int16_t* ae) {
 // products before any group's epilogue. A group's block sums come at the end of a long dependent
 // chain (products, the hadd tree, conversions, rounding); with one group per iteration the ~140
 // vector uops of the next group sit behind that chain and too little is in flight (Zen 3, q4_K:
-// 15.6 against 18.0 ns per super-block with rows in L2). Rows stay one sequential stream: pairing
-// two rows instead measured as fast in L2 and far slower from DRAM (two streams per thread).
+// 16.4 against 17.9 ns per super-block with rows in L2, 17.3 against 18.8 from DRAM). Rows stay one
+// sequential stream: pairing two rows instead measured as fast in L2 and far slower from DRAM (two
+// streams per thread).
 constexpr int GROUPS = 2;
 
 // v shifted left by s bits (right by -s when s < 0) in each 16-bit lane.

@@ -150,6 +150,10 @@ void weight_row_bounds(gguf::dtype t, const uint8_t* w, int64_t n_in, int64_t ro
   }
 }
 
+// The few-token kernels (gemv_avx2, gemv_avx512) read q_eo and bytes, built only up to
+// GEMV_PACKED_MAX_TOKENS tokens.
+static_assert(GEMV_MAX_TOKENS <= GEMV_PACKED_MAX_TOKENS);
+
 void act_pack_init(int64_t n_tokens, int64_t n_in, act_pack& p) {
   if (n_in % QBLOCK != 0) {
     throw input_error("act_pack_init: row length " + std::to_string(n_in) + " is not a multiple of 32");
