@@ -148,6 +148,23 @@ fuzz_case make_case(rng& r, dtype t, int64_t n_in, int64_t n_out, int64_t n_tok,
   return c;
 }
 
+// Every supported instruction set against the reference on all rows of c and on a random row
+// range; counts the case and, when some output differs, a bad one.
+void check_case(rng& r, const fuzz_case& c, int64_t n_out, int64_t& n_cases, int64_t& n_bad) {
+  const int64_t r0 = r.range(0, n_out - 1), r1 = r.range(r0 + 1, n_out);
+  const std::vector<float> want = ref_out(c, 0, n_out), want_part = ref_out(c, r0, r1);
+  for (cpu::isa isa : cpu::isa_all_supported()) {
+    const int64_t d = first_diff(want, cpu_out(c, isa, 0, n_out));
+    const int64_t d2 = first_diff(want_part, cpu_out(c, isa, r0, r1));
+    if (d != -1 || d2 != -1) {
+      ++n_bad;
+      if (n_bad < 20)
+        FAIL_CHECK(c.name << " " << cpu::isa_name(isa) << ": first difference at " << d << " / rows " << r0 << ".." << r1 << " at " << d2);
+    }
+  }
+  ++n_cases;
+}
+
 }  // namespace
 
 TEST_CASE("gemv fuzz: every integer type, block tails, 1..4 tokens, all ISAs, row ranges") {
@@ -164,19 +181,7 @@ TEST_CASE("gemv fuzz: every integer type, block tails, 1..4 tokens, all ISAs, ro
         for (int kind = 0; kind < 3; ++kind) {
           const int64_t n_out = r.range(1, 37);
           const fuzz_case c = make_case(r, t, n_in, n_out, n_tok, kind);
-          const int64_t r0 = r.range(0, n_out - 1), r1 = r.range(r0 + 1, n_out);
-          const std::vector<float> want = ref_out(c, 0, n_out), want_part = ref_out(c, r0, r1);
-          for (cpu::isa isa : cpu::isa_all_supported()) {
-            const int64_t d = first_diff(want, cpu_out(c, isa, 0, n_out));
-            const int64_t d2 = first_diff(want_part, cpu_out(c, isa, r0, r1));
-            if (d != -1 || d2 != -1) {
-              ++n_bad;
-              if (n_bad < 20)
-                FAIL_CHECK(c.name << " " << cpu::isa_name(isa) << ": first difference at " << d << " / rows " << r0 << ".." << r1
-                                  << " at " << d2);
-            }
-          }
-          ++n_cases;
+          check_case(r, c, n_out, n_cases, n_bad);
         }
   }
   CHECK(n_bad == 0);
@@ -327,19 +332,7 @@ TEST_CASE("gemv fuzz: two-group tails of the AVX2 row kernels and their 2^51 fal
               for (size_t i = b; i < b + 32; ++i) c.x[i] = i % 2 == 0 ? v : static_cast<float>(r.range(-300, 300));
             }
           }
-          const int64_t r0 = r.range(0, n_out - 1), r1 = r.range(r0 + 1, n_out);
-          const std::vector<float> want = ref_out(c, 0, n_out), want_part = ref_out(c, r0, r1);
-          for (cpu::isa isa : cpu::isa_all_supported()) {
-            const int64_t d = first_diff(want, cpu_out(c, isa, 0, n_out));
-            const int64_t d2 = first_diff(want_part, cpu_out(c, isa, r0, r1));
-            if (d != -1 || d2 != -1) {
-              ++n_bad;
-              if (n_bad < 20)
-                FAIL_CHECK(c.name << " " << cpu::isa_name(isa) << ": first difference at " << d << " / rows " << r0 << ".." << r1
-                                  << " at " << d2);
-            }
-          }
-          ++n_cases;
+          check_case(r, c, n_out, n_cases, n_bad);
         }
   }
   CHECK(n_bad == 0);
