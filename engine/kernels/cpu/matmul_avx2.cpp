@@ -576,17 +576,20 @@ bool gemv_row_d16(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, 
     for (int g = 0; g < GROUPS; ++g) {
       if (g >= live) break;
       __m256i p[8];
-      h16[g] = _mm_setzero_si128();
+      // The blocks' fp16 d, four to a 64-bit word, assembled in general registers (one insert
+      // per block would cost two vector uops each). Blocks with a zero activation block are
+      // multiplied like the others: their terms are zeros times 0.0.
+      uint64_t hw[2] = {0, 0};
+      const int64_t nk = nb - b0 - 8 * g;  // blocks left in the row
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
         const int64_t b = b0 + 8 * g + k;
         p[k] = _mm256_setzero_si256();
-        if (b >= nb) continue;
+        if (k >= nk) continue;
         const uint8_t* blk = row + b * BLOCK;
         uint16_t h;
         __builtin_memcpy(&h, blk, 2);
-        h16[g] = _mm_insert_epi16(h16[g], h, k);
-        if (sa[b] == 0.0) continue;
+        hw[k / 4] |= static_cast<uint64_t>(h) << (16 * (k % 4));
         __m256i even, odd;
         if (Q40) {
           const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
@@ -599,6 +602,7 @@ bool gemv_row_d16(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, 
         }
         p[k] = eo_products(even, odd, a + b * 32);
       }
+      h16[g] = _mm_set_epi64x(static_cast<int64_t>(hw[1]), static_cast<int64_t>(hw[0]));
       sums[g] = reduce8(p);
     }
 #pragma GCC unroll 2
