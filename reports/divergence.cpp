@@ -2,8 +2,10 @@
 // context, the margins between the best two alternatives, the first differing logit hash, and how
 // far the shared alternatives' log-probs drifted before the tokens parted.
 #include <algorithm>
-#include <limits>
 #include <cmath>
+#include <limits>
+#include <optional>
+#include <string>
 
 #include "reports/compare.h"
 #include "reports/steps.h"
@@ -119,9 +121,31 @@ int64_t token_at_byte(const record& r, size_t c, std::vector<size_t>* starts) {
   return static_cast<int64_t>(r.tokens.size());
 }
 
+// The concatenated bytes of r's tokens; nullopt when a token's bytes are unknown.
+std::optional<std::string> tokens_bytes(const record& r) {
+  std::string out;
+  for (const token_rec& t : r.tokens) {
+    const std::optional<std::string> b = known_bytes(t);
+    if (!b) return std::nullopt;
+    out += *b;
+  }
+  return out;
+}
+
 void tokens_at_divergence(const record& a, const record& b, divergence& d) {
   if (d.char_offset < 0 || a.tokens.empty() || b.tokens.empty()) return;
-  const size_t c = static_cast<size_t>(d.char_offset);
+  size_t c = static_cast<size_t>(d.char_offset);
+  // A text is valid UTF-8: a token that ends inside a character (one byte of a three-byte one)
+  // shows there as U+FFFD, three bytes, so offsets in the text run ahead of the tokens' bytes. Where
+  // both sides' token bytes are known and a side's text is not exactly them, the tokens are located
+  // by the first byte where the token bytes part.
+  const std::optional<std::string> ra = tokens_bytes(a), rb = tokens_bytes(b);
+  const bool raw = ra && rb && (*ra != a.text || *rb != b.text);
+  if (raw) {
+    const size_t m = std::min(ra->size(), rb->size());
+    c = 0;
+    while (c < m && (*ra)[c] == (*rb)[c]) ++c;
+  }
   std::vector<size_t> starts_a, starts_b;
   d.token_index_a = token_at_byte(a, c, &starts_a);
   d.token_index_b = token_at_byte(b, c, &starts_b);
@@ -130,7 +154,8 @@ void tokens_at_divergence(const record& a, const record& b, divergence& d) {
   auto tok = [](const record& r, int64_t i) {
     return i < static_cast<int64_t>(r.tokens.size()) ? "'" + r.tokens[static_cast<size_t>(i)].text + "'" : std::string("(end)");
   };
-  const std::string where = "the targets tokenize differently: byte " + std::to_string(c) + " is in A's token " +
+  const std::string where = "the targets tokenize differently: byte " + std::to_string(c) + (raw ? " of the tokens' bytes" : "") +
+                            " is in A's token " +
                             std::to_string(d.token_index_a) + " " + tok(a, d.token_index_a) + " and B's token " +
                             std::to_string(d.token_index_b) + " " + tok(b, d.token_index_b) +
                             "; token indices of the two sides do not correspond";

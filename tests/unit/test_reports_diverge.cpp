@@ -233,6 +233,43 @@ TEST_CASE("report drift: a drifted row's status, JSON fields, summary count and 
   CHECK(report_render(r, "junit").find("<property name=\"drifted\" value=\"1\"/>") != std::string::npos);
 }
 
+TEST_CASE("report diverge: tokens that end inside a character are located by their bytes, not by the text's U+FFFD") {
+  // Two lone bytes (0xC4, 0xC5) show in the text as U+FFFD, three bytes each, so the texts part at
+  // byte 8 (" d" vs " e") while the tokens' bytes part at byte 4. Located by the text's offset, A's
+  // byte 8 lies past token 6 and B's past token 4, whose cuts differ: a false "tokenize differently".
+  auto lone = [](int32_t id, uint8_t byte) {
+    token_rec t;
+    t.id = id;
+    t.text = "\xEF\xBF\xBD";
+    t.bytes = {byte};
+    return t;
+  };
+  auto with_lone_bytes = [&](record r) {
+    const std::vector<token_rec> lones = {lone(196, 0xC4), lone(197, 0xC5)};
+    r.tokens.insert(r.tokens.begin() + 1, lones.begin(), lones.end());
+    r.text = r.tokens[0].text + "\xEF\xBF\xBD\xEF\xBF\xBD" + r.text.substr(r.tokens[0].text.size());
+    return r;
+  };
+  const record a = with_lone_bytes(rec("q", "alone", {{1, "a"}, {4, " d"}, {5, "x"}, {6, "y"}, {7, "z"}}));
+  const record b = with_lone_bytes(rec("q", "concurrent-8", {{1, "a"}, {8, " e"}, {9, "xyz"}}));
+  REQUIRE(a.text == "a\xEF\xBF\xBD\xEF\xBF\xBD dxyz");
+  const divergence d = diverge(a, b);
+  CHECK(d.char_offset == 8);
+  CHECK(d.token_index == 3);
+  CHECK(d.token_index_a == 3);
+  CHECK(d.token_index_b == 3);
+  CHECK_FALSE(d.tokenized_differently);
+  CHECK(d.note.empty());
+  // Cut differently before the parting byte: said, with the offset in the tokens' bytes.
+  const record c = with_lone_bytes(rec("q", "concurrent-8", {{1, "a"}, {10, " d"}, {11, "x"}, {12, "yq"}}));
+  const record e = with_lone_bytes(rec("q", "alone", {{1, "a"}, {13, " dx"}, {14, "y"}, {15, "z"}}));
+  const divergence d2 = diverge(e, c);
+  CHECK(d2.tokenized_differently);
+  CHECK(d2.note ==
+        "the targets tokenize differently: byte 7 of the tokens' bytes is in A's token 5 'z' and B's token 5 'yq'; token "
+        "indices of the two sides do not correspond");
+}
+
 TEST_CASE("report diverge: targets that tokenize differently are located by byte, with each side's own token") {
   // A cuts "The answer" as "The"," answer", B as "The an","swer": the texts part at byte 11
   // ("is" vs "was"), which is A's token 2 and B's token 2 too, but B's tokens start elsewhere
