@@ -56,11 +56,13 @@ struct init_scale {
   double offset;
 };
 
-// 1/sqrt(n) without libm: Newton iterations on a double, exact enough for a scale.
+// 1/sqrt(n) without libm: Newton iterations on a double, exact enough for a scale. The step
+// y(1.5 - 0.5 n y^2) converges to +1/sqrt(n) only from n y^2 < 3 (at 3 it gives 0, above it the
+// negative root or divergence), so y starts with n y^2 in [0.5, 2]: powers of two move it by 4x.
 double inv_sqrt(double n) {
   double y = 1.0;
-  while (y * y * n > 4.0) y *= 0.5;
-  while (y * y * n < 0.25) y *= 2.0;
+  while (y * y * n > 2.0) y *= 0.5;
+  while (y * y * n < 0.5) y *= 2.0;
   for (int i = 0; i < 32; ++i) y = y * (1.5 - 0.5 * n * y * y);
   return y;
 }

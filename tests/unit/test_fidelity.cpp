@@ -16,6 +16,7 @@
 #include "runtime/context.h"
 #include "test_util.h"
 #include "tokenizer/vocab.h"
+#include "util/sha256.h"
 
 using namespace detaudit;
 using nlohmann::json;
@@ -100,6 +101,14 @@ std::string contexts_of(const std::string& k) {
   return std::string(has_b4748(k) ? "llamacpp-b4748" : "llamacpp-2026-08") + "/tiny-" + k + ".json";
 }
 
+// The mean |d logprob| allowed against llama.cpp on a synthetic model. On f16 weights llama.cpp rounds
+// activations to f16, not 8 bits, and every model measures below 0.001: 0.005 there keeps the checks
+// sensitive to small mistakes (gemma3-f16 with its sliding window switched off measures 0.017).
+// `quantized` is the bound for the other types (8-bit activations on llama.cpp's side).
+double llamacpp_bound(const std::string& k, double quantized) {
+  return k.size() > 4 && k.compare(k.size() - 4, 4, "-f16") == 0 ? 0.005 : quantized;
+}
+
 // Exact vs float64 reference over every item of a reference file's contexts.
 lp_stats exact_vs_reference(const std::string& model_path, const std::string& ref_path, size_t max_items) {
   auto m = model::model::load(model_path);
@@ -140,6 +149,9 @@ llamacpp_stats vs_llamacpp(const std::string& model_path, const std::string& ref
                            double tie) {
   auto m = model::model::load(model_path);
   json ref = read_json(ref_path);
+  // A reference speaks only for the file it was recorded on (tests/data/README.md): after a change
+  // to synth or a quantizer, the references must be recorded again.
+  REQUIRE(ref["model_sha256"].get<std::string>() == sha256_file(model_path));
   llamacpp_stats st;
   for (const json& it : ref["items"]) {
     auto cont = ids_of(it["tokens"]);
@@ -209,7 +221,7 @@ TEST_CASE("fidelity: exact and float vs llama.cpp on every synthetic model") {
                                    << st.lp.mean() << " max " << st.lp.max);
         CHECK(st.n_checked > 0);
         CHECK(st.n_agree == st.n_checked);
-        CHECK(st.lp.mean() <= 0.03);
+        CHECK(st.lp.mean() <= llamacpp_bound(k, 0.03));
       }
     }
   }
@@ -252,6 +264,12 @@ TEST_CASE("fidelity: exact vs float64 reference at 4k tokens of context") {
 // qwen3moe and gpt-oss (mixtures of experts) appeared in llama.cpp after b4748: their references
 // are the 2026-08 build's, whose prompts also serve as the contexts of the exact vs reference
 // comparison. gpt-oss-mxfp4 is llama.cpp's MXFP4_MOE mixture (experts mxfp4, the rest q8_0).
+// The mean bound against llama.cpp is 0.05 here, not the dense models' 0.03: when a router's 4th
+// and 5th experts nearly tie, rounding picks the expert, and a step where llama.cpp's rounding and
+// ours pick different experts moves by up to a nat. Measured on gpt-oss-q8_0: float mode's
+// |d logprob| reaches 1.0 at one step of 23 where exact's stays below 0.4 (float mean 0.037, exact
+// 0.020); a jump that size between two roundings of one context comes from a discrete choice, and
+// the router's top-k is the only one in the forward pass.
 const char* SYNTHETIC_MOE[] = {"qwen3moe-f16", "qwen3moe-q8_0", "qwen3moe-q4_k_m",
                                "gpt-oss-f16",  "gpt-oss-q8_0",  "gpt-oss-mxfp4"};
 
@@ -272,7 +290,7 @@ TEST_CASE("fidelity: qwen3moe and gpt-oss, exact vs float64 reference and exact 
                                   << st.lp.mean() << " max " << st.lp.max);
       CHECK(st.n_checked > 0);
       CHECK(st.n_agree == st.n_checked);
-      CHECK(st.lp.mean() <= 0.03);
+      CHECK(st.lp.mean() <= llamacpp_bound(k, 0.05));
     }
   }
 }

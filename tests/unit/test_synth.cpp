@@ -151,6 +151,51 @@ TEST_CASE("synth: architecture specifics") {
   CHECK(model::arch_rope_kind(model::hparams_from_gguf(tied).arch) == model::ROPE_NORM);
 }
 
+// The scale rule of engine/model/synth.cpp, restated with libm's sqrt: every matrix N(0, 1/fan_in),
+// the projections back into the residual stream a further 1/sqrt(2 n_layer), the output 2.5/sqrt(n_embd),
+// an untied token_embd N(0, 1). Widths of the form 4^k and 3 * 4^k are the ones a Newton start outside
+// the iteration's basin got wrong (3 * 4^k gave exactly 0: ffn_down of the tiny preset was all zeros).
+TEST_CASE("synth: every matrix has the spread its fan-in asks for, at every width") {
+  std::string dir = test::scratch_dir("synth_scale");
+  struct shape {
+    int64_t n_embd, n_ff, n_layer;
+  };
+  for (shape sh : {shape{256, 768, 2}, shape{192, 1024, 8}, shape{64, 3072, 6}, shape{128, 12288, 1}, shape{96, 320, 22}}) {
+    CAPTURE(sh.n_embd);
+    CAPTURE(sh.n_ff);
+    model::synth_options o = tiny(model::ARCH_LLAMA, gguf::DTYPE_F32);
+    o.n_embd = sh.n_embd;
+    o.n_ff = sh.n_ff;
+    o.n_layer = sh.n_layer;
+    o.n_head = 4;
+    o.n_head_kv = 2;
+    o.n_ctx = 256;
+    const std::string path = dir + "/w" + std::to_string(sh.n_embd) + ".gguf";
+    model::synth_write(o, path);
+    gguf::file f = gguf::file::open(path);
+    int checked = 0;
+    for (const gguf::tensor_info& ti : f.tensors()) {
+      if (ti.ne.size() != 2) continue;
+      CAPTURE(ti.name);
+      const std::string& n = ti.name;
+      auto ends = [&](const std::string& s) { return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0; };
+      double want = 1.0 / std::sqrt(double(ti.ne[0]));
+      if (n == "token_embd.weight") want = 1.0;
+      if (n == "output.weight") want = 2.5 / std::sqrt(double(sh.n_embd));
+      if (ends("attn_output.weight") || ends("ffn_down.weight")) want /= std::sqrt(2.0 * double(sh.n_layer));
+      const std::vector<float> v = decode(f, ti);
+      double ss = 0;
+      for (float x : v) ss += double(x) * x;
+      const double rms = std::sqrt(ss / double(v.size()));
+      // 2048 values or more each (seed 7, fixed): the sample RMS lies within a few percent of the spread.
+      CHECK(rms >= 0.93 * want);
+      CHECK(rms <= 1.07 * want);
+      ++checked;
+    }
+    CHECK(checked == 2 + 7 * sh.n_layer);
+  }
+}
+
 TEST_CASE("synth: the same options give the same bytes and another seed does not") {
   std::string dir = test::scratch_dir("synth_det");
   model::synth_options o = tiny(model::ARCH_LLAMA, gguf::DTYPE_Q4_K);
