@@ -37,13 +37,6 @@ size_t token_length(const token_rec& t) {
   return b ? b->size() : t.text.size();
 }
 
-// The byte offset in r.text where token k starts, from the tokens' lengths (capped at the text).
-size_t token_offset(const record& r, size_t k) {
-  size_t off = 0;
-  for (size_t i = 0; i < k && i < r.tokens.size(); ++i) off += token_length(r.tokens[i]);
-  return std::min(off, r.text.size());
-}
-
 std::optional<double> margin_at(const record& r, size_t k) {
   if (k >= r.top_logprobs.size()) return std::nullopt;
   return step_margin(r.top_logprobs[k]);
@@ -109,18 +102,6 @@ void text_diverge(const record& a, const record& b, divergence& d) {
   context_at(b.text, c, &d.before_b, &d.after_b);
 }
 
-// Each side's token holding byte c, and the byte offsets where its tokens start before c.
-int64_t token_at_byte(const record& r, size_t c, std::vector<size_t>* starts) {
-  size_t off = 0;
-  for (size_t i = 0; i < r.tokens.size(); ++i) {
-    const size_t len = token_length(r.tokens[i]);
-    if (c < off + len) return static_cast<int64_t>(i);
-    off += len;
-    if (off < c) starts->push_back(off);
-  }
-  return static_cast<int64_t>(r.tokens.size());
-}
-
 // The concatenated bytes of r's tokens; nullopt when a token's bytes are unknown.
 std::optional<std::string> tokens_bytes(const record& r) {
   std::string out;
@@ -132,33 +113,87 @@ std::optional<std::string> tokens_bytes(const record& r) {
   return out;
 }
 
+// Each token's length in r.text, when r's tokens lay the text out exactly: by their bytes (the
+// text is their concatenation) or else by their strings. A text is valid UTF-8, so a token that
+// ends inside a character (a lone byte) shows in it as U+FFFD, three bytes, as in the token's own
+// string; its one byte would put every later token's offset off. nullopt when neither adds up.
+std::optional<std::vector<size_t>> text_layout(const record& r) {
+  std::vector<size_t> len;
+  if (const std::optional<std::string> raw = tokens_bytes(r); raw && *raw == r.text) {
+    for (const token_rec& t : r.tokens) len.push_back(known_bytes(t)->size());
+    return len;
+  }
+  std::string cat;
+  for (const token_rec& t : r.tokens) {
+    cat += t.text;
+    len.push_back(t.text.size());
+  }
+  if (cat == r.text) return len;
+  return std::nullopt;
+}
+
+// Each token's length in the tokens' bytes; nullopt when a token's bytes are unknown.
+std::optional<std::vector<size_t>> byte_layout(const record& r) {
+  std::vector<size_t> len;
+  for (const token_rec& t : r.tokens) {
+    const std::optional<std::string> b = known_bytes(t);
+    if (!b) return std::nullopt;
+    len.push_back(b->size());
+  }
+  return len;
+}
+
+// The byte offset in r.text where token k starts (capped at the text).
+size_t token_offset(const record& r, size_t k) {
+  size_t off = 0;
+  if (const auto len = text_layout(r)) {
+    for (size_t i = 0; i < k && i < len->size(); ++i) off += (*len)[i];
+  } else {
+    for (size_t i = 0; i < k && i < r.tokens.size(); ++i) off += token_length(r.tokens[i]);
+  }
+  return std::min(off, r.text.size());
+}
+
+// The token holding byte c of a layout, and the offsets where tokens start before c.
+int64_t token_at_byte(const std::vector<size_t>& len, size_t c, std::vector<size_t>* starts) {
+  size_t off = 0;
+  for (size_t i = 0; i < len.size(); ++i) {
+    if (c < off + len[i]) return static_cast<int64_t>(i);
+    off += len[i];
+    if (off < c) starts->push_back(off);
+  }
+  return static_cast<int64_t>(len.size());
+}
+
 void tokens_at_divergence(const record& a, const record& b, divergence& d) {
   if (d.char_offset < 0 || a.tokens.empty() || b.tokens.empty()) return;
   size_t c = static_cast<size_t>(d.char_offset);
-  // A text is valid UTF-8: a token that ends inside a character (one byte of a three-byte one)
-  // shows there as U+FFFD, three bytes, so offsets in the text run ahead of the tokens' bytes. Where
-  // both sides' token bytes are known and a side's text is not exactly them, the tokens are located
-  // by the first byte where the token bytes part.
-  const std::optional<std::string> ra = tokens_bytes(a), rb = tokens_bytes(b);
-  const bool raw = ra && rb && (*ra != a.text || *rb != b.text);
-  if (raw) {
+  std::optional<std::vector<size_t>> la = text_layout(a), lb = text_layout(b);
+  bool in_bytes = false;
+  if (!la || !lb) {
+    // A text its tokens do not lay out (lone bytes shown as U+FFFD beside a character split across
+    // tokens): located where the tokens' bytes part, when both sides' are known; else not at all.
+    const std::optional<std::string> ra = tokens_bytes(a), rb = tokens_bytes(b);
+    if (!ra || !rb) return;
+    la = byte_layout(a);
+    lb = byte_layout(b);
+    in_bytes = true;
     const size_t m = std::min(ra->size(), rb->size());
     c = 0;
     while (c < m && (*ra)[c] == (*rb)[c]) ++c;
   }
   std::vector<size_t> starts_a, starts_b;
-  d.token_index_a = token_at_byte(a, c, &starts_a);
-  d.token_index_b = token_at_byte(b, c, &starts_b);
+  d.token_index_a = token_at_byte(*la, c, &starts_a);
+  d.token_index_b = token_at_byte(*lb, c, &starts_b);
   d.tokenized_differently = starts_a != starts_b;
   if (!d.tokenized_differently) return;
   auto tok = [](const record& r, int64_t i) {
     return i < static_cast<int64_t>(r.tokens.size()) ? "'" + r.tokens[static_cast<size_t>(i)].text + "'" : std::string("(end)");
   };
-  const std::string where = "the targets tokenize differently: byte " + std::to_string(c) + (raw ? " of the tokens' bytes" : "") +
-                            " is in A's token " +
-                            std::to_string(d.token_index_a) + " " + tok(a, d.token_index_a) + " and B's token " +
-                            std::to_string(d.token_index_b) + " " + tok(b, d.token_index_b) +
-                            "; token indices of the two sides do not correspond";
+  const std::string where = "the targets tokenize differently: byte " + std::to_string(c) +
+                            (in_bytes ? " of the tokens' bytes" : "") + " is in A's token " + std::to_string(d.token_index_a) +
+                            " " + tok(a, d.token_index_a) + " and B's token " + std::to_string(d.token_index_b) + " " +
+                            tok(b, d.token_index_b) + "; token indices of the two sides do not correspond";
   d.note = d.note.empty() ? where : d.note + "; " + where;
 }
 
@@ -193,10 +228,16 @@ divergence diverge_answer(const record& a, const record& b) {
     text_diverge(a, b, d);
     tokens_at_divergence(a, b, d);
   } else {
-    d.retokenized = true;
     context_at(a.text, token_offset(a, k), &d.before_a, &d.after_a);
     context_at(b.text, token_offset(b, k), &d.before_b, &d.after_b);
-    d.note = "the texts are identical; the tokens are cut differently";
+    const std::optional<std::string> ra = tokens_bytes(a), rb = tokens_bytes(b);
+    if (ra && rb && *ra != *rb) {
+      // Texts alike only where they show different bytes alike: U+FFFD for any byte that is not UTF-8.
+      d.note = "the texts are identical, but the tokens' bytes differ (a text shows each byte that is not UTF-8 as U+FFFD)";
+    } else {
+      d.retokenized = true;
+      d.note = "the texts are identical; the tokens are cut differently";
+    }
   }
   return d;
 }

@@ -11,6 +11,19 @@
 using namespace detaudit::reports;
 using detaudit::test::rec;
 
+namespace {
+
+// A token of one byte that is not UTF-8 on its own: its string is U+FFFD, as a server shows it.
+token_rec lone_byte(int32_t id, uint8_t byte) {
+  token_rec t;
+  t.id = id;
+  t.text = "\xEF\xBF\xBD";
+  t.bytes = {byte};
+  return t;
+}
+
+}  // namespace
+
 TEST_CASE("report diverge: ids 1 2 3 4 vs 1 2 9 4 part at token 2 and byte 4 with both margins") {
   record a = rec("q", "alone", {{1, "a"}, {2, " b"}, {3, " c"}, {4, " d"}});
   record b = rec("q", "concurrent-8", {{1, "a"}, {2, " b"}, {9, " X"}, {4, " d"}});
@@ -237,15 +250,8 @@ TEST_CASE("report diverge: tokens that end inside a character are located by the
   // Two lone bytes (0xC4, 0xC5) show in the text as U+FFFD, three bytes each, so the texts part at
   // byte 8 (" d" vs " e") while the tokens' bytes part at byte 4. Located by the text's offset, A's
   // byte 8 lies past token 6 and B's past token 4, whose cuts differ: a false "tokenize differently".
-  auto lone = [](int32_t id, uint8_t byte) {
-    token_rec t;
-    t.id = id;
-    t.text = "\xEF\xBF\xBD";
-    t.bytes = {byte};
-    return t;
-  };
   auto with_lone_bytes = [&](record r) {
-    const std::vector<token_rec> lones = {lone(196, 0xC4), lone(197, 0xC5)};
+    const std::vector<token_rec> lones = {lone_byte(196, 0xC4), lone_byte(197, 0xC5)};
     r.tokens.insert(r.tokens.begin() + 1, lones.begin(), lones.end());
     r.text = r.tokens[0].text + "\xEF\xBF\xBD\xEF\xBF\xBD" + r.text.substr(r.tokens[0].text.size());
     return r;
@@ -260,14 +266,100 @@ TEST_CASE("report diverge: tokens that end inside a character are located by the
   CHECK(d.token_index_b == 3);
   CHECK_FALSE(d.tokenized_differently);
   CHECK(d.note.empty());
-  // Cut differently before the parting byte: said, with the offset in the tokens' bytes.
+  // Cut differently before the parting byte: said, at the text's offset.
   const record c = with_lone_bytes(rec("q", "concurrent-8", {{1, "a"}, {10, " d"}, {11, "x"}, {12, "yq"}}));
   const record e = with_lone_bytes(rec("q", "alone", {{1, "a"}, {13, " dx"}, {14, "y"}, {15, "z"}}));
   const divergence d2 = diverge(e, c);
   CHECK(d2.tokenized_differently);
   CHECK(d2.note ==
-        "the targets tokenize differently: byte 7 of the tokens' bytes is in A's token 5 'z' and B's token 5 'yq'; token "
+        "the targets tokenize differently: byte 11 is in A's token 5 'z' and B's token 5 'yq'; token indices of the two "
+        "sides do not correspond");
+
+  // One side without bytes (a server that sends none): each side is laid out by its own tokens'
+  // strings, which add up to its text.
+  record no_bytes = with_lone_bytes(rec("q", "concurrent-8", {{1, "a"}, {8, " e"}, {9, "xyz"}}));
+  for (token_rec& t : no_bytes.tokens) t.bytes.clear();
+  const divergence d3 = diverge(a, no_bytes);
+  CHECK(d3.char_offset == 8);
+  CHECK(d3.token_index == 3);
+  CHECK(d3.token_index_a == 3);
+  CHECK(d3.token_index_b == 3);
+  CHECK_FALSE(d3.tokenized_differently);
+  CHECK(d3.note.empty());
+  // A token that really is U+FFFD (its bytes EF BF BD) on one side, a lone byte on the other.
+  record real_fffd = no_bytes;
+  real_fffd.tokens[1].bytes = {0xEF, 0xBF, 0xBD};
+  const divergence d4 = diverge(a, real_fffd);
+  CHECK(d4.token_index_a == 3);
+  CHECK(d4.token_index_b == 3);
+  CHECK_FALSE(d4.tokenized_differently);
+
+  // A token of unknown bytes (no string, no bytes) does not put the others off.
+  record ua = a, ub = b;
+  token_rec unknown;
+  unknown.id = 5;
+  ua.tokens.insert(ua.tokens.begin() + 1, unknown);
+  ub.tokens.insert(ub.tokens.begin() + 1, unknown);
+  const divergence d5 = diverge(ua, ub);
+  CHECK(d5.token_index == 4);
+  CHECK(d5.token_index_a == 4);
+  CHECK(d5.token_index_b == 4);
+  CHECK_FALSE(d5.tokenized_differently);
+}
+
+TEST_CASE("report diverge: a text that neither its tokens' bytes nor their strings lay out is located by the bytes") {
+  // 0xC3 0xA9 (é) split over two tokens and a lone 0xC4: the text reads "aé\uFFFD d", which is
+  // neither the tokens' bytes (0xC4 is not UTF-8) nor their strings (each half of é shows U+FFFD).
+  auto mixed = [&](const std::vector<std::pair<int32_t, std::string>>& rest, const std::string& cond) {
+    record r = rec("q", cond, {{1, "a"}});
+    for (const token_rec& t : {lone_byte(195, 0xC3), lone_byte(169, 0xA9), lone_byte(196, 0xC4)}) r.tokens.push_back(t);
+    r.text += "\xC3\xA9\xEF\xBF\xBD";
+    for (const auto& [id, text] : rest) {
+      token_rec t;
+      t.id = id;
+      t.text = text;
+      r.tokens.push_back(t);
+      r.text += text;
+    }
+    return r;
+  };
+  const record a = mixed({{4, " d"}, {5, "x"}, {6, "yz"}}, "alone");
+  const record b = mixed({{7, " dxy"}, {8, "q"}}, "concurrent-8");
+  // Bytes: a C3 A9 C4 ' ' d x y z vs a C3 A9 C4 ' ' d x y q: they part at byte 8 of the tokens' bytes.
+  const divergence d = diverge(a, b);
+  CHECK(d.token_index == 4);
+  CHECK(d.token_index_a == 6);
+  CHECK(d.token_index_b == 5);
+  CHECK(d.tokenized_differently);
+  CHECK(d.note ==
+        "the targets tokenize differently: byte 8 of the tokens' bytes is in A's token 6 'yz' and B's token 5 'q'; token "
         "indices of the two sides do not correspond");
+  // One side's bytes unknown: not located rather than located wrongly.
+  record c = b;
+  c.tokens[1].bytes.clear();
+  const divergence dc = diverge(a, c);
+  CHECK(dc.token_index_a == -1);
+  CHECK(dc.token_index_b == -1);
+  CHECK_FALSE(dc.tokenized_differently);
+}
+
+TEST_CASE("report diverge: texts alike only through U+FFFD are a difference, not a re-cut") {
+  // Lone bytes 0xC4 and 0xC5 both show as U+FFFD: the same text, different tokens.
+  record a = rec("q", "alone", {{1, "a"}, {3, " d"}});
+  record b = rec("q", "control", {{1, "a"}, {3, " d"}});
+  a.tokens.insert(a.tokens.begin() + 1, lone_byte(196, 0xC4));
+  b.tokens.insert(b.tokens.begin() + 1, lone_byte(197, 0xC5));
+  a.text = b.text = "a\xEF\xBF\xBD d";
+  const divergence d = diverge(a, b);
+  CHECK_FALSE(d.identical);
+  CHECK_FALSE(d.retokenized);
+  CHECK(d.token_index == 1);
+  CHECK(d.note == "the texts are identical, but the tokens' bytes differ (a text shows each byte that is not UTF-8 as U+FFFD)");
+  CHECK(d.after_a == "\xEF\xBF\xBD d");
+  const report r = compare_run({a, b});
+  REQUIRE(r.pairs.size() == 1);
+  CHECK(r.pairs[0].differ == 1);
+  CHECK(r.pairs[0].retokenized == 0);
 }
 
 TEST_CASE("report diverge: targets that tokenize differently are located by byte, with each side's own token") {
