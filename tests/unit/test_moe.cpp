@@ -322,28 +322,33 @@ TEST_CASE("moe: trace comparison names the first layer where routing differs") {
 // Float numerics' router logits move with batch shape (8-bit activation blocks for few rows, an
 // f32 GEMM for many), and a near-tie between the k-th and the next expert flips: the experts a
 // token uses differ between the prompt in one step and one token per step (or 7 per step, alone
-// or among other sequences). Exact numerics route identically, in rank order too.
+// or among other sequences). Exact numerics route identically, in rank order too. A flip needs a
+// near-tie, which a given random model may not have: models of successive seeds are tried until
+// float numerics flip one (exact numerics checked on every model tried).
 TEST_CASE("moe: routing flips under batching in float numerics, never in exact numerics") {
-  const std::string path = moe_file("flips", moe_options(11, 16, 4));
   int n_float_flips = 0;
-  for (int64_t ub : {1, 7}) {
-    for (bool crowd : {false, true}) {
-      CAPTURE(ub);
-      CAPTURE(crowd);
-      const auto e1 = traced(path, runtime::NUMERICS_EXACT, 512, false), e2 = traced(path, runtime::NUMERICS_EXACT, ub, crowd);
-      REQUIRE(e1.size() == 36);
-      REQUIRE(e1[0].routes.size() == 2);
-      REQUIRE(e1[0].routes[0].size() == 4);
-      const runtime::trace_parting de = runtime::trace_compare(e1, e2);
-      CHECK(de.route_pos == -1);
-      CHECK(de.hash_pos == -1);
-      const auto f1 = traced(path, runtime::NUMERICS_FLOAT, 512, false), f2 = traced(path, runtime::NUMERICS_FLOAT, ub, crowd);
-      const runtime::trace_parting df = runtime::trace_compare(f1, f2);
-      const int n_sets = set_flips(f1, f2);
-      MESSAGE("float, n_ubatch " << ub << std::string(crowd ? " among 3 other sequences" : "") << ": "
-                                 << runtime::trace_parting_text(df) << n_sets << " (token, layer) pairs use other experts");
-      CHECK(set_flips(e1, e2) == 0);
-      n_float_flips += n_sets;
+  for (uint64_t seed = 11; seed < 19 && n_float_flips == 0; ++seed) {
+    CAPTURE(seed);
+    const std::string path = moe_file("flips" + std::to_string(seed), moe_options(seed, 16, 4));
+    for (int64_t ub : {1, 7}) {
+      for (bool crowd : {false, true}) {
+        CAPTURE(ub);
+        CAPTURE(crowd);
+        const auto e1 = traced(path, runtime::NUMERICS_EXACT, 512, false), e2 = traced(path, runtime::NUMERICS_EXACT, ub, crowd);
+        REQUIRE(e1.size() == 36);
+        REQUIRE(e1[0].routes.size() == 2);
+        REQUIRE(e1[0].routes[0].size() == 4);
+        const runtime::trace_parting de = runtime::trace_compare(e1, e2);
+        CHECK(de.route_pos == -1);
+        CHECK(de.hash_pos == -1);
+        const auto f1 = traced(path, runtime::NUMERICS_FLOAT, 512, false), f2 = traced(path, runtime::NUMERICS_FLOAT, ub, crowd);
+        const runtime::trace_parting df = runtime::trace_compare(f1, f2);
+        const int n_sets = set_flips(f1, f2);
+        MESSAGE("float, n_ubatch " << ub << std::string(crowd ? " among 3 other sequences" : "") << ": "
+                                   << runtime::trace_parting_text(df) << n_sets << " (token, layer) pairs use other experts");
+        CHECK(set_flips(e1, e2) == 0);
+        n_float_flips += n_sets;
+      }
     }
   }
   CHECK(n_float_flips > 0);
