@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "runtime/bench.h"
 #include "util/error.h"
 
 namespace detaudit::cli {
@@ -112,7 +113,7 @@ void build_app(CLI::App& app) {
       "detaudit: does an LLM inference engine give the same answer twice?\n"
       "Replays prompts against OpenAI-compatible servers and a built-in exact engine under batching,\n"
       "prompt caching, chunking and speculative decoding, and reports item by item where outputs part.");
-  app.set_version_flag("--version", std::string("detaudit ") + DETAUDIT_VERSION);
+  app.set_version_flag("--version", std::string("detaudit ") + DETAUDIT_VERSION + " (commit " + runtime::build_commit() + ")");
   app.require_subcommand(1);
   app.fallthrough(false);
   app.footer(

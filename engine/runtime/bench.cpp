@@ -11,6 +11,7 @@
 #include <thread>
 #include <unistd.h>
 
+#include "build_commit.h"
 #include "gguf/dtype.h"
 #include "kernels/cpu/cpu.h"
 #include "util/error.h"
@@ -327,14 +328,12 @@ std::string bench_table(const bench_model_info& info, const std::vector<bench_re
   return out;
 }
 
+const char* build_commit() { return DETAUDIT_BUILD_COMMIT; }
+
 nlohmann::json bench_to_json(const bench_model_info& info, const std::vector<bench_result>& rows) {
   nlohmann::json arr = nlohmann::json::array();
   const std::string cpu = cpu_model_name(), now = utc_now();
-#ifdef DETAUDIT_BUILD_COMMIT
-  const std::string commit = DETAUDIT_BUILD_COMMIT;
-#else
-  const std::string commit = "unknown";
-#endif
+  const std::string commit = build_commit();
   for (const bench_result& r : rows) {
     arr.push_back({{"build_commit", commit},
                    {"detaudit_version", DETAUDIT_VERSION},

@@ -107,6 +107,10 @@ std::string bench_row_name(const bench_result& r);
 // "98.12 ± 1.30"), one line per row, with its header.
 std::string bench_table(const bench_model_info& info, const std::vector<bench_result>& rows);
 
+// The commit this binary was built from: 12 hex digits, "-dirty" when tracked files differed from
+// it, or "unknown" outside a git checkout (engine/util/build_commit.cmake).
+const char* build_commit();
+
 // One llama-bench compatible record per row (model_filename, model_type, model_size,
 // model_n_params, n_threads, n_prompt, n_gen, n_depth, avg_ns, stddev_ns, avg_ts, stddev_ts,
 // samples_ns, samples_ts, ...) plus "numerics", "build_commit" and "detaudit_version"; an array.

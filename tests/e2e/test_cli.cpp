@@ -82,6 +82,12 @@ TEST_CASE("cli: --help and --version exit 0 and teach") {
   auto v = run_cmd(bin() + " --version");
   CHECK(v.exit_code == 0);
   CHECK(v.out.find("detaudit ") == 0);
+  // The commit the binary was built from: the source tree's HEAD, or "unknown" outside a checkout.
+  const std::string src = detaudit::test::test_data("../..");
+  auto head = run_cmd("git -C " + shell_quote(src) + " rev-parse --short=12 HEAD 2>/dev/null");
+  std::string commit = head.exit_code == 0 ? head.out.substr(0, head.out.find_first_of("\r\n")) : "";
+  if (commit.empty()) commit = "unknown";
+  CHECK(v.out.find("(commit " + commit) != std::string::npos);
 }
 
 TEST_CASE("cli: --config JSON supplies options and the command line overrides it") {
