@@ -184,9 +184,12 @@ std::vector<int32_t> chat_prompt(const http_state& st, const json& b) {
     const json& m = (*it)[i];
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
       throw http_error(400, "field 'messages[" + std::to_string(i) + "].role': expected a string");
-    const std::string role = m["role"].get<std::string>();
+    std::string role = m["role"].get<std::string>();
+    // OpenAI's newer models take their instructions as "developer" messages; as llama-server
+    // does, they are system messages to the template.
+    if (role == "developer") role = "system";
     if (role != "system" && role != "user" && role != "assistant")
-      throw http_error(400, "field 'messages[" + std::to_string(i) + "].role': expected system, user or assistant, found " +
+      throw http_error(400, "field 'messages[" + std::to_string(i) + "].role': expected system, developer, user or assistant, found " +
                                 text_quote(role));
     msgs.push_back({role, message_content(m, i)});
   }

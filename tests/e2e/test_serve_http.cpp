@@ -114,6 +114,16 @@ TEST_CASE("serve_http: every endpoint answers in the llama.cpp and OpenAI shapes
   CHECK(chat["choices"][0]["logprobs"]["content"].size() == 3);
   CHECK(chat["choices"][0]["logprobs"]["content"][0]["top_logprobs"].size() == 2);
   CHECK(chat["system_fingerprint"].is_string());
+  // A "developer" message is a system message to the template, as in llama-server: the same prompt,
+  // so the same answer bit for bit.
+  json dev = post(port, "/v1/chat/completions",
+                  {{"messages", {{{"role", "developer"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}}},
+                   {"max_tokens", 3}, {"logprobs", true}, {"top_logprobs", 2}});
+  CHECK(dev["usage"]["prompt_tokens"] == chat["usage"]["prompt_tokens"]);
+  CHECK(dev["choices"][0]["logprobs"] == chat["choices"][0]["logprobs"]);
+  CHECK(dev["chained_hash"] == chat["chained_hash"]);
+  json user_only = post(port, "/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 3}});
+  CHECK(user_only["usage"]["prompt_tokens"] != chat["usage"]["prompt_tokens"]);
 
   json tok = post(port, "/tokenize", {{"content", "Hello world"}, {"with_pieces", true}});
   REQUIRE(tok["tokens"].size() > 0);
