@@ -232,8 +232,15 @@ divergence diverge_answer(const record& a, const record& b) {
     context_at(b.text, token_offset(b, k), &d.before_b, &d.after_b);
     const std::optional<std::string> ra = tokens_bytes(a), rb = tokens_bytes(b);
     if (ra && rb && *ra != *rb) {
-      // Texts alike only where they show different bytes alike: U+FFFD for any byte that is not UTF-8.
-      d.note = "the texts are identical, but the tokens' bytes differ (a text shows each byte that is not UTF-8 as U+FFFD)";
+      // Texts alike over different tokens: cut before the tokens end (a stop string), or showing
+      // different bytes alike (U+FFFD for any byte that is not UTF-8).
+      auto cut = [](const std::string& text, const std::string& raw) {
+        return text.size() < raw.size() && raw.compare(0, text.size(), text) == 0;
+      };
+      d.note = std::string("the texts are identical, but the tokens' bytes differ (") +
+               (cut(a.text, *ra) || cut(b.text, *rb) ? "a text ends before its tokens do, as at a stop string"
+                                                      : "a text shows each byte that is not UTF-8 as U+FFFD") +
+               ")";
     } else {
       d.retokenized = true;
       d.note = "the texts are identical; the tokens are cut differently";

@@ -343,7 +343,7 @@ TEST_CASE("report diverge: a text that neither its tokens' bytes nor their strin
   CHECK_FALSE(dc.tokenized_differently);
 }
 
-TEST_CASE("report diverge: texts alike only through U+FFFD are a difference, not a re-cut") {
+TEST_CASE("report diverge: texts alike over different token bytes (U+FFFD, a stop string) are a difference, not a re-cut") {
   // Lone bytes 0xC4 and 0xC5 both show as U+FFFD: the same text, different tokens.
   record a = rec("q", "alone", {{1, "a"}, {3, " d"}});
   record b = rec("q", "control", {{1, "a"}, {3, " d"}});
@@ -360,6 +360,20 @@ TEST_CASE("report diverge: texts alike only through U+FFFD are a difference, not
   REQUIRE(r.pairs.size() == 1);
   CHECK(r.pairs[0].differ == 1);
   CHECK(r.pairs[0].retokenized == 0);
+  // Texts cut at a stop string before the tokens that differ: a difference too, said so.
+  record s1 = rec("q", "alone", {{1, "a"}, {2, " b"}, {3, " c"}}), s2 = rec("q", "control", {{1, "a"}, {2, " b"}, {4, " d"}});
+  s1.text = s2.text = "a b";
+  const divergence ds = diverge(s1, s2);
+  CHECK_FALSE(ds.identical);
+  CHECK_FALSE(ds.retokenized);
+  CHECK(ds.token_index == 2);
+  CHECK(ds.note == "the texts are identical, but the tokens' bytes differ (a text ends before its tokens do, as at a stop string)");
+  // The same tokens cut differently over one text: a re-cut, not a difference.
+  record c1 = rec("q", "alone", {{1, "a"}, {2, " bc"}}), c2 = rec("q", "control", {{1, "a"}, {5, " b"}, {6, "c"}});
+  const divergence dc = diverge(c1, c2);
+  CHECK_FALSE(dc.identical);
+  CHECK(dc.retokenized);
+  CHECK(dc.note == "the texts are identical; the tokens are cut differently");
 }
 
 TEST_CASE("report diverge: targets that tokenize differently are located by byte, with each side's own token") {
