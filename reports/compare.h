@@ -42,10 +42,13 @@ struct divergence {
   int64_t drift_step = -1;
   std::optional<double> max_drift;
   // Where the texts part (char_offset >= 0) and both sides have tokens: each side's own index of
-  // the token holding that byte (its token count when the byte is past its tokens), and whether the
-  // two cut the text before it at different places: then their token indices do not correspond
-  // (other vocabularies, or another tokenization), and the byte offset is what locates the
-  // difference.
+  // the token holding the parting byte (its token count when the byte is past its tokens), and
+  // whether the two cut the text before it at different places: then their token indices do not
+  // correspond (other vocabularies, or another tokenization), and the byte offset is what locates
+  // the difference. When both sides' token bytes are known the byte is where those part (which can
+  // be before the texts part: different bytes that are not UTF-8 all show as U+FFFD); else each
+  // side's tokens are laid over its own text, and a side they cannot be laid over (a character
+  // split across tokens whose bytes it does not give) leaves both indices -1: not located.
   int64_t token_index_a = -1, token_index_b = -1;
   bool tokenized_differently = false;
   // A reasoning model's thinking (record.reasoning), compared apart from the answer: whether either

@@ -16,6 +16,7 @@ namespace {
 
 constexpr size_t BEFORE_CHARS = 40;
 constexpr size_t AFTER_CHARS = 60;
+constexpr const char* U_FFFD = "\xEF\xBF\xBD";
 
 // Whether two tokens are the same token: the same bytes when both sides' bytes are known, else
 // the same id when both have one, else the same string. A token with neither bytes nor a string
@@ -102,34 +103,42 @@ void text_diverge(const record& a, const record& b, divergence& d) {
   context_at(b.text, c, &d.before_b, &d.after_b);
 }
 
-// The concatenated bytes of r's tokens; nullopt when a token's bytes are unknown.
-std::optional<std::string> tokens_bytes(const record& r) {
+// The concatenated bytes of r's tokens from token k on; nullopt when one of their bytes is unknown.
+std::optional<std::string> tokens_bytes(const record& r, size_t k = 0) {
   std::string out;
-  for (const token_rec& t : r.tokens) {
-    const std::optional<std::string> b = known_bytes(t);
+  for (size_t i = k; i < r.tokens.size(); ++i) {
+    const std::optional<std::string> b = known_bytes(r.tokens[i]);
     if (!b) return std::nullopt;
     out += *b;
   }
   return out;
 }
 
-// Each token's length in r.text, when r's tokens lay the text out exactly: by their bytes (the
-// text is their concatenation) or else by their strings. A text is valid UTF-8, so a token that
-// ends inside a character (a lone byte) shows in it as U+FFFD, three bytes, as in the token's own
-// string; its one byte would put every later token's offset off. nullopt when neither adds up.
-std::optional<std::vector<size_t>> text_layout(const record& r) {
-  std::vector<size_t> len;
-  if (const std::optional<std::string> raw = tokens_bytes(r); raw && *raw == r.text) {
-    for (const token_rec& t : r.tokens) len.push_back(known_bytes(t)->size());
-    return len;
-  }
-  std::string cat;
-  for (const token_rec& t : r.tokens) {
-    cat += t.text;
-    len.push_back(t.text.size());
-  }
-  if (cat == r.text) return len;
+// The length in r.text of token t standing at byte off: its string's, else its bytes' (see
+// text_layout); nullopt when neither stands there.
+std::optional<size_t> length_in_text(const record& r, size_t off, const token_rec& t) {
+  if (r.text.compare(off, t.text.size(), t.text) == 0) return t.text.size();
+  if (const std::optional<std::string> b = known_bytes(t); b && r.text.compare(off, b->size(), *b) == 0) return b->size();
   return std::nullopt;
+}
+
+// Each token's length in r.text, through the token holding byte c (every token when c lies past
+// them). A text is valid UTF-8: a token that is a lone byte shows in it as U+FFFD, three bytes, as
+// in the token's own string, while one piece of a character split across tokens shows as the
+// character. So a token whose string stands at its place in the text takes the string's length,
+// else one whose bytes do takes theirs. nullopt when a token before c is neither: the text cannot
+// be laid out over the tokens there.
+std::optional<std::vector<size_t>> text_layout(const record& r, size_t c) {
+  std::vector<size_t> len;
+  size_t off = 0;
+  for (const token_rec& t : r.tokens) {
+    if (off > c) break;
+    const std::optional<size_t> n = length_in_text(r, off, t);
+    if (!n) return std::nullopt;
+    len.push_back(*n);
+    off += *n;
+  }
+  return len;
 }
 
 // Each token's length in the tokens' bytes; nullopt when a token's bytes are unknown.
@@ -143,13 +152,18 @@ std::optional<std::vector<size_t>> byte_layout(const record& r) {
   return len;
 }
 
-// The byte offset in r.text where token k starts (capped at the text).
+// The byte offset in r.text where token k starts (capped at the text): tokens 0..k-1 laid over the
+// text as text_layout does, or by their bytes' lengths where they cannot be.
 size_t token_offset(const record& r, size_t k) {
   size_t off = 0;
-  if (const auto len = text_layout(r)) {
-    for (size_t i = 0; i < k && i < len->size(); ++i) off += (*len)[i];
-  } else {
-    for (size_t i = 0; i < k && i < r.tokens.size(); ++i) off += token_length(r.tokens[i]);
+  for (size_t i = 0; i < k && i < r.tokens.size(); ++i) {
+    const std::optional<size_t> n = length_in_text(r, off, r.tokens[i]);
+    if (!n) {
+      off = 0;
+      for (size_t j = 0; j < k && j < r.tokens.size(); ++j) off += token_length(r.tokens[j]);
+      break;
+    }
+    off += *n;
   }
   return std::min(off, r.text.size());
 }
@@ -168,19 +182,24 @@ int64_t token_at_byte(const std::vector<size_t>& len, size_t c, std::vector<size
 void tokens_at_divergence(const record& a, const record& b, divergence& d) {
   if (d.char_offset < 0 || a.tokens.empty() || b.tokens.empty()) return;
   size_t c = static_cast<size_t>(d.char_offset);
-  std::optional<std::vector<size_t>> la = text_layout(a), lb = text_layout(b);
+  std::optional<std::vector<size_t>> la, lb;
   bool in_bytes = false;
-  if (!la || !lb) {
-    // A text its tokens do not lay out (lone bytes shown as U+FFFD beside a character split across
-    // tokens): located where the tokens' bytes part, when both sides' are known; else not at all.
-    const std::optional<std::string> ra = tokens_bytes(a), rb = tokens_bytes(b);
-    if (!ra || !rb) return;
+  const std::optional<std::string> ra = tokens_bytes(a), rb = tokens_bytes(b);
+  if (ra && rb) {
+    // Both sides' bytes known: located where the bytes part, which can come before the texts part
+    // (two different lone bytes both show as U+FFFD).
     la = byte_layout(a);
     lb = byte_layout(b);
-    in_bytes = true;
+    in_bytes = *ra != a.text || *rb != b.text;
     const size_t m = std::min(ra->size(), rb->size());
     c = 0;
     while (c < m && (*ra)[c] == (*rb)[c]) ++c;
+  } else {
+    // Else each side's tokens laid over its own text; a side they cannot be laid over is not
+    // located (-1) rather than located wrongly.
+    la = text_layout(a, c);
+    lb = text_layout(b, c);
+    if (!la || !lb) return;
   }
   std::vector<size_t> starts_a, starts_b;
   d.token_index_a = token_at_byte(*la, c, &starts_a);
@@ -195,6 +214,33 @@ void tokens_at_divergence(const record& a, const record& b, divergence& d) {
                             " " + tok(a, d.token_index_a) + " and B's token " + std::to_string(d.token_index_b) + " " +
                             tok(b, d.token_index_b) + "; token indices of the two sides do not correspond";
   d.note = d.note.empty() ? where : d.note + "; " + where;
+}
+
+// Equal texts over tokens that part at k: a re-cut of the same bytes, or a difference the texts
+// do not show. From k on, bytes known on both sides decide; where they are not, token k with the
+// same string at the same place on both sides (another id) is a difference, else a re-cut.
+bool texts_hide_a_difference(const record& a, const record& b, size_t k) {
+  const std::optional<std::string> ta = tokens_bytes(a, k), tb = tokens_bytes(b, k);
+  if (ta && tb) return *ta != *tb;
+  return k < a.tokens.size() && k < b.tokens.size() && a.tokens[k].text == b.tokens[k].text &&
+         token_offset(a, k) == token_offset(b, k);
+}
+
+// Why equal texts hide a difference: a text cut before its tokens end (a stop string), or bytes
+// that are not UTF-8, each shown as U+FFFD.
+std::string hidden_difference_note(const record& a, const record& b) {
+  auto cut = [](const record& r) {
+    std::string strings;
+    for (const token_rec& t : r.tokens) strings += t.text;
+    const std::optional<std::string> raw = tokens_bytes(r);
+    auto longer = [&r](const std::string& s) { return s.size() > r.text.size() && s.compare(0, r.text.size(), r.text) == 0; };
+    return longer(strings) || (raw && longer(*raw));
+  };
+  const std::string why = cut(a) || cut(b) ? " (a text ends before its tokens do, as at a stop string)"
+                          : a.text.find(U_FFFD) != std::string::npos
+                              ? " (a text shows each byte that is not UTF-8 as U+FFFD)"
+                              : "";
+  return "the texts are identical, but the tokens differ" + why;
 }
 
 // The answers (texts and tokens) of two responses that both succeeded.
@@ -230,17 +276,8 @@ divergence diverge_answer(const record& a, const record& b) {
   } else {
     context_at(a.text, token_offset(a, k), &d.before_a, &d.after_a);
     context_at(b.text, token_offset(b, k), &d.before_b, &d.after_b);
-    const std::optional<std::string> ra = tokens_bytes(a), rb = tokens_bytes(b);
-    if (ra && rb && *ra != *rb) {
-      // Texts alike over different tokens: cut before the tokens end (a stop string), or showing
-      // different bytes alike (U+FFFD for any byte that is not UTF-8).
-      auto cut = [](const std::string& text, const std::string& raw) {
-        return text.size() < raw.size() && raw.compare(0, text.size(), text) == 0;
-      };
-      d.note = std::string("the texts are identical, but the tokens' bytes differ (") +
-               (cut(a.text, *ra) || cut(b.text, *rb) ? "a text ends before its tokens do, as at a stop string"
-                                                      : "a text shows each byte that is not UTF-8 as U+FFFD") +
-               ")";
+    if (texts_hide_a_difference(a, b, k)) {
+      d.note = hidden_difference_note(a, b);
     } else {
       d.retokenized = true;
       d.note = "the texts are identical; the tokens are cut differently";

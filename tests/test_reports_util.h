@@ -44,6 +44,15 @@ inline reports::record rec(const std::string& item, const std::string& condition
   return r;
 }
 
+// A record with these tokens (bytes and all) and this text, for the cases where a text is not the
+// concatenation of its tokens' strings (bytes that are not UTF-8, a stop string).
+inline reports::record with_tokens(const std::string& cond, std::vector<reports::token_rec> toks, const std::string& text) {
+  reports::record r = rec("q", cond, {});
+  r.tokens = std::move(toks);
+  r.text = text;
+  return r;
+}
+
 // The same record graded: GSM8K-style reference "... #### N" and the gsm8k grader.
 inline reports::record graded(reports::record r, const std::string& answer) {
   r.reference = "Work it out.\n#### " + answer;

@@ -82,12 +82,18 @@ TEST_CASE("cli: --help and --version exit 0 and teach") {
   auto v = run_cmd(bin() + " --version");
   CHECK(v.exit_code == 0);
   CHECK(v.out.find("detaudit ") == 0);
-  // The commit the binary was built from: the source tree's HEAD, or "unknown" outside a checkout.
+  // The commit the binary was built from: a commit of the source tree (HEAD when freshly built), or
+  // "unknown" outside a checkout.
   const std::string src = detaudit::test::test_data("../..");
-  auto head = run_cmd("git -C " + shell_quote(src) + " rev-parse --short=12 HEAD 2>/dev/null");
-  std::string commit = head.exit_code == 0 ? head.out.substr(0, head.out.find_first_of("\r\n")) : "";
-  if (commit.empty()) commit = "unknown";
-  CHECK(v.out.find("(commit " + commit) != std::string::npos);
+  const size_t at = v.out.find("(commit ");
+  REQUIRE(at != std::string::npos);
+  const std::string commit = v.out.substr(at + 8, v.out.find_first_of("-)", at + 8) - (at + 8));
+  if (run_cmd("git -C " + shell_quote(src) + " rev-parse HEAD >/dev/null 2>&1").exit_code == 0) {
+    CHECK(commit.size() == 12);
+    CHECK(run_cmd("git -C " + shell_quote(src) + " cat-file -e " + shell_quote(commit + "^{commit}") + " 2>/dev/null").exit_code == 0);
+  } else {
+    CHECK(commit == "unknown");
+  }
 }
 
 TEST_CASE("cli: --config JSON supplies options and the command line overrides it") {

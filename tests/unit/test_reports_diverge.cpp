@@ -10,6 +10,7 @@
 
 using namespace detaudit::reports;
 using detaudit::test::rec;
+using detaudit::test::with_tokens;
 
 namespace {
 
@@ -266,14 +267,14 @@ TEST_CASE("report diverge: tokens that end inside a character are located by the
   CHECK(d.token_index_b == 3);
   CHECK_FALSE(d.tokenized_differently);
   CHECK(d.note.empty());
-  // Cut differently before the parting byte: said, at the text's offset.
+  // Cut differently before the parting byte: said, at the offset in the tokens' bytes.
   const record c = with_lone_bytes(rec("q", "concurrent-8", {{1, "a"}, {10, " d"}, {11, "x"}, {12, "yq"}}));
   const record e = with_lone_bytes(rec("q", "alone", {{1, "a"}, {13, " dx"}, {14, "y"}, {15, "z"}}));
   const divergence d2 = diverge(e, c);
   CHECK(d2.tokenized_differently);
   CHECK(d2.note ==
-        "the targets tokenize differently: byte 11 is in A's token 5 'z' and B's token 5 'yq'; token indices of the two "
-        "sides do not correspond");
+        "the targets tokenize differently: byte 7 of the tokens' bytes is in A's token 5 'z' and B's token 5 'yq'; token "
+        "indices of the two sides do not correspond");
 
   // One side without bytes (a server that sends none): each side is laid out by its own tokens'
   // strings, which add up to its text.
@@ -354,7 +355,7 @@ TEST_CASE("report diverge: texts alike over different token bytes (U+FFFD, a sto
   CHECK_FALSE(d.identical);
   CHECK_FALSE(d.retokenized);
   CHECK(d.token_index == 1);
-  CHECK(d.note == "the texts are identical, but the tokens' bytes differ (a text shows each byte that is not UTF-8 as U+FFFD)");
+  CHECK(d.note == "the texts are identical, but the tokens differ (a text shows each byte that is not UTF-8 as U+FFFD)");
   CHECK(d.after_a == "\xEF\xBF\xBD d");
   const report r = compare_run({a, b});
   REQUIRE(r.pairs.size() == 1);
@@ -367,7 +368,7 @@ TEST_CASE("report diverge: texts alike over different token bytes (U+FFFD, a sto
   CHECK_FALSE(ds.identical);
   CHECK_FALSE(ds.retokenized);
   CHECK(ds.token_index == 2);
-  CHECK(ds.note == "the texts are identical, but the tokens' bytes differ (a text ends before its tokens do, as at a stop string)");
+  CHECK(ds.note == "the texts are identical, but the tokens differ (a text ends before its tokens do, as at a stop string)");
   // The same tokens cut differently over one text: a re-cut, not a difference.
   record c1 = rec("q", "alone", {{1, "a"}, {2, " bc"}}), c2 = rec("q", "control", {{1, "a"}, {5, " b"}, {6, "c"}});
   const divergence dc = diverge(c1, c2);
@@ -436,3 +437,76 @@ TEST_CASE("report diverge: log-probs of +-1e308 give the largest double, never i
   CHECK(j["pairs"][0]["rows"][0]["max_drift"].is_number());
   CHECK(j["pairs"][0]["rows"][0]["margin_b"].is_number());
 }
+
+namespace {
+
+token_rec bytes_tok(int32_t id, std::vector<uint8_t> bytes, const std::string& text = "\xEF\xBF\xBD") {
+  token_rec t;
+  t.id = id;
+  t.text = text;
+  t.bytes = std::move(bytes);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("report diverge: equal texts over a token whose bytes one side does not give are still a difference") {
+  const std::string text = "a\xEF\xBF\xBD d";
+  const token_rec a0 = bytes_tok(1, {}, "a"), d0 = bytes_tok(3, {}, " d");
+  const record a = with_tokens("alone", {a0, lone_byte(196, 0xC4), d0}, text);
+  token_rec no_bytes = lone_byte(197, 0xC5);
+  no_bytes.bytes.clear();
+  token_rec fffd_bytes = bytes_tok(197, {0xEF, 0xBF, 0xBD});  // a server that sends U+FFFD's bytes for a byte token
+  token_rec no_bytes_196 = lone_byte(196, 0xC4);
+  no_bytes_196.bytes.clear();
+  const std::vector<std::pair<std::string, record>> cases = {
+      {"bytes on one side only", with_tokens("control", {a0, no_bytes, d0}, text)},
+      {"U+FFFD's bytes for a byte token", with_tokens("control", {a0, fffd_bytes, d0}, text)},
+      {"a genuine U+FFFD token", with_tokens("control", {a0, bytes_tok(65533, {0xEF, 0xBF, 0xBD}), d0}, text)},
+  };
+  for (const auto& [what, b] : cases) {
+    CAPTURE(what);
+    const divergence d = diverge(a, b);
+    CHECK_FALSE(d.identical);
+    CHECK_FALSE(d.retokenized);
+    CHECK(d.token_index == 1);
+    CHECK(d.note == "the texts are identical, but the tokens differ (a text shows each byte that is not UTF-8 as U+FFFD)");
+  }
+  // No bytes on either side: ids 196 and 197 with the same string at the same place.
+  const divergence none = diverge(with_tokens("alone", {a0, no_bytes_196, d0}, text), cases[0].second);
+  CHECK_FALSE(none.retokenized);
+  CHECK(none.token_index == 1);
+  // A token before the parting one whose bytes hold U+FFFD's does not hide the difference after it.
+  const std::string t2 = "a\xEF\xBF\xBD\xEF\xBF\xBD";
+  const token_rec first = bytes_tok(1, {'a', 0xEF, 0xBF, 0xBD}, "a\xEF\xBF\xBD");
+  const divergence tail = diverge(with_tokens("alone", {first, lone_byte(196, 0xC4)}, t2),
+                                  with_tokens("control", {first, lone_byte(197, 0xC5)}, t2));
+  CHECK_FALSE(tail.retokenized);
+  CHECK(tail.token_index == 1);
+}
+
+TEST_CASE("report diverge: with both sides' bytes known, the tokens are located where the bytes part, before the texts do") {
+  // 0xC4 and 0xC5 both show as U+FFFD: the texts part at 'x' vs 'y', the bytes at byte 1.
+  const record a = with_tokens("alone", {bytes_tok(1, {}, "a"), lone_byte(196, 0xC4), lone_byte(196, 0xC4), bytes_tok(2, {}, "x")},
+                               "a\xEF\xBF\xBD\xEF\xBF\xBDx");
+  const record b = with_tokens("concurrent-8", {bytes_tok(1, {}, "a"), bytes_tok(300, {0xC5, 0xC4}, "\xEF\xBF\xBD\xEF\xBF\xBD"),
+                                                bytes_tok(3, {}, "y")},
+                               "a\xEF\xBF\xBD\xEF\xBF\xBDy");
+  const divergence d = diverge(a, b);
+  CHECK(d.token_index == 1);
+  CHECK(d.token_index_a == 1);
+  CHECK(d.token_index_b == 1);
+  CHECK_FALSE(d.tokenized_differently);
+  CHECK(d.note.empty());
+  // 0xE2 alone vs 0xEF, then BF BD F0 9D, 84 9E: the first token parts at byte 0.
+  const record c = with_tokens("alone", {lone_byte(226, 0xE2)}, "\xEF\xBF\xBD");
+  const record e = with_tokens("concurrent-8",
+                               {lone_byte(239, 0xEF), bytes_tok(301, {0xBF, 0xBD, 0xF0, 0x9D}), bytes_tok(302, {0x84, 0x9E})},
+                               "\xEF\xBF\xBD\xF0\x9D\x84\x9E");
+  const divergence d2 = diverge(c, e);
+  CHECK(d2.token_index == 0);
+  CHECK(d2.token_index_a == 0);
+  CHECK(d2.token_index_b == 0);
+  CHECK_FALSE(d2.tokenized_differently);
+}
+

@@ -16,6 +16,7 @@
 
 using namespace detaudit::reports;
 using detaudit::test::rec;
+using detaudit::test::with_tokens;
 using detaudit::test::words;
 
 namespace {
@@ -25,13 +26,6 @@ token_rec byte_token(std::vector<uint8_t> bytes, const std::string& text) {
   t.bytes = std::move(bytes);
   t.text = text;
   return t;
-}
-
-record with_tokens(const std::string& cond, std::vector<token_rec> toks, const std::string& text) {
-  record r = rec("q", cond, {});
-  r.tokens = std::move(toks);
-  r.text = text;
-  return r;
 }
 
 record with_evidence(record r, const json& e) {
