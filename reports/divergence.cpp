@@ -115,29 +115,39 @@ std::optional<std::string> tokens_bytes(const record& r, size_t k = 0) {
 }
 
 // The length in r.text of token t standing at byte off: its string's, else its bytes' (see
-// text_layout); nullopt when neither stands there.
+// laid_over_text); nullopt when neither stands there.
 std::optional<size_t> length_in_text(const record& r, size_t off, const token_rec& t) {
   if (r.text.compare(off, t.text.size(), t.text) == 0) return t.text.size();
   if (const std::optional<std::string> b = known_bytes(t); b && r.text.compare(off, b->size(), *b) == 0) return b->size();
   return std::nullopt;
 }
 
-// Each token's length in r.text, through the token holding byte c (every token when c lies past
-// them). A text is valid UTF-8: a token that is a lone byte shows in it as U+FFFD, three bytes, as
-// in the token's own string, while one piece of a character split across tokens shows as the
-// character. So a token whose string stands at its place in the text takes the string's length,
-// else one whose bytes do takes theirs. nullopt when a token before c is neither: the text cannot
-// be laid out over the tokens there.
-std::optional<std::vector<size_t>> text_layout(const record& r, size_t c) {
+// Each token's length in r.text, from the first token, through the token holding byte c (every
+// token when c lies past them), stopping early at a token that does not stand at its place. A text
+// is valid UTF-8: a token that is a lone byte shows in it as U+FFFD, three bytes, as in the token's
+// own string, while one piece of a character split across tokens shows as the character. So a
+// token whose string stands at its place in the text takes the string's length, else one whose
+// bytes do takes theirs.
+std::vector<size_t> laid_over_text(const record& r, size_t c) {
   std::vector<size_t> len;
   size_t off = 0;
   for (const token_rec& t : r.tokens) {
     if (off > c) break;
     const std::optional<size_t> n = length_in_text(r, off, t);
-    if (!n) return std::nullopt;
+    if (!n) break;
     len.push_back(*n);
     off += *n;
   }
+  return len;
+}
+
+// laid_over_text when it reaches byte c (or the last token); nullopt when a token before c does
+// not stand in the text: the text cannot be laid out over the tokens there.
+std::optional<std::vector<size_t>> text_layout(const record& r, size_t c) {
+  std::vector<size_t> len = laid_over_text(r, c);
+  size_t off = 0;
+  for (size_t n : len) off += n;
+  if (len.size() < r.tokens.size() && off <= c) return std::nullopt;
   return len;
 }
 
@@ -153,18 +163,12 @@ std::optional<std::vector<size_t>> byte_layout(const record& r) {
 }
 
 // The byte offset in r.text where token k starts (capped at the text): tokens 0..k-1 laid over the
-// text as text_layout does, or by their bytes' lengths where they cannot be.
+// text, or by their bytes' lengths where they cannot be.
 size_t token_offset(const record& r, size_t k) {
+  k = std::min(k, r.tokens.size());
+  const std::vector<size_t> laid = laid_over_text(r, std::string::npos);
   size_t off = 0;
-  for (size_t i = 0; i < k && i < r.tokens.size(); ++i) {
-    const std::optional<size_t> n = length_in_text(r, off, r.tokens[i]);
-    if (!n) {
-      off = 0;
-      for (size_t j = 0; j < k && j < r.tokens.size(); ++j) off += token_length(r.tokens[j]);
-      break;
-    }
-    off += *n;
-  }
+  for (size_t i = 0; i < k; ++i) off += laid.size() >= k ? laid[i] : token_length(r.tokens[i]);
   return std::min(off, r.text.size());
 }
 

@@ -23,6 +23,15 @@ token_rec lone_byte(int32_t id, uint8_t byte) {
   return t;
 }
 
+// Both sides' tokens located at the shared index, cut alike before it: nothing to say.
+void check_same_place(const divergence& d, int64_t index) {
+  CHECK(d.token_index == index);
+  CHECK(d.token_index_a == index);
+  CHECK(d.token_index_b == index);
+  CHECK_FALSE(d.tokenized_differently);
+  CHECK(d.note.empty());
+}
+
 }  // namespace
 
 TEST_CASE("report diverge: ids 1 2 3 4 vs 1 2 9 4 part at token 2 and byte 4 with both margins") {
@@ -262,11 +271,7 @@ TEST_CASE("report diverge: tokens that end inside a character are located by the
   REQUIRE(a.text == "a\xEF\xBF\xBD\xEF\xBF\xBD dxyz");
   const divergence d = diverge(a, b);
   CHECK(d.char_offset == 8);
-  CHECK(d.token_index == 3);
-  CHECK(d.token_index_a == 3);
-  CHECK(d.token_index_b == 3);
-  CHECK_FALSE(d.tokenized_differently);
-  CHECK(d.note.empty());
+  check_same_place(d, 3);
   // Cut differently before the parting byte: said, at the offset in the tokens' bytes.
   const record c = with_lone_bytes(rec("q", "concurrent-8", {{1, "a"}, {10, " d"}, {11, "x"}, {12, "yq"}}));
   const record e = with_lone_bytes(rec("q", "alone", {{1, "a"}, {13, " dx"}, {14, "y"}, {15, "z"}}));
@@ -282,11 +287,7 @@ TEST_CASE("report diverge: tokens that end inside a character are located by the
   for (token_rec& t : no_bytes.tokens) t.bytes.clear();
   const divergence d3 = diverge(a, no_bytes);
   CHECK(d3.char_offset == 8);
-  CHECK(d3.token_index == 3);
-  CHECK(d3.token_index_a == 3);
-  CHECK(d3.token_index_b == 3);
-  CHECK_FALSE(d3.tokenized_differently);
-  CHECK(d3.note.empty());
+  check_same_place(d3, 3);
   // A token that really is U+FFFD (its bytes EF BF BD) on one side, a lone byte on the other.
   record real_fffd = no_bytes;
   real_fffd.tokens[1].bytes = {0xEF, 0xBF, 0xBD};
@@ -493,11 +494,7 @@ TEST_CASE("report diverge: with both sides' bytes known, the tokens are located 
                                                 bytes_tok(3, {}, "y")},
                                "a\xEF\xBF\xBD\xEF\xBF\xBDy");
   const divergence d = diverge(a, b);
-  CHECK(d.token_index == 1);
-  CHECK(d.token_index_a == 1);
-  CHECK(d.token_index_b == 1);
-  CHECK_FALSE(d.tokenized_differently);
-  CHECK(d.note.empty());
+  check_same_place(d, 1);
   // 0xE2 alone vs 0xEF, then BF BD F0 9D, 84 9E: the first token parts at byte 0.
   const record c = with_tokens("alone", {lone_byte(226, 0xE2)}, "\xEF\xBF\xBD");
   const record e = with_tokens("concurrent-8",
