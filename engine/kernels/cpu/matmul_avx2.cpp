@@ -133,6 +133,10 @@ inline void block_products(const int32_t* cb, const int16_t* a, __m256i* sums) {
     const int h = (WIDE && j >= 8) ? 2 : 0;
     sums[h] = _mm256_add_epi32(sums[h], _mm256_madd_epi16(aj, w0));
     sums[h + 1] = _mm256_add_epi32(sums[h + 1], _mm256_madd_epi16(aj, w1));
+    // Keeps the running sums in registers: integer addition being associative, GCC otherwise
+    // computes all 32 products first, spills them to the stack and adds them as a tree (about a
+    // fifth of the kernel's time on Zen 3).
+    __asm__("" : "+x"(sums[h]), "+x"(sums[h + 1]));
   }
 }
 
