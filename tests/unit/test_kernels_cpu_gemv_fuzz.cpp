@@ -294,17 +294,20 @@ TEST_CASE("gemv: no read past the end of the weights or any activation array (gu
 // last group; every tail shape of that loop (nb 1..40: 0..15 blocks past a multiple of 16; 1..9
 // super-blocks: an odd last super-block), on the five fused types, plus blocks built to reach the
 // 2^51 limit of the double epilogue so that each fused kernel's integer fallback runs (q4_K's reads
-// act_pack::q_eo too): fp16 scales 65504, codes at their extreme on even elements and 0 on odd
-// ones, even activations +-32767 and odd ones small (so an even/odd mix-up changes the sums).
-TEST_CASE("gemv fuzz: two-group tails of the AVX2 row kernels and their 2^51 fallback") {
+// act_pack::q_eo too): fp16 scales up to 65504, codes at their extreme on even elements and 0 on odd
+// ones, even activations +-32767 and odd ones small (so an even/odd mix-up changes the sums), fp16
+// scales of the top binade with random mantissas and signs. The extreme blocks also run with six
+// tokens, where the prompt path's panel kernel takes them and needs the same fallback.
+TEST_CASE("gemv fuzz: two-group tails of the AVX2 row kernels, and the 2^51 fallback of row and panel kernels") {
   rng r{20261203};
   int64_t n_cases = 0, n_bad = 0;
   for (dtype t : {gguf::DTYPE_Q8_0, gguf::DTYPE_Q4_0, gguf::DTYPE_Q4_K, gguf::DTYPE_Q5_K, gguf::DTYPE_Q6_K}) {
     const gguf::dtype_traits& tr = gguf::dtype_get(t);
     const bool k = tr.block_size == 256;
     for (int64_t units = 1; units <= (k ? 9 : 40); ++units)
-      for (int64_t n_tok = 1; n_tok <= 4; ++n_tok)
+      for (int64_t n_tok : {1, 2, 3, 4, 6})
         for (int kind = 0; kind < 4; ++kind) {
+          if (n_tok > cpu::GEMV_MAX_TOKENS && kind != 3) continue;  // 6 tokens: the panel kernel's fallback
           const int64_t n_in = units * tr.block_size, n_out = r.range(1, 9);
           fuzz_case c = make_case(r, t, n_in, n_out, n_tok, kind == 3 ? 2 : kind);
           if (kind == 3) {
@@ -321,8 +324,14 @@ TEST_CASE("gemv fuzz: two-group tails of the AVX2 row kernels and their 2^51 fal
               std::memset(blk, 0xff, tr.type_size);
               for (int64_t j = c0; j < c1; ++j) blk[j] = j % 2 == 0 ? (t == gguf::DTYPE_Q8_0 ? 0x80 : 0xff) : 0x00;
               if (t == gguf::DTYPE_Q6_K) std::memset(blk + 192, 0x7f, 16);  // int8 scales +127
+              // Largest magnitude 65504 for a quarter of the fields, otherwise any mantissa of
+              // that binade and either sign: the row's terms then sweep 2^51 .. 2^55 of both
+              // signs as the row length sets C, through every window the fallback test must
+              // catch (a term near -6 * 2^51 rounds into [-4, -2], whose exponent is the valid
+              // one: only the sign tells it apart).
               for (int f : test::fp16_fields(t)) {
-                const uint16_t h = 0x7bff;
+                const uint16_t h = r.range(0, 3) == 0 ? 0x7bff
+                                                      : static_cast<uint16_t>((r.range(0, 1) ? 0x8000 : 0) | 0x7800 | r.range(0, 1023));
                 std::memcpy(blk + f, &h, 2);
               }
             }
@@ -337,4 +346,35 @@ TEST_CASE("gemv fuzz: two-group tails of the AVX2 row kernels and their 2^51 fal
   }
   CHECK(n_bad == 0);
   MESSAGE(n_cases << " two-group tail cases");
+}
+
+// The AVX2 epilogue rounds a term x as M + x * 2^-51 (M = 3 + 2^-50) and accepts the sum only when
+// every result kept the sign and exponent of [2, 4). A term near -6 * 2^51 lands in (-4, -2]: the
+// exponent is the accepted one and only the sign bit refuses it. Here one row of one or two q8_0
+// blocks (even codes -128, the rest 0) meets activations whose even elements are all +32767, and
+// the fp16 scale runs over every mantissa of the top binade with both signs: the row's single
+// term sweeps about +-2^52 .. +-2^55 in steps of a 2^-10 part, through that window, on the row
+// kernel (one token) and on the panel kernel (six tokens, the same activations each).
+TEST_CASE("AVX2 double epilogue: a term that rounds to between -4 and -2 falls back to the integer path") {
+  rng r{61};
+  int64_t n_cases = 0, n_bad = 0;
+  for (int64_t n_in : {32, 64})
+    for (int64_t n_tok : {1, 6})
+      for (int sign = 0; sign < 2; ++sign)
+        for (int mant = 0; mant < 1024; mant += 3) {
+          fuzz_case c{gguf::DTYPE_Q8_0, n_in, 1, n_tok, {}, {}, {}};
+          c.w.assign(static_cast<size_t>(n_in / 32 * 34), 0);
+          for (int64_t b = 0; b < n_in / 32; ++b) {
+            uint8_t* blk = c.w.data() + b * 34;
+            const uint16_t h = static_cast<uint16_t>((sign ? 0x8000 : 0) | 0x7800 | mant);
+            std::memcpy(blk, &h, 2);
+            for (int j = 0; j < 32; j += 2) blk[2 + j] = 0x80;
+          }
+          c.x.assign(static_cast<size_t>(n_tok * n_in), 0.0f);
+          for (size_t i = 0; i < c.x.size(); i += 2) c.x[i] = 32767.0f;
+          c.name = "q8_0 n_in " + std::to_string(n_in) + " n_tok " + std::to_string(n_tok) + " d " + (sign ? "-" : "+") + std::to_string(mant);
+          check_case(r, c, 1, n_cases, n_bad);
+        }
+  CHECK(n_bad == 0);
+  MESSAGE(n_cases << " single-term rows");
 }

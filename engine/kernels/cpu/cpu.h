@@ -61,8 +61,9 @@ struct act_pack {
   std::vector<int32_t> block_sum;   // (n_tokens, n_blocks) the two half sums added
   std::vector<int64_t> shift;       // (n_tokens, n_blocks) matmul_shift_const(n_blocks) + exp - max_exp
   // The same shifts as powers of two for the AVX2 kernels' epilogues (matmul_avx2.cpp, "rounding
-  // through double"): 2^shift, or 0 for a zero block or a shift below -1022; the half sums and the
-  // block sum times it (exact: integers below 2^21 times a power of two).
+  // through double"): 2^(shift - 51), the unit of the rounding binade [2, 4) taken in, or 0 for a
+  // zero block or a shift below -971 (every term of such a block rounds to 0); the half sums and
+  // the block sum times it (exact: integers below 2^21 times a power of two).
   std::vector<double> scale;         // (n_tokens, n_blocks)
   std::vector<double> half_scaled;   // (n_tokens, n_blocks, 2)
   std::vector<double> sum_scaled;    // (n_tokens, n_blocks)

@@ -44,32 +44,44 @@ inline __m256i round_shift_v(__m256i v, __m256i s) {
 }
 
 // ---- rounding through double ----
-// AVX2 has no double -> int64 conversion. For |x| < 2^51, x + 1.5 * 2^52 lies in [2^52, 2^53),
-// where doubles are the integers, so the addition rounds x to an integer, half to even (the
-// default rounding mode, which the engine never changes), and the sum's bit pattern less the
-// constant's is that integer. Every block term is an exact double (matmul_internal.h: an integer
-// below 2^44 times powers of two), so this is round_shift of the contract in one addition where the
-// integer form takes some twenty instructions. The kernels add the bit patterns into int64 lanes,
-// take the constant off once per lane at the end (wrapping sums, exact modulo 2^64), and keep the
-// largest |x|: a sum with a term of 2^51 or more (a left shift of a large product, short rows
-// only) is redone on the integer path.
-constexpr double ROUND_MAGIC = 6755399441055744.0;  // 1.5 * 2^52
-constexpr uint64_t ROUND_MAGIC_BITS = 0x4338000000000000ull;
-constexpr double ROUND_LIMIT = 2251799813685248.0;  // 2^51
+// AVX2 has no double -> int64 conversion. Doubles in [2, 4) are the multiples of 2^-51, so for a
+// term x, M + x * 2^-51 with M = 3 + 2^-50 (itself a multiple of 2^-51, an even one) rounds x to
+// an integer, half to even (the default rounding mode, which the engine never changes), and while
+// the result lies in [2, 4) its bit pattern less M's is that integer. Every block term is an exact
+// double (matmul_internal.h: an integer below 2^44 times powers of two) and the act_pack's powers
+// of two carry the 2^-51 (act_pack::scale), so the term's last product and the rounding are one
+// fused multiply-add: round_shift of the contract where the integer form takes some twenty
+// instructions. The kernels add the bit patterns into int64 lanes, take M off once per lane at the
+// end (wrapping sums, exact modulo 2^64), and OR the patterns together: a term of about 2^51 or
+// more (a left shift of a large product, short rows only) leaves [2, 4), which changes the sign
+// or exponent bits of the OR, and the sum is then redone on the integer path. No term can give
+// exactly 0 (whose pattern would hide in the OR): M has 52 significant bits, a term at most 45.
+constexpr double ROUND_MAGIC = 0x1.8000000000002p+1;  // 3 + 2^-50
+constexpr uint64_t ROUND_MAGIC_BITS = 0x4008000000000002ull;
+constexpr uint64_t ROUND_TOP = 0xfff0000000000000ull;  // sign and exponent
+constexpr uint64_t ROUND_TOP_OK = 0x4000000000000000ull;  // positive, in [2, 4)
 
 struct dround {
-  __m256i acc[4];   // bit patterns, one vector per four lanes
-  __m256d big;      // the largest |x| seen
+  __m256i acc[4];  // bit patterns, one vector per four lanes
+  __m256i any;     // every pattern ORed
   void init() {
     #pragma GCC unroll 4
     for (int q = 0; q < 4; ++q) acc[q] = _mm256_setzero_si256();
-    big = _mm256_setzero_pd();
+    any = _mm256_set1_epi64x(static_cast<int64_t>(ROUND_MAGIC_BITS));
   }
-  void add(int q, __m256d x) {
-    acc[q] = _mm256_add_epi64(acc[q], _mm256_castpd_si256(_mm256_add_pd(x, _mm256_set1_pd(ROUND_MAGIC))));
-    big = _mm256_max_pd(big, _mm256_andnot_pd(_mm256_set1_pd(-0.0), x));
+  void put(int q, __m256d r) {
+    const __m256i b = _mm256_castpd_si256(r);
+    acc[q] = _mm256_add_epi64(acc[q], b);
+    any = _mm256_or_si256(any, b);
   }
-  bool ok() const { return _mm256_movemask_pd(_mm256_cmp_pd(big, _mm256_set1_pd(ROUND_LIMIT), _CMP_GE_OQ)) == 0; }
+  // A term x * 2^-51 that is exact as it stands (a sum of exact products).
+  void add(int q, __m256d x) { put(q, _mm256_add_pd(x, _mm256_set1_pd(ROUND_MAGIC))); }
+  // The term y * s, s an act_pack power of two (2^-51 included), y * s exact: one rounding.
+  void fma(int q, __m256d y, __m256d s) { put(q, _mm256_fmadd_pd(y, s, _mm256_set1_pd(ROUND_MAGIC))); }
+  bool ok() const {
+    const __m256i top = _mm256_and_si256(any, _mm256_set1_epi64x(static_cast<int64_t>(ROUND_TOP)));
+    return _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(top, _mm256_set1_epi64x(static_cast<int64_t>(ROUND_TOP_OK))))) == 15;
+  }
   // Lanes of vector q after n additions each.
   __m256i value(int q, int64_t n) const {
     return _mm256_sub_epi64(acc[q], _mm256_set1_epi64x(static_cast<int64_t>(static_cast<uint64_t>(n) * ROUND_MAGIC_BITS)));
@@ -216,7 +228,7 @@ bool kernel_token_pd(const panel& p, const act_view& x, int64_t t, int64_t* out)
     const int64_t o = b * PANEL_ROWS;
     const __m256d s = _mm256_set1_pd(f);
     #pragma GCC unroll 4
-    for (int q = 0; q < 4; ++q) r.add(q, _mm256_mul_pd(_mm256_mul_pd(v[q], _mm256_load_pd(p.wd + o + 4 * q)), s));
+    for (int q = 0; q < 4; ++q) r.fma(q, _mm256_mul_pd(v[q], _mm256_load_pd(p.wd + o + 4 * q)), s);
     if (MIN) {
       // Both products are integers times the same power of two and their sum is below 2^44: the
       // fused sum is exact.
@@ -631,8 +643,8 @@ bool gemv_row_d16(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, 
       }
       alignas(32) double tail[8];
       const double* s8 = scales8(sa, bg, nb, tail);
-      r.add(0, _mm256_mul_pd(_mm256_mul_pd(lo_pd(v), d_lo), _mm256_loadu_pd(s8)));
-      r.add(1, _mm256_mul_pd(_mm256_mul_pd(hi_pd(v), d_hi), _mm256_loadu_pd(s8 + 4)));
+      r.fma(0, _mm256_mul_pd(lo_pd(v), d_lo), _mm256_loadu_pd(s8));
+      r.fma(1, _mm256_mul_pd(hi_pd(v), d_hi), _mm256_loadu_pd(s8 + 4));
       ++n;
     }
   }
@@ -685,8 +697,8 @@ bool gemv_row_q6_k(const uint8_t* row, int64_t nb, const act_view& x, int64_t t,
       const __m256d f1_lo = _mm256_mul_pd(lo_pd(s1), d), f1_hi = _mm256_mul_pd(hi_pd(s1), d);
       const __m256d t_lo = _mm256_fmadd_pd(lo_pd(v1[g]), f1_lo, _mm256_mul_pd(lo_pd(v0[g]), f0_lo));
       const __m256d t_hi = _mm256_fmadd_pd(hi_pd(v1[g]), f1_hi, _mm256_mul_pd(hi_pd(v0[g]), f0_hi));
-      r.add(0, _mm256_mul_pd(t_lo, _mm256_loadu_pd(sa + bg)));
-      r.add(1, _mm256_mul_pd(t_hi, _mm256_loadu_pd(sa + bg + 4)));
+      r.fma(0, t_lo, _mm256_loadu_pd(sa + bg));
+      r.fma(1, t_hi, _mm256_loadu_pd(sa + bg + 4));
       ++n;
     }
   }
@@ -734,10 +746,10 @@ bool gemv_row_qk(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, i
       const __m256d dm = _mm256_castpd128_pd256(_mm_mul_pd(_mm_cvtps_pd(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(hdm)))), rb));
       const __m256d d = _mm256_permute4x64_pd(dm, 0x00), m = _mm256_permute4x64_pd(dm, 0x55);
       const __m256i sv = _mm256_mullo_epi32(v[g], scv);
-      r.add(0, _mm256_mul_pd(_mm256_mul_pd(lo_pd(sv), d), _mm256_loadu_pd(sa + bg)));
-      r.add(1, _mm256_mul_pd(_mm256_mul_pd(hi_pd(sv), d), _mm256_loadu_pd(sa + bg + 4)));
-      r.add(2, _mm256_mul_pd(_mm256_mul_pd(lo_pd(mv), m), _mm256_loadu_pd(ss + bg)));
-      r.add(3, _mm256_mul_pd(_mm256_mul_pd(hi_pd(mv), m), _mm256_loadu_pd(ss + bg + 4)));
+      r.fma(0, _mm256_mul_pd(lo_pd(sv), d), _mm256_loadu_pd(sa + bg));
+      r.fma(1, _mm256_mul_pd(hi_pd(sv), d), _mm256_loadu_pd(sa + bg + 4));
+      r.fma(2, _mm256_mul_pd(lo_pd(mv), m), _mm256_loadu_pd(ss + bg));
+      r.fma(3, _mm256_mul_pd(hi_pd(mv), m), _mm256_loadu_pd(ss + bg + 4));
       ++n;
     }
   }
@@ -800,8 +812,8 @@ struct gemv_row_blocks {
         t_lo = _mm256_fmadd_pd(lo_pd(v1), v4(f1), t_lo);
         t_hi = _mm256_fmadd_pd(hi_pd(v1), v4(f1 + 4), t_hi);
       }
-      r.add(0, _mm256_mul_pd(t_lo, v4(s8)));
-      r.add(1, _mm256_mul_pd(t_hi, v4(s8 + 4)));
+      r.fma(0, t_lo, v4(s8));
+      r.fma(1, t_hi, v4(s8 + 4));
       if (D::HAS_MIN) {
         r.add(2, _mm256_fmadd_pd(v4(g1), v4(h1), _mm256_mul_pd(v4(g0), v4(h0))));
         r.add(3, _mm256_fmadd_pd(v4(g1 + 4), v4(h1 + 4), _mm256_mul_pd(v4(g0 + 4), v4(h0 + 4))));

@@ -217,7 +217,7 @@ void act_pack_rows(const float* x, int64_t t0, int64_t t1, act_pack& p) {
     for (int64_t b = 0; b < nb; ++b) {
       const size_t i = static_cast<size_t>(t * nb + b);
       p.shift[i] = c + p.exp[i] - mx;
-      const double f = p.exp[i] == EXP_ZERO ? 0.0 : pow2_or_zero(p.shift[i]);
+      const double f = p.exp[i] == EXP_ZERO ? 0.0 : pow2_or_zero(p.shift[i] - 51);
       p.scale[i] = f;
       p.half_scaled[2 * i] = f * p.half_sum[2 * i];
       p.half_scaled[2 * i + 1] = f * p.half_sum[2 * i + 1];
