@@ -203,7 +203,9 @@ void kernel_all_int(const panel& p, const act_view& x, int64_t t0, int64_t t1, i
 
 // kernel_token with the epilogue through double (panel_scales' wd, wm0, wm1 and the act_pack's
 // powers of two). False when a term reached 2^51 (out is then unchanged).
-template <bool WIDE, bool MIN>
+// MIN: 0 no offset term, 1 one per half block (wm0 * A0 + wm1 * A1), 2 one per block
+// (panel::min_whole: wm0 * (A0 + A1), one fused multiply-add on act_pack::sum_scaled).
+template <bool WIDE, int MIN>
 bool kernel_token_pd(const panel& p, const act_view& x, int64_t t, int64_t* out) {
   const int64_t nb = p.n_blocks;
   dround r;
@@ -229,7 +231,7 @@ bool kernel_token_pd(const panel& p, const act_view& x, int64_t t, int64_t* out)
     const __m256d s = _mm256_set1_pd(f);
     #pragma GCC unroll 4
     for (int q = 0; q < 4; ++q) r.fma(q, _mm256_mul_pd(v[q], _mm256_load_pd(p.wd + o + 4 * q)), s);
-    if (MIN) {
+    if (MIN == 1) {
       // Both products are integers times the same power of two and their sum is below 2^44: the
       // fused sum is exact.
       const double* hs = x.half_scaled + (t * nb + b) * 2;
@@ -237,6 +239,11 @@ bool kernel_token_pd(const panel& p, const act_view& x, int64_t t, int64_t* out)
       #pragma GCC unroll 4
       for (int q = 0; q < 4; ++q)
         r.add(q, _mm256_fmadd_pd(_mm256_load_pd(p.wm1 + o + 4 * q), h1, _mm256_mul_pd(_mm256_load_pd(p.wm0 + o + 4 * q), h0)));
+    } else if (MIN == 2) {
+      // mm0 = mm1: the same integer mm0 * A0 + mm1 * A1 as mm0 * (A0 + A1), an exact product.
+      const __m256d a = _mm256_set1_pd(x.sum_scaled[t * nb + b]);
+      #pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) r.fma(q, _mm256_load_pd(p.wm0 + o + 4 * q), a);
     }
     n += MIN ? 2 : 1;
   }
@@ -247,10 +254,10 @@ bool kernel_token_pd(const panel& p, const act_view& x, int64_t t, int64_t* out)
   return true;
 }
 
-template <bool WIDE, bool MIN>
+template <bool WIDE, int MIN>
 void kernel_all(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64_t* acc) {
   for (int64_t t = t0; t < t1; ++t)
-    if (!kernel_token_pd<WIDE, MIN>(p, x, t, acc + (t - t0) * PANEL_ROWS)) kernel_token<WIDE, MIN>(p, x, t, acc + (t - t0) * PANEL_ROWS);
+    if (!kernel_token_pd<WIDE, MIN>(p, x, t, acc + (t - t0) * PANEL_ROWS)) kernel_token<WIDE, MIN != 0>(p, x, t, acc + (t - t0) * PANEL_ROWS);
 }
 
 // ---- the few-token path: q8_0, q4_0, q4_K, q5_K and q6_K hand-fused, the other integer types through gemv_blocks.h ----
@@ -829,12 +836,15 @@ struct gemv_row_blocks {
 }  // namespace
 
 void panel_kernel_avx2(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64_t* acc) {
+  const int min = !p.has_min ? 0 : p.min_whole ? 2 : 1;
   if (p.wide) {
-    if (p.has_min) kernel_all<true, true>(p, x, t0, t1, acc);
-    else kernel_all<true, false>(p, x, t0, t1, acc);
+    if (min == 2) kernel_all<true, 2>(p, x, t0, t1, acc);
+    else if (min == 1) kernel_all<true, 1>(p, x, t0, t1, acc);
+    else kernel_all<true, 0>(p, x, t0, t1, acc);
   } else {
-    if (p.has_min) kernel_all<false, true>(p, x, t0, t1, acc);
-    else kernel_all<false, false>(p, x, t0, t1, acc);
+    if (min == 2) kernel_all<false, 2>(p, x, t0, t1, acc);
+    else if (min == 1) kernel_all<false, 1>(p, x, t0, t1, acc);
+    else kernel_all<false, 0>(p, x, t0, t1, acc);
   }
 }
 

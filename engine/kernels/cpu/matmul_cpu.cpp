@@ -365,7 +365,9 @@ bool panel_decode_fast(gguf::dtype t, const uint8_t* w, uint64_t row_bytes, int6
 
 void panel_scales(panel& p) {
   const int64_t n = p.n_blocks * PANEL_ROWS;
+  p.min_whole = true;
   for (int64_t i = 0; i < n; ++i) {
+    if (p.mm0[i] != p.mm1[i]) p.min_whole = false;
     p.wd[i] = p.dm[i] == 0 ? 0.0 : static_cast<double>(p.dm[i]) * pow2_bits(p.dsh[i]);
     const double f = pow2_bits(p.msh[i]);
     p.wm0[i] = static_cast<double>(p.mm0[i]) * f;

@@ -49,6 +49,7 @@ struct panel {
   int n_rows = 0;          // valid rows (1..16)
   bool has_min = false;    // some block has an offset term
   bool wide = false;       // some |code| > NARROW_CODE_MAX
+  bool min_whole = false;  // mm0 == mm1 in every block (q4_K, q5_K: one offset per block); panel_scales
   int32_t* codes = nullptr;  // (n_blocks, 16 pairs, 16 rows)
   int64_t* dm = nullptr;     // (n_blocks, 16 rows)
   int64_t* dsh = nullptr;
