@@ -378,3 +378,36 @@ TEST_CASE("AVX2 double epilogue: a term that rounds to between -4 and -2 falls b
   CHECK(n_bad == 0);
   MESSAGE(n_cases << " single-term rows");
 }
+
+// q6_K codes reach 4096 (q -32 times scale -128), so a 32-element block's sum of products can pass
+// 2^31 (32 * 4096 * 32767 > 2^31): a panel with such codes is "wide" (matmul_internal.h) and sums
+// each half block apart. Every code of these rows at an extreme (+31 * 127, -32 * -128, or mixed
+// by block) against activations at +-32767: the decoders must mark the panel wide, on the prompt
+// path (six tokens) and the row kernels (one and four).
+TEST_CASE("cpu matmul: q6_K blocks whose sums pass 2^31 take the wide panel and give the reference bits") {
+  rng r{4096};
+  int64_t n_cases = 0, n_bad = 0;
+  for (int64_t n_tok : {1, 4, 6})
+    for (int variant = 0; variant < 3; ++variant) {
+      const int64_t n_in = 512, n_out = r.range(1, 20);
+      fuzz_case c{gguf::DTYPE_Q6_K, n_in, n_out, n_tok, {}, {}, {}};
+      c.w.assign(static_cast<size_t>(n_out * (n_in / 256) * 210), 0);
+      for (size_t off = 0; off < c.w.size(); off += 210) {
+        uint8_t* sb = c.w.data() + off;
+        const bool top = variant == 0 || (variant == 2 && r.range(0, 1) == 0);
+        std::memset(sb, top ? 0xff : 0x00, 192);              // q = 31 or -32 everywhere
+        std::memset(sb + 192, top ? 0x7f : 0x80, 16);         // scales 127 or -128
+        const uint16_t h = static_cast<uint16_t>(0x3c00 | r.range(0, 1023));  // d in [1, 2)
+        std::memcpy(sb + 208, &h, 2);
+      }
+      c.x.assign(static_cast<size_t>(n_tok * n_in), 0.0f);
+      for (size_t b = 0; b < c.x.size(); b += 32) {
+        const float v = r.range(0, 3) == 0 ? -32767.0f : 32767.0f;
+        for (size_t i = b; i < b + 32; ++i) c.x[i] = v;
+      }
+      c.name = "q6_K extreme n_tok " + std::to_string(n_tok) + " variant " + std::to_string(variant);
+      check_case(r, c, n_out, n_cases, n_bad);
+    }
+  CHECK(n_bad == 0);
+  MESSAGE(n_cases << " extreme q6_K cases");
+}

@@ -306,13 +306,13 @@ inline int32_t code_pair(int32_t c0, int32_t c1) {
 
 }  // namespace
 
-// Straight-line decoders of q8_0 and q4_K panels for the instruction sets without their own (the
-// same panel as panel_decode_generic, which goes through weight_decode_block block by block and
-// took 40% of a q4_K prompt's time on AVX2). False on a non-finite scale: the generic decoder then
-// reports it.
+// Straight-line decoders of q8_0, q4_K and q6_K panels for the instruction sets without their own
+// (the same panel as panel_decode_generic, which goes through weight_decode_block block by block
+// and took 40% of a q4_K prompt's time on AVX2, and as much of a q6_K one). False on a non-finite
+// scale: the generic decoder then reports it.
 bool panel_decode_fast(gguf::dtype t, const uint8_t* w, uint64_t row_bytes, int64_t row0, int n_rows,
                        const int32_t* bounds, panel& p) {
-  if (t != gguf::DTYPE_Q8_0 && t != gguf::DTYPE_Q4_K) return false;
+  if (t != gguf::DTYPE_Q8_0 && t != gguf::DTYPE_Q4_K && t != gguf::DTYPE_Q6_K) return false;
   const int64_t nb = p.n_blocks;
   p.n_rows = n_rows;
   p.has_min = false;
@@ -335,6 +335,41 @@ bool panel_decode_fast(gguf::dtype t, const uint8_t* w, uint64_t row_bytes, int6
         p.dm[i] = dm;
         p.dsh[i] = dm == 0 ? 0 : static_cast<int64_t>(de) - bounds[r];
         p.mm0[i] = p.mm1[i] = p.msh[i] = 0;
+      }
+      continue;
+    }
+    if (t == gguf::DTYPE_Q6_K) {
+      // 210-byte super-blocks: ql[128] low nibbles, qh[64] two high bits, 16 int8 scales (one per
+      // 16 elements), fp16 d. Element e of a super-block: half h = e / 128, quarter g = e / 32 % 4,
+      // l = e % 32; low nibble of ql[64h + 32(g & 1) + l] (the high one when g >= 2), high bits
+      // (qh[32h + l] >> 2g) & 3; code (low | high << 4) - 32, times its 16 elements' scale.
+      for (int64_t s = 0; s < nb / 8; ++s) {
+        const uint8_t* sb = row + s * 210;
+        int32_t dm, de;
+        if (!fp16_field(sb + 208, &dm, &de)) return false;
+        const int64_t dsh = dm == 0 ? 0 : static_cast<int64_t>(de) - bounds[r];
+        for (int sub = 0; sub < 8; ++sub) {
+          const int h = sub / 4, g = sub % 4;
+          const uint8_t* ql = sb + 64 * h + 32 * (g & 1);
+          const uint8_t* qh = sb + 128 + 32 * h;
+          const int sl = 4 * (g >> 1), shh = 2 * g;
+          const int32_t sc0 = static_cast<int8_t>(sb[192 + 2 * sub]), sc1 = static_cast<int8_t>(sb[192 + 2 * sub + 1]);
+          int16_t c[32];
+          for (int l = 0; l < 32; ++l) {
+            const int32_t q = (((ql[l] >> sl) & 15) | ((qh[l] >> shh) & 3) << 4) - 32;
+            c[l] = static_cast<int16_t>(q * (l < 16 ? sc0 : sc1));
+          }
+          int32_t big = 0;
+          for (int l = 0; l < 32; ++l) big |= c[l] > NARROW_CODE_MAX || c[l] < -NARROW_CODE_MAX;
+          if (big) p.wide = true;
+          const int64_t b = s * 8 + sub;
+          int32_t* out = p.codes + b * 16 * PANEL_ROWS + r;
+          for (int j = 0; j < 16; ++j) out[j * PANEL_ROWS] = code_pair(c[2 * j], c[2 * j + 1]);
+          const int64_t i = b * PANEL_ROWS + r;
+          p.dm[i] = dm;
+          p.dsh[i] = dsh;
+          p.mm0[i] = p.mm1[i] = p.msh[i] = 0;
+        }
       }
       continue;
     }
@@ -443,8 +478,10 @@ void matmul_exact_cpu(isa i, const act_pack& x, gguf::dtype t, const uint8_t* w,
   for (int64_t r0 = row_begin; r0 < row_end; r0 += PANEL_ROWS) {
     const int n_rows = static_cast<int>(std::min<int64_t>(PANEL_ROWS, row_end - r0));
     panel p = buf.view(nb);
-    const bool fast = i == isa::avx512 ? panel_decode_avx512(t, w, row_bytes, r0, n_rows, row_bounds + r0, p)
-                                       : panel_decode_fast(t, w, row_bytes, r0, n_rows, row_bounds + r0, p);
+    // AVX-512 decodes q8_0 and q4_K itself; q6_K (and every type on the other sets) from the
+    // straight-line decoders, then the portable one.
+    const bool fast = (i == isa::avx512 && panel_decode_avx512(t, w, row_bytes, r0, n_rows, row_bounds + r0, p)) ||
+                      panel_decode_fast(t, w, row_bytes, r0, n_rows, row_bounds + r0, p);
     if (!fast) panel_decode_generic(t, w, row_bytes, r0, n_rows, row_bounds + r0, p);
     if (i == isa::avx2) panel_scales(p);
     for (int64_t tt = 0; tt < x.n_tokens; tt += TOKEN_TILE) {
