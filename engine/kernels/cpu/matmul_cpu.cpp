@@ -306,13 +306,16 @@ inline int32_t code_pair(int32_t c0, int32_t c1) {
 
 }  // namespace
 
-// Straight-line decoders of q8_0, q4_K and q6_K panels for the instruction sets without their own
-// (the same panel as panel_decode_generic, which goes through weight_decode_block block by block
-// and took 40% of a q4_K prompt's time on AVX2, and as much of a q6_K one). False on a non-finite
-// scale: the generic decoder then reports it.
+// Straight-line decoders of q8_0, q4_0, q4_K, q5_K and q6_K panels for the instruction sets
+// without their own (the same panel as panel_decode_generic, which goes through
+// weight_decode_block block by block and took 40% of a q4_K prompt's time on AVX2, as much of a
+// q6_K one, 20% of q4_0's and 26% of a Q5_K_M's). False on a non-finite scale: the generic
+// decoder then reports it.
 bool panel_decode_fast(gguf::dtype t, const uint8_t* w, uint64_t row_bytes, int64_t row0, int n_rows,
                        const int32_t* bounds, panel& p) {
-  if (t != gguf::DTYPE_Q8_0 && t != gguf::DTYPE_Q4_K && t != gguf::DTYPE_Q6_K) return false;
+  if (t != gguf::DTYPE_Q8_0 && t != gguf::DTYPE_Q4_0 && t != gguf::DTYPE_Q4_K && t != gguf::DTYPE_Q5_K &&
+      t != gguf::DTYPE_Q6_K)
+    return false;
   const int64_t nb = p.n_blocks;
   p.n_rows = n_rows;
   p.has_min = false;
@@ -331,6 +334,24 @@ bool panel_decode_fast(gguf::dtype t, const uint8_t* w, uint64_t row_bytes, int6
         const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2);
         int32_t* out = p.codes + b * 16 * PANEL_ROWS + r;
         for (int j = 0; j < 16; ++j) out[j * PANEL_ROWS] = code_pair(q[2 * j], q[2 * j + 1]);
+        const int64_t i = b * PANEL_ROWS + r;
+        p.dm[i] = dm;
+        p.dsh[i] = dm == 0 ? 0 : static_cast<int64_t>(de) - bounds[r];
+        p.mm0[i] = p.mm1[i] = p.msh[i] = 0;
+      }
+      continue;
+    }
+    if (t == gguf::DTYPE_Q4_0) {
+      // 18-byte blocks: fp16 d, 16 bytes; element l < 16 the low nibble of byte l, the others the
+      // high nibble of byte l - 16; code nibble - 8.
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = row + b * 18;
+        int32_t dm, de;
+        if (!fp16_field(blk, &dm, &de)) return false;
+        const uint8_t* q = blk + 2;
+        int32_t* out = p.codes + b * 16 * PANEL_ROWS + r;
+        for (int j = 0; j < 8; ++j) out[j * PANEL_ROWS] = code_pair((q[2 * j] & 15) - 8, (q[2 * j + 1] & 15) - 8);
+        for (int j = 8; j < 16; ++j) out[j * PANEL_ROWS] = code_pair((q[2 * j - 16] >> 4) - 8, (q[2 * j - 15] >> 4) - 8);
         const int64_t i = b * PANEL_ROWS + r;
         p.dm[i] = dm;
         p.dsh[i] = dm == 0 ? 0 : static_cast<int64_t>(de) - bounds[r];
@@ -373,19 +394,30 @@ bool panel_decode_fast(gguf::dtype t, const uint8_t* w, uint64_t row_bytes, int6
       }
       continue;
     }
+    // q4_K (144 bytes) and q5_K (176: a bit plane of fifth bits at 16, the nibbles at 48): fp16 d
+    // and dmin, twelve bytes of six-bit scales and mins; element 32 * sub + l the nibble of byte
+    // 32 * (sub / 2) + l (high nibble for odd sub), q5_K's fifth bit bit sub of plane byte l.
+    const bool five = t == gguf::DTYPE_Q5_K;
     for (int64_t s = 0; s < nb / 8; ++s) {
-      const uint8_t* sb = row + s * 144;
+      const uint8_t* sb = row + s * (five ? 176 : 144);
       int32_t dm, de, mm, me;
       if (!fp16_field(sb, &dm, &de) || !fp16_field(sb + 2, &mm, &me)) return false;
       const uint8_t* sc6 = sb + 4;
       for (int sub = 0; sub < 8; ++sub) {
         const int32_t sc = sub < 4 ? sc6[sub] & 63 : (sc6[sub + 4] & 15) | (sc6[sub - 4] >> 6) << 4;
         const int32_t mn = sub < 4 ? sc6[sub + 4] & 63 : (sc6[sub + 4] >> 4) | (sc6[sub] >> 6) << 4;
-        const uint8_t* qs = sb + 16 + 32 * (sub / 2);
+        const uint8_t* qs = sb + (five ? 48 : 16) + 32 * (sub / 2);
         const int sh = 4 * (sub & 1);
         const int64_t b = s * 8 + sub;
         int32_t* out = p.codes + b * 16 * PANEL_ROWS + r;
-        for (int j = 0; j < 16; ++j) out[j * PANEL_ROWS] = code_pair(((qs[2 * j] >> sh) & 15) * sc, ((qs[2 * j + 1] >> sh) & 15) * sc);
+        if (five) {
+          const uint8_t* qh = sb + 16;
+          for (int j = 0; j < 16; ++j)
+            out[j * PANEL_ROWS] = code_pair((((qs[2 * j] >> sh) & 15) | ((qh[2 * j] >> sub) & 1) << 4) * sc,
+                                            (((qs[2 * j + 1] >> sh) & 15) | ((qh[2 * j + 1] >> sub) & 1) << 4) * sc);
+        } else {
+          for (int j = 0; j < 16; ++j) out[j * PANEL_ROWS] = code_pair(((qs[2 * j] >> sh) & 15) * sc, ((qs[2 * j + 1] >> sh) & 15) * sc);
+        }
         const int64_t i = b * PANEL_ROWS + r;
         p.dm[i] = dm;
         p.dsh[i] = dm == 0 ? 0 : static_cast<int64_t>(de) - bounds[r];

@@ -80,7 +80,7 @@ struct panel_buffer {
 // The shift constant C of a dot product over n_blocks blocks.
 int32_t matmul_shift_const(int64_t n_blocks);
 
-// q8_0, q4_K and q6_K panels without SIMD (scalar and AVX2), the same panel as panel_decode_generic;
+// q8_0, q4_0, q4_K, q5_K and q6_K panels without SIMD (scalar and AVX2), the same panel as panel_decode_generic;
 // false for another type or a non-finite scale (then use panel_decode_generic).
 bool panel_decode_fast(gguf::dtype t, const uint8_t* w, uint64_t row_bytes, int64_t row0, int n_rows,
                        const int32_t* bounds, panel& p);
