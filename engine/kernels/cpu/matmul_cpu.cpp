@@ -324,38 +324,34 @@ bool panel_decode_fast(gguf::dtype t, const uint8_t* w, uint64_t row_bytes, int6
     std::memset(p.codes, 0, static_cast<size_t>(nb) * 16 * PANEL_ROWS * sizeof(int32_t));
     std::memset(p.dm, 0, static_cast<size_t>(nb) * 5 * PANEL_ROWS * sizeof(int64_t));
   }
+  // The scale terms of block b of row r for the types without an offset term.
+  auto plain_terms = [&](int64_t b, int r, int32_t dm, int64_t dsh) {
+    const int64_t i = b * PANEL_ROWS + r;
+    p.dm[i] = dm;
+    p.dsh[i] = dsh;
+    p.mm0[i] = p.mm1[i] = p.msh[i] = 0;
+  };
   for (int r = 0; r < n_rows; ++r) {
     const uint8_t* row = w + static_cast<uint64_t>(row0 + r) * row_bytes;
-    if (t == gguf::DTYPE_Q8_0) {
+    if (t == gguf::DTYPE_Q8_0 || t == gguf::DTYPE_Q4_0) {
+      // q8_0: 34-byte blocks, fp16 d and 32 int8 codes. q4_0: 18-byte blocks, fp16 d and 16
+      // bytes; element l < 16 the low nibble of byte l, the others the high nibble of byte
+      // l - 16; code nibble - 8.
+      const bool q40 = t == gguf::DTYPE_Q4_0;
       for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* blk = row + b * 34;
+        const uint8_t* blk = row + b * (q40 ? 18 : 34);
         int32_t dm, de;
         if (!fp16_field(blk, &dm, &de)) return false;
-        const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2);
         int32_t* out = p.codes + b * 16 * PANEL_ROWS + r;
-        for (int j = 0; j < 16; ++j) out[j * PANEL_ROWS] = code_pair(q[2 * j], q[2 * j + 1]);
-        const int64_t i = b * PANEL_ROWS + r;
-        p.dm[i] = dm;
-        p.dsh[i] = dm == 0 ? 0 : static_cast<int64_t>(de) - bounds[r];
-        p.mm0[i] = p.mm1[i] = p.msh[i] = 0;
-      }
-      continue;
-    }
-    if (t == gguf::DTYPE_Q4_0) {
-      // 18-byte blocks: fp16 d, 16 bytes; element l < 16 the low nibble of byte l, the others the
-      // high nibble of byte l - 16; code nibble - 8.
-      for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* blk = row + b * 18;
-        int32_t dm, de;
-        if (!fp16_field(blk, &dm, &de)) return false;
-        const uint8_t* q = blk + 2;
-        int32_t* out = p.codes + b * 16 * PANEL_ROWS + r;
-        for (int j = 0; j < 8; ++j) out[j * PANEL_ROWS] = code_pair((q[2 * j] & 15) - 8, (q[2 * j + 1] & 15) - 8);
-        for (int j = 8; j < 16; ++j) out[j * PANEL_ROWS] = code_pair((q[2 * j - 16] >> 4) - 8, (q[2 * j - 15] >> 4) - 8);
-        const int64_t i = b * PANEL_ROWS + r;
-        p.dm[i] = dm;
-        p.dsh[i] = dm == 0 ? 0 : static_cast<int64_t>(de) - bounds[r];
-        p.mm0[i] = p.mm1[i] = p.msh[i] = 0;
+        if (q40) {
+          const uint8_t* q = blk + 2;
+          for (int j = 0; j < 8; ++j) out[j * PANEL_ROWS] = code_pair((q[2 * j] & 15) - 8, (q[2 * j + 1] & 15) - 8);
+          for (int j = 8; j < 16; ++j) out[j * PANEL_ROWS] = code_pair((q[2 * j - 16] >> 4) - 8, (q[2 * j - 15] >> 4) - 8);
+        } else {
+          const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2);
+          for (int j = 0; j < 16; ++j) out[j * PANEL_ROWS] = code_pair(q[2 * j], q[2 * j + 1]);
+        }
+        plain_terms(b, r, dm, dm == 0 ? 0 : static_cast<int64_t>(de) - bounds[r]);
       }
       continue;
     }
@@ -386,10 +382,7 @@ bool panel_decode_fast(gguf::dtype t, const uint8_t* w, uint64_t row_bytes, int6
           const int64_t b = s * 8 + sub;
           int32_t* out = p.codes + b * 16 * PANEL_ROWS + r;
           for (int j = 0; j < 16; ++j) out[j * PANEL_ROWS] = code_pair(c[2 * j], c[2 * j + 1]);
-          const int64_t i = b * PANEL_ROWS + r;
-          p.dm[i] = dm;
-          p.dsh[i] = dsh;
-          p.mm0[i] = p.mm1[i] = p.msh[i] = 0;
+          plain_terms(b, r, dm, dsh);
         }
       }
       continue;
