@@ -5,8 +5,9 @@
 //                                          when there is none that runs exact numerics
 //   gpu_check_bench --dir DIR --synth      writes the models (one thread per type) and exits
 //   gpu_check_bench --dir DIR [--reps N] [--threads N] [--n-prompt P] [--n-gen N] [--types q8_0,q4_K]
-//                   [--float-n-prompt P] [--float-n-gen N] [--preset 1b]
-//                                          the benchmark (writing the models that are missing)
+//                   [--float-n-prompt P] [--float-n-gen N] [--preset 1b] [--backends cpu,cuda]
+//                                          the benchmark (writing the models that are missing);
+//                                          --backends picks the exact rows (default both)
 //
 // The float rows run shorter tests (pp128, tg16) and one repetition: the CPU float path of the
 // K-quant types is slow enough that pp512 / tg128 alone would take minutes per model.
@@ -59,19 +60,35 @@ struct options {
   int64_t float_n_gen = 16;
   std::vector<gguf::dtype> types{gguf::DTYPE_Q8_0, gguf::DTYPE_Q4_K};
   std::string preset = "1b";
+  std::vector<runtime::backend_kind> backends{runtime::BACKEND_CPU, runtime::BACKEND_CUDA};
 };
+
+// The comma-separated names of s ("a,b" -> {"a", "b"}).
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t comma; (comma = s.find(',', start)) != std::string::npos; start = comma + 1)
+    out.push_back(s.substr(start, comma - start));
+  out.push_back(s.substr(start));
+  return out;
+}
+
+std::vector<runtime::backend_kind> parse_backends(const std::string& s) {
+  std::vector<runtime::backend_kind> out;
+  for (const std::string& name : split_commas(s)) {
+    if (name == "cpu") out.push_back(runtime::BACKEND_CPU);
+    else if (name == "cuda") out.push_back(runtime::BACKEND_CUDA);
+    else throw std::runtime_error("unknown backend " + name + " (cpu, cuda)");
+  }
+  return out;
+}
 
 std::vector<gguf::dtype> parse_types(const std::string& s) {
   std::vector<gguf::dtype> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    const size_t comma = s.find(',', start);
-    const std::string name = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+  for (const std::string& name : split_commas(s)) {
     const gguf::dtype_traits* tr = gguf::dtype_from_name(name);
     if (!tr) throw std::runtime_error("unknown weight type " + name);
     out.push_back(tr->type);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   return out;
 }
@@ -130,7 +147,7 @@ int run(const options& o) {
     std::printf("%s: ready in %.1f s\n", path.c_str(), seconds_since(t0));
     runtime::bench_params p;
     p.numerics = {runtime::NUMERICS_EXACT};
-    p.backends = {runtime::BACKEND_CPU, runtime::BACKEND_CUDA};
+    p.backends = o.backends;
     p.n_threads = o.threads;
     p.n_prompt = o.n_prompt;
     p.n_gen = o.n_gen;
@@ -181,6 +198,7 @@ int main(int argc, char** argv) {
       else if (a == "--float-n-gen") o.float_n_gen = std::atoll(value().c_str());
       else if (a == "--types") o.types = parse_types(value());
       else if (a == "--preset") o.preset = value();
+      else if (a == "--backends") o.backends = parse_backends(value());
       else throw std::runtime_error("unknown argument " + a);
     }
     if (o.dir.empty()) throw std::runtime_error("--dir DIR is required (where the synthetic models are written)");
