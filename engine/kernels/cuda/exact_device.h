@@ -260,7 +260,10 @@ DETAUDIT_HD float silu_f32(float x) {
 
 // ---- element-wise ops (kernels/ref/elementwise_ref.cpp, one element) ----
 
-DETAUDIT_HD float swiglu_one(float g, float u) { return flush(fmul(silu_f32(g), flush(u))); }
+// The contract's NaN from finite inputs (section 1, rule 4): x86's 0xffc00000, not NVIDIA's 0x7fffffff.
+DETAUDIT_HD float canon_nan(float x) { return (f2u(x) & 0x7fffffffu) > 0x7f800000u ? u2f(0xffc00000u) : x; }
+
+DETAUDIT_HD float swiglu_one(float g, float u) { return canon_nan(flush(fmul(silu_f32(g), flush(u)))); }
 DETAUDIT_HD float add_one(float a, float b) { return flush(fadd(flush(a), flush(b))); }
 // The bias add of gpu::device::add_bias: add_f32_ref's, as the CPU backend and Vulkan compute it
 // (inputs flushed too: a subnormal bias read from a model file must not reach the sum).
@@ -290,7 +293,7 @@ DETAUDIT_HD float rms_scale(int64_t s, int g, int maxe, float inv_n, float eps) 
 }
 DETAUDIT_HD float rms_out(float x, float r, const float* w, int64_t i) {
   const float v = flush(fmul(flush(x), r));
-  return w ? flush(fmul(v, flush(w[i]))) : v;
+  return canon_nan(w ? flush(fmul(v, flush(w[i]))) : v);
 }
 
 // One rotated pair of rope_f32_ref: (x0, x1) in place with (c, s).

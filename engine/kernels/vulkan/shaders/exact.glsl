@@ -48,6 +48,10 @@ float flush_f(float x) {
 
 bool is_nan_f(float x) { return (floatBitsToUint(x) & F32_ABS) > F32_EXP; }
 
+// The contract's NaN from finite inputs (precision contract, section 1, rule 4): x86's 0xffc00000
+// whatever the device's own default NaN.
+float canon_nan_f(float x) { return is_nan_f(x) ? uintBitsToFloat(0xffc00000u) : x; }
+
 // v < 0, from the high 32-bit word (see the note above on int64 comparisons).
 bool is_neg64(int64_t v) { return unpackInt2x32(v).y < 0; }
 

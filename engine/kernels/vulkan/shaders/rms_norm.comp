@@ -80,7 +80,7 @@ void main() {
       precise float v = flush_f(x[base + i]) * r;
       const float fv = flush_f(v);
       precise float vw = fv * flush_f(w[i]);
-      o[base + i] = pc.has_w != 0u ? flush_f(vw) : fv;
+      o[base + i] = canon_nan_f(pc.has_w != 0u ? flush_f(vw) : fv);
     }
     barrier();
   }

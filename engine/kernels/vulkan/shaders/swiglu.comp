@@ -12,6 +12,6 @@ void main() {
   const uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
   for (uint i = gl_GlobalInvocationID.x; i < pc.n; i += stride) {
     precise float p = silu_f32(gate[i]) * flush_f(up[i]);
-    o[i] = flush_f(p);
+    o[i] = canon_nan_f(flush_f(p));
   }
 }
