@@ -1,16 +1,20 @@
 // --numerics exact on a GPU (--backend vulkan / cuda): the ops of ops_exact.cpp with the arithmetic
-// on a kernels::gpu::device, which gives kernels/ref's bytes for every op. The activations and the
-// KV cache stay in host memory with ops_exact's layouts (the same cache cell, exact_cell.h, so a
-// cache saved on one backend restores on another); each op copies its inputs to the device and its result back.
-// Weights are uploaded on first use and kept. The embedding lookup (a row decode, no arithmetic
-// beyond the exact dequantization) and the row gather stay on the host, as do the RoPE tables
-// (computed in double on the host by the contract). For mixture-of-experts models the routing
-// (moe_route: n_expert logits per token), the row scaling by routing weights (scale_rows, the ref
-// kernel) and the row scatter stay on the host too; the router and expert matmuls, SwiGLU and the
-// adds run on the device.
+// on a kernels::gpu::device, which gives kernels/ref's bytes for every op. Activations live in the
+// device's slots (gpu.h) between ops: each activation is at one of three places, the host buffer
+// of ops_storage, the device slot of the same id, or both, and is copied only when an op on the
+// other side reads it. The device ops (matmul, RMS norm, RoPE, bias, SwiGLU, add, the KV cell
+// quantization) read and write slots; the host ops read and write the host buffer: the embedding
+// lookup (a row decode, no arithmetic beyond the exact dequantization), the row gather and
+// scatter, reading logits, and attention's query gather (the KV cache stays in host memory with
+// ops_exact's layout, exact_cell.h, so a cache saved on one backend restores on another; the
+// attention call copies a sequence's cells in). The RoPE tables are computed in double on the
+// host by the contract. For mixture-of-experts models the routing (moe_route: n_expert logits per
+// token) and the row scaling by routing weights (scale_rows, the ref kernel) stay on the host; the
+// router and expert matmuls, SwiGLU and the adds run on the device.
 //
-// Goals: the CPU backend's logits bit for bit, for any batch, chunking or cache history.
-// Non-goals: keeping activations on the device between ops (the copies cost what they cost).
+// Goals: the CPU backend's logits bit for bit, for any batch, chunking or cache history; per step
+// and layer, activations cross the bus only for attention and the KV store.
+// Non-goals: the KV cache on the device (the next step); fused ops.
 #include <cmath>
 #include <cstring>
 #include <unordered_map>
@@ -30,21 +34,50 @@ class ops_gpu final : public ops_storage<float> {
 
   uint64_t kv_cell_bytes() const override { return cell_.bytes(); }
 
+  model::act alloc(int64_t rows, int64_t cols) override {
+    const model::act a = ops_storage<float>::alloc(rows, cols);
+    if (static_cast<size_t>(a.id) >= where_.size()) where_.resize(static_cast<size_t>(a.id) + 1);
+    where_[static_cast<size_t>(a.id)] = ON_HOST;  // alloc zero-fills the host buffer
+    return a;
+  }
+
+  model::act gather_rows(model::act x, const std::vector<int64_t>& rows) override {
+    host_in(x);
+    return ops_storage<float>::gather_rows(x, rows);  // alloc: the result is on the host
+  }
+
+  void read_f32(model::act x, float* out) override {
+    host_in(x);
+    ops_storage<float>::read_f32(x, out);
+  }
+
+  // Writes some rows of out: the others must be current on the host first.
+  void scatter_rows(model::act x, const std::vector<int64_t>& rows, model::act out) override {
+    host_in(x);
+    host_in(out);
+    ops_storage<float>::scatter_rows(x, rows, out);
+    host_out(out);
+  }
+
   void embed(const model::weight& w, model::act out) override {
-    const writer o = write(out);
-    for (int64_t t = 0; t < out.rows; ++t) embed_row_exact(w, tok(t).token, o.row(t));
+    float* o = host_out(out);
+    for (int64_t t = 0; t < out.rows; ++t) embed_row_exact(w, tok(t).token, o + t * out.cols);
   }
 
   void rms_norm(model::act x, const std::vector<float>& w, int64_t group, model::act out) override {
-    dev_->rms_norm(data(x), x.rows, x.cols, group, w.data(), static_cast<float>(hp_.rms_eps), write(out).data());
+    const int32_t sx = dev_in(x);  // inputs before outputs: out may be x
+    dev_->rms_norm_slot(sx, x.rows, x.cols, group, w.data(), static_cast<float>(hp_.rms_eps), dev_out(out));
   }
 
   void matmul(const model::weight& w, model::act x, model::act y) override {
-    dev_->matmul(weight(w), data(x), x.rows, write(y).data());
+    const kernels::gpu::weight_handle h = weight(w);
+    const int32_t sx = dev_in(x);
+    dev_->matmul_slot(h, sx, x.rows, w.n_in, w.n_out, dev_out(y));
   }
 
   void add_bias(model::act x, const std::vector<float>& b) override {
-    dev_->add_bias(write(x).data(), x.rows, x.cols, b.data());
+    dev_->add_bias_slot(dev_in(x), x.rows, x.cols, b.data());
+    dev_out(x);
   }
 
   void rope(model::act x, int64_t n_head, const model::rope_params& p) override {
@@ -52,13 +85,15 @@ class ops_gpu final : public ops_storage<float> {
     tables_.resize(static_cast<size_t>(x.rows * hp_.n_rot));
     for (int64_t t = 0; t < x.rows; ++t)
       std::memcpy(tables_.data() + t * hp_.n_rot, rope_.row(p, tok(t).pos), sizeof(float) * static_cast<size_t>(hp_.n_rot));
-    dev_->rope(write(x).data(), x.rows, n_head, hp_.head_dim, hp_.n_rot, neox, tables_.data());
+    dev_->rope_slot(dev_in(x), x.rows, n_head, hp_.head_dim, hp_.n_rot, neox, tables_.data());
+    dev_out(x);
   }
 
   void kv_store(int64_t layer, model::act k, model::act v) override {
     const uint64_t cb = kv_cell_bytes();
     cells_.resize(static_cast<size_t>(k.rows) * cb);
-    dev_->kv_quantize(data(k), data(v), k.rows, hp_.n_head_kv, hp_.head_dim, cells_.data());
+    const int32_t sk = dev_in(k), sv = dev_in(v);
+    dev_->kv_quantize_slot(sk, sv, k.rows, hp_.n_head_kv, hp_.head_dim, cells_.data());
     for (int64_t t = 0; t < k.rows; ++t) std::memcpy(tok(t).cache->cell(layer, tok(t).pos), cells_.data() + t * cb, cb);
   }
 
@@ -67,7 +102,8 @@ class ops_gpu final : public ops_storage<float> {
     if (p.window > 0 || p.softcap > 0 || p.sinks) unsupported("sliding-window, soft-capped or sink attention");
     const float kq_scale = static_cast<float>(p.kq_scale);
     const int64_t width = q.cols;
-    const writer o = write(out);
+    host_in(q);
+    float* o = host_out(out);
     std::unordered_map<const kv_cache*, std::vector<int64_t>> by_seq;
     std::vector<const kv_cache*> order;
     for (int64_t t = 0; t < q.rows; ++t) {
@@ -90,16 +126,18 @@ class ops_gpu final : public ops_storage<float> {
       dev_->attention(q_rows_.data(), n, n_kv_.data(), hp_.n_head, hp_.n_head_kv, hp_.head_dim,
                       tok(rows[0]).cache->cell(layer, 0), n_cells, kq_scale, out_rows_.data());
       for (int64_t i = 0; i < n; ++i)
-        std::memcpy(o.row(rows[i]), out_rows_.data() + i * width, sizeof(float) * static_cast<size_t>(width));
+        std::memcpy(o + rows[i] * width, out_rows_.data() + i * width, sizeof(float) * static_cast<size_t>(width));
     }
   }
 
   void swiglu(model::act gate, model::act up, model::act out) override {
-    dev_->swiglu(data(gate), data(up), gate.rows * gate.cols, write(out).data());
+    const int32_t sg = dev_in(gate), su = dev_in(up);
+    dev_->swiglu_slot(sg, su, gate.rows * gate.cols, dev_out(out));
   }
 
   void add(model::act a, model::act b, model::act out) override {
-    dev_->add(data(a), data(b), a.rows * a.cols, write(out).data());
+    const int32_t sa = dev_in(a), sb = dev_in(b);
+    dev_->add_slot(sa, sb, a.rows * a.cols, dev_out(out));
   }
 
   void geglu(model::act, model::act, model::act) override { unsupported("geglu"); }
@@ -109,20 +147,53 @@ class ops_gpu final : public ops_storage<float> {
 
   // Host: n_expert logits per token, by the CPU exact backend's own function.
   void moe_route(model::act logits, int64_t n_used, bool norm, std::vector<int32_t>& ids, std::vector<float>& weights) override {
-    moe_route_exact(data(logits), logits.rows, logits.cols, n_used, norm, ids, weights);
+    moe_route_exact(host_in(logits), logits.rows, logits.cols, n_used, norm, ids, weights);
   }
 
   // Host: one multiply per element of each expert's output rows (kernels::scale_f32_ref), too little
   // work to pay for a copy to the device and back.
   void scale_rows(model::act x, const std::vector<float>& s, model::act out) override {
-    const writer o = write(out);
-    for (int64_t t = 0; t < x.rows; ++t) kernels::scale_f32_ref(row(x, t), x.cols, s[t], o.row(t));
+    const float* in = host_in(x);
+    float* o = host_out(out);
+    for (int64_t t = 0; t < x.rows; ++t) kernels::scale_f32_ref(in + t * x.cols, x.cols, s[t], o + t * x.cols);
   }
 
  private:
   [[noreturn]] void unsupported(const std::string& op) const {
     throw input_error(std::string("the ") + dev_->desc().name + " backend has no " + op + " op yet (architecture " +
                       model::arch_name(hp_.arch) + "): use --backend cpu");
+  }
+
+  // Where an activation's current value is.
+  enum place : uint8_t { ON_HOST, ON_DEVICE, ON_BOTH };
+  place& where(model::act a) { return where_[static_cast<size_t>(a.id)]; }
+
+  // For a device op's input: the slot of a, copied from the host when only the host has it.
+  int32_t dev_in(model::act a) {
+    if (where(a) == ON_HOST) {
+      dev_->slot_write(a.id, data(a), a.rows * a.cols);
+      where(a) = ON_BOTH;
+    }
+    return a.id;
+  }
+  // For a device op's output (taken after its inputs): only the slot will be current.
+  int32_t dev_out(model::act a) {
+    write(a);  // a new write generation, as on every other backend
+    where(a) = ON_DEVICE;
+    return a.id;
+  }
+  // For a host read: the host buffer of a, copied from the slot when only the slot has it.
+  const float* host_in(model::act a) {
+    if (where(a) == ON_DEVICE) {
+      dev_->slot_read(a.id, write(a).data(), a.rows * a.cols);
+      where(a) = ON_BOTH;
+    }
+    return data(a);
+  }
+  // For a host op that writes every element of a (taken after its inputs): only the host will be current.
+  float* host_out(model::act a) {
+    where(a) = ON_HOST;
+    return write(a).data();
   }
 
   // The device copy of a weight, uploaded on first use.
@@ -139,6 +210,7 @@ class ops_gpu final : public ops_storage<float> {
   std::vector<float> tables_, q_rows_, out_rows_;
   std::vector<int64_t> n_kv_;
   std::vector<uint8_t> cells_;
+  std::vector<place> where_;  // per activation id
 };
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <semaphore>
 #include <string>
@@ -126,6 +127,7 @@ using detaudit::test::cuda_emu::threadIdx;
 #define launch_rope emu_launch_rope
 #define launch_kv_quantize emu_launch_kv_quantize
 #define launch_attention emu_launch_attention
+#define launch_find_nonfinite emu_launch_find_nonfinite
 
 #include "kernels/cuda/kernels_attention.cu"
 #include "kernels/cuda/kernels_elementwise.cu"
@@ -231,4 +233,36 @@ TEST_CASE("cuda portable emu: rms_norm swiglu add add_bias rope kernels give the
 
 TEST_CASE("cuda portable emu: kv_quantize and attention kernels give the cells and attention_exact_ref") {
   compare_ops({op_kind::kv_quantize, op_kind::attention}, "the emulated kv_quantize and attention kernels");
+}
+
+TEST_CASE("cuda portable emu: find_nonfinite flags NaN and infinities anywhere and nothing else") {
+  // Finite extremes (largest normal, smallest subnormal, negative zero) leave the flag alone; one
+  // NaN, +inf or -inf at the first, a middle or the last index of a grid-stride loop sets it.
+  const int64_t n = 256 * 3 + 17;  // several thread blocks and a partial one
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i % 7) - 3.0f;
+  x[5] = std::numeric_limits<float>::max();
+  x[6] = -std::numeric_limits<float>::denorm_min();
+  x[7] = -0.0f;
+  int32_t flag = 0;
+  kc::emu_launch_find_nonfinite(x.data(), n, &flag);
+  CHECK(flag == 0);
+  kc::emu_launch_find_nonfinite(x.data(), 0, &flag);  // nothing to check
+  CHECK(flag == 0);
+  const float bad[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::infinity()};
+  for (float b : bad) {
+    for (int64_t at : {int64_t{0}, n / 2, n - 1}) {
+      CAPTURE(b);
+      CAPTURE(at);
+      std::vector<float> y = x;
+      y[static_cast<size_t>(at)] = b;
+      flag = 0;
+      kc::emu_launch_find_nonfinite(y.data(), n, &flag);
+      CHECK(flag == 1);
+      flag = 0;  // a bad value past n is not read
+      kc::emu_launch_find_nonfinite(y.data(), at, &flag);
+      CHECK(flag == 0);
+    }
+  }
 }

@@ -40,6 +40,10 @@ void launch_matmul(int32_t t, const uint8_t* w, uint64_t row_bytes, const int32_
                    int64_t n_out, const int16_t* xq, const int32_t* xexp, const int32_t* xmax,
                    int64_t n_tok, uint32_t* xpack, float* y);
 
+// Sets *flag to 1 when any of the n floats of x is NaN or infinite; leaves it alone otherwise (the
+// caller zeroes it and reads it after a synchronization: the slot ops' deferred non-finite check).
+void launch_find_nonfinite(const float* x, int64_t n, int32_t* flag);
+
 // rms_norm_f32_ref per (row, group); inv_n = (float)(1.0 / group) from the host.
 void launch_rms_norm(const float* x, int64_t rows, int64_t cols, int64_t group, const float* w, float eps,
                      float inv_n, float* out);

@@ -81,7 +81,18 @@ __global__ void rope_kernel(float* x, int64_t rows, int64_t n_head, int64_t head
   }
 }
 
+// flag = 1 when some x[i] is NaN or infinite (every writer stores the same value).
+__global__ void find_nonfinite_kernel(const float* x, int64_t n, int32_t* flag) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    if ((xd::f2u(x[i]) & 0x7f800000u) == 0x7f800000u) *flag = 1;
+  }
+}
+
 }  // namespace
+
+void launch_find_nonfinite(const float* x, int64_t n, int32_t* flag) {
+  if (n > 0) DETAUDIT_LAUNCH(find_nonfinite_kernel, grid_for(n, 256), 256)(x, n, flag);
+}
 
 void launch_rms_norm(const float* x, int64_t rows, int64_t cols, int64_t group, const float* w, float eps,
                      float inv_n, float* out) {

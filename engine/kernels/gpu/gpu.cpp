@@ -1,5 +1,7 @@
 #include "kernels/gpu/gpu.h"
 
+#include <algorithm>
+#include <stdexcept>
 #include <string>
 
 #include "util/error.h"
@@ -67,6 +69,82 @@ std::unique_ptr<device> open_device(api a, int index) {
   if (a == api::cuda) return cuda::open_device(index);
 #endif
   not_compiled(a);
+}
+
+// ---- the default slots: host memory and the pointer forms ----
+
+std::vector<float>& device::host_slot(int32_t s) {
+  if (s < 0) throw std::logic_error("gpu slot " + std::to_string(s) + " is negative");
+  if (static_cast<size_t>(s) >= host_slots_.size()) host_slots_.resize(static_cast<size_t>(s) + 1);
+  return host_slots_[static_cast<size_t>(s)];
+}
+
+namespace {
+
+// The first n floats of a slot that must hold them.
+float* held(std::vector<float>& v, int64_t n, int32_t s) {
+  if (n < 0 || static_cast<size_t>(n) > v.size())
+    throw std::logic_error("gpu slot " + std::to_string(s) + " holds " + std::to_string(v.size()) + " floats, not " +
+                           std::to_string(n));
+  return v.data();
+}
+
+// Slot out, resized to n floats unless it is the same slot as an input (then it must hold them).
+float* sized(std::vector<float>& v, int64_t n, int32_t s, bool is_input) {
+  if (is_input) return held(v, n, s);
+  v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+}  // namespace
+
+void device::slot_write(int32_t s, const float* x, int64_t n) {
+  std::vector<float>& v = host_slot(s);
+  v.assign(x, x + n);
+}
+
+void device::slot_read(int32_t s, float* x, int64_t n) {
+  std::vector<float>& v = host_slot(s);
+  std::copy(held(v, n, s), held(v, n, s) + n, x);
+}
+
+void device::matmul_slot(weight_handle w, int32_t x, int64_t n_tok, int64_t n_in, int64_t n_out, int32_t y) {
+  const float* px = held(host_slot(x), n_tok * n_in, x);
+  if (y == x) throw std::logic_error("gpu matmul_slot: the output slot is the input slot");
+  matmul(w, px, n_tok, sized(host_slot(y), n_tok * n_out, y, false));
+}
+
+void device::rms_norm_slot(int32_t x, int64_t rows, int64_t cols, int64_t group, const float* w, float eps,
+                           int32_t out) {
+  const float* px = held(host_slot(x), rows * cols, x);
+  rms_norm(px, rows, cols, group, w, eps, sized(host_slot(out), rows * cols, out, out == x));
+}
+
+void device::swiglu_slot(int32_t gate, int32_t up, int64_t n, int32_t out) {
+  const float* g = held(host_slot(gate), n, gate);
+  const float* u = held(host_slot(up), n, up);
+  swiglu(g, u, n, sized(host_slot(out), n, out, out == gate || out == up));
+}
+
+void device::add_slot(int32_t a, int32_t b, int64_t n, int32_t out) {
+  const float* pa = held(host_slot(a), n, a);
+  const float* pb = held(host_slot(b), n, b);
+  add(pa, pb, n, sized(host_slot(out), n, out, out == a || out == b));
+}
+
+void device::add_bias_slot(int32_t x, int64_t rows, int64_t cols, const float* b) {
+  add_bias(held(host_slot(x), rows * cols, x), rows, cols, b);
+}
+
+void device::rope_slot(int32_t x, int64_t rows, int64_t n_head, int64_t head_dim, int64_t n_rot, bool neox,
+                       const float* tables) {
+  rope(held(host_slot(x), rows * n_head * head_dim, x), rows, n_head, head_dim, n_rot, neox, tables);
+}
+
+void device::kv_quantize_slot(int32_t k, int32_t v, int64_t rows, int64_t n_head_kv, int64_t head_dim,
+                              uint8_t* cells) {
+  const int64_t n = rows * n_head_kv * head_dim;
+  kv_quantize(held(host_slot(k), n, k), held(host_slot(v), n, v), rows, n_head_kv, head_dim, cells);
 }
 
 }  // namespace detaudit::kernels::gpu

@@ -3,11 +3,13 @@
 //
 // Goals: every op of the forward pass that does arithmetic runs on the device and gives the bytes
 // of its kernels/ref twin (docs/precision-contract.md), whatever the device, driver or tiling; the
-// per-op tests compare each call here with kernels/ref by memcmp. Calls take and return host
-// arrays and are synchronous: the device keeps the weights (uploaded once), inputs are copied in
-// and results copied out per call, so the runtime's activations and KV cache stay where the CPU
-// backend keeps them (which makes cache copy, truncation and save/restore backend-independent).
-// Non-goals: float or reference numerics on a GPU; keeping activations resident between ops.
+// per-op tests compare each call here with kernels/ref by memcmp. The device keeps the weights
+// (uploaded once). Two forms of each op: the pointer form takes and returns host arrays and is
+// synchronous (inputs copied in, results copied out per call); the slot form reads and writes
+// activation slots, arrays that may live on the device between ops, so a run of slot ops moves
+// no activation over the bus (the CUDA backend). The KV cache stays where the CPU backend keeps it
+// (which makes cache copy, truncation and save/restore backend-independent).
+// Non-goals: float or reference numerics on a GPU; the KV cache on the device.
 //
 // Thread-safety: a device is used by one thread at a time.
 #pragma once
@@ -89,6 +91,36 @@ class device {
   virtual void attention(const float* q, int64_t n_q, const int64_t* n_kv, int64_t n_head,
                          int64_t n_head_kv, int64_t head_dim, const uint8_t* cells, int64_t n_cells,
                          float kq_scale, float* out) = 0;
+
+  // ---- activation slots ----
+  // A slot is a float array named by a small non-negative integer the caller picks (ops_gpu: the
+  // activation's id). slot_write(s, x, n) makes slot s hold the n floats of x; slot_read(s, x, n)
+  // copies its first n floats out, and is where a slot op's deferred error surfaces (a non-finite
+  // input found on the device throws input_error here, as the pointer form throws at the op). A
+  // slot op's output slot is resized to the op's output (its old contents are lost) unless it is
+  // also an input, where the pointer form allows that; an input slot must hold the op's input.
+  // Each slot op gives the bytes of its pointer form. Slot ops may run asynchronously: what they
+  // leave is complete when slot_read or kv_quantize_slot returns.
+  //
+  // These defaults keep the slots in host memory and call the pointer forms (the Vulkan backend);
+  // the CUDA backend overrides them with device memory.
+  virtual void slot_write(int32_t s, const float* x, int64_t n);
+  virtual void slot_read(int32_t s, float* x, int64_t n);
+  virtual void matmul_slot(weight_handle w, int32_t x, int64_t n_tok, int64_t n_in, int64_t n_out, int32_t y);
+  virtual void rms_norm_slot(int32_t x, int64_t rows, int64_t cols, int64_t group, const float* w, float eps,
+                             int32_t out);
+  virtual void swiglu_slot(int32_t gate, int32_t up, int64_t n, int32_t out);
+  virtual void add_slot(int32_t a, int32_t b, int64_t n, int32_t out);
+  virtual void add_bias_slot(int32_t x, int64_t rows, int64_t cols, const float* b);
+  virtual void rope_slot(int32_t x, int64_t rows, int64_t n_head, int64_t head_dim, int64_t n_rot, bool neox,
+                         const float* tables);
+  // kv_quantize of slots k and v; the cells are written to host memory (synchronous).
+  virtual void kv_quantize_slot(int32_t k, int32_t v, int64_t rows, int64_t n_head_kv, int64_t head_dim,
+                                uint8_t* cells);
+
+ private:
+  std::vector<float>& host_slot(int32_t s);
+  std::vector<std::vector<float>> host_slots_;  // the default slots
 };
 
 // Opens device `index` of an API for exact numerics. Throws input_error naming the problem: the
