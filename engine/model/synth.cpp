@@ -1,6 +1,9 @@
 #include "model/synth.h"
 
+#include <algorithm>
 #include <cctype>
+#include <exception>
+#include <thread>
 #include <vector>
 
 #include "gguf/gguf.h"
@@ -82,6 +85,12 @@ init_scale scale_for(const tensor_desc& d, const hparams& hp) {
   return {inv_sqrt(fan_in) * (to_residual ? inv_sqrt(2.0 * double(hp.n_layer)) : 1.0), 0.0};
 }
 
+// Threads that quantize a tensor's rows: the machine's, at most 16.
+int64_t synth_threads() {
+  const unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : std::min<int64_t>(n, 16);
+}
+
 void add_random_tensor(gguf::writer& w, const tensor_desc& d, const hparams& hp, gguf::dtype type, uint64_t seed) {
   normal_rng rng(seed ^ fnv1a(d.name));
   init_scale sc = scale_for(d, hp);
@@ -90,11 +99,28 @@ void add_random_tensor(gguf::writer& w, const tensor_desc& d, const hparams& hp,
   for (size_t i = 1; i < d.ne.size(); ++i) n_rows *= d.ne[i];
   const uint64_t row_bytes = gguf::dtype_row_bytes(type, row);
   std::vector<uint8_t> bytes(row_bytes * static_cast<uint64_t>(n_rows));
-  std::vector<float> vals(static_cast<size_t>(row));
-  for (int64_t r = 0; r < n_rows; ++r) {
-    for (float& v : vals) v = static_cast<float>(sc.offset + sc.std * rng.next());
-    gguf::quants_quantize_row(type, vals.data(), bytes.data() + row_bytes * static_cast<uint64_t>(r), row);
-  }
+  // The values in one sequential stream, then the rows quantized on several threads: each row's
+  // bytes depend on its values alone, so the file is the same for any thread count.
+  std::vector<float> vals(static_cast<size_t>(row * n_rows));
+  for (float& v : vals) v = static_cast<float>(sc.offset + sc.std * rng.next());
+  std::vector<std::exception_ptr> errors(16);
+  auto quantize_rows = [&](int64_t r0, int64_t r1, size_t slot) {
+    try {
+      for (int64_t r = r0; r < r1; ++r)
+        gguf::quants_quantize_row(type, vals.data() + r * row, bytes.data() + row_bytes * static_cast<uint64_t>(r), row);
+    } catch (...) {
+      errors[slot] = std::current_exception();
+    }
+  };
+  const bool slow = gguf::dtype_get(type).block_size > 1;  // float rows are a copy or a rounding
+  const int64_t n_threads = slow ? std::min<int64_t>(synth_threads(), n_rows / 64 + 1) : 1;
+  std::vector<std::thread> threads;
+  for (int64_t i = 1; i < n_threads; ++i)
+    threads.emplace_back(quantize_rows, n_rows * i / n_threads, n_rows * (i + 1) / n_threads, static_cast<size_t>(i));
+  quantize_rows(0, n_rows / n_threads, 0);
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
   w.add_tensor(d.name, type, d.ne, bytes.data(), bytes.size());
 }
 
