@@ -1,0 +1,805 @@
+// Crafted cases for the AVX2 prompt ("panel") and generation ("gemv") kernels of
+// kernels/cpu/matmul_avx2.cpp, each compared with kernels/ref (matmul_exact_ref) bit for bit
+// (memcmp of the float outputs; the kernels' int64 sums compared exactly with the scalar panel
+// kernel's where a kernel is called directly). Never a tolerance.
+//  1. Panels of every integer weight type, 1..9, 13 and 17 tokens, with rows and activations
+//     built so that some (panel, token) pairs have a block term of 2^51 or more (the double
+//     epilogue's round_ok() fails and the pass is redone token by token, down to the integer
+//     kernel) and some do not; the test computes each pair's largest term to prove both happen.
+//  2. One token whose terms pass 2^51 in a pass of 3 (wide panels) or 4 (narrow) tokens, at every
+//     position of the pass: the other tokens of that pass must still give the reference bits.
+//  3. panel_kernel_avx2 against panel_kernel_scalar on the same panel with every panel and
+//     activation array right before (and, separately, right after) a PROT_NONE page.
+//  4. mxfp4 blocks whose E8M0 scale bytes are 253 and 254 (the row kernels refuse them, the panel
+//     kernel takes them even with <= 4 tokens): the reference's bits, or the reference's error.
+//  5. q6_K half-block sums times scales at the int32 edge (|T * s| up to 2^31 - 65536) on the AVX2
+//     row kernel, whose _mm256_mullo_epi32 products must neither overflow nor be added in int32.
+//  6. Long q4_K and q5_K rows (8448 = 8192 + 256 elements) on the row kernel (1..4 tokens) and
+//     the panel kernel (3, 5 and 8 tokens).
+#include <doctest/doctest.h>
+
+#include "op_cases.h"
+#include "test_util.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gguf/dtype.h"
+#include "gguf/quants.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/matmul_internal.h"
+#include "kernels/ref/ref.h"
+#include "numerics/exact.h"
+#include "numerics/wblock.h"
+#include "util/error.h"
+
+using namespace detaudit;
+using namespace detaudit::kernels;
+using gguf::dtype;
+
+namespace {
+
+using rng = detaudit::test::test_rng;
+
+constexpr int ROWS = cpu::PANEL_ROWS;
+constexpr double NEG_INF = -std::numeric_limits<double>::infinity();
+
+const dtype INT_TYPES[] = {gguf::DTYPE_Q4_0, gguf::DTYPE_Q4_1, gguf::DTYPE_Q5_0, gguf::DTYPE_Q5_1, gguf::DTYPE_Q8_0,
+                           gguf::DTYPE_Q2_K, gguf::DTYPE_Q3_K, gguf::DTYPE_Q4_K, gguf::DTYPE_Q5_K, gguf::DTYPE_Q6_K,
+                           gguf::DTYPE_MXFP4};
+
+std::string tname(dtype t) { return gguf::dtype_get(t).name; }
+
+bool have_avx2() { return cpu::isa_supported(cpu::isa::avx2); }
+
+// doctest streams a const char* as a pointer.
+std::string iname(cpu::isa i) { return cpu::isa_name(i); }
+
+// ---- reference, driver and helpers ----
+
+std::vector<float> ref_out(dtype t, const std::vector<uint8_t>& w, const std::vector<float>& x, int64_t n_in, int64_t n_out,
+                           int64_t n_tok) {
+  std::vector<numerics::qvec> xs(static_cast<size_t>(n_tok));
+  for (int64_t k = 0; k < n_tok; ++k) numerics::quantize_act(x.data() + k * n_in, n_in, xs[static_cast<size_t>(k)]);
+  std::vector<float> y(static_cast<size_t>(n_tok * n_out), -12345.0f);
+  matmul_exact_ref(xs.data(), n_tok, t, w.data(), n_in, n_out, y.data(), 0, n_out);
+  return y;
+}
+
+std::vector<int32_t> bounds_of(dtype t, const std::vector<uint8_t>& w, int64_t n_in, int64_t n_out) {
+  std::vector<int32_t> b(static_cast<size_t>(n_out));
+  cpu::weight_row_bounds(t, w.data(), n_in, 0, n_out, b.data());
+  return b;
+}
+
+std::vector<float> cpu_out(cpu::isa isa, dtype t, const std::vector<uint8_t>& w, const cpu::act_pack& x, int64_t n_out,
+                           const std::vector<int32_t>& bounds) {
+  std::vector<float> y(static_cast<size_t>(x.n_tokens * n_out), -12345.0f);
+  cpu::matmul_exact_cpu(isa, x, t, w.data(), n_out, bounds.data(), y.data(), 0, n_out);
+  return y;
+}
+
+// The first index where a and b differ in their bits; -1 when none, -2 when the sizes differ.
+int64_t first_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return -2;
+  if (std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0) return -1;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], 4) != 0) return static_cast<int64_t>(i);
+  return -1;
+}
+
+std::string diff_text(const std::vector<float>& want, const std::vector<float>& got, int64_t i) {
+  if (i < 0) return "sizes differ";
+  uint32_t a, b;
+  std::memcpy(&a, &want[static_cast<size_t>(i)], 4);
+  std::memcpy(&b, &got[static_cast<size_t>(i)], 4);
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "first difference at %lld: ref %.9g (0x%08x), got %.9g (0x%08x)", static_cast<long long>(i),
+                static_cast<double>(want[static_cast<size_t>(i)]), a, static_cast<double>(got[static_cast<size_t>(i)]), b);
+  return buf;
+}
+
+cpu::act_view view_of(const cpu::act_pack& p) {
+  return cpu::act_view{p.n_blocks, p.q.data(), p.exp.data(), p.max_exp.data(), p.half_sum.data(), p.scale.data(),
+                       p.half_scaled.data(), p.sum_scaled.data(), p.q_eo.empty() ? nullptr : p.q_eo.data()};
+}
+
+// Rows [r0, r0 + n_rows) of w decoded into p as matmul_exact_cpu does on AVX2.
+void decode_panel(dtype t, const std::vector<uint8_t>& w, int64_t n_in, int64_t r0, int n_rows,
+                  const std::vector<int32_t>& bounds, cpu::panel& p) {
+  const uint64_t rb = gguf::dtype_row_bytes(t, n_in);
+  if (!cpu::panel_decode_fast(t, w.data(), rb, r0, n_rows, bounds.data() + r0, p))
+    cpu::panel_decode_generic(t, w.data(), rb, r0, n_rows, bounds.data() + r0, p);
+  cpu::panel_scales(p);
+}
+
+// A sum of the kernels' grid as matmul_exact_cpu stores it.
+float finish(int64_t sum, int32_t xmax, int32_t bound, int64_t n_blocks) {
+  if (xmax == numerics::EXP_ZERO || bound == numerics::EXP_ZERO) return 0.0f;
+  return cpu::fixed_to_f32_fast(sum, xmax + bound - cpu::matmul_shift_const(n_blocks));
+}
+
+// log2 of the largest |term| of token t against panel p, in the units the AVX2 epilogue rounds
+// (x of "M + x * 2^-51": x = dm * T * 2^(C + e_a - max + dsh), likewise the offset term);
+// -inf when there is none. The double pass is accepted only when every |x| stays below about 2^51.
+double max_term_log2(const cpu::panel& p, const cpu::act_pack& x, int64_t t) {
+  const int64_t nb = p.n_blocks, c = cpu::matmul_shift_const(nb);
+  double best = NEG_INF;
+  for (int64_t b = 0; b < nb; ++b) {
+    const size_t ib = static_cast<size_t>(t * nb + b);
+    const int32_t ea = x.exp[ib];
+    if (ea == numerics::EXP_ZERO) continue;
+    const int16_t* a = x.q.data() + ib * 32;
+    const int32_t* hs = x.half_sum.data() + ib * 2;
+    const int64_t s = c + ea - x.max_exp[static_cast<size_t>(t)];
+    for (int r = 0; r < ROWS; ++r) {
+      int64_t tsum = 0;
+      for (int j = 0; j < 16; ++j) {
+        const uint32_t pair = static_cast<uint32_t>(p.codes[(b * 16 + j) * ROWS + r]);
+        tsum += static_cast<int64_t>(static_cast<int16_t>(pair & 0xffff)) * a[2 * j] +
+                static_cast<int64_t>(static_cast<int16_t>(pair >> 16)) * a[2 * j + 1];
+      }
+      const int64_t i = b * ROWS + r;
+      const int64_t t1 = p.dm[i] * tsum;
+      if (t1 != 0) best = std::max(best, std::log2(std::fabs(static_cast<double>(t1))) + static_cast<double>(s + p.dsh[i]));
+      if (p.has_min) {
+        const int64_t t2 = p.mm0[i] * hs[0] + p.mm1[i] * hs[1];
+        if (t2 != 0) best = std::max(best, std::log2(std::fabs(static_cast<double>(t2))) + static_cast<double>(s + p.msh[i]));
+      }
+    }
+  }
+  return best;
+}
+
+// The same for one row through the reference's decoding (the row kernels' terms).
+double max_row_term_log2(dtype t, const uint8_t* row, int64_t n_in, const numerics::qvec& x) {
+  const int64_t nb = n_in / 32;
+  std::vector<numerics::wblock> w(static_cast<size_t>(nb));
+  weight_decode_row(t, row, n_in, w.data());
+  const int32_t bound = numerics::wblock_exp_bound(w.data(), nb);
+  if (bound == numerics::EXP_ZERO || x.max_exp == numerics::EXP_ZERO) return NEG_INF;
+  const int32_t g = numerics::dot_grid(x.max_exp, bound, nb);
+  double best = NEG_INF;
+  for (int64_t b = 0; b < nb; ++b) {
+    const int32_t ea = x.exp[static_cast<size_t>(b)];
+    if (ea == numerics::EXP_ZERO) continue;
+    const numerics::dot_terms d = numerics::dot_block_terms(x.q.data() + b * 32, ea, w[static_cast<size_t>(b)]);
+    if (d.t1 != 0) best = std::max(best, std::log2(std::fabs(static_cast<double>(d.t1))) + (d.p1 - g));
+    if (d.t2 != 0) best = std::max(best, std::log2(std::fabs(static_cast<double>(d.t2))) + (d.p2 - g));
+  }
+  return best;
+}
+
+// Margins around 2^51 within which a term is not counted as clearly on one side.
+constexpr double FAILS_AT = 51.01, PASSES_BELOW = 50.99;
+
+struct tally {
+  int64_t fail = 0, pass = 0, edge = 0;
+  void add(double l2) {
+    if (l2 >= FAILS_AT) ++fail;
+    else if (l2 <= PASSES_BELOW) ++pass;
+    else ++edge;
+  }
+};
+
+// Every 16-row panel of (t, w) on tokens [0, x.n_tokens) of x through panel_kernel_avx2 (in one
+// call, and in two calls split at token `split` so that passes start elsewhere) and through
+// panel_kernel_scalar: the int64 sums must be equal. Returns the outputs as matmul_exact_cpu
+// stores them; term_log2[g * n_tok + k] receives max_term_log2 of panel g and token k.
+std::vector<float> panel_outputs(dtype t, const std::vector<uint8_t>& w, int64_t n_in, int64_t n_out, const cpu::act_pack& x,
+                                 const std::vector<int32_t>& bounds, int64_t split, std::vector<double>* term_log2,
+                                 int64_t* n_sum_bad, const std::string& name) {
+  const int64_t n_tok = x.n_tokens, nb = x.n_blocks, n_groups = (n_out + ROWS - 1) / ROWS;
+  const cpu::act_view xv = view_of(x);
+  std::vector<float> y(static_cast<size_t>(n_tok * n_out), -12345.0f);
+  if (term_log2) term_log2->assign(static_cast<size_t>(n_groups * n_tok), NEG_INF);
+  cpu::panel_buffer buf;
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const int n_rows = static_cast<int>(std::min<int64_t>(ROWS, n_out - g * ROWS));
+    cpu::panel p = buf.view(nb);
+    decode_panel(t, w, n_in, g * ROWS, n_rows, bounds, p);
+    std::vector<int64_t> sc(static_cast<size_t>(n_tok * ROWS), 0), av(sc.size(), 0), av2(sc.size(), 0);
+    cpu::panel_kernel_scalar(p, xv, 0, n_tok, sc.data());
+    cpu::panel_kernel_avx2(p, xv, 0, n_tok, av.data());
+    const int64_t s = std::clamp<int64_t>(split, 0, n_tok);
+    cpu::panel_kernel_avx2(p, xv, 0, s, av2.data());
+    cpu::panel_kernel_avx2(p, xv, s, n_tok, av2.data() + s * ROWS);
+    if (av != sc || av2 != sc) {
+      ++*n_sum_bad;
+      if (*n_sum_bad < 10) {
+        for (size_t i = 0; i < sc.size(); ++i)
+          if (av[i] != sc[i] || av2[i] != sc[i]) {
+            FAIL_CHECK(name << " panel " << g << " (wide " << p.wide << ", min " << p.has_min << "/" << p.min_whole
+                            << "): token " << i / ROWS << " row " << i % ROWS << ": scalar " << sc[i] << ", avx2 " << av[i]
+                            << ", avx2 split at " << s << " " << av2[i]);
+            break;
+          }
+      }
+    }
+    for (int64_t k = 0; k < n_tok; ++k) {
+      if (term_log2) (*term_log2)[static_cast<size_t>(g * n_tok + k)] = max_term_log2(p, x, k);
+      for (int r = 0; r < n_rows; ++r) {
+        const int64_t row = g * ROWS + r;
+        y[static_cast<size_t>(k * n_out + row)] =
+            finish(av[static_cast<size_t>(k * ROWS + r)], x.max_exp[static_cast<size_t>(k)], bounds[static_cast<size_t>(row)], nb);
+      }
+    }
+  }
+  return y;
+}
+
+// ---- crafted weights ----
+
+void put16(uint8_t* p, uint16_t h) { std::memcpy(p, &h, 2); }
+
+// The codes (scale * q) of slice 0 of one (super-)block.
+std::vector<int32_t> slice0_codes(dtype t, const uint8_t* blk) {
+  numerics::wblock wb;
+  numerics::weight_decode_block(t, blk, 0, wb);
+  std::vector<int32_t> c(32);
+  for (int i = 0; i < 32; ++i) c[static_cast<size_t>(i)] = wb.scale[i / 16] * wb.q[i];
+  return c;
+}
+
+// Makes one (super-)block "hot": every byte `fill`, the largest finite fp16 d (65504, mantissa
+// 2047), the offset scale (if any) min_h; q6_K's sub-block scales -128, mxfp4's E8M0 byte 130.
+void hot_block(dtype t, uint8_t* blk, uint8_t fill, uint16_t min_h) {
+  std::memset(blk, fill, gguf::dtype_get(t).type_size);
+  if (t == gguf::DTYPE_Q6_K) std::memset(blk + 192, 0x80, 16);
+  if (t == gguf::DTYPE_MXFP4) blk[0] = 130;
+  const std::vector<int> f = test::fp16_fields(t);
+  if (!f.empty()) put16(blk + f[0], 0x7bff);
+  if (f.size() > 1) put16(blk + f[1], min_h);
+}
+
+// The fill byte whose hot block has the largest sum of |code| over its first 32 elements.
+uint8_t hot_fill(dtype t) {
+  std::vector<uint8_t> blk(gguf::dtype_get(t).type_size);
+  int64_t best = -1;
+  uint8_t best_f = 0;
+  for (int f = 0; f < 256; ++f) {
+    hot_block(t, blk.data(), static_cast<uint8_t>(f), 0x3c00);
+    int64_t s = 0;
+    for (int32_t c : slice0_codes(t, blk.data())) s += std::abs(c);
+    if (s > best) best = s, best_f = static_cast<uint8_t>(f);
+  }
+  return best_f;
+}
+
+enum class row_kind {
+  hot_all,      // every (super-)block hot: terms as large as the type allows
+  hot_first,    // the first (super-)block hot, the others random with scales near 1
+  quiet_first,  // random with scales near 1, the first (super-)block's scales tiny (fp16 2^-24)
+};
+
+// n_out rows of random bytes (scales near 1), then each reshaped as kinds[r] says.
+std::vector<uint8_t> crafted_rows(rng& r, dtype t, int64_t n_in, int64_t n_out, const std::vector<row_kind>& kinds) {
+  std::vector<uint8_t> w = test::weight_rows(r, t, n_in, n_out, test::weights::random_bytes_narrow);
+  const uint64_t rb = gguf::dtype_row_bytes(t, n_in);
+  const int64_t ts = gguf::dtype_get(t).type_size, n_units = n_in / gguf::dtype_get(t).block_size;
+  const uint8_t fill = hot_fill(t);
+  for (int64_t row = 0; row < n_out; ++row) {
+    uint8_t* p = w.data() + static_cast<uint64_t>(row) * rb;
+    switch (kinds[static_cast<size_t>(row)]) {
+      case row_kind::hot_all:
+        for (int64_t u = 0; u < n_units; ++u) hot_block(t, p + u * ts, fill, test::random_fp16(r, true));
+        break;
+      case row_kind::hot_first: hot_block(t, p, fill, test::random_fp16(r, true)); break;
+      case row_kind::quiet_first:
+        for (int f : test::fp16_fields(t)) put16(p + f, 0x0001);
+        if (t == gguf::DTYPE_MXFP4) p[0] = 90;
+        break;
+    }
+  }
+  return w;
+}
+
+// Activations of one token: values of `base` (near 1), then for a hot token block 0 set to
+// sign(code) * 32767 * 16 element by element with `codes` (so every product adds); for a cold one
+// the first `cold_len` elements normal values times 2^cold_exp.
+void fill_token(rng& r, float* x, int64_t n_in, bool hot, const std::vector<int32_t>& codes, int cold_exp, int64_t cold_len,
+                const test::dist& base_dist = test::d_normal) {
+  const std::vector<float> base = test::draw(r, base_dist, n_in);
+  std::copy(base.begin(), base.end(), x);
+  if (hot) {
+    for (int i = 0; i < 32; ++i) x[i] = (codes[static_cast<size_t>(i)] < 0 ? -1.0f : 1.0f) * 32767.0f * 16.0f;
+  } else {
+    for (int64_t i = 0; i < cold_len; ++i) x[i] = r.normal() * std::ldexp(1.0f, cold_exp);
+  }
+}
+
+}  // namespace
+
+// ---- 1 ----
+
+TEST_CASE("cpu avx2 crafted: panel: every integer type, 1..9, 13 and 17 tokens, panels with and without the 2^51 fallback") {
+  if (!have_avx2()) {
+    MESSAGE("no AVX2 on this CPU: the AVX2 panel kernel cannot run here (skipped)");
+    return;
+  }
+  rng r{0x5eed01};
+  // Types whose largest term can reach 2^51 with these row lengths (the shortest: C = 17 for one
+  // block, 14 for one super-block). q4_0 (8 * 32 * 32767 * 2047 * 2^17 < 2^51), q2_K and mxfp4
+  // (d_mant 1) cannot: they still run every panel, with terms up to just below 2^51.
+  const dtype reach[] = {gguf::DTYPE_Q4_1, gguf::DTYPE_Q5_0, gguf::DTYPE_Q5_1, gguf::DTYPE_Q8_0,
+                         gguf::DTYPE_Q3_K, gguf::DTYPE_Q4_K, gguf::DTYPE_Q5_K, gguf::DTYPE_Q6_K};
+  const int64_t n_toks[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 17};
+  int64_t n_cases = 0, n_bad = 0, n_sum_bad = 0;
+  std::string summary;
+  for (dtype t : INT_TYPES) {
+    const bool k = gguf::dtype_get(t).block_size == 256;
+    tally tl;
+    for (int64_t n_in : k ? std::vector<int64_t>{256, 512} : std::vector<int64_t>{32, 128}) {
+      // Panel 0: 12 hot rows and 4 quiet ones; panel 1: quiet rows; panel 2 (8 rows): 4 hot, 4 quiet.
+      const int64_t n_out = 40;
+      std::vector<row_kind> kinds(static_cast<size_t>(n_out), row_kind::quiet_first);
+      for (int64_t row = 0; row < n_out; ++row)
+        if (row < 12 || (row >= 32 && row < 36)) kinds[static_cast<size_t>(row)] = row_kind::hot_all;
+      for (int64_t n_tok : n_toks) {
+        const std::string name = tname(t) + " n_in " + std::to_string(n_in) + " n_tok " + std::to_string(n_tok);
+        CAPTURE(name);
+        const std::vector<uint8_t> w = crafted_rows(r, t, n_in, n_out, kinds);
+        const std::vector<int32_t> codes = slice0_codes(t, w.data());
+        std::vector<float> x(static_cast<size_t>(n_tok * n_in));
+        for (int64_t tok = 0; tok < n_tok; ++tok)
+          fill_token(r, x.data() + tok * n_in, n_in, (tok + n_tok) % 3 == 1, codes, 12, 32);
+        cpu::act_pack xp;
+        cpu::act_pack_build(x.data(), n_tok, n_in, xp);
+        const std::vector<int32_t> bounds = bounds_of(t, w, n_in, n_out);
+        const std::vector<float> want = ref_out(t, w, x, n_in, n_out, n_tok);
+        std::vector<double> terms;
+        const std::vector<float> got =
+            panel_outputs(t, w, n_in, n_out, xp, bounds, n_tok >= 5 ? 2 : 1, &terms, &n_sum_bad, name);
+        for (double l2 : terms) tl.add(l2);
+        int64_t d = first_diff(want, got);
+        if (d != -1) {
+          ++n_bad;
+          if (n_bad < 10) FAIL_CHECK(name << " panel_kernel_avx2: " << diff_text(want, got, d));
+        }
+        for (cpu::isa isa : cpu::isa_all_supported()) {
+          const std::vector<float> y = cpu_out(isa, t, w, xp, n_out, bounds);
+          d = first_diff(want, y);
+          if (d != -1) {
+            ++n_bad;
+            if (n_bad < 10) FAIL_CHECK(name << " matmul_exact_cpu " << iname(isa) << ": " << diff_text(want, y, d));
+          }
+        }
+        ++n_cases;
+      }
+    }
+    CAPTURE(tname(t));
+    CHECK(tl.pass > 0);
+    if (std::find(std::begin(reach), std::end(reach), t) != std::end(reach)) CHECK(tl.fail > 0);
+    summary += " " + tname(t) + " " + std::to_string(tl.fail) + "/" + std::to_string(tl.pass) + "/" + std::to_string(tl.edge);
+  }
+  CHECK(n_bad == 0);
+  CHECK(n_sum_bad == 0);
+  MESSAGE(n_cases << " cases; (panel, token) pairs past 2^51 / below / within 2^+-0.01 of it:" << summary);
+}
+
+// ---- 2 ----
+
+TEST_CASE("cpu avx2 crafted: panel: one token past 2^51 in a pass of 3 or 4 leaves the pass's other tokens exact") {
+  if (!have_avx2()) {
+    MESSAGE("no AVX2 on this CPU: the AVX2 panel kernel cannot run here (skipped)");
+    return;
+  }
+  rng r{0x5eed02};
+  // Every row's first (super-)block is hot (scale 65504, codes at their extreme); the other blocks
+  // have scales near 1 (2^-15 of it). The hot token meets the hot block with aligned activations;
+  // the cold tokens have their largest blocks elsewhere (the first block or super-block 2^-20 of
+  // the rest, which has no zero block), so their terms stay far below 2^51 and their double pass
+  // is valid on its own.
+  struct shape {
+    dtype t;
+    int64_t n_in;
+  };
+  const shape shapes[] = {{gguf::DTYPE_Q8_0, 64}, {gguf::DTYPE_Q5_1, 64}, {gguf::DTYPE_Q4_K, 512},
+                          {gguf::DTYPE_Q5_K, 512}, {gguf::DTYPE_Q6_K, 512}};
+  int64_t n_cases = 0, n_bad = 0, n_sum_bad = 0;
+  for (const shape& sh : shapes) {
+    const dtype t = sh.t;
+    const int64_t n_in = sh.n_in, n_out = 24, cold_len = gguf::dtype_get(t).block_size;
+    for (int64_t n_tok : {3, 4, 6, 7, 8}) {
+      for (int64_t hot = 0; hot < n_tok; ++hot) {
+        const std::string name = tname(t) + " n_tok " + std::to_string(n_tok) + " hot token " + std::to_string(hot);
+        CAPTURE(name);
+        const std::vector<uint8_t> w = crafted_rows(r, t, n_in, n_out, std::vector<row_kind>(n_out, row_kind::hot_first));
+        const std::vector<int32_t> codes = slice0_codes(t, w.data());
+        std::vector<float> x(static_cast<size_t>(n_tok * n_in));
+        for (int64_t tok = 0; tok < n_tok; ++tok) fill_token(r, x.data() + tok * n_in, n_in, tok == hot, codes, -20, cold_len, test::d_spread2);
+        cpu::act_pack xp;
+        cpu::act_pack_build(x.data(), n_tok, n_in, xp);
+        const std::vector<int32_t> bounds = bounds_of(t, w, n_in, n_out);
+        const std::vector<float> want = ref_out(t, w, x, n_in, n_out, n_tok);
+        std::vector<double> terms;
+        const std::vector<float> got = panel_outputs(t, w, n_in, n_out, xp, bounds, 1, &terms, &n_sum_bad, name);
+        // The premise: the hot token's pass must fall back, every other token's term stays below.
+        double hot_max = NEG_INF, cold_max = NEG_INF;
+        for (size_t i = 0; i < terms.size(); ++i) {
+          double& m = static_cast<int64_t>(i) % n_tok == hot ? hot_max : cold_max;
+          m = std::max(m, terms[i]);
+        }
+        REQUIRE(hot_max >= FAILS_AT);
+        REQUIRE(cold_max <= PASSES_BELOW);
+        int64_t d = first_diff(want, got);
+        if (d != -1) {
+          ++n_bad;
+          if (n_bad < 10) FAIL_CHECK(name << " panel_kernel_avx2: " << diff_text(want, got, d) << " (token " << d / n_out << ")");
+        }
+        for (cpu::isa isa : cpu::isa_all_supported()) {
+          const std::vector<float> y = cpu_out(isa, t, w, xp, n_out, bounds);
+          d = first_diff(want, y);
+          if (d != -1) {
+            ++n_bad;
+            if (n_bad < 10) FAIL_CHECK(name << " matmul_exact_cpu " << iname(isa) << ": " << diff_text(want, y, d));
+          }
+        }
+        ++n_cases;
+      }
+    }
+  }
+  CHECK(n_bad == 0);
+  CHECK(n_sum_bad == 0);
+  MESSAGE(n_cases << " passes with one token past 2^51");
+}
+
+// ---- 3 ----
+
+namespace {
+
+// n elements of T in a mapping of their own with a PROT_NONE page right after their last byte
+// (tail) or right before their first (head): a read outside them faults.
+template <class T>
+struct guarded {
+  void* base = nullptr;
+  size_t len = 0;
+  T* p = nullptr;
+  guarded(const T* src, size_t n, bool tail) {
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    const size_t bytes = n * sizeof(T);
+    const size_t data_pages = (bytes + page - 1) / page;
+    len = (data_pages + 1) * page;
+    base = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(base != MAP_FAILED);
+    uint8_t* b = static_cast<uint8_t*>(base);
+    if (tail) {
+      REQUIRE(::mprotect(b + data_pages * page, page, PROT_NONE) == 0);
+      p = reinterpret_cast<T*>(b + data_pages * page - bytes);
+    } else {
+      REQUIRE(::mprotect(b, page, PROT_NONE) == 0);
+      p = reinterpret_cast<T*>(b + page);
+    }
+    if (bytes > 0) std::memcpy(p, src, bytes);
+  }
+  ~guarded() { ::munmap(base, len); }
+  guarded(const guarded&) = delete;
+  guarded& operator=(const guarded&) = delete;
+};
+
+}  // namespace
+
+TEST_CASE("cpu avx2 crafted: panel: panel_kernel_avx2 reads nothing outside the panel and activation arrays (guard pages)") {
+  if (!have_avx2()) {
+    MESSAGE("no AVX2 on this CPU: panel_kernel_avx2 cannot be called here (skipped)");
+    return;
+  }
+  rng r{0x5eed03};
+  int64_t n_cases = 0, n_bad = 0;
+  for (dtype t : INT_TYPES) {
+    const bool k = gguf::dtype_get(t).block_size == 256;
+    for (int64_t n_in : k ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{32, 96, 288}) {
+      for (int64_t n_tok : {1, 2, 3, 4, 5, 7, 9}) {
+        const int64_t n_out = 20;
+        std::vector<row_kind> kinds(static_cast<size_t>(n_out), row_kind::quiet_first);
+        for (int64_t row = 0; row < n_out; row += 2) kinds[static_cast<size_t>(row)] = row_kind::hot_all;
+        const std::vector<uint8_t> w = crafted_rows(r, t, n_in, n_out, kinds);
+        const std::vector<int32_t> codes = slice0_codes(t, w.data());
+        std::vector<float> x(static_cast<size_t>(n_tok * n_in));
+        for (int64_t tok = 0; tok < n_tok; ++tok) fill_token(r, x.data() + tok * n_in, n_in, tok % 2 == 0, codes, 12, 32);
+        cpu::act_pack xp;
+        cpu::act_pack_build(x.data(), n_tok, n_in, xp);
+        const std::vector<int32_t> bounds = bounds_of(t, w, n_in, n_out);
+        const cpu::act_view xv = view_of(xp);
+        const int64_t nb = xp.n_blocks;
+        const size_t m = static_cast<size_t>(nb * ROWS);
+        cpu::panel_buffer buf;
+        for (int64_t g = 0; g * ROWS < n_out; ++g) {
+          cpu::panel p = buf.view(nb);
+          decode_panel(t, w, n_in, g * ROWS, static_cast<int>(std::min<int64_t>(ROWS, n_out - g * ROWS)), bounds, p);
+          std::vector<int64_t> want(static_cast<size_t>(n_tok * ROWS), 0);
+          cpu::panel_kernel_scalar(p, xv, 0, n_tok, want.data());
+          for (bool tail : {true, false}) {
+            CAPTURE(tname(t));
+            CAPTURE(n_in);
+            CAPTURE(n_tok);
+            CAPTURE(tail);
+            guarded<int32_t> codes_g(p.codes, static_cast<size_t>(nb * 16 * ROWS), tail);
+            guarded<int64_t> dm(p.dm, m, tail), dsh(p.dsh, m, tail), mm0(p.mm0, m, tail), mm1(p.mm1, m, tail), msh(p.msh, m, tail);
+            guarded<double> wd(p.wd, m, tail), wm0(p.wm0, m, tail), wm1(p.wm1, m, tail);
+            cpu::panel gp = p;
+            gp.codes = codes_g.p;
+            gp.dm = dm.p, gp.dsh = dsh.p, gp.mm0 = mm0.p, gp.mm1 = mm1.p, gp.msh = msh.p;
+            gp.wd = wd.p, gp.wm0 = wm0.p, gp.wm1 = wm1.p;
+            gp.stage = nullptr;
+            guarded<int16_t> q(xp.q.data(), xp.q.size(), tail), qe(xp.q_eo.data(), xp.q_eo.size(), tail);
+            guarded<int32_t> ex(xp.exp.data(), xp.exp.size(), tail), mx(xp.max_exp.data(), xp.max_exp.size(), tail),
+                hs(xp.half_sum.data(), xp.half_sum.size(), tail);
+            guarded<double> sc(xp.scale.data(), xp.scale.size(), tail), hsc(xp.half_scaled.data(), xp.half_scaled.size(), tail),
+                ssc(xp.sum_scaled.data(), xp.sum_scaled.size(), tail);
+            const cpu::act_view gx{nb, q.p, ex.p, mx.p, hs.p, sc.p, hsc.p, ssc.p, xp.q_eo.empty() ? nullptr : qe.p};
+            std::vector<int64_t> got(want.size(), 0);
+            cpu::panel_kernel_avx2(gp, gx, 0, n_tok, got.data());
+            // The last tokens alone (a pass that ends at the arrays' end, a remainder).
+            std::vector<int64_t> got_last(want.size(), 0);
+            const int64_t t0 = n_tok / 2;
+            cpu::panel_kernel_avx2(gp, gx, t0, n_tok, got_last.data() + t0 * ROWS);
+            cpu::panel_kernel_avx2(gp, gx, 0, t0, got_last.data());
+            if (got != want || got_last != want) {
+              ++n_bad;
+              if (n_bad < 10) FAIL_CHECK(tname(t) << " n_in " << n_in << " n_tok " << n_tok << " panel " << g << ": avx2 sums differ from scalar");
+            }
+            ++n_cases;
+          }
+        }
+      }
+    }
+  }
+  CHECK(n_bad == 0);
+  MESSAGE(n_cases << " guarded panels (every array of the panel and the activations next to a PROT_NONE page)");
+}
+
+// ---- 4 ----
+
+TEST_CASE("cpu avx2 crafted: panel: mxfp4 E8M0 scales 253 and 254 with <= 4 tokens take the panel kernel and match the reference") {
+  // weight_decode_block accepts a block when max|code| * 2^(e - 128) < 2^128 (doubled E2M1 codes
+  // 0..12): e = 253 with codes up to 6, e = 254 with codes up to 3. Larger codes (and e = 255)
+  // are refused with input_error by the reference and, through panel_decode_generic, by
+  // matmul_exact_cpu, with the same message. The AVX2 row kernel refuses e >= 253 (returns false),
+  // so even one token goes to the panel kernel.
+  rng r{0x5eed04};
+  const dtype t = gguf::DTYPE_MXFP4;
+  const int ok253[] = {0, 1, 2, 3, 4, 5, 8, 9, 10, 11, 12, 13};  // nibbles with |code| <= 6
+  const int ok254[] = {0, 1, 2, 3, 8, 9, 10, 11};                // |code| <= 3
+  const test::dist acts[] = {test::d_tiny, test::d_normal, test::dist{.name = "small", .lo = -60, .hi = -20}};
+  int64_t n_ok = 0, n_refused = 0, n_bad = 0, n_finite = 0, n_values = 0;
+  for (int64_t n_in : {32, 64, 256, 288}) {
+    const int64_t nb = n_in / 32, n_out = 7;
+    for (int64_t n_tok = 1; n_tok <= 5; ++n_tok) {
+      for (int variant = 0; variant < 6; ++variant) {
+        const std::string name = "mxfp4 n_in " + std::to_string(n_in) + " n_tok " + std::to_string(n_tok) + " variant " + std::to_string(variant);
+        CAPTURE(name);
+        std::vector<uint8_t> w = test::weight_rows(r, t, n_in, n_out, test::weights::random_bytes);
+        for (int64_t row = 0; row < n_out; ++row)
+          for (int64_t b = 0; b < nb; ++b) {
+            uint8_t* blk = w.data() + (row * nb + b) * 17;
+            const int64_t pick = (b == row % nb) ? r.range(0, 1) : r.range(0, 3);  // each row has a 253 or 254 block
+            if (pick >= 2) continue;  // random scale 0..252 and codes
+            const bool e254 = pick == 1;
+            blk[0] = e254 ? 254 : 253;
+            for (int j = 1; j < 17; ++j) {
+              const int lo = e254 ? ok254[r.range(0, 7)] : ok253[r.range(0, 11)];
+              const int hi = e254 ? ok254[r.range(0, 7)] : ok253[r.range(0, 11)];
+              blk[j] = static_cast<uint8_t>(lo | hi << 4);
+            }
+          }
+        // Variants 3..5: one block of one row that the reference refuses.
+        if (variant >= 3) {
+          uint8_t* blk = w.data() + (r.range(0, n_out - 1) * nb + r.range(0, nb - 1)) * 17;
+          if (variant == 3) blk[0] = 253, blk[1 + r.range(0, 15)] = 0x06;       // code 8 at 2^125: 2^128
+          if (variant == 4) blk[0] = 254, blk[1 + r.range(0, 15)] = 0xc0;       // code -4 at 2^126
+          if (variant == 5) blk[0] = 255;                                       // NaN
+        }
+        const std::vector<float> x = test::draw(r, acts[variant % 3], n_tok * n_in, n_in);
+        cpu::act_pack xp;
+        cpu::act_pack_build(x.data(), n_tok, n_in, xp);
+        const std::vector<int32_t> bounds = bounds_of(t, w, n_in, n_out);
+        if (have_avx2() && n_tok <= cpu::GEMV_MAX_TOKENS) {  // the routing: the row kernel declines
+          std::vector<int64_t> acc(static_cast<size_t>(n_tok * n_out), 0);
+          CHECK_FALSE(cpu::gemv_avx2(t, view_of(xp), n_tok, w.data(), gguf::dtype_row_bytes(t, n_in), bounds.data(), 0, n_out, acc.data()));
+        }
+        std::string ref_err;
+        std::vector<float> want;
+        try {
+          want = ref_out(t, w, x, n_in, n_out, n_tok);
+        } catch (const input_error& e) {
+          ref_err = e.what();
+        }
+        CHECK((variant >= 3) == !ref_err.empty());
+        for (float v : want) n_finite += std::isfinite(v) && v != 0.0f, ++n_values;
+        for (cpu::isa isa : cpu::isa_all_supported()) {
+          const std::string isa_s = iname(isa);
+          CAPTURE(isa_s);
+          std::string err;
+          std::vector<float> y;
+          try {
+            y = cpu_out(isa, t, w, xp, n_out, bounds);
+          } catch (const input_error& e) {
+            err = e.what();
+          }
+          CHECK(err == ref_err);
+          if (ref_err.empty() && err.empty()) {
+            const int64_t d = first_diff(want, y);
+            if (d != -1) {
+              ++n_bad;
+              if (n_bad < 10) FAIL_CHECK(name << " " << iname(isa) << ": " << diff_text(want, y, d));
+            }
+          }
+        }
+        if (ref_err.empty() && have_avx2()) {  // the panel kernel itself, every token count
+          int64_t n_sum_bad = 0;
+          const std::vector<float> got = panel_outputs(t, w, n_in, n_out, xp, bounds, 1, nullptr, &n_sum_bad, name);
+          CHECK(n_sum_bad == 0);
+          const int64_t d = first_diff(want, got);
+          if (d != -1) {
+            ++n_bad;
+            if (n_bad < 10) FAIL_CHECK(name << " panel_kernel_avx2: " << diff_text(want, got, d));
+          }
+        }
+        (ref_err.empty() ? n_ok : n_refused) += 1;
+      }
+    }
+  }
+  CHECK(n_bad == 0);
+  CHECK(n_finite * 4 > n_values);  // most outputs finite and nonzero: the 2^125 and 2^126 terms are not all lost to inf
+  MESSAGE(n_ok << " mxfp4 cases with scales 253/254 computed (" << n_finite << " of " << n_values
+              << " outputs finite and nonzero), " << n_refused << " refused alike by both");
+}
+
+// ---- 5 ----
+
+TEST_CASE("cpu avx2 crafted: gemv: q6_K half-block sums times scales at the int32 edge give the reference bits") {
+  // A q6_K half block of codes -32 against activations +-32767 sums to -+16776704; times the
+  // sub-block scale -128 that is +-2147418112, 65536 below 2^31 (codes 31 with scale 127: 93% of
+  // it). The AVX2 row kernel forms these products with _mm256_mullo_epi32 and adds the two halves
+  // of a block in double. Scales are chosen so every term stays below 2^50 (the double epilogue is
+  // kept, not the integer fallback): tiny subnormal d, or a row whose bound comes from another
+  // super-block 2^15 larger, or a token whose largest block lies elsewhere.
+  rng r{0x5eed05};
+  const dtype t = gguf::DTYPE_Q6_K;
+  int64_t n_cases = 0, n_bad = 0;
+  for (int64_t n_in : {256, 512, 2048}) {
+    const int64_t n_sb = n_in / 256, n_out = 6;
+    for (int variant = 0; variant < 4; ++variant) {
+      for (int64_t n_tok = 1; n_tok <= 5; ++n_tok) {
+        const std::string name = "q6_K n_in " + std::to_string(n_in) + " variant " + std::to_string(variant) + " n_tok " + std::to_string(n_tok);
+        CAPTURE(name);
+        std::vector<uint8_t> w(static_cast<size_t>(n_out * n_sb * 210));
+        for (int64_t row = 0; row < n_out; ++row)
+          for (int64_t s = 0; s < n_sb; ++s) {
+            uint8_t* sb = w.data() + (row * n_sb + s) * 210;
+            const bool neg = variant == 1 ? false : variant == 0 ? true : r.range(0, 1) == 0;
+            std::memset(sb, neg ? 0x00 : 0xff, 192);  // q = -32 or 31 everywhere
+            for (int h = 0; h < 16; ++h)  // per half block: the extreme scale of either sign
+              sb[192 + h] = static_cast<uint8_t>(variant <= 1 ? (neg ? 0x80 : 0x7f) : (r.range(0, 2) == 0 ? 0x7f : r.range(0, 1) ? 0x80 : 0x81));
+            put16(sb + 208, static_cast<uint16_t>(variant == 3 && n_sb == 1 ? 0x0003 : variant == 3 ? 0x3c00 | r.range(0, 1023) : r.range(1, 7)));
+          }
+        if (variant == 3 && n_sb > 1)  // the row bound: a last super-block 2^15 larger, with zero codes (scales 0)
+          for (int64_t row = 0; row < n_out; ++row) {
+            uint8_t* sb = w.data() + (row * n_sb + n_sb - 1) * 210;
+            std::memset(sb + 192, 0, 16);
+            put16(sb + 208, 0x7bff);
+          }
+        std::vector<float> x(static_cast<size_t>(n_tok * n_in));
+        for (int64_t tok = 0; tok < n_tok; ++tok)
+          for (int64_t h = 0; h < n_in / 16; ++h) {  // one sign per half block
+            const float v = r.range(0, 1) ? 32767.0f : -32767.0f;
+            for (int64_t i = 0; i < 16; ++i) x[static_cast<size_t>(tok * n_in + h * 16 + i)] = v;
+          }
+        if (variant == 2)  // token 0's largest block elsewhere: block 1 at 2^12 of the others (same q)
+          for (int64_t i = 32; i < 64; ++i) x[static_cast<size_t>(i)] *= 4096.0f;
+        // The premise: every term below 2^50 (the double path holds).
+        for (int64_t tok = 0; tok < n_tok; ++tok) {
+          numerics::qvec q;
+          numerics::quantize_act(x.data() + tok * n_in, n_in, q);
+          for (int64_t row = 0; row < n_out; ++row) REQUIRE(max_row_term_log2(t, w.data() + row * n_sb * 210, n_in, q) < 50.0);
+        }
+        cpu::act_pack xp;
+        cpu::act_pack_build(x.data(), n_tok, n_in, xp);
+        const std::vector<int32_t> bounds = bounds_of(t, w, n_in, n_out);
+        const std::vector<float> want = ref_out(t, w, x, n_in, n_out, n_tok);
+        for (cpu::isa isa : cpu::isa_all_supported()) {
+          const std::vector<float> y = cpu_out(isa, t, w, xp, n_out, bounds);
+          const int64_t d = first_diff(want, y);
+          if (d != -1) {
+            ++n_bad;
+            if (n_bad < 10) FAIL_CHECK(name << " matmul_exact_cpu " << iname(isa) << ": " << diff_text(want, y, d));
+          }
+        }
+        if (have_avx2() && n_tok <= cpu::GEMV_MAX_TOKENS) {
+          // The row kernel itself: it must take these rows, with the scalar panel kernel's sums.
+          std::vector<int64_t> acc(static_cast<size_t>(n_tok * n_out), 0);
+          REQUIRE(cpu::gemv_avx2(t, view_of(xp), n_tok, w.data(), 210 * static_cast<uint64_t>(n_sb), bounds.data(), 0, n_out, acc.data()));
+          cpu::panel_buffer buf;
+          cpu::panel p = buf.view(xp.n_blocks);
+          decode_panel(t, w, n_in, 0, static_cast<int>(n_out), bounds, p);
+          std::vector<int64_t> sc(static_cast<size_t>(n_tok * ROWS), 0);
+          cpu::panel_kernel_scalar(p, view_of(xp), 0, n_tok, sc.data());
+          for (int64_t tok = 0; tok < n_tok; ++tok)
+            for (int64_t row = 0; row < n_out; ++row)
+              CHECK_MESSAGE(acc[static_cast<size_t>(tok * n_out + row)] == sc[static_cast<size_t>(tok * ROWS + row)],
+                            name << " token " << tok << " row " << row << ": gemv_avx2 sum differs from the scalar panel kernel's");
+        }
+        ++n_cases;
+      }
+    }
+  }
+  CHECK(n_bad == 0);
+  MESSAGE(n_cases << " q6_K int32-edge cases");
+}
+
+// ---- 6 ----
+
+TEST_CASE("cpu avx2 crafted: gemv and panel: long q4_K and q5_K rows (8192 + 256) give the reference bits") {
+  rng r{0x5eed06};
+  const int64_t n_in = 8192 + 256, n_out = 20;
+  int64_t n_cases = 0, n_bad = 0, n_sum_bad = 0;
+  for (dtype t : {gguf::DTYPE_Q4_K, gguf::DTYPE_Q5_K}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      std::vector<uint8_t> w;
+      if (variant == 0) w = test::weight_rows(r, t, n_in, n_out, test::weights::random_bytes);
+      if (variant == 1) w = test::weight_rows(r, t, n_in, n_out, test::weights::quantized_real);
+      if (variant == 2) w = crafted_rows(r, t, n_in, n_out, std::vector<row_kind>(n_out, row_kind::hot_all));
+      for (int64_t n_tok : {1, 2, 3, 4, 5, 8}) {
+        const std::string name = tname(t) + " variant " + std::to_string(variant) + " n_tok " + std::to_string(n_tok);
+        CAPTURE(name);
+        std::vector<float> x;
+        if (variant == 2) {  // every block at +-32767 with the codes' signs: the largest sums a long row can have
+          const std::vector<int32_t> codes = slice0_codes(t, w.data());
+          x.assign(static_cast<size_t>(n_tok * n_in), 0.0f);
+          for (size_t i = 0; i < x.size(); ++i) x[i] = codes[i % 32] < 0 ? -32767.0f : 32767.0f;
+          for (int64_t tok = 1; tok < n_tok; ++tok) x[static_cast<size_t>(tok * n_in + tok * 97)] *= -1.0f;
+        } else {
+          x = test::draw(r, variant == 0 ? test::d_outliers : test::d_mixed, n_tok * n_in, n_in);
+        }
+        cpu::act_pack xp;
+        cpu::act_pack_build(x.data(), n_tok, n_in, xp);
+        const std::vector<int32_t> bounds = bounds_of(t, w, n_in, n_out);
+        const std::vector<float> want = ref_out(t, w, x, n_in, n_out, n_tok);
+        for (cpu::isa isa : cpu::isa_all_supported()) {
+          const std::vector<float> y = cpu_out(isa, t, w, xp, n_out, bounds);
+          const int64_t d = first_diff(want, y);
+          if (d != -1) {
+            ++n_bad;
+            if (n_bad < 10) FAIL_CHECK(name << " matmul_exact_cpu " << iname(isa) << ": " << diff_text(want, y, d));
+          }
+        }
+        if (!have_avx2()) continue;
+        if (n_tok <= cpu::GEMV_MAX_TOKENS) {  // the fused row kernel took the rows
+          std::vector<int64_t> acc(static_cast<size_t>(n_tok * n_out), 0);
+          REQUIRE(cpu::gemv_avx2(t, view_of(xp), n_tok, w.data(), gguf::dtype_row_bytes(t, n_in), bounds.data(), 0, n_out, acc.data()));
+          std::vector<float> y(static_cast<size_t>(n_tok * n_out));
+          for (int64_t tok = 0; tok < n_tok; ++tok)
+            for (int64_t row = 0; row < n_out; ++row)
+              y[static_cast<size_t>(tok * n_out + row)] =
+                  finish(acc[static_cast<size_t>(tok * n_out + row)], xp.max_exp[static_cast<size_t>(tok)], bounds[static_cast<size_t>(row)], xp.n_blocks);
+          const int64_t d = first_diff(want, y);
+          if (d != -1) {
+            ++n_bad;
+            if (n_bad < 10) FAIL_CHECK(name << " gemv_avx2: " << diff_text(want, y, d));
+          }
+        }
+        if (n_tok >= 3) {  // the panel kernel (the prompt path)
+          const std::vector<float> got = panel_outputs(t, w, n_in, n_out, xp, bounds, 1, nullptr, &n_sum_bad, name);
+          const int64_t d = first_diff(want, got);
+          if (d != -1) {
+            ++n_bad;
+            if (n_bad < 10) FAIL_CHECK(name << " panel_kernel_avx2: " << diff_text(want, got, d));
+          }
+        }
+        ++n_cases;
+      }
+    }
+  }
+  CHECK(n_bad == 0);
+  CHECK(n_sum_bad == 0);
+  MESSAGE(n_cases << " long-row cases");
+}
