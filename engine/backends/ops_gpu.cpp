@@ -34,6 +34,14 @@ class ops_gpu final : public ops_storage<float> {
 
   uint64_t kv_cell_bytes() const override { return cell_.bytes(); }
 
+  // A step's errors are its own: whatever a failed step left queued is waited for and forgotten
+  // here, and end_step raises what this step's device checks found.
+  void begin_step(const std::vector<model::step_token>& toks) override {
+    dev_->finish(false);
+    ops_storage<float>::begin_step(toks);
+  }
+  void end_step() override { dev_->finish(true); }
+
   model::act alloc(int64_t rows, int64_t cols) override {
     const model::act a = ops_storage<float>::alloc(rows, cols);
     if (static_cast<size_t>(a.id) >= where_.size()) where_.resize(static_cast<size_t>(a.id) + 1);

@@ -134,13 +134,15 @@ void forward_step(const model& m, ops& o, const std::vector<step_token>& toks, b
   std::vector<int64_t> rows;
   for (int64_t t = 0; t < n; ++t)
     if (toks[t].logits) rows.push_back(t);
-  if (rows.empty()) return;
-  act sel = o.gather_rows(x, rows);
-  act logits = o.alloc(sel.rows, hp.n_vocab);
-  o.matmul(m.output, sel, logits);
-  if (hp.final_softcap > 0) o.softcap(logits, static_cast<float>(hp.final_softcap), logits);  // gemma2
-  out.logits.resize(static_cast<size_t>(logits.rows * logits.cols));
-  o.read_f32(logits, out.logits.data());
+  if (!rows.empty()) {
+    act sel = o.gather_rows(x, rows);
+    act logits = o.alloc(sel.rows, hp.n_vocab);
+    o.matmul(m.output, sel, logits);
+    if (hp.final_softcap > 0) o.softcap(logits, static_cast<float>(hp.final_softcap), logits);  // gemma2
+    out.logits.resize(static_cast<size_t>(logits.rows * logits.cols));
+    o.read_f32(logits, out.logits.data());
+  }
+  o.end_step();
 }
 
 }  // namespace detaudit::model

@@ -79,6 +79,10 @@ class ops {
   virtual uint64_t kv_cell_bytes() const = 0;
   // Starts a step over `toks` (which stay alive until the step ends); frees earlier activations.
   virtual void begin_step(const std::vector<step_token>& toks) = 0;
+  // Ends a step that ran to completion (forward_step calls it last, whether or not it read
+  // logits): a backend whose ops run asynchronously waits for them here and throws the errors
+  // they found, so an error surfaces in the step it belongs to.
+  virtual void end_step() {}
   virtual act alloc(int64_t rows, int64_t cols) = 0;
   // A mark of the activations allocated so far in this step; alloc_release(mark) frees every
   // activation allocated after it (their storage is reused by later allocs).

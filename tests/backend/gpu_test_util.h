@@ -5,12 +5,15 @@
 #pragma once
 
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <doctest/doctest.h>
 
 #include "kernels/gpu/gpu.h"
+#include "runtime/context.h"
 
 namespace detaudit::test {
 
@@ -41,6 +44,19 @@ inline kernels::gpu::device& gpu_test_device() {
     if (!dev) FAIL("NO " << std::string(kernels::gpu::api_name(a)) << " DEVICE: the backend tests did not run: " << why);
   }
   return *dev;
+}
+
+// The runtime backend of the test executable's API.
+inline runtime::backend_kind gpu_test_backend() {
+  return gpu_test_api() == kernels::gpu::api::cuda ? runtime::BACKEND_CUDA : runtime::BACKEND_VULKAN;
+}
+
+// Per-step logits equal bit for bit (memcmp), step for step.
+inline bool same_logit_bits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].size() != b[i].size() || std::memcmp(a[i].data(), b[i].data(), 4 * a[i].size()) != 0) return false;
+  return true;
 }
 
 }  // namespace detaudit::test

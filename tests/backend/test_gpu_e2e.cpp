@@ -29,10 +29,6 @@ namespace {
 using logits_t = std::vector<std::vector<float>>;
 using runtime::token_in;
 
-runtime::backend_kind gpu_backend() {
-  return test::gpu_test_api() == kernels::gpu::api::cuda ? runtime::BACKEND_CUDA : runtime::BACKEND_VULKAN;
-}
-
 runtime::context_params params(runtime::backend_kind b, int64_t n_ubatch = 512) {
   runtime::context_params p;
   p.backend = b;
@@ -46,13 +42,6 @@ std::vector<token_in> entries(int32_t seq, const std::vector<int32_t>& toks, siz
   std::vector<token_in> b;
   for (size_t i = begin; i < end; ++i) b.push_back({seq, toks[i], true});
   return b;
-}
-
-bool same_bits(const logits_t& a, const logits_t& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (a[i].size() != b[i].size() || std::memcmp(a[i].data(), b[i].data(), 4 * a[i].size()) != 0) return false;
-  return true;
 }
 
 // The prompt in steps of n_ubatch, then n_gen greedy tokens one at a time (appended to toks).
@@ -129,14 +118,14 @@ std::vector<int32_t> prompt_of(const model::model& m) {
 std::vector<std::string> differing_conditions(const std::string& path, const std::string& scratch) {
   test::gpu_test_device();  // fails loudly when there is no device
   auto m = model::model::load(path);
-  const runtime::backend_kind gpu = gpu_backend();
+  const runtime::backend_kind gpu = test::gpu_test_backend();
   std::vector<int32_t> toks = prompt_of(*m);
   const size_t n_prompt = toks.size();
   const logits_t base = eval_greedy(m, params(runtime::BACKEND_CPU), toks, 4);
   std::vector<int32_t> prompt(toks.begin(), toks.begin() + static_cast<std::ptrdiff_t>(n_prompt));
   std::vector<std::string> differ;
   auto check = [&](const std::string& name, const logits_t& l) {
-    if (!same_bits(base, l)) differ.push_back(name);
+    if (!test::same_logit_bits(base, l)) differ.push_back(name);
   };
   check("prompt in one step, then token by token", eval_greedy(m, params(gpu), prompt, 4));
   CHECK(prompt == toks);
@@ -202,7 +191,7 @@ TEST_CASE("gpu e2e: a GPU backend refuses float numerics with a clear error") {
   test::gpu_test_device();
   const std::string dir = test::scratch_dir("gpu_e2e_refuse");
   auto m = model::model::load(synth_path(model::ARCH_LLAMA, gguf::DTYPE_Q8_0, dir));
-  runtime::context_params p = params(gpu_backend());
+  runtime::context_params p = params(test::gpu_test_backend());
   p.numerics = runtime::NUMERICS_FLOAT;
   CHECK_THROWS_WITH_AS(runtime::context(m, p), doctest::Contains("runs --numerics exact only"), input_error);
   p.numerics = runtime::NUMERICS_EXACT;

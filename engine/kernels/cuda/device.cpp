@@ -5,7 +5,7 @@
 // or a synchronization. Constant host inputs of slot ops (norm weights, biases, RoPE tables) are
 // uploaded when their bytes change and reused otherwise. The non-finite inputs that the pointer
 // forms reject on the host are found on the device by a check kernel that sets a flag in mapped
-// host memory, read after each synchronization (slot_read, kv_quantize_slot).
+// host memory, read after each synchronization (slot_read, kv_quantize_slot, finish).
 //
 // Goals: every call gives the bytes of its kernels/ref twin (the kernels' arithmetic is
 // exact_device.h, tested on the host); bad input throws the same input_error the reference would,
@@ -293,6 +293,7 @@ class cuda_device final : public gpu::device {
                  const float* tables) override;
   void kv_quantize_slot(int32_t k, int32_t v, int64_t rows, int64_t n_head_kv, int64_t head_dim,
                         uint8_t* cells) override;
+  void finish(bool raise) override;
 
  private:
   struct slot_entry {
@@ -529,8 +530,10 @@ float* cuda_device::slot_held(int32_t s, int64_t n) {
 
 float* cuda_device::slot_sized(int32_t s, int64_t n) {
   slot_entry& e = slot(s);
+  e.n = 0;  // holds nothing until the allocation below has succeeded
+  float* p = e.buf.get<float>(sz(n));
   e.n = n;
-  return e.buf.get<float>(sz(n));
+  return p;
 }
 
 const float* cuda_device::constant(const float* x, int64_t n) {
@@ -571,8 +574,17 @@ void cuda_device::slot_read(int32_t s, float* x, int64_t n) {
   select();
   const float* d = slot_held(s, n);
   check(cudaGetLastError(), "slot kernels");
-  to_host(x, d, sz(n));  // waits for every queued kernel
+  if (n > 0) to_host(x, d, sz(n));  // waits for every queued kernel
+  else check(cudaDeviceSynchronize(), "slot kernels");
   raise_nonfinite("cuda slot_read");
+}
+
+void cuda_device::finish(bool raise) {
+  if (!resident_) return;
+  select();
+  check(cudaDeviceSynchronize(), "slot kernels");
+  if (raise) raise_nonfinite("cuda");
+  else nonfinite_.take();
 }
 
 void cuda_device::matmul_slot(gpu::weight_handle w, int32_t x, int64_t n_tok, int64_t n_in, int64_t n_out, int32_t y) {

@@ -96,11 +96,12 @@ class device {
   // A slot is a float array named by a small non-negative integer the caller picks (ops_gpu: the
   // activation's id). slot_write(s, x, n) makes slot s hold the n floats of x; slot_read(s, x, n)
   // copies its first n floats out, and is where a slot op's deferred error surfaces (a non-finite
-  // input found on the device throws input_error here, as the pointer form throws at the op). A
+  // input found on the device throws input_error here or at finish(true), as the pointer form
+  // throws at the op). A
   // slot op's output slot is resized to the op's output (its old contents are lost) unless it is
   // also an input, where the pointer form allows that; an input slot must hold the op's input.
   // Each slot op gives the bytes of its pointer form. Slot ops may run asynchronously: what they
-  // leave is complete when slot_read or kv_quantize_slot returns.
+  // leave is complete when slot_read, kv_quantize_slot or finish returns.
   //
   // These defaults keep the slots in host memory and call the pointer forms (the Vulkan backend);
   // the CUDA backend overrides them with device memory.
@@ -117,6 +118,10 @@ class device {
   // kv_quantize of slots k and v; the cells are written to host memory (synchronous).
   virtual void kv_quantize_slot(int32_t k, int32_t v, int64_t rows, int64_t n_head_kv, int64_t head_dim,
                                 uint8_t* cells);
+  // Waits for every queued slot op. raise: throws the input_error that a slot op's check found
+  // since the last read (the end of a step); otherwise forgets it (the start of the next step,
+  // after one that threw for another reason). The default has nothing queued.
+  virtual void finish(bool raise) { (void)raise; }
 
  private:
   std::vector<float>& host_slot(int32_t s);
