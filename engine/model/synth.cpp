@@ -85,13 +85,15 @@ init_scale scale_for(const tensor_desc& d, const hparams& hp) {
   return {inv_sqrt(fan_in) * (to_residual ? inv_sqrt(2.0 * double(hp.n_layer)) : 1.0), 0.0};
 }
 
-// Threads that quantize a tensor's rows: the machine's, at most 16.
-int64_t synth_threads() {
+// Threads that quantize a tensor's rows: `requested`, or the machine's; at most 16.
+int64_t synth_threads(int64_t requested) {
   const unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : std::min<int64_t>(n, 16);
+  const int64_t t = requested > 0 ? requested : n == 0 ? 1 : static_cast<int64_t>(n);
+  return std::min<int64_t>(t, 16);
 }
 
-void add_random_tensor(gguf::writer& w, const tensor_desc& d, const hparams& hp, gguf::dtype type, uint64_t seed) {
+void add_random_tensor(gguf::writer& w, const tensor_desc& d, const hparams& hp, gguf::dtype type, uint64_t seed,
+                       int64_t want_threads) {
   normal_rng rng(seed ^ fnv1a(d.name));
   init_scale sc = scale_for(d, hp);
   const int64_t row = d.ne[0];
@@ -113,7 +115,7 @@ void add_random_tensor(gguf::writer& w, const tensor_desc& d, const hparams& hp,
     }
   };
   const bool slow = gguf::dtype_get(type).block_size > 1;  // float rows are a copy or a rounding
-  const int64_t n_threads = slow ? std::min<int64_t>(synth_threads(), n_rows / 64 + 1) : 1;
+  const int64_t n_threads = slow ? std::min<int64_t>(synth_threads(want_threads), n_rows / 64 + 1) : 1;
   std::vector<std::thread> threads;
   for (int64_t i = 1; i < n_threads; ++i)
     threads.emplace_back(quantize_rows, n_rows * i / n_threads, n_rows * (i + 1) / n_threads, static_cast<size_t>(i));
@@ -415,7 +417,8 @@ uint64_t synth_write(const synth_options& o, const std::string& path) {
   uint64_t n_params = 0;
   for (const tensor_desc& d : arch_tensors(hp)) {
     if (d.optional && (d.name != "output.weight" || hp.tied_output)) continue;
-    add_random_tensor(w, d, hp, d.kind == TENSOR_MATRIX ? synth_tensor_type(o, d.name) : gguf::DTYPE_F32, o.seed);
+    add_random_tensor(w, d, hp, d.kind == TENSOR_MATRIX ? synth_tensor_type(o, d.name) : gguf::DTYPE_F32, o.seed,
+                      o.threads);
     uint64_t n = 1;
     for (int64_t e : d.ne) n *= static_cast<uint64_t>(e);
     n_params += n;

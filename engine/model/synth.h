@@ -48,6 +48,9 @@ struct synth_options {
   int64_t n_expert = 16;
   int64_t n_expert_used = 4;
   int64_t n_ff_exp = 0;
+  // Threads that quantize a tensor's rows (0: the machine's, at most 16). The file is the same
+  // bytes for any count: the values are drawn in one stream and a row's bytes depend on it alone.
+  int64_t threads = 0;
 };
 
 // llama.cpp's "medium" K-quant mixtures (its llama-quant.cpp rules for a dense model): every matrix

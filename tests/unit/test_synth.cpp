@@ -207,6 +207,23 @@ TEST_CASE("synth: the same options give the same bytes and another seed does not
   CHECK(sha256_file(dir + "/a.gguf") != sha256_file(dir + "/c.gguf"));
 }
 
+TEST_CASE("synth: the thread count that quantizes the rows never changes a byte") {
+  // One thread against 3 and 7 (partitions that do not divide the row counts) on K-quant,
+  // legacy and float matrices of a mixture; the rows of every tensor must all be quantized, in
+  // place, whatever the split.
+  std::string dir = test::scratch_dir("synth_threads");
+  model::synth_options o = tiny(model::ARCH_LLAMA, gguf::DTYPE_Q4_K);
+  o.tensor_types = {{"attn_v", gguf::DTYPE_Q6_K}, {"ffn_down", gguf::DTYPE_Q5_0}, {"output.weight", gguf::DTYPE_F16}};
+  o.threads = 1;
+  model::synth_write(o, dir + "/t1.gguf");
+  for (int64_t t : {3, 7}) {
+    CAPTURE(t);
+    o.threads = t;
+    model::synth_write(o, dir + "/tn.gguf");
+    CHECK(sha256_file(dir + "/tn.gguf") == sha256_file(dir + "/t1.gguf"));
+  }
+}
+
 TEST_CASE("synth: shapes the type cannot pack are refused with the flag to change") {
   model::synth_options o = tiny(model::ARCH_LLAMA, gguf::DTYPE_Q4_K);
   o.n_ff = 172;
