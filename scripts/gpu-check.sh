@@ -34,7 +34,7 @@ prepare=""
 arch=""
 mode=all   # all | build-only | no-build
 
-usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --prepare) prepare="${2:?--prepare needs a folder}"; shift 2 ;;
