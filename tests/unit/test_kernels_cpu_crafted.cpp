@@ -19,10 +19,9 @@
 #include <doctest/doctest.h>
 
 #include "op_cases.h"
+#include "guard_pages.h"
 #include "test_util.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -454,38 +453,7 @@ TEST_CASE("cpu avx2 crafted: panel: one token past 2^51 in a pass of 3 or 4 leav
 
 // ---- 3 ----
 
-namespace {
-
-// n elements of T in a mapping of their own with a PROT_NONE page right after their last byte
-// (tail) or right before their first (head): a read outside them faults.
-template <class T>
-struct guarded {
-  void* base = nullptr;
-  size_t len = 0;
-  T* p = nullptr;
-  guarded(const T* src, size_t n, bool tail) {
-    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-    const size_t bytes = n * sizeof(T);
-    const size_t data_pages = (bytes + page - 1) / page;
-    len = (data_pages + 1) * page;
-    base = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    REQUIRE(base != MAP_FAILED);
-    uint8_t* b = static_cast<uint8_t*>(base);
-    if (tail) {
-      REQUIRE(::mprotect(b + data_pages * page, page, PROT_NONE) == 0);
-      p = reinterpret_cast<T*>(b + data_pages * page - bytes);
-    } else {
-      REQUIRE(::mprotect(b, page, PROT_NONE) == 0);
-      p = reinterpret_cast<T*>(b + page);
-    }
-    if (bytes > 0) std::memcpy(p, src, bytes);
-  }
-  ~guarded() { ::munmap(base, len); }
-  guarded(const guarded&) = delete;
-  guarded& operator=(const guarded&) = delete;
-};
-
-}  // namespace
+using test::guarded;  // tests/guard_pages.h
 
 TEST_CASE("cpu avx2 crafted: panel: panel_kernel_avx2 reads nothing outside the panel and activation arrays (guard pages)") {
   if (!have_avx2()) {

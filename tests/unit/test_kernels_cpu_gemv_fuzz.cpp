@@ -6,10 +6,9 @@
 #include <doctest/doctest.h>
 
 #include "op_cases.h"
+#include "guard_pages.h"
 #include "test_util.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <string>
@@ -217,31 +216,7 @@ TEST_CASE("packed fuzz: q4_0, q5_K and q6_K tiles (byte products) at extreme cod
   MESSAGE(n_cases << " packed cases of all four types");
 }
 
-namespace {
-
-// n elements of T whose last one ends right before a PROT_NONE page.
-template <class T>
-struct guarded {
-  void* base = nullptr;
-  size_t len = 0;
-  T* p = nullptr;
-  explicit guarded(size_t n) {
-    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-    const size_t bytes = n * sizeof(T);
-    const size_t data_pages = (bytes + page - 1) / page + 1;
-    len = (data_pages + 1) * page;
-    base = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    REQUIRE(base != MAP_FAILED);
-    uint8_t* guard = static_cast<uint8_t*>(base) + data_pages * page;
-    REQUIRE(::mprotect(guard, page, PROT_NONE) == 0);
-    p = reinterpret_cast<T*>(guard - bytes);
-  }
-  ~guarded() { ::munmap(base, len); }
-  guarded(const guarded&) = delete;
-  guarded& operator=(const guarded&) = delete;
-};
-
-}  // namespace
+using test::guarded;  // tests/guard_pages.h
 
 TEST_CASE("gemv: no read past the end of the weights or any activation array (guard pages)") {
   rng r{99};
