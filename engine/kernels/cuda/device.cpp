@@ -205,6 +205,19 @@ struct weight_entry {
 
 size_t sz(int64_t v) { return static_cast<size_t>(v); }
 
+// The shape errors the reference throws, shared by an op's pointer and slot forms.
+void check_rms_norm_args(int64_t cols, int64_t group, float eps) {
+  if (group < 1 || cols % group != 0)
+    throw input_error("cuda rms_norm: group " + std::to_string(group) + " does not divide cols " + std::to_string(cols));
+  if (!(eps > 0.0f)) throw input_error("cuda rms_norm: eps " + std::to_string(eps) + " is not > 0");
+}
+
+void check_rope_args(int64_t head_dim, int64_t n_rot) {
+  if (n_rot < 0 || n_rot % 2 != 0 || n_rot > head_dim)
+    throw input_error("cuda rope: n_rot " + std::to_string(n_rot) + " must be even and <= head_dim " +
+                      std::to_string(head_dim));
+}
+
 bool resident_enabled() {
   const char* v = std::getenv("DETAUDIT_CUDA_RESIDENT");
   return v == nullptr || std::strcmp(v, "0") != 0;
@@ -380,9 +393,7 @@ void cuda_device::matmul(gpu::weight_handle w, const float* x, int64_t n_tok, fl
 void cuda_device::rms_norm(const float* x, int64_t rows, int64_t cols, int64_t group, const float* w, float eps,
                            float* out) {
   const op_scope scope(prof_, OP_RMS_NORM);
-  if (group < 1 || cols % group != 0)
-    throw input_error("cuda rms_norm: group " + std::to_string(group) + " does not divide cols " + std::to_string(cols));
-  if (!(eps > 0.0f)) throw input_error("cuda rms_norm: eps " + std::to_string(eps) + " is not > 0");
+  check_rms_norm_args(cols, group, eps);
   if (rows < 1 || cols < 1) return;
   require_finite(x, rows * cols, "cuda rms_norm");
   select();
@@ -441,9 +452,7 @@ void cuda_device::add_bias(float* x, int64_t rows, int64_t cols, const float* b)
 void cuda_device::rope(float* x, int64_t rows, int64_t n_head, int64_t head_dim, int64_t n_rot, bool neox,
                        const float* tables) {
   const op_scope scope(prof_, OP_ROPE);
-  if (n_rot < 0 || n_rot % 2 != 0 || n_rot > head_dim)
-    throw input_error("cuda rope: n_rot " + std::to_string(n_rot) + " must be even and <= head_dim " +
-                      std::to_string(head_dim));
+  check_rope_args(head_dim, n_rot);
   if (rows < 1 || n_head < 1 || n_rot == 0) return;
   select();
   const size_t n = sz(rows * n_head * head_dim);
@@ -617,9 +626,7 @@ void cuda_device::rms_norm_slot(int32_t x, int64_t rows, int64_t cols, int64_t g
                                 int32_t out) {
   if (!resident_) return gpu::device::rms_norm_slot(x, rows, cols, group, w, eps, out);
   const op_scope scope(prof_, OP_RMS_NORM);
-  if (group < 1 || cols % group != 0)
-    throw input_error("cuda rms_norm: group " + std::to_string(group) + " does not divide cols " + std::to_string(cols));
-  if (!(eps > 0.0f)) throw input_error("cuda rms_norm: eps " + std::to_string(eps) + " is not > 0");
+  check_rms_norm_args(cols, group, eps);
   if (rows < 1 || cols < 1) return;
   select();
   const int64_t n = rows * cols;
@@ -668,9 +675,7 @@ void cuda_device::rope_slot(int32_t x, int64_t rows, int64_t n_head, int64_t hea
                             const float* tables) {
   if (!resident_) return gpu::device::rope_slot(x, rows, n_head, head_dim, n_rot, neox, tables);
   const op_scope scope(prof_, OP_ROPE);
-  if (n_rot < 0 || n_rot % 2 != 0 || n_rot > head_dim)
-    throw input_error("cuda rope: n_rot " + std::to_string(n_rot) + " must be even and <= head_dim " +
-                      std::to_string(head_dim));
+  check_rope_args(head_dim, n_rot);
   if (rows < 1 || n_head < 1 || n_rot == 0) return;
   select();
   float* dx = slot_held(x, rows * n_head * head_dim);
