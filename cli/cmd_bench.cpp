@@ -83,7 +83,7 @@ void run_bench(const bench_cmd_options& o) {
   for (const runtime::bench_result& r : rows) {
     const bool first_test = (r.n_prompt != 0) == (rows.front().n_prompt != 0);  // one row per context
     if (r.repacked.tensors == 0 || !first_test) continue;
-    std::cout << "\n" << runtime::bench_row_name(r) << ": repacked " << r.repacked.tensors << " matrices (q4_0, q4_K, q5_K, q6_K) into 16-row tiles, "
+    std::cout << "\n" << runtime::bench_row_name(r) << ": repacked " << r.repacked.tensors << " matrices into 16-row tiles, "
               << std::fixed << std::setprecision(1) << static_cast<double>(r.repacked.bytes) / (1 << 20) << " MiB beside the mapped file, in "
               << std::setprecision(0) << r.repacked.seconds * 1000 << " ms at load";
     if (r.repacked.shared > 0) std::cout << " (" << r.repacked.shared << " shared with another context)";
@@ -139,7 +139,7 @@ void setup_bench(CLI::App& app) {
                   "last-level cache")
       ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   sub->add_flag("--no-repack", [&b](int64_t) { b.repack = false; },
-                "Keep the weights in the mapped file's layout (no load-time repacking of q4_0/q4_K/q5_K/q6_K for the generation kernels; "
+                "Keep the weights in the mapped file's layout (no load-time repacking into 16-row tiles for the generation kernels; "
                 "the same bits, measured without it)");
   sub->add_flag("--json", opt->json,
                 "Print one JSON array of llama-bench compatible records (n_prompt, n_gen, n_threads, avg_ts, "

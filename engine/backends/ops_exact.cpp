@@ -56,7 +56,7 @@ class ops_exact final : public ops_storage<float> {
  public:
   ops_exact(const model::model& m, thread_pool* pool, bool repack, repack_stats* stats)
       : ops_storage<float>(m, pool), cell_(m.hp()), rope_(m), isa_(kernels::cpu::isa_default()) {
-    if (repack && isa_ == kernels::cpu::isa::avx512) repack_weights(stats);
+    if (repack && isa_ != kernels::cpu::isa::scalar) repack_weights(stats);
   }
 
   uint64_t kv_cell_bytes() const override { return cell_.bytes(); }
@@ -98,13 +98,13 @@ class ops_exact final : public ops_storage<float> {
     });
   }
 
-  // Repacks every q4_0, q4_K, q5_K and q6_K matrix into 16-row tiles for the generation kernels (load time), or takes
+  // Repacks every matrix with a packed kernel on this instruction set into 16-row tiles for the generation kernels (load time), or takes
   // the packs another context of the same model made.
   void repack_weights(repack_stats* stats) {
     const auto start = std::chrono::steady_clock::now();
     repack_stats done;
     auto consider = [&](const model::weight& w) {
-      if (!kernels::cpu::row_pack_type(w.type) || w.n_in % 256 != 0 || w.n_out < 1 || !w.data || packs_.count(w.data)) return;
+      if (!kernels::cpu::row_pack_kernel(w.type, isa_) || w.n_in % 256 != 0 || w.n_out < 1 || !w.data || packs_.count(w.data)) return;
       pack_registry& reg = registry();
       {
         std::lock_guard<std::mutex> lk(reg.mu);

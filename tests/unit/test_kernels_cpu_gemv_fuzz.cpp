@@ -96,7 +96,7 @@ std::vector<float> cpu_out(const fuzz_case& c, cpu::isa isa, int64_t r0, int64_t
   return y;
 }
 
-std::vector<float> packed_out(const fuzz_case& c, int64_t r0, int64_t r1, bool* packed) {
+std::vector<float> packed_out(const fuzz_case& c, cpu::isa isa, int64_t r0, int64_t r1, bool* packed) {
   cpu::act_pack p;
   cpu::act_pack_build(c.x.data(), c.n_tok, c.n_in, p);
   std::vector<int32_t> bounds(static_cast<size_t>(c.n_out));
@@ -105,7 +105,7 @@ std::vector<float> packed_out(const fuzz_case& c, int64_t r0, int64_t r1, bool* 
   cpu::row_pack_init(c.t, c.n_out, c.n_in, w);
   *packed = cpu::row_pack_groups(c.w.data(), bounds.data(), 0, (c.n_out + 15) / 16, w);
   std::vector<float> y(static_cast<size_t>(c.n_tok * c.n_out), -12345.0f);
-  if (*packed) cpu::matmul_exact_cpu_packed(cpu::isa::avx512, p, w, bounds.data(), y.data(), r0, r1);
+  if (*packed) cpu::matmul_exact_cpu_packed(isa, p, w, bounds.data(), y.data(), r0, r1);
   return y;
 }
 
@@ -118,19 +118,24 @@ int64_t first_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 // The packed kernel of c's type against the reference over all rows and over group-aligned row
 // ranges (random ends); counts cases and differing ones (the first 20 reported).
+// Every instruction set with a packed kernel for the type (none: nothing counted).
 void check_packed(rng& r, const fuzz_case& c, int64_t& n_cases, int64_t& n_bad) {
   std::vector<std::pair<int64_t, int64_t>> ranges = {{0, c.n_out}};
   for (int64_t g = 0; g * 16 < c.n_out; ++g) ranges.emplace_back(g * 16, r.range(g * 16, c.n_out));
   for (auto [r0, r1] : ranges) {
-    bool packed = false;
-    const std::vector<float> got = packed_out(c, r0, r1, &packed);
-    REQUIRE(packed);
-    const int64_t d = first_diff(ref_out(c, r0, r1), got);
-    if (d != -1) {
-      ++n_bad;
-      if (n_bad < 20) FAIL_CHECK(c.name << " rows " << r0 << ".." << r1 << ": first difference at " << d);
+    const std::vector<float> want = ref_out(c, r0, r1);
+    for (cpu::isa isa : cpu::isa_all_supported()) {
+      if (!cpu::row_pack_kernel(c.t, isa)) continue;
+      bool packed = false;
+      const std::vector<float> got = packed_out(c, isa, r0, r1, &packed);
+      REQUIRE(packed);
+      const int64_t d = first_diff(want, got);
+      if (d != -1) {
+        ++n_bad;
+        if (n_bad < 20) FAIL_CHECK(c.name << " " << cpu::isa_name(isa) << " rows " << r0 << ".." << r1 << ": first difference at " << d);
+      }
+      ++n_cases;
     }
-    ++n_cases;
   }
 }
 
@@ -188,7 +193,7 @@ TEST_CASE("gemv fuzz: every integer type, block tails, 1..4 tokens, all ISAs, ro
 }
 
 TEST_CASE("q4_K packed fuzz: row counts not multiples of 16, row ranges, extreme blocks") {
-  if (!cpu::isa_supported(cpu::isa::avx512)) return;
+  if (!cpu::row_pack_kernel(gguf::DTYPE_Q4_K, cpu::isa_default())) MESSAGE("no packed q4_K kernel on this CPU: nothing to check");
   rng r{777};
   int64_t n_cases = 0, n_bad = 0;
   for (int64_t n_out : {1, 2, 15, 16, 17, 31, 33, 47, 48, 65})
@@ -204,7 +209,7 @@ TEST_CASE("packed fuzz: q4_0, q5_K and q6_K tiles (byte products) at extreme cod
   // all four (q5_K fifth-bit masks, q6_K high-bit planes, q4_0's - 8 * block sum), so each gets the
   // same shapes: row counts not multiples of 16, group-aligned row ranges, 0x00 / 0xff blocks
   // (q6_K codes 0 and 63, q5_K with every fifth bit set), fp16 scales at +-65504 and subnormals.
-  if (!cpu::isa_supported(cpu::isa::avx512)) return;
+  // Each instruction set runs the types it has a packed kernel for (AVX2: q4_0 and q4_K).
   rng r{4242};
   int64_t n_cases = 0, n_bad = 0;
   for (dtype t : {gguf::DTYPE_Q4_0, gguf::DTYPE_Q4_K, gguf::DTYPE_Q5_K, gguf::DTYPE_Q6_K})

@@ -248,15 +248,15 @@ TEST_CASE("cpu matmul: zero rows, zero tokens and non-finite scales") {
 }
 
 TEST_CASE("cpu matmul: q4_0 and q4_K and q5_K and q6_K repacked into 16-row tiles give the reference bits on the generation path") {
-  if (!cpu::isa_supported(cpu::isa::avx512)) {
-    MESSAGE("no AVX-512 here: the packed kernels are not run (the backend keeps the mapped layout)");
-    return;
-  }
   // Every q4_0, q4_K, q5_K and q6_K matmul case (rows of whole 256s) of the op table with at most four tokens, over all rows and
   // over row ranges starting at group boundaries (16 rows), with sentinels outside them.
+  for (cpu::isa isa : cpu::isa_all_supported()) {
+  if (isa == cpu::isa::scalar) continue;
+  const std::string isa_s = cpu::isa_name(isa);
+  CAPTURE(isa_s);
   int64_t n[4] = {0, 0, 0, 0};
   for (const op_case& c : test::op_cases()) {
-    if (c.op != test::op_kind::matmul || !cpu::row_pack_type(c.type) || c.n_tok > cpu::GEMV_PACKED_MAX_TOKENS || c.n_in % 256 != 0) continue;
+    if (c.op != test::op_kind::matmul || !cpu::row_pack_kernel(c.type, isa) || c.n_tok > cpu::GEMV_PACKED_MAX_TOKENS || c.n_in % 256 != 0) continue;
     CAPTURE(c.name);
     const test::prepared_case p = test::prepare(c);
     REQUIRE(p.refused.empty());
@@ -281,14 +281,17 @@ TEST_CASE("cpu matmul: q4_0 and q4_K and q5_K and q6_K repacked into 16-row tile
         for (int64_t row = 0; row < c.n_out; ++row)
           if (row < r0 || row >= r1) want[test::GUARD + static_cast<size_t>(tok * c.n_out + row)] = test::float_of(test::SENTINEL);
       std::vector<float> got = test::output_buffer(c, p.in);
-      cpu::matmul_exact_cpu_packed(cpu::isa::avx512, x, w, bounds.data(), got.data() + test::GUARD, r0, r1);
+      cpu::matmul_exact_cpu_packed(isa, x, w, bounds.data(), got.data() + test::GUARD, r0, r1);
       const auto diff = test::first_difference(want, got);
       CHECK_MESSAGE(!diff, "rows " << r0 << ".." << r1 << ": " << diff->to_string());
     }
     ++n[c.type == dtype::DTYPE_Q4_K ? 0 : c.type == dtype::DTYPE_Q5_K ? 1 : c.type == dtype::DTYPE_Q6_K ? 2 : 3];
   }
-  for (int64_t k : n) CHECK(k >= 5);
-  MESSAGE(n[0] << " q4_K, " << n[1] << " q5_K, " << n[2] << " q6_K and " << n[3] << " q4_0 cases of the op table on the packed generation kernels");
+  const dtype types[4] = {dtype::DTYPE_Q4_K, dtype::DTYPE_Q5_K, dtype::DTYPE_Q6_K, dtype::DTYPE_Q4_0};
+  for (int i = 0; i < 4; ++i) CHECK(n[i] >= (cpu::row_pack_kernel(types[i], isa) ? 5 : 0));
+  MESSAGE(isa_s << ": " << n[0] << " q4_K, " << n[1] << " q5_K, " << n[2] << " q6_K and " << n[3]
+                << " q4_0 cases of the op table on the packed generation kernels");
+  }
 }
 
 TEST_CASE("cpu matmul: packing refuses a non-finite scale and other types and bad shapes") {
@@ -310,8 +313,20 @@ TEST_CASE("cpu matmul: packing refuses a non-finite scale and other types and ba
     cpu::act_pack_build(xs.data(), 5, 256, x);  // five tokens: more than the packed kernels take
     cpu::row_pack_init(t, n_out, n_in, p);
     std::vector<float> y(5 * n_out);
-    CHECK_THROWS_AS(cpu::matmul_exact_cpu_packed(cpu::isa::avx512, x, p, bounds.data(), y.data(), 0, n_out), input_error);
+    for (cpu::isa isa : {cpu::isa::scalar, cpu::isa::avx2, cpu::isa::avx512})
+      CHECK_THROWS_AS(cpu::matmul_exact_cpu_packed(isa, x, p, bounds.data(), y.data(), 0, n_out), input_error);
+    // One token: refused only where the set has no kernel for the type (or is not supported here).
+    cpu::act_pack x1;
+    cpu::act_pack_build(xs.data(), 1, 256, x1);
+    for (cpu::isa isa : {cpu::isa::scalar, cpu::isa::avx2, cpu::isa::avx512}) {
+      CAPTURE(cpu::isa_name(isa));
+      if (cpu::row_pack_kernel(t, isa)) CHECK_NOTHROW(cpu::matmul_exact_cpu_packed(isa, x1, p, bounds.data(), y.data(), 0, n_out));
+      else CHECK_THROWS_AS(cpu::matmul_exact_cpu_packed(isa, x1, p, bounds.data(), y.data(), 0, n_out), input_error);
+    }
   }
+  CHECK_FALSE(cpu::row_pack_kernel(dtype::DTYPE_Q4_K, cpu::isa::scalar));
+  CHECK(cpu::row_pack_kernel(dtype::DTYPE_Q4_K, cpu::isa::avx2) == cpu::isa_supported(cpu::isa::avx2));
+  CHECK_FALSE(cpu::row_pack_kernel(dtype::DTYPE_Q8_0, cpu::isa::avx512));
   cpu::row_pack q;
   CHECK_THROWS_AS(cpu::row_pack_init(dtype::DTYPE_Q8_0, 3, 256, q), input_error);
   CHECK_THROWS_AS(cpu::row_pack_init(dtype::DTYPE_Q3_K, 3, 256, q), input_error);

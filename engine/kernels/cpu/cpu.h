@@ -75,6 +75,10 @@ struct act_pack {
   // 30, 1, 3, .., 31, so that the even and odd bytes of a 16-bit lane of codes pair with
   // consecutive activations (a block's sum does not depend on the order of its products).
   std::vector<int16_t> q_eo;        // (n_tokens, n_blocks * 32)
+  // Also only then, for the AVX2 packed kernels (vpmaddubsw on one row per 16-bit lane): per run of
+  // four, the byte pairs (lo0, lo1), (lo2, lo3), (hi0, hi1), (hi2, hi3) of `bytes`, each 16-bit
+  // pair twice in its word, so that one 32-bit broadcast puts the pair in every 16-bit lane.
+  std::vector<uint32_t> pairs;      // (n_tokens, n_blocks, 8, 4)
 };
 
 // Quantizes rows x (n_tokens, n_in) like numerics::quantize_act into p. n_in % 32 == 0.
@@ -96,7 +100,8 @@ void matmul_exact_cpu(isa i, const act_pack& x, gguf::dtype t, const uint8_t* w,
 // panel), so that the generation kernel sums 16 rows per vector lane instead of reducing every
 // block across lanes. The codes of a block come in eight runs of four elements (4k .. 4k + 3),
 // laid out so that one 32-bit lane per row holds a run's four codes as bytes, the operand of a
-// byte dot product (vpdpbusd). Per group and super-block, one tile:
+// byte dot product (vpdpbusd; on AVX2, one 16-bit lane per row holds two of them for vpmaddubsw).
+// Per group and super-block, one tile:
 //   q4_K (2400 bytes, q4_K itself: 16 x 144 = 2304)
 //     codes[8 blocks][8 runs][16 rows][2] u8  q[4k] | q[4k + 2] << 4, q[4k + 1] | q[4k + 3] << 4
 //     sc[8][16], mn[8][16]                u8  the six-bit scale and min of each block
@@ -144,9 +149,13 @@ struct row_pack {
 void row_pack_init(gguf::dtype t, int64_t n_rows, int64_t n_in, row_pack& p);
 bool row_pack_groups(const uint8_t* w, const int32_t* row_bounds, int64_t g0, int64_t g1, row_pack& p);
 
+// True when matmul_exact_cpu_packed has a kernel for type t on instruction set i (supported here):
+// on avx512 every row_pack_type, on avx2 q4_0 and q4_K; never on scalar.
+bool row_pack_kernel(gguf::dtype t, isa i);
+
 // matmul_exact_cpu for x.n_tokens <= GEMV_PACKED_MAX_TOKENS on a repacked matrix: rows
-// [row_begin, row_end) (row_begin a multiple of 16), bit for bit the same y. Needs isa avx512;
-// throws input_error otherwise.
+// [row_begin, row_end) (row_begin a multiple of 16), bit for bit the same y. Needs
+// row_pack_kernel(w.type, i); throws input_error otherwise.
 constexpr int64_t GEMV_PACKED_MAX_TOKENS = 4;
 void matmul_exact_cpu_packed(isa i, const act_pack& x, const row_pack& w, const int32_t* row_bounds, float* y,
                              int64_t row_begin, int64_t row_end);

@@ -877,6 +877,253 @@ struct gemv_row_blocks {
   }
 };
 
+// ---- the packed generation kernels: 16-row tiles (cpu.h, pack.cpp) ----
+// A run of four codes of 16 rows (32 bytes, row r's at 2r: c0 | c2 << 4, c1 | c3 << 4) gives, by a
+// mask and a shift, one 16-bit lane per row holding the byte pair (c0, c1) and another (c2, c3).
+// vpmaddubsw of such a vector with an activation byte pair broadcast to every lane
+// (act_pack::pairs) is one row's two products per lane, summed: the low bytes (unsigned) against
+// the codes, the codes (unsigned, at most 15) against the high bytes (signed), and the block sum
+// is low + 256 high, the integer of the int16 products. The lanes stay int16 over two runs (low:
+// at most 4 x 255 x 15 x 2 = 30600; high: at most 4 x 128 x 15 x 2 = 15360), then one
+// vpunpck{l,h}wd pair interleaves low and high and vpmaddwd by (1, 256) widens both into int32
+// rows: sums s0 (rows 0-3 and 8-11) and s1 (rows 4-7 and 12-15). Without VNNI this keeps the
+// product work near the row kernels' and drops their horizontal sums; the per-block epilogue runs
+// 16 rows at once, through double as the row kernels' (dround). A group whose terms leave the
+// rounding binade is redone by the scalar tile kernel below (integer rounding, any magnitude).
+
+constexpr int64_t PACK_PREFETCH_TILES = 4;
+
+// Fetches the tile PACK_PREFETCH_TILES ahead, an eighth per block b (0..7); past the end only the
+// prefetch goes, which never faults.
+inline void pack_prefetch(const uint8_t* tile, int64_t tile_bytes, int b) {
+  const uintptr_t ahead = reinterpret_cast<uintptr_t>(tile) + static_cast<uintptr_t>(PACK_PREFETCH_TILES * tile_bytes + b * (tile_bytes / 8));
+#pragma GCC unroll 8
+  for (int64_t l = 0; l < (tile_bytes / 8 + 63) / 64; ++l) _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * l), _MM_HINT_T0);
+}
+
+// Double vector q of a tile's rows: q = 0 rows 0-3 (lanes 0-3 of s0), 1 rows 8-11 (lanes 4-7 of
+// s0), 2 rows 4-7 (s1), 3 rows 12-15.
+constexpr int TILE_ROW0[4] = {0, 8, 4, 12};
+
+inline __m256d rows4_i16(const uint8_t* p) {  // four int16 as doubles
+  return _mm256_cvtepi32_pd(_mm_cvtepi16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m256d rows4_pow2(const uint8_t* p) {  // 2^s of four int8 s (|s| far inside the double range)
+  int32_t w;
+  __builtin_memcpy(&w, p, 4);
+  const __m256i e = _mm256_cvtepi32_epi64(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(w)));
+  return _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(e, _mm256_set1_epi64x(1023)), 52));
+}
+// 16 row bytes (u8) as the int32 lanes of s0 (*a) and s1 (*b).
+inline void rows16_u8(const uint8_t* p, __m256i* a, __m256i* b) {
+  const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i ma = _mm256_setr_epi8(0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, 3, -1, -1, -1, 8, -1, -1, -1, 9, -1, -1, -1, 10, -1, -1,
+                                      -1, 11, -1, -1, -1);
+  const __m256i mb = _mm256_setr_epi8(4, -1, -1, -1, 5, -1, -1, -1, 6, -1, -1, -1, 7, -1, -1, -1, 12, -1, -1, -1, 13, -1, -1, -1, 14, -1,
+                                      -1, -1, 15, -1, -1, -1);
+  *a = _mm256_shuffle_epi8(v, ma);
+  *b = _mm256_shuffle_epi8(v, mb);
+}
+
+// The nibble sums of one block (eight runs at codes) with NT tokens' activations (token t's block
+// pairs at pairs + t * tstride): s[t][0], s[t][1] as above.
+template <int NT>
+inline void tile_block_sums(const uint8_t* codes, const uint32_t* pairs, int64_t tstride, __m256i (*s)[2]) {
+  const __m256i nib = _mm256_set1_epi8(0x0f), widen_k = _mm256_set1_epi32(0x01000001);
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t) s[t][0] = s[t][1] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    __m256i lo[NT], hi[NT];
+#pragma GCC unroll 2
+    for (int u = 0; u < 2; ++u) {
+      const int k = 2 * j + u;
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + k * 32));
+      const __m256i l = _mm256_and_si256(v, nib), h = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t) {
+        const uint32_t* pr = pairs + t * tstride + 4 * k;
+        const __m256i pl = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_set1_epi32(static_cast<int32_t>(pr[0])), l),
+                                            _mm256_maddubs_epi16(_mm256_set1_epi32(static_cast<int32_t>(pr[1])), h));
+        const __m256i ph = _mm256_add_epi16(_mm256_maddubs_epi16(l, _mm256_set1_epi32(static_cast<int32_t>(pr[2]))),
+                                            _mm256_maddubs_epi16(h, _mm256_set1_epi32(static_cast<int32_t>(pr[3]))));
+        lo[t] = u == 0 ? pl : _mm256_add_epi16(lo[t], pl);
+        hi[t] = u == 0 ? ph : _mm256_add_epi16(hi[t], ph);
+      }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+      s[t][0] = _mm256_add_epi32(s[t][0], _mm256_madd_epi16(_mm256_unpacklo_epi16(lo[t], hi[t]), widen_k));
+      s[t][1] = _mm256_add_epi32(s[t][1], _mm256_madd_epi16(_mm256_unpackhi_epi16(lo[t], hi[t]), widen_k));
+    }
+  }
+}
+
+// The four double vectors (TILE_ROW0 order) of int32 sums s0, s1.
+inline void rows_pd(__m256i s0, __m256i s1, __m256d* v) {
+  v[0] = lo_pd(s0);
+  v[1] = hi_pd(s0);
+  v[2] = lo_pd(s1);
+  v[3] = hi_pd(s1);
+}
+
+// Adds each token's 16 row sums (r[t]: its patterns after n terms per lane) to acc_out[t * 16 + row].
+template <int NT>
+inline void tile_rows_out(const dround* r, int64_t n, int64_t* acc_out) {
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t)
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      int64_t* o = acc_out + t * 16 + TILE_ROW0[q];
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_add_epi64(load4(o), r[t].value(q, n)));
+    }
+}
+
+// q4_K tiles (2400 bytes: codes, scales at 2048, mins at 2176, d_mant at 2304, m_mant at 2336,
+// their shifts at 2368 and 2384) for NT tokens: T * scale * d_mant * 2^dsh and min * A * m_mant *
+// 2^msh, each times the activation's power of two (act_pack::scale, ::sum_scaled carries A).
+// False when a term left the rounding binade (acc_out untouched).
+template <int NT>
+bool q4k_packed_tokens_avx2(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc_out) {
+  constexpr int64_t TILE = 2400, SC = 2048, MN = 2176, DM = 2304, MM = 2336, DSH = 2368, MSH = 2384;
+  dround r[NT];
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t) r[t].init();
+  for (int64_t sb = 0; sb < n_super; ++sb) {
+    const uint8_t* tile = tiles + sb * TILE;
+    __m256d dmd[4], mmd[4];
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      dmd[q] = _mm256_mul_pd(rows4_i16(tile + DM + 2 * TILE_ROW0[q]), rows4_pow2(tile + DSH + TILE_ROW0[q]));
+      mmd[q] = _mm256_mul_pd(rows4_i16(tile + MM + 2 * TILE_ROW0[q]), rows4_pow2(tile + MSH + TILE_ROW0[q]));
+    }
+    for (int b = 0; b < 8; ++b) {
+      const int64_t blk = sb * 8 + b;
+      pack_prefetch(tile, TILE, b);
+      __m256i s[NT][2];
+      tile_block_sums<NT>(tile + b * 256, x.pairs + blk * 32, x.nb * 32, s);
+      __m256i sc0, sc1, mn0, mn1;
+      rows16_u8(tile + SC + 16 * b, &sc0, &sc1);
+      rows16_u8(tile + MN + 16 * b, &mn0, &mn1);
+      __m256d mnd[4];
+      rows_pd(mn0, mn1, mnd);
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) mnd[q] = _mm256_mul_pd(mnd[q], mmd[q]);
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t) {
+        __m256d v[4];
+        rows_pd(_mm256_mullo_epi32(s[t][0], sc0), _mm256_mullo_epi32(s[t][1], sc1), v);
+        const __m256d sa = _mm256_set1_pd(x.scale[t * x.nb + blk]), ss = _mm256_set1_pd(x.sum_scaled[t * x.nb + blk]);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) {
+          r[t].fma(q, _mm256_mul_pd(v[q], dmd[q]), sa);
+          r[t].fma(q, mnd[q], ss);
+        }
+      }
+    }
+  }
+  bool ok = true;
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t) ok = ok && r[t].ok();
+  if (!ok) return false;
+  tile_rows_out<NT>(r, 2 * 8 * n_super, acc_out);
+  return true;
+}
+
+// q4_0 tiles (2432 bytes: codes, d_mant[8][16] at 2048, shifts[8][16] at 2304) for NT tokens:
+// (T - 8 A) * d_mant * 2^dsh times the activation's power of two, per block.
+template <int NT>
+bool q40_packed_tokens_avx2(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc_out) {
+  constexpr int64_t TILE = 2432, DM = 2048, DSH = 2304;
+  dround r[NT];
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t) r[t].init();
+  for (int64_t sb = 0; sb < n_super; ++sb) {
+    const uint8_t* tile = tiles + sb * TILE;
+    for (int b = 0; b < 8; ++b) {
+      const int64_t blk = sb * 8 + b;
+      pack_prefetch(tile, TILE, b);
+      __m256i s[NT][2];
+      tile_block_sums<NT>(tile + b * 256, x.pairs + blk * 32, x.nb * 32, s);
+      __m256d dmd[4];
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q)
+        dmd[q] = _mm256_mul_pd(rows4_i16(tile + DM + 32 * b + 2 * TILE_ROW0[q]), rows4_pow2(tile + DSH + 16 * b + TILE_ROW0[q]));
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t) {
+        const __m256i a8 = _mm256_set1_epi32(8 * x.asum[t * x.nb + blk]);
+        __m256d v[4];
+        rows_pd(_mm256_sub_epi32(s[t][0], a8), _mm256_sub_epi32(s[t][1], a8), v);
+        const __m256d sa = _mm256_set1_pd(x.scale[t * x.nb + blk]);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) r[t].fma(q, _mm256_mul_pd(v[q], dmd[q]), sa);
+      }
+    }
+  }
+  bool ok = true;
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t) ok = ok && r[t].ok();
+  if (!ok) return false;
+  tile_rows_out<NT>(r, 8 * n_super, acc_out);
+  return true;
+}
+
+// The scalar tile kernel, the fallback of a group whose terms left the binade: every code read
+// back from the tile, the block terms rounded with the contract's integer round_shift.
+void packed_tile_scalar(bool q40, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc_out) {
+  const int64_t tile_bytes = q40 ? 2432 : 2400;
+  for (int64_t sb = 0; sb < n_super; ++sb) {
+    const uint8_t* tile = tiles + sb * tile_bytes;
+    for (int b = 0; b < 8; ++b) {
+      const int64_t blk = sb * 8 + b;
+      for (int row = 0; row < 16; ++row) {
+        int16_t dm, mm = 0;
+        int64_t dsh, msh = 0, sc = 1, mn = 0;
+        if (q40) {
+          __builtin_memcpy(&dm, tile + 2048 + 32 * b + 2 * row, 2);
+          dsh = static_cast<int8_t>(tile[2304 + 16 * b + row]);
+        } else {
+          __builtin_memcpy(&dm, tile + 2304 + 2 * row, 2);
+          __builtin_memcpy(&mm, tile + 2336 + 2 * row, 2);
+          dsh = static_cast<int8_t>(tile[2368 + row]);
+          msh = static_cast<int8_t>(tile[2384 + row]);
+          sc = tile[2048 + 16 * b + row];
+          mn = tile[2176 + 16 * b + row];
+        }
+        for (int64_t t = 0; t < x.n_tok; ++t) {
+          const int16_t* a = x.q + (t * x.nb + blk) * 32;
+          int64_t sum = 0;
+          for (int k = 0; k < 8; ++k) {
+            const uint8_t* c = tile + (b * 8 + k) * 32 + 2 * row;
+            const int codes[4] = {c[0] & 15, c[1] & 15, c[0] >> 4, c[1] >> 4};
+            for (int i = 0; i < 4; ++i) sum += (codes[i] - (q40 ? 8 : 0)) * a[4 * k + i];
+          }
+          const int64_t sa = x.shift[t * x.nb + blk];
+          int64_t term = round_shift_fast(sum * sc * dm, sa + dsh);
+          if (!q40) term += round_shift_fast(static_cast<int64_t>(x.asum[t * x.nb + blk]) * mn * mm, sa + msh);
+          acc_out[t * 16 + row] += term;
+        }
+      }
+    }
+  }
+}
+
+template <int NT>
+void q4_packed_avx2(bool q40, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc) {
+  const bool ok = q40 ? q40_packed_tokens_avx2<NT>(tiles, n_super, x, acc) : q4k_packed_tokens_avx2<NT>(tiles, n_super, x, acc);
+  if (!ok) packed_tile_scalar(q40, tiles, n_super, x, acc);
+}
+
+void q4_packed_avx2_any(bool q40, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc) {
+  switch (x.n_tok) {
+    case 1: q4_packed_avx2<1>(q40, tiles, n_super, x, acc); break;
+    case 2: q4_packed_avx2<2>(q40, tiles, n_super, x, acc); break;
+    case 3: q4_packed_avx2<3>(q40, tiles, n_super, x, acc); break;
+    case 4: q4_packed_avx2<4>(q40, tiles, n_super, x, acc); break;
+    default: break;
+  }
+}
+
 }  // namespace
 
 void panel_kernel_avx2(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64_t* acc) {
@@ -890,6 +1137,14 @@ void panel_kernel_avx2(const panel& p, const act_view& x, int64_t t0, int64_t t1
     else if (min == 1) kernel_all<false, 1>(p, x, t0, t1, acc);
     else kernel_all<false, 0>(p, x, t0, t1, acc);
   }
+}
+
+void gemv_q4k_packed_avx2(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc) {
+  q4_packed_avx2_any(false, tiles, n_super, x, acc);
+}
+
+void gemv_q40_packed_avx2(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc) {
+  q4_packed_avx2_any(true, tiles, n_super, x, acc);
 }
 
 bool gemv_avx2(gguf::dtype t, const act_view& x, int64_t n_tokens, const uint8_t* w,
@@ -909,6 +1164,8 @@ bool gemv_avx2(gguf::dtype t, const act_view& x, int64_t n_tokens, const uint8_t
 #else
 
 namespace detaudit::kernels::cpu {
+void gemv_q4k_packed_avx2(const uint8_t*, int64_t, const packed_act&, int64_t*) {}
+void gemv_q40_packed_avx2(const uint8_t*, int64_t, const packed_act&, int64_t*) {}
 void panel_kernel_avx2(const panel&, const act_view&, int64_t, int64_t, int64_t*) {}
 bool gemv_avx2(gguf::dtype, const act_view&, int64_t, const uint8_t*, uint64_t, const int32_t*, int64_t, int64_t, int64_t*) {
   return false;

@@ -174,6 +174,7 @@ void act_pack_init(int64_t n_tokens, int64_t n_in, act_pack& p) {
   const bool few = n_tokens <= GEMV_PACKED_MAX_TOKENS;
   p.bytes.resize(few ? static_cast<size_t>(n_tokens * nb * 16) : 0);
   p.q_eo.resize(few ? static_cast<size_t>(n_tokens * n_in) : 0);
+  p.pairs.resize(few ? static_cast<size_t>(n_tokens * nb * 32) : 0);
 }
 
 void act_pack_rows(const float* x, int64_t t0, int64_t t1, act_pack& p) {
@@ -209,6 +210,11 @@ void act_pack_rows(const float* x, int64_t t0, int64_t t1, act_pack& p) {
           }
           out[2 * k] = lo;
           out[2 * k + 1] = hi;
+          uint32_t* pr = p.pairs.data() + (t * nb + b) * 32 + 4 * k;
+          pr[0] = (lo & 0xffffu) * 0x10001u;
+          pr[1] = (lo >> 16) * 0x10001u;
+          pr[2] = (hi & 0xffffu) * 0x10001u;
+          pr[3] = (hi >> 16) * 0x10001u;
         }
       }
     }

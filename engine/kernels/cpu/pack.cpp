@@ -1,5 +1,5 @@
 // Weights repacked into 16-row tiles at load time (cpu.h, "weights repacked at load time for
-// generation") and the driver of the generation kernels that read them (matmul_avx512.cpp).
+// generation") and the driver of the generation kernels that read them (matmul_avx512.cpp, matmul_avx2.cpp).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -139,6 +139,12 @@ bool row_pack_type(gguf::dtype t) {
   return t == gguf::DTYPE_Q4_0 || t == gguf::DTYPE_Q4_K || t == gguf::DTYPE_Q5_K || t == gguf::DTYPE_Q6_K;
 }
 
+bool row_pack_kernel(gguf::dtype t, isa i) {
+  if (!row_pack_type(t) || !isa_supported(i)) return false;
+  if (i == isa::avx512) return true;
+  return i == isa::avx2 && (t == gguf::DTYPE_Q4_K || t == gguf::DTYPE_Q4_0);
+}
+
 int64_t row_pack_tile_bytes(gguf::dtype t) {
   if (t == gguf::DTYPE_Q4_K) return Q4K.tile;
   if (t == gguf::DTYPE_Q5_K) return Q5K.tile;
@@ -227,7 +233,10 @@ bool row_pack_groups(const uint8_t* w, const int32_t* row_bounds, int64_t g0, in
 
 void matmul_exact_cpu_packed(isa i, const act_pack& x, const row_pack& w, const int32_t* row_bounds, float* y,
                              int64_t row_begin, int64_t row_end) {
-  if (i != isa::avx512 || !isa_supported(i)) throw input_error("matmul_exact_cpu_packed: needs avx512");
+  if (!row_pack_kernel(w.type, i)) {
+    throw input_error(std::string("matmul_exact_cpu_packed: no packed ") + gguf::dtype_get(w.type).name + " kernel for " + isa_name(i) +
+                      (isa_supported(i) ? "" : " (not supported here)"));
+  }
   if (x.n_tokens > GEMV_PACKED_MAX_TOKENS || x.n_in != w.n_in || row_begin % 16 != 0 || row_begin < 0 ||
       row_end > w.n_rows || row_begin > row_end) {
     throw input_error("matmul_exact_cpu_packed: " + std::to_string(x.n_tokens) + " tokens of " + std::to_string(x.n_in) +
@@ -237,12 +246,16 @@ void matmul_exact_cpu_packed(isa i, const act_pack& x, const row_pack& w, const 
   const int64_t nb = x.n_blocks, n_tok = x.n_tokens;
   const int32_t c = matmul_shift_const(nb);
   // The activation side of every block's shift and the block sums come with the act_pack.
-  const packed_act xa{x.bytes.data(), x.q.data(), x.shift.data(), x.half_sum.data(), x.block_sum.data(), nb, n_tok};
+  const packed_act xa{x.bytes.data(), x.q.data(),     x.shift.data(),      x.half_sum.data(),     x.block_sum.data(), nb,
+                      n_tok,          x.pairs.data(), x.scale.data(), x.sum_scaled.data()};
   int64_t acc[GEMV_PACKED_MAX_TOKENS * 16];
   for (int64_t g = row_begin / 16; g * 16 < row_end; ++g) {
     std::fill(acc, acc + GEMV_PACKED_MAX_TOKENS * 16, 0);
     const uint8_t* tiles = w.data + g * w.n_super * w.tile_bytes;
-    if (w.type == gguf::DTYPE_Q6_K) gemv_q6k_packed_avx512(tiles, w.n_super, xa, acc);
+    if (i == isa::avx2) {
+      if (w.type == gguf::DTYPE_Q4_0) gemv_q40_packed_avx2(tiles, w.n_super, xa, acc);
+      else gemv_q4k_packed_avx2(tiles, w.n_super, xa, acc);
+    } else if (w.type == gguf::DTYPE_Q6_K) gemv_q6k_packed_avx512(tiles, w.n_super, xa, acc);
     else if (w.type == gguf::DTYPE_Q4_0) gemv_q40_packed_avx512(tiles, w.n_super, xa, acc);
     else gemv_qk_packed_avx512(w.type == gguf::DTYPE_Q5_K, tiles, w.n_super, xa, acc);
     for (int64_t t = 0; t < n_tok; ++t)
