@@ -44,7 +44,8 @@ void weight_reading(const model::weight& w, F&& fn) {
 // and shared pointers to the packs it uses; the registry only remembers them while one does.
 struct pack_registry {
   std::mutex mu;
-  std::unordered_map<const uint8_t*, std::weak_ptr<const kernels::cpu::row_pack>> packs;
+  // Per instruction set (a pack is laid out for one: kernels::cpu::row_pack::for_isa), by weight address.
+  std::unordered_map<const uint8_t*, std::weak_ptr<const kernels::cpu::row_pack>> by_isa[3];
 };
 
 pack_registry& registry() {
@@ -108,8 +109,9 @@ class ops_exact final : public ops_storage<float> {
       pack_registry& reg = registry();
       {
         std::lock_guard<std::mutex> lk(reg.mu);
-        auto it = reg.packs.find(w.data);
-        if (it != reg.packs.end()) {
+        auto& packs = reg.by_isa[static_cast<int>(isa_)];
+        auto it = packs.find(w.data);
+        if (it != packs.end()) {
           if (std::shared_ptr<const kernels::cpu::row_pack> shared = it->second.lock()) {
             done.tensors += 1;
             done.shared += 1;
@@ -126,7 +128,7 @@ class ops_exact final : public ops_storage<float> {
         return;  // a non-finite scale: the mapped layout stays, and the matmul reports it by name
       }
       auto p = std::make_shared<kernels::cpu::row_pack>();
-      kernels::cpu::row_pack_init(w.type, w.n_out, w.n_in, *p);
+      kernels::cpu::row_pack_init(w.type, w.n_out, w.n_in, isa_, *p);
       std::atomic<bool> ok{true};
       const int64_t n_parts = task_count(p->n_groups, n_threads());
       parallel(n_parts, [&](int64_t part) {
@@ -139,9 +141,10 @@ class ops_exact final : public ops_storage<float> {
       done.bytes += p->bytes();
       {
         std::lock_guard<std::mutex> lk(reg.mu);
-        for (auto it = reg.packs.begin(); it != reg.packs.end();)  // forget packs no context holds
-          it = it->second.expired() ? reg.packs.erase(it) : std::next(it);
-        reg.packs[w.data] = p;
+        auto& packs = reg.by_isa[static_cast<int>(isa_)];
+        for (auto it = packs.begin(); it != packs.end();)  // forget packs no context holds
+          it = it->second.expired() ? packs.erase(it) : std::next(it);
+        packs[w.data] = p;
       }
       packs_.emplace(w.data, std::move(p));
     };

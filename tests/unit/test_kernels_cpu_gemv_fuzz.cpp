@@ -102,7 +102,7 @@ std::vector<float> packed_out(const fuzz_case& c, cpu::isa isa, int64_t r0, int6
   std::vector<int32_t> bounds(static_cast<size_t>(c.n_out));
   cpu::weight_row_bounds(c.t, c.w.data(), c.n_in, 0, c.n_out, bounds.data());
   cpu::row_pack w;
-  cpu::row_pack_init(c.t, c.n_out, c.n_in, w);
+  cpu::row_pack_init(c.t, c.n_out, c.n_in, isa, w);
   *packed = cpu::row_pack_groups(c.w.data(), bounds.data(), 0, (c.n_out + 15) / 16, w);
   std::vector<float> y(static_cast<size_t>(c.n_tok * c.n_out), -12345.0f);
   if (*packed) cpu::matmul_exact_cpu_packed(isa, p, w, bounds.data(), y.data(), r0, r1);

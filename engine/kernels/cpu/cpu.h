@@ -79,6 +79,8 @@ struct act_pack {
   // four, the byte pairs (lo0, lo1), (lo2, lo3), (hi0, hi1), (hi2, hi3) of `bytes`, each 16-bit
   // pair twice in its word, so that one 32-bit broadcast puts the pair in every 16-bit lane.
   std::vector<uint32_t> pairs;      // (n_tokens, n_blocks, 8, 4)
+  // With them, the sums of the low bytes (unsigned) of elements 0..15 and 16..31 of each block.
+  std::vector<int32_t> lo_half;     // (n_tokens, n_blocks, 2)
 };
 
 // Quantizes rows x (n_tokens, n_in) like numerics::quantize_act into p. n_in % 32 == 0.
@@ -119,7 +121,15 @@ void matmul_exact_cpu(isa i, const act_pack& x, gguf::dtype t, const uint8_t* w,
 //     codes[8 blocks][8 runs][16 rows][2] u8  the nibbles u, as q4_K's (code = u - 8)
 //     dm[8][16] i16, dsh[8][16] i8         each block's d_mant and d_exp - bound
 // (q6_K's code is lo + 16 hi - 32; the kernel multiplies lo + 16 hi and takes 32 times the
-// activation half sums off, the same integer.) Rows past n_rows are zero. q8_0 keeps its mapped
+// activation half sums off, the same integer.) Rows past n_rows are zero.
+// A pack is made for one instruction set (row_pack::for_isa). AVX2 has no byte masks, so its q5_K
+// and q6_K tiles hold the high bits in the byte order of the codes instead (same sizes and
+// offsets; byte 2r + e of a 32-byte vector belongs to row r, e = 0 pairing with the low nibbles
+// of a run's bytes, e = 1 with the high ones as laid out above: elements 4k + e and 4k + 2 + e):
+//   q5_K fifth[8 blocks][2 groups of runs 4g .. 4g + 3][32] u8  bits 2m and 2m + 1 of byte 2r + e:
+//                                       bit 4 of elements 4k + e and 4k + 2 + e, k = 4g + m
+//   q6_K hi[8 blocks][4 pairs of runs 2p, 2p + 1][32] u8  bits 4m .. 4m + 3 of byte 2r + e: the
+//                                       high pairs of elements 4k + e and 4k + 2 + e, k = 2p + m q8_0 keeps its mapped
 // rows: in its tiles (4480 bytes) generation measured 10% slower than the row kernel
 // (docs/performance.md).
 bool row_pack_type(gguf::dtype t);     // q4_0, q4_K, q5_K and q6_K (rows of whole 256s)
@@ -127,6 +137,7 @@ int64_t row_pack_tile_bytes(gguf::dtype t);
 
 struct row_pack {
   gguf::dtype type = gguf::DTYPE_Q4_K;
+  isa for_isa = isa::avx512;  // the kernels' instruction set (the layout of q5_K and q6_K high bits)
   int64_t n_rows = 0;
   int64_t n_in = 0;
   int64_t n_groups = 0;  // ceil(n_rows / 16)
@@ -142,20 +153,21 @@ struct row_pack {
   uint64_t bytes() const { return static_cast<uint64_t>(n_groups * n_super * tile_bytes); }
 };
 
-// Sizes p for an (n_rows, n_in) matrix of type t (row_pack_type, n_in % 256 == 0) and repacks the
+// Sizes p for an (n_rows, n_in) matrix of type t (row_pack_type, n_in % 256 == 0) for the kernels
+// of instruction set i (row_pack_kernel(t, i), else input_error) and repacks the
 // row groups [g0, g1) of w; row_bounds are weight_row_bounds of every row. False when a block of
 // those groups has a non-finite fp16 scale (the caller keeps the mapped layout; the matmul then
 // reports it). Threads may fill disjoint group ranges after one row_pack_init.
-void row_pack_init(gguf::dtype t, int64_t n_rows, int64_t n_in, row_pack& p);
+void row_pack_init(gguf::dtype t, int64_t n_rows, int64_t n_in, isa i, row_pack& p);
 bool row_pack_groups(const uint8_t* w, const int32_t* row_bounds, int64_t g0, int64_t g1, row_pack& p);
 
 // True when matmul_exact_cpu_packed has a kernel for type t on instruction set i (supported here):
-// on avx512 every row_pack_type, on avx2 q4_0 and q4_K; never on scalar.
+// every row_pack_type on avx512 and avx2; never on scalar.
 bool row_pack_kernel(gguf::dtype t, isa i);
 
 // matmul_exact_cpu for x.n_tokens <= GEMV_PACKED_MAX_TOKENS on a repacked matrix: rows
 // [row_begin, row_end) (row_begin a multiple of 16), bit for bit the same y. Needs
-// row_pack_kernel(w.type, i); throws input_error otherwise.
+// row_pack_kernel(w.type, i) and a pack made for i (w.for_isa); throws input_error otherwise.
 constexpr int64_t GEMV_PACKED_MAX_TOKENS = 4;
 void matmul_exact_cpu_packed(isa i, const act_pack& x, const row_pack& w, const int32_t* row_bounds, float* y,
                              int64_t row_begin, int64_t row_end);

@@ -925,36 +925,80 @@ inline void rows16_u8(const uint8_t* p, __m256i* a, __m256i* b) {
   *b = _mm256_shuffle_epi8(v, mb);
 }
 
-// The nibble sums of one block (eight runs at codes) with NT tokens' activations (token t's block
-// pairs at pairs + t * tstride): s[t][0], s[t][1] as above.
-template <int NT>
-inline void tile_block_sums(const uint8_t* codes, const uint32_t* pairs, int64_t tstride, __m256i (*s)[2]) {
-  const __m256i nib = _mm256_set1_epi8(0x0f), widen_k = _mm256_set1_epi32(0x01000001);
+// 16 row bytes (s8) as the sign-extended int32 lanes of s0 (*a) and s1 (*b).
+inline void rows16_s8(const uint8_t* p, __m256i* a, __m256i* b) {
+  const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i ma = _mm256_setr_epi8(-1, -1, -1, 0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, 3, -1, -1, -1, 8, -1, -1, -1, 9, -1, -1, -1,
+                                      10, -1, -1, -1, 11);
+  const __m256i mb = _mm256_setr_epi8(-1, -1, -1, 4, -1, -1, -1, 5, -1, -1, -1, 6, -1, -1, -1, 7, -1, -1, -1, 12, -1, -1, -1, 13, -1, -1,
+                                      -1, 14, -1, -1, -1, 15);
+  *a = _mm256_srai_epi32(_mm256_shuffle_epi8(v, ma), 24);
+  *b = _mm256_srai_epi32(_mm256_shuffle_epi8(v, mb), 24);
+}
+
+// The codes of run k of block b of a tile as two vectors of byte pairs (row r's 16-bit lane):
+// *l holds elements 4k, 4k + 1, *h elements 4k + 2, 4k + 3. KIND 4: the nibbles (q4_0, q4_K); 5:
+// plus bit 4 from the AVX2 fifth-bit vectors at 2048 (q5_K); 6: plus bits 4-5 from the AVX2
+// high-pair vectors at 2048 (q6_K, codes 0..63 before the - 32).
+template <int KIND>
+inline void tile_codes(const uint8_t* tile, int b, int k, __m256i* l, __m256i* h) {
+  const __m256i nib = _mm256_set1_epi8(0x0f);
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + (b * 8 + k) * 32));
+  *l = _mm256_and_si256(v, nib);
+  *h = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+  if (KIND == 5) {
+    const int m = k % 4;
+    const __m256i f = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + 2048 + (b * 2 + k / 4) * 32));
+    const __m256i bit = _mm256_set1_epi8(0x10);
+    *l = _mm256_or_si256(*l, _mm256_and_si256(shift16(f, 4 - 2 * m), bit));
+    *h = _mm256_or_si256(*h, _mm256_and_si256(shift16(f, 3 - 2 * m), bit));
+  } else if (KIND == 6) {
+    const int m = k % 2;
+    const __m256i f = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + 2048 + (b * 4 + k / 2) * 32));
+    const __m256i bits = _mm256_set1_epi8(0x30);
+    *l = _mm256_or_si256(*l, _mm256_and_si256(shift16(f, 4 - 4 * m), bits));
+    *h = _mm256_or_si256(*h, _mm256_and_si256(shift16(f, 2 - 4 * m), bits));
+  }
+}
+
+// The byte products of one block of a tile with NT tokens' activations (token t's block pairs at
+// pairs + t * tstride), as int32 row sums s[t][half][0] (rows 0-3, 8-11) and [1] (rows 4-7,
+// 12-15): half 0 runs 0..3 and half 1 runs 4..7 when HALVES, else every run in half 0. The low
+// bytes multiply c - OFF (signed) and the high bytes c (unsigned), so each sum is
+// sum (c - OFF) lo + 256 sum c hi; the caller adds OFF times the low bytes' sum (act_pack::lo_half).
+// The int16 lanes take PER runs before widening: |pair| <= 2 x 255 x max|c - OFF| per low product
+// and 2 x 128 x max c per high one, 2 x PER products each (q4: OFF 0, 4 x 7650 and 4 x 3840; q5:
+// OFF 16, 4 x 8160 and 4 x 7936; q6: OFF 32, PER 1, 2 x 16320 and 2 x 16128; all below 32768).
+template <int NT, int KIND, int OFF, int PER, bool HALVES>
+inline void tile_block_sums(const uint8_t* tile, int b, const uint32_t* pairs, int64_t tstride, __m256i (*s)[2][2]) {
+  const __m256i widen_k = _mm256_set1_epi32(0x01000001), off = _mm256_set1_epi8(OFF);
 #pragma GCC unroll 4
-  for (int t = 0; t < NT; ++t) s[t][0] = s[t][1] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
+  for (int t = 0; t < NT; ++t) s[t][0][0] = s[t][0][1] = s[t][1][0] = s[t][1][1] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int j = 0; j < 8 / PER; ++j) {
     __m256i lo[NT], hi[NT];
 #pragma GCC unroll 2
-    for (int u = 0; u < 2; ++u) {
-      const int k = 2 * j + u;
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + k * 32));
-      const __m256i l = _mm256_and_si256(v, nib), h = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+    for (int u = 0; u < PER; ++u) {
+      const int k = PER * j + u;
+      __m256i l, h;
+      tile_codes<KIND>(tile, b, k, &l, &h);
+      const __m256i ls = OFF ? _mm256_sub_epi8(l, off) : l, hs = OFF ? _mm256_sub_epi8(h, off) : h;
 #pragma GCC unroll 4
       for (int t = 0; t < NT; ++t) {
         const uint32_t* pr = pairs + t * tstride + 4 * k;
-        const __m256i pl = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_set1_epi32(static_cast<int32_t>(pr[0])), l),
-                                            _mm256_maddubs_epi16(_mm256_set1_epi32(static_cast<int32_t>(pr[1])), h));
+        const __m256i pl = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_set1_epi32(static_cast<int32_t>(pr[0])), ls),
+                                            _mm256_maddubs_epi16(_mm256_set1_epi32(static_cast<int32_t>(pr[1])), hs));
         const __m256i ph = _mm256_add_epi16(_mm256_maddubs_epi16(l, _mm256_set1_epi32(static_cast<int32_t>(pr[2]))),
                                             _mm256_maddubs_epi16(h, _mm256_set1_epi32(static_cast<int32_t>(pr[3]))));
         lo[t] = u == 0 ? pl : _mm256_add_epi16(lo[t], pl);
         hi[t] = u == 0 ? ph : _mm256_add_epi16(hi[t], ph);
       }
     }
+    const int half = HALVES && j * PER >= 4 ? 1 : 0;
 #pragma GCC unroll 4
     for (int t = 0; t < NT; ++t) {
-      s[t][0] = _mm256_add_epi32(s[t][0], _mm256_madd_epi16(_mm256_unpacklo_epi16(lo[t], hi[t]), widen_k));
-      s[t][1] = _mm256_add_epi32(s[t][1], _mm256_madd_epi16(_mm256_unpackhi_epi16(lo[t], hi[t]), widen_k));
+      s[t][half][0] = _mm256_add_epi32(s[t][half][0], _mm256_madd_epi16(_mm256_unpacklo_epi16(lo[t], hi[t]), widen_k));
+      s[t][half][1] = _mm256_add_epi32(s[t][half][1], _mm256_madd_epi16(_mm256_unpackhi_epi16(lo[t], hi[t]), widen_k));
     }
   }
 }
@@ -979,13 +1023,23 @@ inline void tile_rows_out(const dround* r, int64_t n, int64_t* acc_out) {
     }
 }
 
-// q4_K tiles (2400 bytes: codes, scales at 2048, mins at 2176, d_mant at 2304, m_mant at 2336,
-// their shifts at 2368 and 2384) for NT tokens: T * scale * d_mant * 2^dsh and min * A * m_mant *
-// 2^msh, each times the activation's power of two (act_pack::scale, ::sum_scaled carries A).
-// False when a term left the rounding binade (acc_out untouched).
 template <int NT>
-bool q4k_packed_tokens_avx2(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc_out) {
-  constexpr int64_t TILE = 2400, SC = 2048, MN = 2176, DM = 2304, MM = 2336, DSH = 2368, MSH = 2384;
+inline bool all_ok(const dround* r) {
+  bool ok = true;
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t) ok = ok && r[t].ok();
+  return ok;
+}
+
+// q4_K tiles (2400 bytes: codes, scales at 2048, mins at 2176, d_mant at 2304, m_mant at 2336,
+// their shifts at 2368 and 2384; FIVE: q5_K, 2912 bytes, the fifth bits at 2048 and the rest 512
+// later) for NT tokens: T * scale * d_mant * 2^dsh and min * A * m_mant * 2^msh, each times the
+// activation's power of two (act_pack::scale, ::sum_scaled carries A). |T * scale| < 32 x 31 x
+// 32767 x 63 < 2^31. False when a term left the rounding binade (acc_out untouched).
+template <int NT, bool FIVE>
+bool qk_packed_tokens_avx2(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc_out) {
+  constexpr int64_t TILE = FIVE ? 2912 : 2400, SC = FIVE ? 2560 : 2048, MN = SC + 128, DM = MN + 128, MM = DM + 32, DSH = MM + 32,
+                    MSH = DSH + 16;
   dround r[NT];
 #pragma GCC unroll 4
   for (int t = 0; t < NT; ++t) r[t].init();
@@ -1000,8 +1054,8 @@ bool q4k_packed_tokens_avx2(const uint8_t* tiles, int64_t n_super, const packed_
     for (int b = 0; b < 8; ++b) {
       const int64_t blk = sb * 8 + b;
       pack_prefetch(tile, TILE, b);
-      __m256i s[NT][2];
-      tile_block_sums<NT>(tile + b * 256, x.pairs + blk * 32, x.nb * 32, s);
+      __m256i s[NT][2][2];
+      tile_block_sums<NT, FIVE ? 5 : 4, FIVE ? 16 : 0, 2, false>(tile, b, x.pairs + blk * 32, x.nb * 32, s);
       __m256i sc0, sc1, mn0, mn1;
       rows16_u8(tile + SC + 16 * b, &sc0, &sc1);
       rows16_u8(tile + MN + 16 * b, &mn0, &mn1);
@@ -1011,9 +1065,16 @@ bool q4k_packed_tokens_avx2(const uint8_t* tiles, int64_t n_super, const packed_
       for (int q = 0; q < 4; ++q) mnd[q] = _mm256_mul_pd(mnd[q], mmd[q]);
 #pragma GCC unroll 4
       for (int t = 0; t < NT; ++t) {
+        const int64_t i = t * x.nb + blk;
+        __m256i s0 = s[t][0][0], s1 = s[t][0][1];
+        if (FIVE) {
+          const __m256i lo = _mm256_set1_epi32(16 * (x.lo_half[2 * i] + x.lo_half[2 * i + 1]));
+          s0 = _mm256_add_epi32(s0, lo);
+          s1 = _mm256_add_epi32(s1, lo);
+        }
         __m256d v[4];
-        rows_pd(_mm256_mullo_epi32(s[t][0], sc0), _mm256_mullo_epi32(s[t][1], sc1), v);
-        const __m256d sa = _mm256_set1_pd(x.scale[t * x.nb + blk]), ss = _mm256_set1_pd(x.sum_scaled[t * x.nb + blk]);
+        rows_pd(_mm256_mullo_epi32(s0, sc0), _mm256_mullo_epi32(s1, sc1), v);
+        const __m256d sa = _mm256_set1_pd(x.scale[i]), ss = _mm256_set1_pd(x.sum_scaled[i]);
 #pragma GCC unroll 4
         for (int q = 0; q < 4; ++q) {
           r[t].fma(q, _mm256_mul_pd(v[q], dmd[q]), sa);
@@ -1022,11 +1083,53 @@ bool q4k_packed_tokens_avx2(const uint8_t* tiles, int64_t n_super, const packed_
       }
     }
   }
-  bool ok = true;
-#pragma GCC unroll 4
-  for (int t = 0; t < NT; ++t) ok = ok && r[t].ok();
-  if (!ok) return false;
+  if (!all_ok<NT>(r)) return false;
   tile_rows_out<NT>(r, 2 * 8 * n_super, acc_out);
+  return true;
+}
+
+// q6_K tiles (3392 bytes: low nibbles, the AVX2 high pairs at 2048, scales[8][2][16] (s8) at 3072,
+// d_mant at 3328, shifts at 3360) for NT tokens: each half block's code sum U = sum (c - 32) a =
+// sum (c - 32) lo + 256 sum c hi - 32 (A - lo_half) (A its activation sum), then (U0 * s0 + U1 * s1)
+// * d_mant * 2^dsh times the activation's power of two: |U * s| < 16 x 32 x 32767 x 128 = 2^31,
+// the two as doubles and their sum (below 2^32) exact.
+template <int NT>
+bool q6k_packed_tokens_avx2(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc_out) {
+  constexpr int64_t TILE = 3392, SC = 3072, DM = 3328, DSH = 3360;
+  dround r[NT];
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t) r[t].init();
+  for (int64_t sb = 0; sb < n_super; ++sb) {
+    const uint8_t* tile = tiles + sb * TILE;
+    __m256d dmd[4];
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) dmd[q] = _mm256_mul_pd(rows4_i16(tile + DM + 2 * TILE_ROW0[q]), rows4_pow2(tile + DSH + TILE_ROW0[q]));
+    for (int b = 0; b < 8; ++b) {
+      const int64_t blk = sb * 8 + b;
+      pack_prefetch(tile, TILE, b);
+      __m256i s[NT][2][2];
+      tile_block_sums<NT, 6, 32, 1, true>(tile, b, x.pairs + blk * 32, x.nb * 32, s);
+      __m256i sc[2][2];
+      rows16_s8(tile + SC + 32 * b, &sc[0][0], &sc[0][1]);
+      rows16_s8(tile + SC + 32 * b + 16, &sc[1][0], &sc[1][1]);
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t) {
+        const int64_t i = t * x.nb + blk;
+        __m256d v[4], w[4];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m256i adj = _mm256_set1_epi32(32 * (x.half_sum[2 * i + h] - x.lo_half[2 * i + h]));
+          rows_pd(_mm256_mullo_epi32(_mm256_sub_epi32(s[t][h][0], adj), sc[h][0]),
+                  _mm256_mullo_epi32(_mm256_sub_epi32(s[t][h][1], adj), sc[h][1]), h == 0 ? v : w);
+        }
+        const __m256d sa = _mm256_set1_pd(x.scale[i]);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) r[t].fma(q, _mm256_mul_pd(_mm256_add_pd(v[q], w[q]), dmd[q]), sa);
+      }
+    }
+  }
+  if (!all_ok<NT>(r)) return false;
+  tile_rows_out<NT>(r, 8 * n_super, acc_out);
   return true;
 }
 
@@ -1043,8 +1146,8 @@ bool q40_packed_tokens_avx2(const uint8_t* tiles, int64_t n_super, const packed_
     for (int b = 0; b < 8; ++b) {
       const int64_t blk = sb * 8 + b;
       pack_prefetch(tile, TILE, b);
-      __m256i s[NT][2];
-      tile_block_sums<NT>(tile + b * 256, x.pairs + blk * 32, x.nb * 32, s);
+      __m256i s[NT][2][2];
+      tile_block_sums<NT, 4, 0, 2, false>(tile, b, x.pairs + blk * 32, x.nb * 32, s);
       __m256d dmd[4];
 #pragma GCC unroll 4
       for (int q = 0; q < 4; ++q)
@@ -1053,54 +1156,64 @@ bool q40_packed_tokens_avx2(const uint8_t* tiles, int64_t n_super, const packed_
       for (int t = 0; t < NT; ++t) {
         const __m256i a8 = _mm256_set1_epi32(8 * x.asum[t * x.nb + blk]);
         __m256d v[4];
-        rows_pd(_mm256_sub_epi32(s[t][0], a8), _mm256_sub_epi32(s[t][1], a8), v);
+        rows_pd(_mm256_sub_epi32(s[t][0][0], a8), _mm256_sub_epi32(s[t][0][1], a8), v);
         const __m256d sa = _mm256_set1_pd(x.scale[t * x.nb + blk]);
 #pragma GCC unroll 4
         for (int q = 0; q < 4; ++q) r[t].fma(q, _mm256_mul_pd(v[q], dmd[q]), sa);
       }
     }
   }
-  bool ok = true;
-#pragma GCC unroll 4
-  for (int t = 0; t < NT; ++t) ok = ok && r[t].ok();
-  if (!ok) return false;
+  if (!all_ok<NT>(r)) return false;
   tile_rows_out<NT>(r, 8 * n_super, acc_out);
   return true;
 }
 
+enum class tile_kind { q4_0, q4_k, q5_k, q6_k };
+
 // The scalar tile kernel, the fallback of a group whose terms left the binade: every code read
-// back from the tile, the block terms rounded with the contract's integer round_shift.
-void packed_tile_scalar(bool q40, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc_out) {
-  const int64_t tile_bytes = q40 ? 2432 : 2400;
+// back from the AVX2 tile, the block terms rounded with the contract's integer round_shift.
+void packed_tile_scalar(tile_kind kind, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc_out) {
+  const int64_t tile_bytes = kind == tile_kind::q4_0 ? 2432 : kind == tile_kind::q4_k ? 2400 : kind == tile_kind::q5_k ? 2912 : 3392;
+  const int64_t qk = kind == tile_kind::q5_k ? 512 : 0;  // q5_K's scales and shifts lie 512 bytes after q4_K's
   for (int64_t sb = 0; sb < n_super; ++sb) {
     const uint8_t* tile = tiles + sb * tile_bytes;
     for (int b = 0; b < 8; ++b) {
       const int64_t blk = sb * 8 + b;
       for (int row = 0; row < 16; ++row) {
-        int16_t dm, mm = 0;
-        int64_t dsh, msh = 0, sc = 1, mn = 0;
-        if (q40) {
-          __builtin_memcpy(&dm, tile + 2048 + 32 * b + 2 * row, 2);
-          dsh = static_cast<int8_t>(tile[2304 + 16 * b + row]);
-        } else {
-          __builtin_memcpy(&dm, tile + 2304 + 2 * row, 2);
-          __builtin_memcpy(&mm, tile + 2336 + 2 * row, 2);
-          dsh = static_cast<int8_t>(tile[2368 + row]);
-          msh = static_cast<int8_t>(tile[2384 + row]);
-          sc = tile[2048 + 16 * b + row];
-          mn = tile[2176 + 16 * b + row];
-        }
+        // Code of element 4k + i (kind's offset included) of this row.
+        auto code = [&](int k, int i) -> int64_t {
+          const int e = i & 1, part = i >> 1;
+          const uint8_t byte = tile[(b * 8 + k) * 32 + 2 * row + e];
+          int64_t c = part == 0 ? byte & 15 : byte >> 4;
+          if (kind == tile_kind::q4_0) c -= 8;
+          if (kind == tile_kind::q5_k) c += 16 * ((tile[2048 + (b * 2 + k / 4) * 32 + 2 * row + e] >> (2 * (k % 4) + part)) & 1);
+          if (kind == tile_kind::q6_k) c += 16 * ((tile[2048 + (b * 4 + k / 2) * 32 + 2 * row + e] >> (4 * (k % 2) + 2 * part)) & 3) - 32;
+          return c;
+        };
         for (int64_t t = 0; t < x.n_tok; ++t) {
           const int16_t* a = x.q + (t * x.nb + blk) * 32;
-          int64_t sum = 0;
-          for (int k = 0; k < 8; ++k) {
-            const uint8_t* c = tile + (b * 8 + k) * 32 + 2 * row;
-            const int codes[4] = {c[0] & 15, c[1] & 15, c[0] >> 4, c[1] >> 4};
-            for (int i = 0; i < 4; ++i) sum += (codes[i] - (q40 ? 8 : 0)) * a[4 * k + i];
-          }
+          int64_t sum[2] = {0, 0};  // per half block
+          for (int k = 0; k < 8; ++k)
+            for (int i = 0; i < 4; ++i) sum[k / 4] += code(k, i) * a[4 * k + i];
           const int64_t sa = x.shift[t * x.nb + blk];
-          int64_t term = round_shift_fast(sum * sc * dm, sa + dsh);
-          if (!q40) term += round_shift_fast(static_cast<int64_t>(x.asum[t * x.nb + blk]) * mn * mm, sa + msh);
+          int64_t term = 0;
+          if (kind == tile_kind::q4_0) {
+            int16_t dm;
+            __builtin_memcpy(&dm, tile + 2048 + 32 * b + 2 * row, 2);
+            term = round_shift_fast((sum[0] + sum[1]) * dm, sa + static_cast<int8_t>(tile[2304 + 16 * b + row]));
+          } else if (kind == tile_kind::q6_k) {
+            int16_t dm;
+            __builtin_memcpy(&dm, tile + 3328 + 2 * row, 2);
+            const int64_t s0 = static_cast<int8_t>(tile[3072 + 32 * b + row]), s1 = static_cast<int8_t>(tile[3072 + 32 * b + 16 + row]);
+            term = round_shift_fast((sum[0] * s0 + sum[1] * s1) * dm, sa + static_cast<int8_t>(tile[3360 + row]));
+          } else {
+            int16_t dm, mm;
+            __builtin_memcpy(&dm, tile + qk + 2304 + 2 * row, 2);
+            __builtin_memcpy(&mm, tile + qk + 2336 + 2 * row, 2);
+            const int64_t sc = tile[qk + 2048 + 16 * b + row], mn = tile[qk + 2176 + 16 * b + row];
+            term = round_shift_fast((sum[0] + sum[1]) * sc * dm, sa + static_cast<int8_t>(tile[qk + 2368 + row])) +
+                   round_shift_fast(static_cast<int64_t>(x.asum[t * x.nb + blk]) * mn * mm, sa + static_cast<int8_t>(tile[qk + 2384 + row]));
+          }
           acc_out[t * 16 + row] += term;
         }
       }
@@ -1109,17 +1222,23 @@ void packed_tile_scalar(bool q40, const uint8_t* tiles, int64_t n_super, const p
 }
 
 template <int NT>
-void q4_packed_avx2(bool q40, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc) {
-  const bool ok = q40 ? q40_packed_tokens_avx2<NT>(tiles, n_super, x, acc) : q4k_packed_tokens_avx2<NT>(tiles, n_super, x, acc);
-  if (!ok) packed_tile_scalar(q40, tiles, n_super, x, acc);
+void packed_avx2(tile_kind kind, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc) {
+  bool ok = false;
+  switch (kind) {
+    case tile_kind::q4_0: ok = q40_packed_tokens_avx2<NT>(tiles, n_super, x, acc); break;
+    case tile_kind::q4_k: ok = qk_packed_tokens_avx2<NT, false>(tiles, n_super, x, acc); break;
+    case tile_kind::q5_k: ok = qk_packed_tokens_avx2<NT, true>(tiles, n_super, x, acc); break;
+    case tile_kind::q6_k: ok = q6k_packed_tokens_avx2<NT>(tiles, n_super, x, acc); break;
+  }
+  if (!ok) packed_tile_scalar(kind, tiles, n_super, x, acc);
 }
 
-void q4_packed_avx2_any(bool q40, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc) {
+void packed_avx2_any(tile_kind kind, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc) {
   switch (x.n_tok) {
-    case 1: q4_packed_avx2<1>(q40, tiles, n_super, x, acc); break;
-    case 2: q4_packed_avx2<2>(q40, tiles, n_super, x, acc); break;
-    case 3: q4_packed_avx2<3>(q40, tiles, n_super, x, acc); break;
-    case 4: q4_packed_avx2<4>(q40, tiles, n_super, x, acc); break;
+    case 1: packed_avx2<1>(kind, tiles, n_super, x, acc); break;
+    case 2: packed_avx2<2>(kind, tiles, n_super, x, acc); break;
+    case 3: packed_avx2<3>(kind, tiles, n_super, x, acc); break;
+    case 4: packed_avx2<4>(kind, tiles, n_super, x, acc); break;
     default: break;
   }
 }
@@ -1140,11 +1259,16 @@ void panel_kernel_avx2(const panel& p, const act_view& x, int64_t t0, int64_t t1
 }
 
 void gemv_q4k_packed_avx2(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc) {
-  q4_packed_avx2_any(false, tiles, n_super, x, acc);
+  packed_avx2_any(tile_kind::q4_k, tiles, n_super, x, acc);
 }
-
+void gemv_q5k_packed_avx2(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc) {
+  packed_avx2_any(tile_kind::q5_k, tiles, n_super, x, acc);
+}
+void gemv_q6k_packed_avx2(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc) {
+  packed_avx2_any(tile_kind::q6_k, tiles, n_super, x, acc);
+}
 void gemv_q40_packed_avx2(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc) {
-  q4_packed_avx2_any(true, tiles, n_super, x, acc);
+  packed_avx2_any(tile_kind::q4_0, tiles, n_super, x, acc);
 }
 
 bool gemv_avx2(gguf::dtype t, const act_view& x, int64_t n_tokens, const uint8_t* w,
@@ -1165,6 +1289,8 @@ bool gemv_avx2(gguf::dtype t, const act_view& x, int64_t n_tokens, const uint8_t
 
 namespace detaudit::kernels::cpu {
 void gemv_q4k_packed_avx2(const uint8_t*, int64_t, const packed_act&, int64_t*) {}
+void gemv_q5k_packed_avx2(const uint8_t*, int64_t, const packed_act&, int64_t*) {}
+void gemv_q6k_packed_avx2(const uint8_t*, int64_t, const packed_act&, int64_t*) {}
 void gemv_q40_packed_avx2(const uint8_t*, int64_t, const packed_act&, int64_t*) {}
 void panel_kernel_avx2(const panel&, const act_view&, int64_t, int64_t, int64_t*) {}
 bool gemv_avx2(gguf::dtype, const act_view&, int64_t, const uint8_t*, uint64_t, const int32_t*, int64_t, int64_t, int64_t*) {

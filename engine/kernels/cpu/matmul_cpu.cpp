@@ -175,6 +175,7 @@ void act_pack_init(int64_t n_tokens, int64_t n_in, act_pack& p) {
   p.bytes.resize(few ? static_cast<size_t>(n_tokens * nb * 16) : 0);
   p.q_eo.resize(few ? static_cast<size_t>(n_tokens * n_in) : 0);
   p.pairs.resize(few ? static_cast<size_t>(n_tokens * nb * 32) : 0);
+  p.lo_half.resize(few ? static_cast<size_t>(n_tokens * nb * 2) : 0);
 }
 
 void act_pack_rows(const float* x, int64_t t0, int64_t t1, act_pack& p) {
@@ -216,6 +217,11 @@ void act_pack_rows(const float* x, int64_t t0, int64_t t1, act_pack& p) {
           pr[2] = (hi & 0xffffu) * 0x10001u;
           pr[3] = (hi >> 16) * 0x10001u;
         }
+        int32_t l0 = 0, l1 = 0;
+        for (int i = 0; i < 16; ++i) l0 += q[i] & 255;
+        for (int i = 16; i < QBLOCK; ++i) l1 += q[i] & 255;
+        p.lo_half[static_cast<size_t>((t * nb + b) * 2)] = l0;
+        p.lo_half[static_cast<size_t>((t * nb + b) * 2 + 1)] = l1;
       }
     }
     p.max_exp[static_cast<size_t>(t)] = mx;

@@ -141,12 +141,16 @@ struct packed_act {
   const uint32_t* pairs;       // act_pack::pairs (the AVX2 kernels)
   const double* scale;         // act_pack::scale
   const double* sum_scaled;    // act_pack::sum_scaled
+  const int32_t* lo_half;      // act_pack::lo_half
 };
 void gemv_qk_packed_avx512(bool five, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc);  // q4_K, q5_K
 void gemv_q6k_packed_avx512(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc);
 void gemv_q40_packed_avx512(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc);
-// The AVX2 kernels of the same tiles (q4_0 and q4_K), the same acc; without AVX2 they do nothing.
+// The AVX2 kernels of the same tiles (q5_K and q6_K: packed for AVX2, cpu.h), the same acc;
+// without AVX2 they do nothing.
 void gemv_q4k_packed_avx2(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc);
+void gemv_q5k_packed_avx2(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc);
+void gemv_q6k_packed_avx2(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc);
 void gemv_q40_packed_avx2(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc);
 
 // AVX-512 decoders of the common types (q8_0, q4_K); false when t has none (the caller then

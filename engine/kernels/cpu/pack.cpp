@@ -54,9 +54,24 @@ void put_bits(uint8_t* masks, int b, int r, int stride, Bit bit) {
   }
 }
 
+// The AVX2 layout of high bits (cpu.h): within each 32-byte vector of block b (vectors of `per`
+// runs each, `bits` bits per element), byte 2r + e holds, for run k = per * v + m, the bits of
+// element 4k + e at bit bits * 2m and of element 4k + 2 + e at bit bits * (2m + 1).
+template <class Bits>
+void put_bits_avx2(uint8_t* region, int b, int r, int per, int bits, Bits value) {
+  for (int k = 0; k < 8; ++k) {
+    uint8_t* vec = region + (b * (8 / per) + k / per) * 32;
+    const int m = k % per;
+    for (int e = 0; e < 2; ++e) {
+      vec[2 * r + e] = static_cast<uint8_t>(vec[2 * r + e] | value(4 * k + e) << (bits * 2 * m));
+      vec[2 * r + e] = static_cast<uint8_t>(vec[2 * r + e] | value(4 * k + 2 + e) << (bits * (2 * m + 1)));
+    }
+  }
+}
+
 // One q4_K (144 bytes: d, dmin, scales[12], qs[128]) or q5_K super-block (176 bytes: d, dmin,
-// scales[12], qh[32], qs[128]) of tile row r.
-void pack_qk_row(bool five, const uint8_t* sb, int32_t bound, int r, uint8_t* tile, int16_t* dm, int16_t* mm, int8_t* dsh,
+// scales[12], qh[32], qs[128]) of tile row r; avx2: q5_K's fifth bits in the AVX2 layout.
+void pack_qk_row(bool five, bool avx2, const uint8_t* sb, int32_t bound, int r, uint8_t* tile, int16_t* dm, int16_t* mm, int8_t* dsh,
                  int8_t* msh) {
   const qk_offsets& o = five ? Q5K : Q4K;
   int32_t d_mant = 0, d_exp = 0, m_mant = 0, m_exp = 0;
@@ -81,12 +96,15 @@ void pack_qk_row(bool five, const uint8_t* sb, int32_t bound, int r, uint8_t* ti
     tile[o.sc + b * 16 + r] = static_cast<uint8_t>(scale);
     tile[o.mn + b * 16 + r] = static_cast<uint8_t>(min);
     put_nibbles(tile, b, r, [qs, b](int l) { return (qs[32 * (b / 2) + l] >> (4 * (b % 2))) & 15; });
-    if (five) put_bits(tile + Q5K_FIFTH, b, r, 8, [qh, b](int l) { return (qh[l] >> b) & 1; });
+    auto fifth = [qh, b](int l) { return (qh[l] >> b) & 1; };
+    if (five && avx2) put_bits_avx2(tile + Q5K_FIFTH, b, r, 4, 1, fifth);
+    else if (five) put_bits(tile + Q5K_FIFTH, b, r, 8, fifth);
   }
 }
 
-// One q6_K super-block (210 bytes: ql[128], qh[64], scales[16], d) of tile row r.
-void pack_q6k_row(const uint8_t* sb, int32_t bound, int r, uint8_t* tile, int16_t* dm, int8_t* dsh) {
+// One q6_K super-block (210 bytes: ql[128], qh[64], scales[16], d) of tile row r; avx2: the high
+// pairs in the AVX2 layout.
+void pack_q6k_row(bool avx2, const uint8_t* sb, int32_t bound, int r, uint8_t* tile, int16_t* dm, int8_t* dsh) {
   int32_t d_mant = 0, d_exp = 0;
   fp16_field(sb + 208, &d_mant, &d_exp);
   dm[r] = static_cast<int16_t>(d_mant);
@@ -103,6 +121,10 @@ void pack_q6k_row(const uint8_t* sb, int32_t bound, int r, uint8_t* tile, int16_
     for (int half = 0; half < 2; ++half)
       tile[Q6K_SC + (b * 2 + half) * 16 + r] = sb[192 + 2 * b + half];
     put_nibbles(tile, b, r, [&low, b](int l) { return low(32 * b + l); });
+    if (avx2) {
+      put_bits_avx2(tile + Q6K_HI, b, r, 2, 2, [&high, b](int l) { return high(32 * b + l); });
+      continue;
+    }
     for (int plane = 0; plane < 2; ++plane)
       put_bits(tile + Q6K_HI + 8 * plane, b, r, 16, [&high, b, plane](int l) { return (high(32 * b + l) >> plane) & 1; });
   }
@@ -142,7 +164,7 @@ bool row_pack_type(gguf::dtype t) {
 bool row_pack_kernel(gguf::dtype t, isa i) {
   if (!row_pack_type(t) || !isa_supported(i)) return false;
   if (i == isa::avx512) return true;
-  return i == isa::avx2 && (t == gguf::DTYPE_Q4_K || t == gguf::DTYPE_Q4_0);
+  return i == isa::avx2;
 }
 
 int64_t row_pack_tile_bytes(gguf::dtype t) {
@@ -154,7 +176,7 @@ int64_t row_pack_tile_bytes(gguf::dtype t) {
 }
 
 row_pack::row_pack(row_pack&& o) noexcept
-    : type(o.type), n_rows(o.n_rows), n_in(o.n_in), n_groups(o.n_groups), n_super(o.n_super), tile_bytes(o.tile_bytes),
+    : type(o.type), for_isa(o.for_isa), n_rows(o.n_rows), n_in(o.n_in), n_groups(o.n_groups), n_super(o.n_super), tile_bytes(o.tile_bytes),
       data(o.data) {
   o.data = nullptr;
 }
@@ -163,6 +185,7 @@ row_pack& row_pack::operator=(row_pack&& o) noexcept {
   if (this != &o) {
     std::free(data);
     type = o.type;
+    for_isa = o.for_isa;
     n_rows = o.n_rows;
     n_in = o.n_in;
     n_groups = o.n_groups;
@@ -176,8 +199,9 @@ row_pack& row_pack::operator=(row_pack&& o) noexcept {
 
 row_pack::~row_pack() { std::free(data); }
 
-void row_pack_init(gguf::dtype t, int64_t n_rows, int64_t n_in, row_pack& p) {
+void row_pack_init(gguf::dtype t, int64_t n_rows, int64_t n_in, isa i, row_pack& p) {
   if (!row_pack_type(t)) throw input_error(std::string("row_pack_init: no packed layout for ") + gguf::dtype_get(t).name);
+  if (!row_pack_kernel(t, i)) throw input_error(std::string("row_pack_init: no packed kernel on ") + isa_name(i) + " (or it is not supported here)");
   if (n_rows < 1 || n_in < 256 || n_in % 256 != 0) {
     throw input_error("row_pack_init: a matrix of " + std::to_string(n_rows) + " rows of " + std::to_string(n_in) +
                       " (rows must be whole super-blocks of 256)");
@@ -185,6 +209,7 @@ void row_pack_init(gguf::dtype t, int64_t n_rows, int64_t n_in, row_pack& p) {
   std::free(p.data);
   p.data = nullptr;
   p.type = t;
+  p.for_isa = i;
   p.n_rows = n_rows;
   p.n_in = n_in;
   p.n_groups = (n_rows + 15) / 16;
@@ -200,6 +225,7 @@ bool row_pack_groups(const uint8_t* w, const int32_t* row_bounds, int64_t g0, in
   const int64_t super_bytes = static_cast<int64_t>(gguf::dtype_get(p.type).type_size) * (256 / gguf::dtype_get(p.type).block_size);
   const uint64_t row_bytes = static_cast<uint64_t>(p.n_super * super_bytes);
   const bool q6 = p.type == gguf::DTYPE_Q6_K, five = p.type == gguf::DTYPE_Q5_K, q40 = p.type == gguf::DTYPE_Q4_0;
+  const bool avx2 = p.for_isa == isa::avx2;
   const qk_offsets& o = five ? Q5K : Q4K;
   for (int64_t g = g0; g < g1; ++g) {
     for (int64_t s = 0; s < p.n_super; ++s) {
@@ -212,8 +238,8 @@ bool row_pack_groups(const uint8_t* w, const int32_t* row_bounds, int64_t g0, in
         const uint8_t* sb = w + static_cast<uint64_t>(row) * row_bytes + static_cast<uint64_t>(s * super_bytes);
         if (!scales_finite(p.type, sb)) return false;
         if (q40) pack_q40_row(sb, row_bounds[row], r, tile);
-        else if (q6) pack_q6k_row(sb, row_bounds[row], r, tile, dm, dsh);
-        else pack_qk_row(five, sb, row_bounds[row], r, tile, dm, mm, dsh, msh);
+        else if (q6) pack_q6k_row(avx2, sb, row_bounds[row], r, tile, dm, dsh);
+        else pack_qk_row(five, avx2, sb, row_bounds[row], r, tile, dm, mm, dsh, msh);
       }
       if (q40) {
         // per-block scales written by pack_q40_row
@@ -233,9 +259,9 @@ bool row_pack_groups(const uint8_t* w, const int32_t* row_bounds, int64_t g0, in
 
 void matmul_exact_cpu_packed(isa i, const act_pack& x, const row_pack& w, const int32_t* row_bounds, float* y,
                              int64_t row_begin, int64_t row_end) {
-  if (!row_pack_kernel(w.type, i)) {
+  if (!row_pack_kernel(w.type, i) || w.for_isa != i) {
     throw input_error(std::string("matmul_exact_cpu_packed: no packed ") + gguf::dtype_get(w.type).name + " kernel for " + isa_name(i) +
-                      (isa_supported(i) ? "" : " (not supported here)"));
+                      (isa_supported(i) ? "" : " (not supported here)") + " or a pack made for " + isa_name(w.for_isa));
   }
   if (x.n_tokens > GEMV_PACKED_MAX_TOKENS || x.n_in != w.n_in || row_begin % 16 != 0 || row_begin < 0 ||
       row_end > w.n_rows || row_begin > row_end) {
@@ -247,13 +273,15 @@ void matmul_exact_cpu_packed(isa i, const act_pack& x, const row_pack& w, const 
   const int32_t c = matmul_shift_const(nb);
   // The activation side of every block's shift and the block sums come with the act_pack.
   const packed_act xa{x.bytes.data(), x.q.data(),     x.shift.data(),      x.half_sum.data(),     x.block_sum.data(), nb,
-                      n_tok,          x.pairs.data(), x.scale.data(), x.sum_scaled.data()};
+                      n_tok,          x.pairs.data(), x.scale.data(), x.sum_scaled.data(), x.lo_half.data()};
   int64_t acc[GEMV_PACKED_MAX_TOKENS * 16];
   for (int64_t g = row_begin / 16; g * 16 < row_end; ++g) {
     std::fill(acc, acc + GEMV_PACKED_MAX_TOKENS * 16, 0);
     const uint8_t* tiles = w.data + g * w.n_super * w.tile_bytes;
     if (i == isa::avx2) {
       if (w.type == gguf::DTYPE_Q4_0) gemv_q40_packed_avx2(tiles, w.n_super, xa, acc);
+      else if (w.type == gguf::DTYPE_Q5_K) gemv_q5k_packed_avx2(tiles, w.n_super, xa, acc);
+      else if (w.type == gguf::DTYPE_Q6_K) gemv_q6k_packed_avx2(tiles, w.n_super, xa, acc);
       else gemv_q4k_packed_avx2(tiles, w.n_super, xa, acc);
     } else if (w.type == gguf::DTYPE_Q6_K) gemv_q6k_packed_avx512(tiles, w.n_super, xa, acc);
     else if (w.type == gguf::DTYPE_Q4_0) gemv_q40_packed_avx512(tiles, w.n_super, xa, acc);
