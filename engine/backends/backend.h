@@ -40,9 +40,9 @@ const char* backend_name(backend_kind b);  // "cpu", "vulkan", "cuda"
 backend_kind backend_from_name(const std::string& name);
 
 // Load-time repacking of weights for the CPU kernels (exact numerics): the matrices whose type has a
-// packed generation kernel on the CPU's instruction set (kernels/cpu/cpu.h, row_pack_kernel: AVX-512
-// q4_0, q4_K, q5_K and q6_K; AVX2 q4_0 and q4_K) become 16-row tiles that those kernels read. The
-// bits never change; only the speed and the memory do.
+// packed generation kernel on the CPU's instruction set (kernels/cpu/cpu.h, row_pack_kernel: q4_0,
+// q4_K, q5_K and q6_K on AVX-512 and AVX2) become 16-row tiles, laid out for that set, that those
+// kernels read. The bits never change; only the speed and the memory do.
 struct repack_stats {
   int64_t tensors = 0;   // matrices this context reads repacked
   int64_t shared = 0;    // of those, packs another context of the process had made (not repacked again)

@@ -209,7 +209,7 @@ TEST_CASE("packed fuzz: q4_0, q5_K and q6_K tiles (byte products) at extreme cod
   // all four (q5_K fifth-bit masks, q6_K high-bit planes, q4_0's - 8 * block sum), so each gets the
   // same shapes: row counts not multiples of 16, group-aligned row ranges, 0x00 / 0xff blocks
   // (q6_K codes 0 and 63, q5_K with every fifth bit set), fp16 scales at +-65504 and subnormals.
-  // Each instruction set runs the types it has a packed kernel for (AVX2: q4_0 and q4_K).
+  // Each instruction set runs the types it has a packed kernel for (AVX-512 and AVX2: all four).
   rng r{4242};
   int64_t n_cases = 0, n_bad = 0;
   for (dtype t : {gguf::DTYPE_Q4_0, gguf::DTYPE_Q4_K, gguf::DTYPE_Q5_K, gguf::DTYPE_Q6_K})
@@ -219,6 +219,73 @@ TEST_CASE("packed fuzz: q4_0, q5_K and q6_K tiles (byte products) at extreme cod
           for (int kind = 0; kind < 3; ++kind) check_packed(r, make_case(r, t, n_in, n_out, n_tok, kind), n_cases, n_bad);
   CHECK(n_bad == 0);
   MESSAGE(n_cases << " packed cases of all four types");
+}
+
+// The int16 lanes of the AVX2 packed kernels at their bounds (matmul_avx2.cpp, tile_block_sums):
+// every activation of a token's blocks has low byte 255 (+32767 = 0x7fff: high byte +127;
+// -32513 = 0x80ff: high byte -128) or is -32767 (0x8001: high byte -128), and each row's codes sit
+// at one end of their range: q4_0 / q4_K 0 or 15, q5_K 0 (c - 16 = -16 on the low bytes) or 31,
+// q6_K 0 (c - 32 = -32) or 63, so that the low and high sums of each lane reach their extremes
+// over the runs taken before widening (q4 / q5: two runs, q6: one): -32640 low with codes 0 for
+// q5_K and q6_K, -31744 and -32256 high with codes 31 and 63. Scales at the ends too (q4_K / q5_K
+// 63, q6_K -128 and +127: |U * s| near 2^31). When such blocks set the row's exponent bound
+// (variants 0-2) their terms can pass 2^51 and the scalar tile fallback take the group (q4_K and
+// q6_K here); in variants 3-5 (lead) every row's first super-block has fp16 fields of 65504
+// against zero activation blocks, so the bound sits 2^15 above the extreme blocks, their terms
+// stay inside the double epilogue's binade and the vector path gives these bits.
+TEST_CASE("packed AVX2 kernels: int16 lanes at their bounds (low bytes 255, codes at both ends) give the reference bits") {
+  if (!cpu::row_pack_kernel(gguf::DTYPE_Q4_0, cpu::isa::avx2)) MESSAGE("no AVX2 here: nothing to check");
+  rng r{32640};
+  int64_t n_cases = 0, n_bad = 0;
+  const float acts[3] = {32767.0f, -32513.0f, -32767.0f};
+  for (dtype t : {gguf::DTYPE_Q4_0, gguf::DTYPE_Q4_K, gguf::DTYPE_Q5_K, gguf::DTYPE_Q6_K})
+    for (int64_t n_in : {512, 1024})
+      for (int64_t n_tok = 1; n_tok <= 4; ++n_tok)
+        for (int variant = 0; variant < 6; ++variant) {
+          const bool lead = variant >= 3;
+          const gguf::dtype_traits& tr = gguf::dtype_get(t);
+          const int64_t n_out = 35, super = tr.type_size * (256 / tr.block_size);
+          fuzz_case c{t, n_in, n_out, n_tok, {}, {}, {}};
+          c.w.assign(static_cast<size_t>(n_out * (n_in / 256) * super), 0);
+          for (int64_t row = 0; row < n_out; ++row)
+            for (int64_t s = 0; s < n_in / 256; ++s) {
+              uint8_t* sb = c.w.data() + (row * (n_in / 256) + s) * super;
+              // Codes at the top on odd rows (variant 0), even rows (1) or by super-block (2).
+              const bool top = variant % 3 == 0 ? row % 2 == 1 : variant % 3 == 1 ? row % 2 == 0 : r.range(0, 1) == 1;
+              const uint8_t fill = top ? 0xff : 0x00;
+              const bool big = lead && s == 0;
+              const uint16_t d = big ? 0x7bff : static_cast<uint16_t>(0x3c00 | r.range(0, 1023)),
+                             dmin = big ? 0x7bff : static_cast<uint16_t>(0x3800 | r.range(0, 1023));
+              if (t == gguf::DTYPE_Q4_0) {
+                for (int b = 0; b < 8; ++b) {
+                  std::memcpy(sb + 18 * b, &d, 2);
+                  std::memset(sb + 18 * b + 2, fill, 16);
+                }
+              } else if (t == gguf::DTYPE_Q6_K) {
+                std::memset(sb, fill, 192);                                      // ql, qh: codes 63 or 0
+                std::memset(sb + 192, r.range(0, 1) ? 0x80 : 0x7f, 16);          // scales -128 or +127
+                std::memcpy(sb + 208, &d, 2);
+              } else {
+                std::memcpy(sb, &d, 2);
+                std::memcpy(sb + 2, &dmin, 2);
+                std::memset(sb + 4, 0xff, 12);                                   // scales and mins 63
+                std::memset(sb + 16, fill, static_cast<size_t>(super - 16));     // (qh and) qs
+              }
+            }
+          // Token t: one of the three activations everywhere (t < 3), or one per half block (t = 3:
+          // the halves' low-byte sums differ); with lead, zeros over the first super-block.
+          c.x.assign(static_cast<size_t>(n_tok * n_in), 0.0f);
+          for (int64_t tok = 0; tok < n_tok; ++tok)
+            for (int64_t h = 0; h < n_in / 16; ++h) {
+              const float v = lead && h < 16 ? 0.0f : acts[tok < 3 ? (tok + variant) % 3 : r.range(0, 2)];
+              for (int64_t i = 0; i < 16; ++i) c.x[static_cast<size_t>(tok * n_in + h * 16 + i)] = v;
+            }
+          c.name = std::string(tr.name) + " n_in " + std::to_string(n_in) + " n_tok " + std::to_string(n_tok) + " variant " +
+                   std::to_string(variant);
+          check_packed(r, c, n_cases, n_bad);
+        }
+  CHECK(n_bad == 0);
+  MESSAGE(n_cases << " packed cases at the int16 bounds");
 }
 
 using test::guarded;  // tests/guard_pages.h
