@@ -106,6 +106,20 @@ std::string diff_text(const std::vector<float>& want, const std::vector<float>& 
   return buf;
 }
 
+// matmul_exact_cpu on every supported instruction set against want (the reference), by bits;
+// a differing set adds one to n_bad (the first ten reported).
+void check_all_isas(const std::string& name, dtype t, const std::vector<uint8_t>& w, const cpu::act_pack& xp, int64_t n_out,
+                    const std::vector<int32_t>& bounds, const std::vector<float>& want, int64_t& n_bad) {
+  for (cpu::isa isa : cpu::isa_all_supported()) {
+    const std::vector<float> y = cpu_out(isa, t, w, xp, n_out, bounds);
+    const int64_t d = first_diff(want, y);
+    if (d != -1) {
+      ++n_bad;
+      if (n_bad < 10) FAIL_CHECK(name << " matmul_exact_cpu " << iname(isa) << ": " << diff_text(want, y, d));
+    }
+  }
+}
+
 cpu::act_view view_of(const cpu::act_pack& p) {
   return cpu::act_view{p.n_blocks, p.q.data(), p.exp.data(), p.max_exp.data(), p.half_sum.data(), p.scale.data(),
                        p.half_scaled.data(), p.sum_scaled.data(), p.q_eo.empty() ? nullptr : p.q_eo.data()};
@@ -363,14 +377,7 @@ TEST_CASE("cpu avx2 crafted: panel: every integer type, 1..9, 13 and 17 tokens, 
           ++n_bad;
           if (n_bad < 10) FAIL_CHECK(name << " panel_kernel_avx2: " << diff_text(want, got, d));
         }
-        for (cpu::isa isa : cpu::isa_all_supported()) {
-          const std::vector<float> y = cpu_out(isa, t, w, xp, n_out, bounds);
-          d = first_diff(want, y);
-          if (d != -1) {
-            ++n_bad;
-            if (n_bad < 10) FAIL_CHECK(name << " matmul_exact_cpu " << iname(isa) << ": " << diff_text(want, y, d));
-          }
-        }
+        check_all_isas(name, t, w, xp, n_out, bounds, want, n_bad);
         ++n_cases;
       }
     }
@@ -434,14 +441,7 @@ TEST_CASE("cpu avx2 crafted: panel: one token past 2^51 in a pass of 3 or 4 leav
           ++n_bad;
           if (n_bad < 10) FAIL_CHECK(name << " panel_kernel_avx2: " << diff_text(want, got, d) << " (token " << d / n_out << ")");
         }
-        for (cpu::isa isa : cpu::isa_all_supported()) {
-          const std::vector<float> y = cpu_out(isa, t, w, xp, n_out, bounds);
-          d = first_diff(want, y);
-          if (d != -1) {
-            ++n_bad;
-            if (n_bad < 10) FAIL_CHECK(name << " matmul_exact_cpu " << iname(isa) << ": " << diff_text(want, y, d));
-          }
-        }
+        check_all_isas(name, t, w, xp, n_out, bounds, want, n_bad);
         ++n_cases;
       }
     }
@@ -674,14 +674,7 @@ TEST_CASE("cpu avx2 crafted: gemv: q6_K half-block sums times scales at the int3
         cpu::act_pack_build(x.data(), n_tok, n_in, xp);
         const std::vector<int32_t> bounds = bounds_of(t, w, n_in, n_out);
         const std::vector<float> want = ref_out(t, w, x, n_in, n_out, n_tok);
-        for (cpu::isa isa : cpu::isa_all_supported()) {
-          const std::vector<float> y = cpu_out(isa, t, w, xp, n_out, bounds);
-          const int64_t d = first_diff(want, y);
-          if (d != -1) {
-            ++n_bad;
-            if (n_bad < 10) FAIL_CHECK(name << " matmul_exact_cpu " << iname(isa) << ": " << diff_text(want, y, d));
-          }
-        }
+        check_all_isas(name, t, w, xp, n_out, bounds, want, n_bad);
         if (have_avx2() && n_tok <= cpu::GEMV_MAX_TOKENS) {
           // The row kernel itself: it must take these rows, with the scalar panel kernel's sums.
           std::vector<int64_t> acc(static_cast<size_t>(n_tok * n_out), 0);
@@ -732,14 +725,7 @@ TEST_CASE("cpu avx2 crafted: gemv and panel: long q4_K and q5_K rows (8192 + 256
         cpu::act_pack_build(x.data(), n_tok, n_in, xp);
         const std::vector<int32_t> bounds = bounds_of(t, w, n_in, n_out);
         const std::vector<float> want = ref_out(t, w, x, n_in, n_out, n_tok);
-        for (cpu::isa isa : cpu::isa_all_supported()) {
-          const std::vector<float> y = cpu_out(isa, t, w, xp, n_out, bounds);
-          const int64_t d = first_diff(want, y);
-          if (d != -1) {
-            ++n_bad;
-            if (n_bad < 10) FAIL_CHECK(name << " matmul_exact_cpu " << iname(isa) << ": " << diff_text(want, y, d));
-          }
-        }
+        check_all_isas(name, t, w, xp, n_out, bounds, want, n_bad);
         if (!have_avx2()) continue;
         if (n_tok <= cpu::GEMV_MAX_TOKENS) {  // the fused row kernel took the rows
           std::vector<int64_t> acc(static_cast<size_t>(n_tok * n_out), 0);
