@@ -890,15 +890,31 @@ struct gemv_row_blocks {
 // product work near the row kernels' and drops their horizontal sums; the per-block epilogue runs
 // 16 rows at once, through double as the row kernels' (dround). A group whose terms leave the
 // rounding binade is redone by the scalar tile kernel below (integer rounding, any magnitude).
+// For one token two neighbouring groups go together (NG = 2), each activation pair broadcast
+// once for both: on Zen 3 a broadcast takes a vector pipe, as a product does.
 
 constexpr int64_t PACK_PREFETCH_TILES = 4;
 
 // Fetches the tile PACK_PREFETCH_TILES ahead, an eighth per block b (0..7); past the end only the
-// prefetch goes, which never faults.
-inline void pack_prefetch(const uint8_t* tile, int64_t tile_bytes, int b) {
+// prefetch goes, which never faults. Always inlined, as pack_prefetch_groups: GCC 12 takes a
+// function that only prefetches for one without side effects and drops its calls when it is not
+// inlined early (measured: no prefetch left in the kernels, generation 40% slower).
+__attribute__((always_inline)) inline void pack_prefetch(const uint8_t* tile, int64_t tile_bytes, int b) {
   const uintptr_t ahead = reinterpret_cast<uintptr_t>(tile) + static_cast<uintptr_t>(PACK_PREFETCH_TILES * tile_bytes + b * (tile_bytes / 8));
 #pragma GCC unroll 8
   for (int64_t l = 0; l < (tile_bytes / 8 + 63) / 64; ++l) _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * l), _MM_HINT_T0);
+}
+
+// pack_prefetch for NG groups read together (group g's tiles at tiles + g * gstride), at tile sb:
+// PACK_PREFETCH_TILES ahead in each group, or, past a group's end, in the same group of the next NG
+// (the next call's).
+template <int NG>
+__attribute__((always_inline)) inline void pack_prefetch_groups(const uint8_t* tiles, int64_t gstride, int64_t n_super, int64_t sb, int64_t tile_bytes, int b) {
+#pragma GCC unroll 4
+  for (int g = 0; g < NG; ++g) {
+    const int64_t ahead = sb + PACK_PREFETCH_TILES;
+    pack_prefetch(tiles + g * gstride + (sb + (ahead >= n_super && NG > 1 ? n_super * (NG - 1) : 0)) * tile_bytes, tile_bytes, b);
+  }
 }
 
 // Double vector q of a tile's rows: q = 0 rows 0-3 (lanes 0-3 of s0), 1 rows 8-11 (lanes 4-7 of
@@ -970,7 +986,7 @@ inline void tile_codes(const uint8_t* tile, int b, int k, __m256i* l, __m256i* h
 // and 2 x 128 x max c per high one, 2 x PER products each (q4: OFF 0, 4 x 7650 and 4 x 3840; q5:
 // OFF 16, 4 x 8160 and 4 x 7936; q6: OFF 32, PER 1, 2 x 16320 and 2 x 16128; all below 32768).
 template <int NT, int KIND, int OFF, int PER, bool HALVES>
-inline void tile_block_sums(const uint8_t* tile, int b, const uint32_t* pairs, int64_t tstride, __m256i (*s)[2][2]) {
+__attribute__((always_inline)) inline void tile_block_sums(const uint8_t* tile, int b, const uint32_t* pairs, int64_t tstride, __m256i (*s)[2][2]) {
   const __m256i widen_k = _mm256_set1_epi32(0x01000001), off = _mm256_set1_epi8(OFF);
 #pragma GCC unroll 4
   for (int t = 0; t < NT; ++t) s[t][0][0] = s[t][0][1] = s[t][1][0] = s[t][1][1] = _mm256_setzero_si256();
@@ -999,6 +1015,46 @@ inline void tile_block_sums(const uint8_t* tile, int b, const uint32_t* pairs, i
     for (int t = 0; t < NT; ++t) {
       s[t][half][0] = _mm256_add_epi32(s[t][half][0], _mm256_madd_epi16(_mm256_unpacklo_epi16(lo[t], hi[t]), widen_k));
       s[t][half][1] = _mm256_add_epi32(s[t][half][1], _mm256_madd_epi16(_mm256_unpackhi_epi16(lo[t], hi[t]), widen_k));
+    }
+  }
+}
+
+// tile_block_sums for one token and NG groups of 16 rows at once (group g's tile at tile + g *
+// gstride, its sums in s[g]): each activation pair is broadcast once for every group (on Zen 3 a
+// broadcast takes a vector pipe, as a product does).
+template <int NG, int KIND, int OFF, int PER, bool HALVES>
+__attribute__((always_inline)) inline void tile_block_sums_groups(const uint8_t* tile, int64_t gstride, int b, const uint32_t* pairs, __m256i (*s)[2][2]) {
+  const __m256i widen_k = _mm256_set1_epi32(0x01000001), off = _mm256_set1_epi8(OFF);
+#pragma GCC unroll 4
+  for (int g = 0; g < NG; ++g) s[g][0][0] = s[g][0][1] = s[g][1][0] = s[g][1][1] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int j = 0; j < 8 / PER; ++j) {
+    __m256i lo[NG], hi[NG];
+#pragma GCC unroll 2
+    for (int u = 0; u < PER; ++u) {
+      const int k = PER * j + u;
+      const uint32_t* pr = pairs + 4 * k;
+      const __m256i p0 = _mm256_set1_epi32(static_cast<int32_t>(pr[0])), p1 = _mm256_set1_epi32(static_cast<int32_t>(pr[1])),
+                    p2 = _mm256_set1_epi32(static_cast<int32_t>(pr[2])), p3 = _mm256_set1_epi32(static_cast<int32_t>(pr[3]));
+#pragma GCC unroll 4
+      for (int g = 0; g < NG; ++g) {
+        __m256i l, h;
+        tile_codes<KIND>(tile + g * gstride, b, k, &l, &h);
+        const __m256i ls = OFF ? _mm256_sub_epi8(l, off) : l, hs = OFF ? _mm256_sub_epi8(h, off) : h;
+        const __m256i pl = _mm256_add_epi16(_mm256_maddubs_epi16(p0, ls), _mm256_maddubs_epi16(p1, hs));
+        const __m256i ph = _mm256_add_epi16(_mm256_maddubs_epi16(l, p2), _mm256_maddubs_epi16(h, p3));
+        lo[g] = u == 0 ? pl : _mm256_add_epi16(lo[g], pl);
+        hi[g] = u == 0 ? ph : _mm256_add_epi16(hi[g], ph);
+        // One run at a time: GCC otherwise loads and multiplies several runs ahead and spills
+        // (llvm-mca -mcpu=znver3 on the q4_K loop: 115 -> 107 cycles per two blocks).
+        __asm__("" : "+x"(lo[g]), "+x"(hi[g]));
+      }
+    }
+    const int half = HALVES && j * PER >= 4 ? 1 : 0;
+#pragma GCC unroll 4
+    for (int g = 0; g < NG; ++g) {
+      s[g][half][0] = _mm256_add_epi32(s[g][half][0], _mm256_madd_epi16(_mm256_unpacklo_epi16(lo[g], hi[g]), widen_k));
+      s[g][half][1] = _mm256_add_epi32(s[g][half][1], _mm256_madd_epi16(_mm256_unpackhi_epi16(lo[g], hi[g]), widen_k));
     }
   }
 }
@@ -1036,55 +1092,66 @@ inline bool all_ok(const dround* r) {
 // later) for NT tokens: T * scale * d_mant * 2^dsh and min * A * m_mant * 2^msh, each times the
 // activation's power of two (act_pack::scale, ::sum_scaled carries A). |T * scale| < 32 x 31 x
 // 32767 x 63 < 2^31. False when a term left the rounding binade (acc_out untouched).
-template <int NT, bool FIVE>
+template <int NT, int NG, bool FIVE>
 bool qk_packed_tokens_avx2(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc_out) {
+  static_assert(NG == 1 || NT == 1, "several groups at once for one token only");
   constexpr int64_t TILE = FIVE ? 2912 : 2400, SC = FIVE ? 2560 : 2048, MN = SC + 128, DM = MN + 128, MM = DM + 32, DSH = MM + 32,
                     MSH = DSH + 16;
-  dround r[NT];
+  constexpr int NR = NG * NT;  // (group, token) pairs, group-major
+  constexpr int OFF = FIVE ? 16 : 0;
+  const int64_t gstride = n_super * TILE;
+  dround r[NR];
 #pragma GCC unroll 4
-  for (int t = 0; t < NT; ++t) r[t].init();
+  for (int t = 0; t < NR; ++t) r[t].init();
   for (int64_t sb = 0; sb < n_super; ++sb) {
-    const uint8_t* tile = tiles + sb * TILE;
-    __m256d dmd[4], mmd[4];
+    __m256d dmd[NG][4], mmd[NG][4];
 #pragma GCC unroll 4
-    for (int q = 0; q < 4; ++q) {
-      dmd[q] = _mm256_mul_pd(rows4_i16(tile + DM + 2 * TILE_ROW0[q]), rows4_pow2(tile + DSH + TILE_ROW0[q]));
-      mmd[q] = _mm256_mul_pd(rows4_i16(tile + MM + 2 * TILE_ROW0[q]), rows4_pow2(tile + MSH + TILE_ROW0[q]));
-    }
+    for (int g = 0; g < NG; ++g)
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) {
+        const uint8_t* tile = tiles + g * gstride + sb * TILE;
+        dmd[g][q] = _mm256_mul_pd(rows4_i16(tile + DM + 2 * TILE_ROW0[q]), rows4_pow2(tile + DSH + TILE_ROW0[q]));
+        mmd[g][q] = _mm256_mul_pd(rows4_i16(tile + MM + 2 * TILE_ROW0[q]), rows4_pow2(tile + MSH + TILE_ROW0[q]));
+      }
     for (int b = 0; b < 8; ++b) {
       const int64_t blk = sb * 8 + b;
-      pack_prefetch(tile, TILE, b);
-      __m256i s[NT][2][2];
-      tile_block_sums<NT, FIVE ? 5 : 4, FIVE ? 16 : 0, 2, false>(tile, b, x.pairs + blk * 32, x.nb * 32, s);
-      __m256i sc0, sc1, mn0, mn1;
-      rows16_u8(tile + SC + 16 * b, &sc0, &sc1);
-      rows16_u8(tile + MN + 16 * b, &mn0, &mn1);
-      __m256d mnd[4];
-      rows_pd(mn0, mn1, mnd);
+      __m256i s[NR][2][2];
+      pack_prefetch_groups<NG>(tiles, gstride, n_super, sb, TILE, b);
+      if (NG == 1) tile_block_sums<NT, FIVE ? 5 : 4, OFF, 2, false>(tiles + sb * TILE, b, x.pairs + blk * 32, x.nb * 32, s);
+      else tile_block_sums_groups<NG, FIVE ? 5 : 4, OFF, 2, false>(tiles + sb * TILE, gstride, b, x.pairs + blk * 32, s);
 #pragma GCC unroll 4
-      for (int q = 0; q < 4; ++q) mnd[q] = _mm256_mul_pd(mnd[q], mmd[q]);
+      for (int g = 0; g < NG; ++g) {
+        const uint8_t* tile = tiles + g * gstride + sb * TILE;
+        __m256i sc0, sc1, mn0, mn1;
+        rows16_u8(tile + SC + 16 * b, &sc0, &sc1);
+        rows16_u8(tile + MN + 16 * b, &mn0, &mn1);
+        __m256d mnd[4];
+        rows_pd(mn0, mn1, mnd);
 #pragma GCC unroll 4
-      for (int t = 0; t < NT; ++t) {
-        const int64_t i = t * x.nb + blk;
-        __m256i s0 = s[t][0][0], s1 = s[t][0][1];
-        if (FIVE) {
-          const __m256i lo = _mm256_set1_epi32(16 * (x.lo_half[2 * i] + x.lo_half[2 * i + 1]));
-          s0 = _mm256_add_epi32(s0, lo);
-          s1 = _mm256_add_epi32(s1, lo);
-        }
-        __m256d v[4];
-        rows_pd(_mm256_mullo_epi32(s0, sc0), _mm256_mullo_epi32(s1, sc1), v);
-        const __m256d sa = _mm256_set1_pd(x.scale[i]), ss = _mm256_set1_pd(x.sum_scaled[i]);
+        for (int q = 0; q < 4; ++q) mnd[q] = _mm256_mul_pd(mnd[q], mmd[g][q]);
 #pragma GCC unroll 4
-        for (int q = 0; q < 4; ++q) {
-          r[t].fma(q, _mm256_mul_pd(v[q], dmd[q]), sa);
-          r[t].fma(q, mnd[q], ss);
+        for (int t = 0; t < NT; ++t) {
+          const int64_t i = t * x.nb + blk;
+          __m256i s0 = s[g * NT + t][0][0], s1 = s[g * NT + t][0][1];
+          if (OFF) {
+            const __m256i lo = _mm256_set1_epi32(OFF * (x.lo_half[2 * i] + x.lo_half[2 * i + 1]));
+            s0 = _mm256_add_epi32(s0, lo);
+            s1 = _mm256_add_epi32(s1, lo);
+          }
+          __m256d v[4];
+          rows_pd(_mm256_mullo_epi32(s0, sc0), _mm256_mullo_epi32(s1, sc1), v);
+          const __m256d sa = _mm256_set1_pd(x.scale[i]), ss = _mm256_set1_pd(x.sum_scaled[i]);
+#pragma GCC unroll 4
+          for (int q = 0; q < 4; ++q) {
+            r[g * NT + t].fma(q, _mm256_mul_pd(v[q], dmd[g][q]), sa);
+            r[g * NT + t].fma(q, mnd[q], ss);
+          }
         }
       }
     }
   }
-  if (!all_ok<NT>(r)) return false;
-  tile_rows_out<NT>(r, 2 * 8 * n_super, acc_out);
+  if (!all_ok<NR>(r)) return false;
+  tile_rows_out<NR>(r, 2 * 8 * n_super, acc_out);
   return true;
 }
 
@@ -1093,78 +1160,97 @@ bool qk_packed_tokens_avx2(const uint8_t* tiles, int64_t n_super, const packed_a
 // sum (c - 32) lo + 256 sum c hi - 32 (A - lo_half) (A its activation sum), then (U0 * s0 + U1 * s1)
 // * d_mant * 2^dsh times the activation's power of two: |U * s| < 16 x 32 x 32767 x 128 = 2^31,
 // the two as doubles and their sum (below 2^32) exact.
-template <int NT>
+template <int NT, int NG>
 bool q6k_packed_tokens_avx2(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc_out) {
+  static_assert(NG == 1 || NT == 1, "several groups at once for one token only");
   constexpr int64_t TILE = 3392, SC = 3072, DM = 3328, DSH = 3360;
-  dround r[NT];
+  constexpr int NR = NG * NT;
+  const int64_t gstride = n_super * TILE;
+  dround r[NR];
 #pragma GCC unroll 4
-  for (int t = 0; t < NT; ++t) r[t].init();
+  for (int t = 0; t < NR; ++t) r[t].init();
   for (int64_t sb = 0; sb < n_super; ++sb) {
-    const uint8_t* tile = tiles + sb * TILE;
-    __m256d dmd[4];
+    __m256d dmd[NG][4];
 #pragma GCC unroll 4
-    for (int q = 0; q < 4; ++q) dmd[q] = _mm256_mul_pd(rows4_i16(tile + DM + 2 * TILE_ROW0[q]), rows4_pow2(tile + DSH + TILE_ROW0[q]));
+    for (int g = 0; g < NG; ++g)
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) {
+        const uint8_t* tile = tiles + g * gstride + sb * TILE;
+        dmd[g][q] = _mm256_mul_pd(rows4_i16(tile + DM + 2 * TILE_ROW0[q]), rows4_pow2(tile + DSH + TILE_ROW0[q]));
+      }
     for (int b = 0; b < 8; ++b) {
       const int64_t blk = sb * 8 + b;
-      pack_prefetch(tile, TILE, b);
-      __m256i s[NT][2][2];
-      tile_block_sums<NT, 6, 32, 1, true>(tile, b, x.pairs + blk * 32, x.nb * 32, s);
-      __m256i sc[2][2];
-      rows16_s8(tile + SC + 32 * b, &sc[0][0], &sc[0][1]);
-      rows16_s8(tile + SC + 32 * b + 16, &sc[1][0], &sc[1][1]);
+      __m256i s[NR][2][2];
+      pack_prefetch_groups<NG>(tiles, gstride, n_super, sb, TILE, b);
+      if (NG == 1) tile_block_sums<NT, 6, 32, 1, true>(tiles + sb * TILE, b, x.pairs + blk * 32, x.nb * 32, s);
+      else tile_block_sums_groups<NG, 6, 32, 1, true>(tiles + sb * TILE, gstride, b, x.pairs + blk * 32, s);
 #pragma GCC unroll 4
-      for (int t = 0; t < NT; ++t) {
-        const int64_t i = t * x.nb + blk;
-        __m256d v[4], w[4];
+      for (int g = 0; g < NG; ++g) {
+        const uint8_t* tile = tiles + g * gstride + sb * TILE;
+        __m256i sc[2][2];
+        rows16_s8(tile + SC + 32 * b, &sc[0][0], &sc[0][1]);
+        rows16_s8(tile + SC + 32 * b + 16, &sc[1][0], &sc[1][1]);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t) {
+          const int64_t i = t * x.nb + blk;
+          __m256d v[4], w[4];
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-          const __m256i adj = _mm256_set1_epi32(32 * (x.half_sum[2 * i + h] - x.lo_half[2 * i + h]));
-          rows_pd(_mm256_mullo_epi32(_mm256_sub_epi32(s[t][h][0], adj), sc[h][0]),
-                  _mm256_mullo_epi32(_mm256_sub_epi32(s[t][h][1], adj), sc[h][1]), h == 0 ? v : w);
-        }
-        const __m256d sa = _mm256_set1_pd(x.scale[i]);
+          for (int h = 0; h < 2; ++h) {
+            const __m256i adj = _mm256_set1_epi32(32 * (x.half_sum[2 * i + h] - x.lo_half[2 * i + h]));
+            rows_pd(_mm256_mullo_epi32(_mm256_sub_epi32(s[g * NT + t][h][0], adj), sc[h][0]),
+                    _mm256_mullo_epi32(_mm256_sub_epi32(s[g * NT + t][h][1], adj), sc[h][1]), h == 0 ? v : w);
+          }
+          const __m256d sa = _mm256_set1_pd(x.scale[i]);
 #pragma GCC unroll 4
-        for (int q = 0; q < 4; ++q) r[t].fma(q, _mm256_mul_pd(_mm256_add_pd(v[q], w[q]), dmd[q]), sa);
+          for (int q = 0; q < 4; ++q) r[g * NT + t].fma(q, _mm256_mul_pd(_mm256_add_pd(v[q], w[q]), dmd[g][q]), sa);
+        }
       }
     }
   }
-  if (!all_ok<NT>(r)) return false;
-  tile_rows_out<NT>(r, 8 * n_super, acc_out);
+  if (!all_ok<NR>(r)) return false;
+  tile_rows_out<NR>(r, 8 * n_super, acc_out);
   return true;
 }
 
 // q4_0 tiles (2432 bytes: codes, d_mant[8][16] at 2048, shifts[8][16] at 2304) for NT tokens:
 // (T - 8 A) * d_mant * 2^dsh times the activation's power of two, per block.
-template <int NT>
+template <int NT, int NG>
 bool q40_packed_tokens_avx2(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc_out) {
+  static_assert(NG == 1 || NT == 1, "several groups at once for one token only");
   constexpr int64_t TILE = 2432, DM = 2048, DSH = 2304;
-  dround r[NT];
+  constexpr int NR = NG * NT;
+  const int64_t gstride = n_super * TILE;
+  dround r[NR];
 #pragma GCC unroll 4
-  for (int t = 0; t < NT; ++t) r[t].init();
+  for (int t = 0; t < NR; ++t) r[t].init();
   for (int64_t sb = 0; sb < n_super; ++sb) {
-    const uint8_t* tile = tiles + sb * TILE;
     for (int b = 0; b < 8; ++b) {
       const int64_t blk = sb * 8 + b;
-      pack_prefetch(tile, TILE, b);
-      __m256i s[NT][2][2];
-      tile_block_sums<NT, 4, 0, 2, false>(tile, b, x.pairs + blk * 32, x.nb * 32, s);
-      __m256d dmd[4];
+      __m256i s[NR][2][2];
+      pack_prefetch_groups<NG>(tiles, gstride, n_super, sb, TILE, b);
+      if (NG == 1) tile_block_sums<NT, 4, 0, 2, false>(tiles + sb * TILE, b, x.pairs + blk * 32, x.nb * 32, s);
+      else tile_block_sums_groups<NG, 4, 0, 2, false>(tiles + sb * TILE, gstride, b, x.pairs + blk * 32, s);
 #pragma GCC unroll 4
-      for (int q = 0; q < 4; ++q)
-        dmd[q] = _mm256_mul_pd(rows4_i16(tile + DM + 32 * b + 2 * TILE_ROW0[q]), rows4_pow2(tile + DSH + 16 * b + TILE_ROW0[q]));
+      for (int g = 0; g < NG; ++g) {
+        const uint8_t* tile = tiles + g * gstride + sb * TILE;
+        __m256d dmd[4];
 #pragma GCC unroll 4
-      for (int t = 0; t < NT; ++t) {
-        const __m256i a8 = _mm256_set1_epi32(8 * x.asum[t * x.nb + blk]);
-        __m256d v[4];
-        rows_pd(_mm256_sub_epi32(s[t][0][0], a8), _mm256_sub_epi32(s[t][0][1], a8), v);
-        const __m256d sa = _mm256_set1_pd(x.scale[t * x.nb + blk]);
+        for (int q = 0; q < 4; ++q)
+          dmd[q] = _mm256_mul_pd(rows4_i16(tile + DM + 32 * b + 2 * TILE_ROW0[q]), rows4_pow2(tile + DSH + 16 * b + TILE_ROW0[q]));
 #pragma GCC unroll 4
-        for (int q = 0; q < 4; ++q) r[t].fma(q, _mm256_mul_pd(v[q], dmd[q]), sa);
+        for (int t = 0; t < NT; ++t) {
+          const __m256i a8 = _mm256_set1_epi32(8 * x.asum[t * x.nb + blk]);
+          __m256d v[4];
+          rows_pd(_mm256_sub_epi32(s[g * NT + t][0][0], a8), _mm256_sub_epi32(s[g * NT + t][0][1], a8), v);
+          const __m256d sa = _mm256_set1_pd(x.scale[t * x.nb + blk]);
+#pragma GCC unroll 4
+          for (int q = 0; q < 4; ++q) r[g * NT + t].fma(q, _mm256_mul_pd(v[q], dmd[q]), sa);
+        }
       }
     }
   }
-  if (!all_ok<NT>(r)) return false;
-  tile_rows_out<NT>(r, 8 * n_super, acc_out);
+  if (!all_ok<NR>(r)) return false;
+  tile_rows_out<NR>(r, 8 * n_super, acc_out);
   return true;
 }
 
@@ -1225,12 +1311,25 @@ template <int NT>
 void packed_avx2(tile_kind kind, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc) {
   bool ok = false;
   switch (kind) {
-    case tile_kind::q4_0: ok = q40_packed_tokens_avx2<NT>(tiles, n_super, x, acc); break;
-    case tile_kind::q4_k: ok = qk_packed_tokens_avx2<NT, false>(tiles, n_super, x, acc); break;
-    case tile_kind::q5_k: ok = qk_packed_tokens_avx2<NT, true>(tiles, n_super, x, acc); break;
-    case tile_kind::q6_k: ok = q6k_packed_tokens_avx2<NT>(tiles, n_super, x, acc); break;
+    case tile_kind::q4_0: ok = q40_packed_tokens_avx2<NT, 1>(tiles, n_super, x, acc); break;
+    case tile_kind::q4_k: ok = qk_packed_tokens_avx2<NT, 1, false>(tiles, n_super, x, acc); break;
+    case tile_kind::q5_k: ok = qk_packed_tokens_avx2<NT, 1, true>(tiles, n_super, x, acc); break;
+    case tile_kind::q6_k: ok = q6k_packed_tokens_avx2<NT, 1>(tiles, n_super, x, acc); break;
   }
   if (!ok) packed_tile_scalar(kind, tiles, n_super, x, acc);
+}
+
+// Two neighbouring groups (tiles, tiles + n_super tiles) for one token; a group whose terms left
+// the binade is redone alone (packed_avx2).
+void packed_avx2_pair(tile_kind kind, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc) {
+  bool ok = false;
+  if (kind == tile_kind::q4_k) ok = qk_packed_tokens_avx2<1, 2, false>(tiles, n_super, x, acc);
+  else if (kind == tile_kind::q5_k) ok = qk_packed_tokens_avx2<1, 2, true>(tiles, n_super, x, acc);
+  else if (kind == tile_kind::q6_k) ok = q6k_packed_tokens_avx2<1, 2>(tiles, n_super, x, acc);
+  else ok = q40_packed_tokens_avx2<1, 2>(tiles, n_super, x, acc);
+  if (ok) return;
+  const int64_t tile_bytes = kind == tile_kind::q4_0 ? 2432 : kind == tile_kind::q4_k ? 2400 : kind == tile_kind::q5_k ? 2912 : 3392;
+  for (int g = 0; g < 2; ++g) packed_avx2<1>(kind, tiles + g * n_super * tile_bytes, n_super, x, acc + 16 * g);
 }
 
 void packed_avx2_any(tile_kind kind, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc) {
@@ -1270,6 +1369,15 @@ void gemv_q6k_packed_avx2(const uint8_t* tiles, int64_t n_super, const packed_ac
 void gemv_q40_packed_avx2(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc) {
   packed_avx2_any(tile_kind::q4_0, tiles, n_super, x, acc);
 }
+bool gemv_packed_pair_avx2(gguf::dtype t, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc) {
+  if (x.n_tok != 1) return false;
+  if (t == gguf::DTYPE_Q4_K) packed_avx2_pair(tile_kind::q4_k, tiles, n_super, x, acc);
+  else if (t == gguf::DTYPE_Q5_K) packed_avx2_pair(tile_kind::q5_k, tiles, n_super, x, acc);
+  else if (t == gguf::DTYPE_Q6_K) packed_avx2_pair(tile_kind::q6_k, tiles, n_super, x, acc);
+  else if (t == gguf::DTYPE_Q4_0) packed_avx2_pair(tile_kind::q4_0, tiles, n_super, x, acc);
+  else return false;
+  return true;
+}
 
 bool gemv_avx2(gguf::dtype t, const act_view& x, int64_t n_tokens, const uint8_t* w,
                uint64_t row_bytes, const int32_t* row_bounds, int64_t r0, int64_t r1, int64_t* acc) {
@@ -1292,6 +1400,7 @@ void gemv_q4k_packed_avx2(const uint8_t*, int64_t, const packed_act&, int64_t*) 
 void gemv_q5k_packed_avx2(const uint8_t*, int64_t, const packed_act&, int64_t*) {}
 void gemv_q6k_packed_avx2(const uint8_t*, int64_t, const packed_act&, int64_t*) {}
 void gemv_q40_packed_avx2(const uint8_t*, int64_t, const packed_act&, int64_t*) {}
+bool gemv_packed_pair_avx2(gguf::dtype, const uint8_t*, int64_t, const packed_act&, int64_t*) { return false; }
 void panel_kernel_avx2(const panel&, const act_view&, int64_t, int64_t, int64_t*) {}
 bool gemv_avx2(gguf::dtype, const act_view&, int64_t, const uint8_t*, uint64_t, const int32_t*, int64_t, int64_t, int64_t*) {
   return false;

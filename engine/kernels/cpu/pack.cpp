@@ -274,11 +274,27 @@ void matmul_exact_cpu_packed(isa i, const act_pack& x, const row_pack& w, const 
   // The activation side of every block's shift and the block sums come with the act_pack.
   const packed_act xa{x.bytes.data(), x.q.data(),     x.shift.data(),      x.half_sum.data(),     x.block_sum.data(), nb,
                       n_tok,          x.pairs.data(), x.scale.data(), x.sum_scaled.data(), x.lo_half.data()};
-  int64_t acc[GEMV_PACKED_MAX_TOKENS * 16];
+  int64_t acc[2 * GEMV_PACKED_MAX_TOKENS * 16];
+  // Group g's sums (acc: token t's row r at t * 16 + r) to y.
+  const auto out = [&](int64_t g, const int64_t* a) {
+    for (int64_t t = 0; t < n_tok; ++t)
+      for (int r = 0; r < 16; ++r) {
+        const int64_t row = g * 16 + r;
+        if (row < row_begin || row >= row_end) continue;
+        const int32_t xmax = x.max_exp[static_cast<size_t>(t)], bound = row_bounds[row];
+        y[t * w.n_rows + row] = xmax == EXP_ZERO || bound == EXP_ZERO ? 0.0f : fixed_to_f32_fast(a[t * 16 + r], xmax + bound - c);
+      }
+  };
   for (int64_t g = row_begin / 16; g * 16 < row_end; ++g) {
-    std::fill(acc, acc + GEMV_PACKED_MAX_TOKENS * 16, 0);
+    std::fill(acc, acc + 2 * GEMV_PACKED_MAX_TOKENS * 16, 0);
     const uint8_t* tiles = w.data + g * w.n_super * w.tile_bytes;
     if (i == isa::avx2) {
+      if ((g + 1) * 16 < row_end && gemv_packed_pair_avx2(w.type, tiles, w.n_super, xa, acc)) {
+        out(g, acc);
+        out(g + 1, acc + 16);
+        ++g;
+        continue;
+      }
       if (w.type == gguf::DTYPE_Q4_0) gemv_q40_packed_avx2(tiles, w.n_super, xa, acc);
       else if (w.type == gguf::DTYPE_Q5_K) gemv_q5k_packed_avx2(tiles, w.n_super, xa, acc);
       else if (w.type == gguf::DTYPE_Q6_K) gemv_q6k_packed_avx2(tiles, w.n_super, xa, acc);
@@ -286,13 +302,7 @@ void matmul_exact_cpu_packed(isa i, const act_pack& x, const row_pack& w, const 
     } else if (w.type == gguf::DTYPE_Q6_K) gemv_q6k_packed_avx512(tiles, w.n_super, xa, acc);
     else if (w.type == gguf::DTYPE_Q4_0) gemv_q40_packed_avx512(tiles, w.n_super, xa, acc);
     else gemv_qk_packed_avx512(w.type == gguf::DTYPE_Q5_K, tiles, w.n_super, xa, acc);
-    for (int64_t t = 0; t < n_tok; ++t)
-      for (int r = 0; r < 16; ++r) {
-        const int64_t row = g * 16 + r;
-        if (row < row_begin || row >= row_end) continue;
-        const int32_t xmax = x.max_exp[static_cast<size_t>(t)], bound = row_bounds[row];
-        y[t * w.n_rows + row] = xmax == EXP_ZERO || bound == EXP_ZERO ? 0.0f : fixed_to_f32_fast(acc[t * 16 + r], xmax + bound - c);
-      }
+    out(g, acc);
   }
 }
 
