@@ -16,6 +16,9 @@
 //     row kernel, whose _mm256_mullo_epi32 products must neither overflow nor be added in int32.
 //  6. Long q4_K and q5_K rows (8448 = 8192 + 256 elements) on the row kernel (1..4 tokens) and
 //     the panel kernel (3, 5 and 8 tokens).
+//  7. Neighbouring panels whose kinds differ (AVX2 reads two panels per pass only when both are
+//     narrow with the same offset kind): q4_K with and without mins, q2_K with one offset per
+//     block and with two, q6_K narrow and wide; the test decodes the panels to prove it.
 #include <doctest/doctest.h>
 
 #include "op_cases.h"
@@ -756,4 +759,58 @@ TEST_CASE("cpu avx2 crafted: gemv and panel: long q4_K and q5_K rows (8192 + 256
   CHECK(n_bad == 0);
   CHECK(n_sum_bad == 0);
   MESSAGE(n_cases << " long-row cases");
+}
+
+// ---- 7 ----
+
+TEST_CASE("cpu avx2 crafted: panel: neighbouring panels of different kinds give the reference bits") {
+  rng r{0x5eed07};
+  const int64_t n_in = 512, n_out = 48;  // panels 0 and 1 differ; panel 2 is alone
+  int64_t n_cases = 0, n_bad = 0;
+  for (dtype t : {gguf::DTYPE_Q4_K, gguf::DTYPE_Q2_K, gguf::DTYPE_Q6_K}) {
+    for (int order = 0; order < 2; ++order) {  // the crafted panel first, then second
+      // q6_K: every other row as hot as the type allows, so that a wide panel taken as narrow would
+      // overflow its int32 sums (with the activations below).
+      std::vector<uint8_t> w = t == gguf::DTYPE_Q6_K ? crafted_rows(r, t, n_in, n_out, std::vector<row_kind>(n_out, row_kind::hot_all))
+                                                     : test::weight_rows(r, t, n_in, n_out, test::weights::quantized_real);
+      const uint64_t rb = gguf::dtype_row_bytes(t, n_in);
+      const int64_t crafted0 = order == 0 ? 0 : ROWS;
+      for (int64_t row = crafted0; row < crafted0 + ROWS; ++row)
+        for (int64_t sb = 0; sb < n_in / 256; ++sb) {
+          uint8_t* blk = w.data() + row * rb + sb * gguf::dtype_get(t).type_size;
+          if (t == gguf::DTYPE_Q4_K) {
+            std::memset(blk + 2, 0, 2);  // dmin = 0: no offset term
+          } else if (t == gguf::DTYPE_Q2_K) {
+            for (int s2 = 0; s2 < 16; s2 += 2)  // each 32-block's two sub-blocks share their min
+              blk[s2 + 1] = static_cast<uint8_t>((blk[s2 + 1] & 0x0f) | (blk[s2] & 0xf0));
+          } else {
+            for (int i = 0; i < 16; ++i) blk[192 + i] = static_cast<uint8_t>(static_cast<int8_t>(r.range(-60, 60)));  // |code| <= 60 x 32
+          }
+        }
+      const std::vector<int32_t> bounds = bounds_of(t, w, n_in, n_out);
+      // The panels do differ in the property that pairs them.
+      cpu::panel_buffer b0, b1;
+      cpu::panel p0 = b0.view(n_in / 32), p1 = b1.view(n_in / 32);
+      decode_panel(t, w, n_in, 0, ROWS, bounds, p0);
+      decode_panel(t, w, n_in, ROWS, ROWS, bounds, p1);
+      const std::string name = tname(t) + (order == 0 ? " crafted panel first" : " crafted panel second");
+      CAPTURE(name);
+      if (t == gguf::DTYPE_Q4_K) CHECK(p0.has_min != p1.has_min);
+      if (t == gguf::DTYPE_Q2_K) CHECK((p0.min_whole != p1.min_whole && p0.has_min && p1.has_min));
+      if (t == gguf::DTYPE_Q6_K) CHECK(p0.wide != p1.wide);
+      for (int64_t n_tok : {5, 8, 9}) {
+        std::vector<float> x = test::draw(r, test::d_mixed, n_tok * n_in, n_in);
+        if (t == gguf::DTYPE_Q6_K) {  // every element +-32767 with the sign of a hot row's code
+          const std::vector<int32_t> codes = slice0_codes(t, w.data() + (order == 0 ? ROWS : 0) * rb);
+          for (size_t i = 0; i < x.size(); ++i) x[i] = codes[i % 32] < 0 ? -32767.0f : 32767.0f;
+        }
+        cpu::act_pack xp;
+        cpu::act_pack_build(x.data(), n_tok, n_in, xp);
+        check_all_isas(name + " n_tok " + std::to_string(n_tok), t, w, xp, n_out, bounds, ref_out(t, w, x, n_in, n_out, n_tok), n_bad);
+        ++n_cases;
+      }
+    }
+  }
+  CHECK(n_bad == 0);
+  MESSAGE(n_cases << " cases of neighbouring panels of different kinds");
 }

@@ -253,36 +253,31 @@ inline void block_terms_n(const panel& p, const act_view& x, int64_t i, int64_t 
   }
 }
 
+// True when some token's activation block i0 + k * nb (k < nt) is not all zero.
+inline bool block_live(const act_view& x, int64_t i0, int64_t nb, int nt) {
+  bool live = false;
+  for (int k = 0; k < nt; ++k) live |= x.scale[i0 + k * nb] != 0.0;
+  return live;
+}
+
+// Adds one token's 16 row sums (acc: their bit patterns after n terms each) to out.
+inline void add_rows_out(const __m256i* acc, int64_t n, int64_t* out) {
+  const __m256i off = _mm256_set1_epi64x(static_cast<int64_t>(static_cast<uint64_t>(n) * ROUND_MAGIC_BITS));
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 4 * q), _mm256_add_epi64(load4(out + 4 * q), _mm256_sub_epi64(acc[q], off)));
+}
+
 // kernel_token with the epilogue through double, for tokens t .. t + NT - 1 (out: their 16 rows
 // each). A block is skipped only when every token's activation block is zero; otherwise a token
 // whose scale is 0 adds terms y * 0.0 + M = M, zeros, as it would have added nothing. False when
 // any token's term reached 2^51 (out is then unchanged).
+template <bool WIDE, int MIN, int NT, int NP = 1>
+bool kernel_tokens_pd(const panel& p, const panel& p1, const act_view& x, int64_t t, int64_t* out, int64_t* out1);
+
 template <bool WIDE, int MIN, int NT>
 bool kernel_tokens_pd(const panel& p, const act_view& x, int64_t t, int64_t* out) {
-  const int64_t nb = p.n_blocks;
-  __m256i acc[NT][4];
-  for (int k = 0; k < NT; ++k)
-    for (int q = 0; q < 4; ++q) acc[k][q] = _mm256_setzero_si256();
-  __m256i any = _mm256_set1_epi64x(static_cast<int64_t>(ROUND_MAGIC_BITS));
-  int64_t n = 0;
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t i0 = t * nb + b;
-    bool live = false;
-    for (int k = 0; k < NT; ++k) live |= x.scale[i0 + k * nb] != 0.0;
-    if (!live) continue;
-    __m256i sums[NT][4];
-    block_products_n<WIDE, NT>(p.codes + b * 16 * PANEL_ROWS, x.q + i0 * numerics::QBLOCK, nb * numerics::QBLOCK, sums);
-    block_terms_n<WIDE, MIN, NT>(p, x, i0, nb, b * PANEL_ROWS, sums, acc, any);
-    n += MIN ? 2 : 1;
-  }
-  if (!round_ok(any)) return false;
-  const __m256i off = _mm256_set1_epi64x(static_cast<int64_t>(static_cast<uint64_t>(n) * ROUND_MAGIC_BITS));
-  for (int k = 0; k < NT; ++k)
-    #pragma GCC unroll 4
-    for (int q = 0; q < 4; ++q)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k * PANEL_ROWS + 4 * q),
-                          _mm256_add_epi64(load4(out + k * PANEL_ROWS + 4 * q), _mm256_sub_epi64(acc[k][q], off)));
-  return true;
+  return kernel_tokens_pd<WIDE, MIN, NT, 1>(p, p, x, t, out, out);
 }
 
 // Tokens per pass over a panel: every weight vector loaded once for NT tokens (Zen 3, scratch
@@ -299,6 +294,100 @@ void kernel_all(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64
         if (!kernel_tokens_pd<WIDE, MIN, 1>(p, x, k, acc + (k - t0) * PANEL_ROWS)) kernel_token<WIDE, MIN != 0>(p, x, k, acc + (k - t0) * PANEL_ROWS);
   for (; t < t1; ++t)
     if (!kernel_tokens_pd<WIDE, MIN, 1>(p, x, t, acc + (t - t0) * PANEL_ROWS)) kernel_token<WIDE, MIN != 0>(p, x, t, acc + (t - t0) * PANEL_ROWS);
+}
+
+// ---- two narrow panels at once ----
+// block_products_n for two narrow panels (codes cb0 and cb1: 32 rows) and NT tokens: panel 0's
+// sums in sums[k], panel 1's in sums[NT + k]. Each activation pair is broadcast once for both
+// panels: on Zen 3 a broadcast takes a vector pipe, as a product does (llvm-mca -mcpu=znver3).
+template <int NT>
+__attribute__((always_inline)) inline void block_products_2p(const int32_t* cb0, const int32_t* cb1, const int16_t* a, int64_t stride,
+                                                             __m256i (*sums)[4]) {
+  const int16_t* ak[NT];
+#pragma GCC unroll 4
+  for (int k = 0; k < NT; ++k) {
+    ak[k] = a + k * stride;
+    // One pointer per token: GCC otherwise keeps every pair's offset (k * stride + 2j) in a stack
+    // slot and reloads it before each broadcast.
+    __asm__("" : "+r"(ak[k]));
+  }
+#pragma GCC unroll 8
+  for (int k = 0; k < 2 * NT; ++k) sums[k][0] = sums[k][1] = _mm256_setzero_si256();
+#pragma GCC unroll 16
+  for (int j = 0; j < 16; ++j) {
+    __m256i wv[4];
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      wv[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>((v < 2 ? cb0 : cb1) + j * PANEL_ROWS + 8 * (v % 2)));
+      // In a register once for every token (GCC otherwise loads it again as each product's
+      // memory operand, and the load pipes become the limit).
+      __asm__("" : "+x"(wv[v]));
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < NT; ++k) {
+      int32_t pair;
+      __builtin_memcpy(&pair, ak[k] + 2 * j, 4);
+      const __m256i aj = _mm256_set1_epi32(pair);
+#pragma GCC unroll 2
+      for (int q = 0; q < 2; ++q) {
+        __m256i* sk = sums[q * NT + k];
+        sk[0] = _mm256_add_epi32(sk[0], _mm256_madd_epi16(aj, wv[2 * q]));
+        sk[1] = _mm256_add_epi32(sk[1], _mm256_madd_epi16(aj, wv[2 * q + 1]));
+        __asm__("" : "+x"(sk[0]), "+x"(sk[1]));  // running sums in registers (block_products_n)
+      }
+    }
+  }
+}
+
+// kernel_tokens_pd over NP panels: NP = 2 reads two narrow panels of the same offset kind (p and
+// p1, their sums added to out and out1) through block_products_2p.
+template <bool WIDE, int MIN, int NT, int NP>
+bool kernel_tokens_pd(const panel& p, const panel& p1, const act_view& x, int64_t t, int64_t* out, int64_t* out1) {
+  static_assert(NP == 1 || (NP == 2 && !WIDE), "two panels at once: narrow ones");
+  const int64_t nb = p.n_blocks;
+  __m256i acc[NP * NT][4];
+  for (int k = 0; k < NP * NT; ++k)
+    for (int q = 0; q < 4; ++q) acc[k][q] = _mm256_setzero_si256();
+  __m256i any = _mm256_set1_epi64x(static_cast<int64_t>(ROUND_MAGIC_BITS));
+  int64_t n = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t i0 = t * nb + b;
+    if (!block_live(x, i0, nb, NT)) continue;
+    __m256i sums[NP * NT][4];
+    const int16_t* a = x.q + i0 * numerics::QBLOCK;
+    if constexpr (NP == 1) block_products_n<WIDE, NT>(p.codes + b * 16 * PANEL_ROWS, a, nb * numerics::QBLOCK, sums);
+    else block_products_2p<NT>(p.codes + b * 16 * PANEL_ROWS, p1.codes + b * 16 * PANEL_ROWS, a, nb * numerics::QBLOCK, sums);
+    block_terms_n<WIDE, MIN, NT>(p, x, i0, nb, b * PANEL_ROWS, sums, acc, any);
+    if constexpr (NP == 2) block_terms_n<WIDE, MIN, NT>(p1, x, i0, nb, b * PANEL_ROWS, sums + NT, acc + NT, any);
+    n += MIN ? 2 : 1;
+  }
+  if (!round_ok(any)) return false;
+  for (int k = 0; k < NP * NT; ++k) add_rows_out(acc[k], n, (k < NT ? out : out1) + (k % NT) * PANEL_ROWS);
+  return true;
+}
+
+// One token of one panel the single-panel way (kernel_all's fallback chain).
+template <bool WIDE, int MIN>
+void kernel_one(const panel& p, const act_view& x, int64_t t, int64_t* out) {
+  if (!kernel_tokens_pd<WIDE, MIN, 1>(p, x, t, out)) kernel_token<WIDE, MIN != 0>(p, x, t, out);
+}
+
+// Tokens [t0, t1) of two narrow panels, two tokens per pass (four sums per token in eight of the
+// 16 registers); a pass whose terms left the binade is redone panel by panel.
+template <int MIN>
+void kernel_all_2p(const panel& p0, const panel& p1, const act_view& x, int64_t t0, int64_t t1, int64_t* acc0, int64_t* acc1) {
+  constexpr int NT = 2;
+  int64_t t = t0;
+  for (; t < t1; t += NT) {
+    const int64_t m = std::min<int64_t>(NT, t1 - t);
+    int64_t* o0 = acc0 + (t - t0) * PANEL_ROWS;
+    int64_t* o1 = acc1 + (t - t0) * PANEL_ROWS;
+    if (m == NT ? kernel_tokens_pd<false, MIN, NT, 2>(p0, p1, x, t, o0, o1) : kernel_tokens_pd<false, MIN, 1, 2>(p0, p1, x, t, o0, o1)) continue;
+    for (int64_t k = 0; k < m; ++k) {
+      kernel_one<false, MIN>(p0, x, t + k, o0 + k * PANEL_ROWS);
+      kernel_one<false, MIN>(p1, x, t + k, o1 + k * PANEL_ROWS);
+    }
+  }
 }
 
 // ---- the few-token path: q8_0, q4_0, q4_K, q5_K and q6_K hand-fused, the other integer types through gemv_blocks.h ----
@@ -1344,6 +1433,15 @@ void packed_avx2_any(tile_kind kind, const uint8_t* tiles, int64_t n_super, cons
 
 }  // namespace
 
+bool panel_kernel2_avx2(const panel& p0, const panel& p1, const act_view& x, int64_t t0, int64_t t1, int64_t* acc0, int64_t* acc1) {
+  if (p0.wide || p1.wide || p0.has_min != p1.has_min || p0.min_whole != p1.min_whole) return false;
+  const int min = !p0.has_min ? 0 : p0.min_whole ? 2 : 1;
+  if (min == 2) kernel_all_2p<2>(p0, p1, x, t0, t1, acc0, acc1);
+  else if (min == 1) kernel_all_2p<1>(p0, p1, x, t0, t1, acc0, acc1);
+  else kernel_all_2p<0>(p0, p1, x, t0, t1, acc0, acc1);
+  return true;
+}
+
 void panel_kernel_avx2(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64_t* acc) {
   const int min = !p.has_min ? 0 : p.min_whole ? 2 : 1;
   if (p.wide) {
@@ -1402,6 +1500,7 @@ void gemv_q6k_packed_avx2(const uint8_t*, int64_t, const packed_act&, int64_t*) 
 void gemv_q40_packed_avx2(const uint8_t*, int64_t, const packed_act&, int64_t*) {}
 bool gemv_packed_pair_avx2(gguf::dtype, const uint8_t*, int64_t, const packed_act&, int64_t*) { return false; }
 void panel_kernel_avx2(const panel&, const act_view&, int64_t, int64_t, int64_t*) {}
+bool panel_kernel2_avx2(const panel&, const panel&, const act_view&, int64_t, int64_t, int64_t*, int64_t*) { return false; }
 bool gemv_avx2(gguf::dtype, const act_view&, int64_t, const uint8_t*, uint64_t, const int32_t*, int64_t, int64_t, int64_t*) {
   return false;
 }

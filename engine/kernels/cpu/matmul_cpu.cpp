@@ -510,26 +510,56 @@ void matmul_exact_cpu(isa i, const act_pack& x, gguf::dtype t, const uint8_t* w,
       return;
     }
   }
-  thread_local panel_buffer buf;
-  std::vector<int64_t> acc(static_cast<size_t>(TOKEN_TILE * PANEL_ROWS));
-  for (int64_t r0 = row_begin; r0 < row_end; r0 += PANEL_ROWS) {
-    const int n_rows = static_cast<int>(std::min<int64_t>(PANEL_ROWS, row_end - r0));
-    panel p = buf.view(nb);
-    // AVX-512 decodes q8_0 and q4_K itself; q6_K (and every type on the other sets) from the
-    // straight-line decoders, then the portable one.
+  thread_local panel_buffer buf, buf2;
+  std::vector<int64_t> acc(static_cast<size_t>(TOKEN_TILE * PANEL_ROWS)), acc2(acc.size());
+  // AVX-512 decodes q8_0 and q4_K itself; q6_K (and every type on the other sets) from the
+  // straight-line decoders, then the portable one.
+  auto decode = [&](int64_t r0, int n_rows, panel& p) {
     const bool fast = (i == isa::avx512 && panel_decode_avx512(t, w, row_bytes, r0, n_rows, row_bounds + r0, p)) ||
                       panel_decode_fast(t, w, row_bytes, r0, n_rows, row_bounds + r0, p);
     if (!fast) panel_decode_generic(t, w, row_bytes, r0, n_rows, row_bounds + r0, p);
     if (i == isa::avx2) panel_scales(p);
+  };
+  auto finish_tile = [&](int64_t r0, int n_rows, int64_t tt, int64_t te, const std::vector<int64_t>& a) {
+    for (int64_t tok = tt; tok < te; ++tok)
+      for (int r = 0; r < n_rows; ++r) finish(tok, r0 + r, a[static_cast<size_t>((tok - tt) * PANEL_ROWS + r)]);
+  };
+  auto one_panel = [&](const panel& p, int64_t r0, int n_rows) {
     for (int64_t tt = 0; tt < x.n_tokens; tt += TOKEN_TILE) {
       const int64_t te = std::min(x.n_tokens, tt + TOKEN_TILE);
       std::fill(acc.begin(), acc.end(), 0);
       if (i == isa::avx512) panel_kernel_avx512(p, xv, tt, te, acc.data());
       else if (i == isa::avx2) panel_kernel_avx2(p, xv, tt, te, acc.data());
       else panel_kernel_scalar(p, xv, tt, te, acc.data());
-      for (int64_t tok = tt; tok < te; ++tok)
-        for (int r = 0; r < n_rows; ++r) finish(tok, r0 + r, acc[static_cast<size_t>((tok - tt) * PANEL_ROWS + r)]);
+      finish_tile(r0, n_rows, tt, te, acc);
     }
+  };
+  for (int64_t r0 = row_begin; r0 < row_end;) {
+    const int n_rows = static_cast<int>(std::min<int64_t>(PANEL_ROWS, row_end - r0));
+    panel p = buf.view(nb);
+    decode(r0, n_rows, p);
+    const int64_t r1 = r0 + n_rows;
+    if (i != isa::avx2 || r1 >= row_end) {
+      one_panel(p, r0, n_rows);
+      r0 = r1;
+      continue;
+    }
+    // AVX2: two panels per pass where they pair (panel_kernel2_avx2), one by one otherwise.
+    const int n_rows1 = static_cast<int>(std::min<int64_t>(PANEL_ROWS, row_end - r1));
+    panel p1 = buf2.view(nb);
+    decode(r1, n_rows1, p1);
+    for (int64_t tt = 0; tt < x.n_tokens; tt += TOKEN_TILE) {
+      const int64_t te = std::min(x.n_tokens, tt + TOKEN_TILE);
+      std::fill(acc.begin(), acc.end(), 0);
+      std::fill(acc2.begin(), acc2.end(), 0);
+      if (!panel_kernel2_avx2(p, p1, xv, tt, te, acc.data(), acc2.data())) {
+        panel_kernel_avx2(p, xv, tt, te, acc.data());
+        panel_kernel_avx2(p1, xv, tt, te, acc2.data());
+      }
+      finish_tile(r0, n_rows, tt, te, acc);
+      finish_tile(r1, n_rows1, tt, te, acc2);
+    }
+    r0 = r1 + n_rows1;
   }
 }
 

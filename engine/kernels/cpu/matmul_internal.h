@@ -110,6 +110,9 @@ struct act_view {
 // acc[(t - t0) * 16 + r]. One function per instruction set.
 void panel_kernel_scalar(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64_t* acc);
 void panel_kernel_avx2(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64_t* acc);
+// panel_kernel_avx2 for two panels at once (acc0, acc1: each panel's sums as acc); false (nothing
+// done) unless both are narrow with the same offset kind (has_min, min_whole; panel_scales run).
+bool panel_kernel2_avx2(const panel& p0, const panel& p1, const act_view& x, int64_t t0, int64_t t1, int64_t* acc0, int64_t* acc1);
 void panel_kernel_avx512(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64_t* acc);
 
 // The few-token path (generation): rows [r0, r1) of w straight from their blocks, no panel, for
