@@ -9,7 +9,8 @@
 //  2. One token whose terms pass 2^51 in a pass of 3 (wide panels) or 4 (narrow) tokens, at every
 //     position of the pass: the other tokens of that pass must still give the reference bits.
 //  3. panel_kernel_avx2 against panel_kernel_scalar on the same panel with every panel and
-//     activation array right before (and, separately, right after) a PROT_NONE page.
+//     activation array right before (and, separately, right after) a PROT_NONE page; the same
+//     for two panels at once (panel_kernel2_avx2), the second of 4 rows, where their kinds pair.
 //  4. mxfp4 blocks whose E8M0 scale bytes are 253 and 254 (the row kernels refuse them, the panel
 //     kernel takes them even with <= 4 tokens): the reference's bits, or the reference's error.
 //  5. q6_K half-block sums times scales at the int32 edge (|T * s| up to 2^31 - 65536) on the AVX2
@@ -19,6 +20,9 @@
 //  7. Neighbouring panels whose kinds differ (AVX2 reads two panels per pass only when both are
 //     narrow with the same offset kind): q4_K with and without mins, q2_K with one offset per
 //     block and with two, q6_K narrow and wide; the test decodes the panels to prove it.
+//  8. The packed generation kernels' pairs of 16-row groups (one token) where only one group's
+//     terms leave the rounding binade: the pair's int64 sums equal each group's alone, with the
+//     pack next to a PROT_NONE page, and the driver's output the reference's bits.
 #include <doctest/doctest.h>
 
 #include "op_cases.h"
@@ -458,13 +462,44 @@ TEST_CASE("cpu avx2 crafted: panel: one token past 2^51 in a pass of 3 or 4 leav
 
 using test::guarded;  // tests/guard_pages.h
 
+// Copies of a panel's arrays (nb blocks) and of an act_pack's, each next to a PROT_NONE page.
+struct guarded_panel {
+  size_t m;
+  guarded<int32_t> codes;
+  guarded<int64_t> dm, dsh, mm0, mm1, msh;
+  guarded<double> wd, wm0, wm1;
+  cpu::panel gp;
+  guarded_panel(const cpu::panel& p, int64_t nb, bool tail)
+      : m(static_cast<size_t>(nb * ROWS)), codes(p.codes, static_cast<size_t>(nb * 16 * ROWS), tail), dm(p.dm, m, tail),
+        dsh(p.dsh, m, tail), mm0(p.mm0, m, tail), mm1(p.mm1, m, tail), msh(p.msh, m, tail), wd(p.wd, m, tail),
+        wm0(p.wm0, m, tail), wm1(p.wm1, m, tail), gp(p) {
+    gp.codes = codes.p;
+    gp.dm = dm.p, gp.dsh = dsh.p, gp.mm0 = mm0.p, gp.mm1 = mm1.p, gp.msh = msh.p;
+    gp.wd = wd.p, gp.wm0 = wm0.p, gp.wm1 = wm1.p;
+    gp.stage = nullptr;
+  }
+};
+
+struct guarded_act {
+  guarded<int16_t> q, qe;
+  guarded<int32_t> ex, mx, hs;
+  guarded<double> sc, hsc, ssc;
+  cpu::act_view v;
+  guarded_act(const cpu::act_pack& xp, bool tail)
+      : q(xp.q.data(), xp.q.size(), tail), qe(xp.q_eo.data(), xp.q_eo.size(), tail), ex(xp.exp.data(), xp.exp.size(), tail),
+        mx(xp.max_exp.data(), xp.max_exp.size(), tail), hs(xp.half_sum.data(), xp.half_sum.size(), tail),
+        sc(xp.scale.data(), xp.scale.size(), tail), hsc(xp.half_scaled.data(), xp.half_scaled.size(), tail),
+        ssc(xp.sum_scaled.data(), xp.sum_scaled.size(), tail),
+        v{xp.n_blocks, q.p, ex.p, mx.p, hs.p, sc.p, hsc.p, ssc.p, xp.q_eo.empty() ? nullptr : qe.p} {}
+};
+
 TEST_CASE("cpu avx2 crafted: panel: panel_kernel_avx2 reads nothing outside the panel and activation arrays (guard pages)") {
   if (!have_avx2()) {
     MESSAGE("no AVX2 on this CPU: panel_kernel_avx2 cannot be called here (skipped)");
     return;
   }
   rng r{0x5eed03};
-  int64_t n_cases = 0, n_bad = 0;
+  int64_t n_cases = 0, n_bad = 0, n_pairs = 0;
   for (dtype t : INT_TYPES) {
     const bool k = gguf::dtype_get(t).block_size == 256;
     for (int64_t n_in : k ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{32, 96, 288}) {
@@ -481,7 +516,6 @@ TEST_CASE("cpu avx2 crafted: panel: panel_kernel_avx2 reads nothing outside the 
         const std::vector<int32_t> bounds = bounds_of(t, w, n_in, n_out);
         const cpu::act_view xv = view_of(xp);
         const int64_t nb = xp.n_blocks;
-        const size_t m = static_cast<size_t>(nb * ROWS);
         cpu::panel_buffer buf;
         for (int64_t g = 0; g * ROWS < n_out; ++g) {
           cpu::panel p = buf.view(nb);
@@ -493,20 +527,10 @@ TEST_CASE("cpu avx2 crafted: panel: panel_kernel_avx2 reads nothing outside the 
             CAPTURE(n_in);
             CAPTURE(n_tok);
             CAPTURE(tail);
-            guarded<int32_t> codes_g(p.codes, static_cast<size_t>(nb * 16 * ROWS), tail);
-            guarded<int64_t> dm(p.dm, m, tail), dsh(p.dsh, m, tail), mm0(p.mm0, m, tail), mm1(p.mm1, m, tail), msh(p.msh, m, tail);
-            guarded<double> wd(p.wd, m, tail), wm0(p.wm0, m, tail), wm1(p.wm1, m, tail);
-            cpu::panel gp = p;
-            gp.codes = codes_g.p;
-            gp.dm = dm.p, gp.dsh = dsh.p, gp.mm0 = mm0.p, gp.mm1 = mm1.p, gp.msh = msh.p;
-            gp.wd = wd.p, gp.wm0 = wm0.p, gp.wm1 = wm1.p;
-            gp.stage = nullptr;
-            guarded<int16_t> q(xp.q.data(), xp.q.size(), tail), qe(xp.q_eo.data(), xp.q_eo.size(), tail);
-            guarded<int32_t> ex(xp.exp.data(), xp.exp.size(), tail), mx(xp.max_exp.data(), xp.max_exp.size(), tail),
-                hs(xp.half_sum.data(), xp.half_sum.size(), tail);
-            guarded<double> sc(xp.scale.data(), xp.scale.size(), tail), hsc(xp.half_scaled.data(), xp.half_scaled.size(), tail),
-                ssc(xp.sum_scaled.data(), xp.sum_scaled.size(), tail);
-            const cpu::act_view gx{nb, q.p, ex.p, mx.p, hs.p, sc.p, hsc.p, ssc.p, xp.q_eo.empty() ? nullptr : qe.p};
+            const guarded_panel g_p(p, nb, tail);
+            const guarded_act g_x(xp, tail);
+            const cpu::panel& gp = g_p.gp;
+            const cpu::act_view& gx = g_x.v;
             std::vector<int64_t> got(want.size(), 0);
             cpu::panel_kernel_avx2(gp, gx, 0, n_tok, got.data());
             // The last tokens alone (a pass that ends at the arrays' end, a remainder).
@@ -521,11 +545,34 @@ TEST_CASE("cpu avx2 crafted: panel: panel_kernel_avx2 reads nothing outside the 
             ++n_cases;
           }
         }
+        // Panels 0 and 1 (16 and 4 rows) through panel_kernel2_avx2 where it takes them.
+        cpu::panel_buffer buf0, buf1;
+        cpu::panel p0 = buf0.view(nb), p1 = buf1.view(nb);
+        decode_panel(t, w, n_in, 0, ROWS, bounds, p0);
+        decode_panel(t, w, n_in, ROWS, static_cast<int>(n_out - ROWS), bounds, p1);
+        std::vector<int64_t> want0(static_cast<size_t>(n_tok * ROWS), 0), want1(want0.size(), 0);
+        cpu::panel_kernel_scalar(p0, xv, 0, n_tok, want0.data());
+        cpu::panel_kernel_scalar(p1, xv, 0, n_tok, want1.data());
+        for (bool tail : {true, false}) {
+          const guarded_panel g0(p0, nb, tail), g1(p1, nb, tail);
+          const guarded_act g_x(xp, tail);
+          std::vector<int64_t> got0(want0.size(), 0), got1(want0.size(), 0), last0(want0.size(), 0), last1(want0.size(), 0);
+          if (!cpu::panel_kernel2_avx2(g0.gp, g1.gp, g_x.v, 0, n_tok, got0.data(), got1.data())) break;  // kinds differ
+          const int64_t t0 = n_tok / 2;
+          REQUIRE(cpu::panel_kernel2_avx2(g0.gp, g1.gp, g_x.v, t0, n_tok, last0.data() + t0 * ROWS, last1.data() + t0 * ROWS));
+          REQUIRE(cpu::panel_kernel2_avx2(g0.gp, g1.gp, g_x.v, 0, t0, last0.data(), last1.data()));
+          if (got0 != want0 || got1 != want1 || last0 != want0 || last1 != want1) {
+            ++n_bad;
+            if (n_bad < 10) FAIL_CHECK(tname(t) << " n_in " << n_in << " n_tok " << n_tok << " tail " << tail << ": avx2 pair sums differ from scalar");
+          }
+          ++n_pairs;
+        }
       }
     }
   }
   CHECK(n_bad == 0);
-  MESSAGE(n_cases << " guarded panels (every array of the panel and the activations next to a PROT_NONE page)");
+  CHECK(n_pairs >= 40);
+  MESSAGE(n_cases << " guarded panels and " << n_pairs << " guarded pairs of panels (every array of the panels and the activations next to a PROT_NONE page)");
 }
 
 // ---- 4 ----
@@ -813,4 +860,72 @@ TEST_CASE("cpu avx2 crafted: panel: neighbouring panels of different kinds give 
   }
   CHECK(n_bad == 0);
   MESSAGE(n_cases << " cases of neighbouring panels of different kinds");
+}
+
+// ---- 8 ----
+
+TEST_CASE("cpu avx2 crafted: packed pairs of groups where one group's terms leave the binade, next to guard pages") {
+  if (!have_avx2()) {
+    MESSAGE("no AVX2 on this CPU: the AVX2 packed kernels cannot be called here (skipped)");
+    return;
+  }
+  rng r{0x5eed08};
+  const int64_t n_in = 256, n_out = 32;  // one super-block: short rows, large terms
+  int64_t n_cases = 0;
+  for (dtype t : {gguf::DTYPE_Q4_K, gguf::DTYPE_Q5_K, gguf::DTYPE_Q6_K, gguf::DTYPE_Q4_0}) {
+    for (int hot = 0; hot < 2; ++hot) {
+      const std::string name = tname(t) + (hot == 0 ? " hot group first" : " hot group second");
+      CAPTURE(name);
+      std::vector<row_kind> kinds(static_cast<size_t>(n_out), row_kind::quiet_first);
+      for (int64_t row = hot * ROWS; row < (hot + 1) * ROWS; ++row) kinds[static_cast<size_t>(row)] = row_kind::hot_all;
+      const std::vector<uint8_t> w = crafted_rows(r, t, n_in, n_out, kinds);
+      const uint64_t rb = gguf::dtype_row_bytes(t, n_in);
+      const std::vector<int32_t> codes = slice0_codes(t, w.data() + hot * ROWS * rb);
+      std::vector<float> x(static_cast<size_t>(n_in));
+      fill_token(r, x.data(), n_in, true, codes, 12, 32);
+      cpu::act_pack xp;
+      cpu::act_pack_build(x.data(), 1, n_in, xp);
+      const std::vector<int32_t> bounds = bounds_of(t, w, n_in, n_out);
+      // Evidence from the panels (the same terms): the hot group's pass fails, the other's does not.
+      cpu::panel_buffer b0, b1;
+      cpu::panel p0 = b0.view(xp.n_blocks), p1 = b1.view(xp.n_blocks);
+      decode_panel(t, w, n_in, 0, ROWS, bounds, p0);
+      decode_panel(t, w, n_in, ROWS, ROWS, bounds, p1);
+      const double lh = max_term_log2(hot == 0 ? p0 : p1, xp, 0), lq = max_term_log2(hot == 0 ? p1 : p0, xp, 0);
+      // (q4_0 cannot get there in a whole tile: |T| < 2^34 and a shift of at most 62 - 44 - 4; its
+      // pair is still checked against the single groups.)
+      if (t != gguf::DTYPE_Q4_0) CHECK(lh >= 51.5);
+      CHECK(lq < 50.0);
+      cpu::row_pack pk;
+      cpu::row_pack_init(t, n_out, n_in, cpu::isa::avx2, pk);
+      REQUIRE(cpu::row_pack_groups(w.data(), bounds.data(), 0, 2, pk));
+      const cpu::packed_act xa{xp.bytes.data(), xp.q.data(), xp.shift.data(), xp.half_sum.data(), xp.block_sum.data(), xp.n_blocks,
+                               1, xp.pairs.data(), xp.scale.data(), xp.sum_scaled.data(), xp.lo_half.data()};
+      // Each group alone, then the pair on copies of the pack that end at (or start after) a
+      // PROT_NONE page: the same int64 sums.
+      std::vector<int64_t> want(2 * ROWS, 0);
+      for (int g = 0; g < 2; ++g) {
+        const uint8_t* tiles = pk.data + g * pk.n_super * pk.tile_bytes;
+        int64_t* a = want.data() + g * ROWS;
+        if (t == gguf::DTYPE_Q4_K) cpu::gemv_q4k_packed_avx2(tiles, pk.n_super, xa, a);
+        if (t == gguf::DTYPE_Q5_K) cpu::gemv_q5k_packed_avx2(tiles, pk.n_super, xa, a);
+        if (t == gguf::DTYPE_Q6_K) cpu::gemv_q6k_packed_avx2(tiles, pk.n_super, xa, a);
+        if (t == gguf::DTYPE_Q4_0) cpu::gemv_q40_packed_avx2(tiles, pk.n_super, xa, a);
+      }
+      for (bool tail : {true, false}) {
+        const guarded<uint8_t> data(pk.data, static_cast<size_t>(pk.bytes()), tail);
+        std::vector<int64_t> got(2 * ROWS, 0);
+        REQUIRE(cpu::gemv_packed_pair_avx2(t, data.p, pk.n_super, xa, got.data()));
+        CHECK_MESSAGE(got == want, name << " (tail " << tail << "): the pair's sums differ from each group's alone");
+        ++n_cases;
+      }
+      // And through the driver, against the reference.
+      std::vector<float> y(static_cast<size_t>(n_out), -12345.0f);
+      cpu::matmul_exact_cpu_packed(cpu::isa::avx2, xp, pk, bounds.data(), y.data(), 0, n_out);
+      const std::vector<float> ref = ref_out(t, w, x, n_in, n_out, 1);
+      const int64_t d = first_diff(ref, y);
+      CHECK_MESSAGE(d == -1, name << ": " << diff_text(ref, y, d));
+    }
+  }
+  MESSAGE(n_cases << " packed pairs with one group past the rounding binade (q4_0: its largest terms)");
 }

@@ -156,7 +156,7 @@ void gemv_q5k_packed_avx2(const uint8_t* tiles, int64_t n_super, const packed_ac
 void gemv_q6k_packed_avx2(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc);
 void gemv_q40_packed_avx2(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc);
 // Two neighbouring groups at once (the second's tiles at tiles + n_super tiles, its acc at acc +
-// 16) for one token, where t has such a kernel (q4_K, q5_K); false (nothing done) otherwise.
+// 16) for one token (x.n_tok 1) of q4_0, q4_K, q5_K or q6_K; false (nothing done) otherwise.
 bool gemv_packed_pair_avx2(gguf::dtype t, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc);
 
 // AVX-512 decoders of the common types (q8_0, q4_K); false when t has none (the caller then
