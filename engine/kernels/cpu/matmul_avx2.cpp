@@ -1066,6 +1066,24 @@ inline void tile_codes(const uint8_t* tile, int b, int k, __m256i* l, __m256i* h
   }
 }
 
+// One run's products of one group and one token (codes l, h; the low-byte operands ls, hs, the
+// codes less OFF; activation pairs p0..p3 broadcast), added into the int16 lanes lo, hi (set by
+// the first run u == 0).
+__attribute__((always_inline)) inline void run_products(__m256i l, __m256i h, __m256i ls, __m256i hs, __m256i p0, __m256i p1, __m256i p2,
+                                                        __m256i p3, int u, __m256i* lo, __m256i* hi) {
+  const __m256i pl = _mm256_add_epi16(_mm256_maddubs_epi16(p0, ls), _mm256_maddubs_epi16(p1, hs));
+  const __m256i ph = _mm256_add_epi16(_mm256_maddubs_epi16(l, p2), _mm256_maddubs_epi16(h, p3));
+  *lo = u == 0 ? pl : _mm256_add_epi16(*lo, pl);
+  *hi = u == 0 ? ph : _mm256_add_epi16(*hi, ph);
+}
+
+// Widens the int16 lanes lo, hi (low + 256 high per row) into the int32 row sums s[0], s[1].
+__attribute__((always_inline)) inline void widen_rows(__m256i lo, __m256i hi, __m256i* s) {
+  const __m256i widen_k = _mm256_set1_epi32(0x01000001);
+  s[0] = _mm256_add_epi32(s[0], _mm256_madd_epi16(_mm256_unpacklo_epi16(lo, hi), widen_k));
+  s[1] = _mm256_add_epi32(s[1], _mm256_madd_epi16(_mm256_unpackhi_epi16(lo, hi), widen_k));
+}
+
 // The byte products of one block of a tile with NT tokens' activations (token t's block pairs at
 // pairs + t * tstride), as int32 row sums s[t][half][0] (rows 0-3, 8-11) and [1] (rows 4-7,
 // 12-15): half 0 runs 0..3 and half 1 runs 4..7 when HALVES, else every run in half 0. The low
@@ -1076,7 +1094,7 @@ inline void tile_codes(const uint8_t* tile, int b, int k, __m256i* l, __m256i* h
 // OFF 16, 4 x 8160 and 4 x 7936; q6: OFF 32, PER 1, 2 x 16320 and 2 x 16128; all below 32768).
 template <int NT, int KIND, int OFF, int PER, bool HALVES>
 __attribute__((always_inline)) inline void tile_block_sums(const uint8_t* tile, int b, const uint32_t* pairs, int64_t tstride, __m256i (*s)[2][2]) {
-  const __m256i widen_k = _mm256_set1_epi32(0x01000001), off = _mm256_set1_epi8(OFF);
+  const __m256i off = _mm256_set1_epi8(OFF);
 #pragma GCC unroll 4
   for (int t = 0; t < NT; ++t) s[t][0][0] = s[t][0][1] = s[t][1][0] = s[t][1][1] = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -1091,20 +1109,13 @@ __attribute__((always_inline)) inline void tile_block_sums(const uint8_t* tile, 
 #pragma GCC unroll 4
       for (int t = 0; t < NT; ++t) {
         const uint32_t* pr = pairs + t * tstride + 4 * k;
-        const __m256i pl = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_set1_epi32(static_cast<int32_t>(pr[0])), ls),
-                                            _mm256_maddubs_epi16(_mm256_set1_epi32(static_cast<int32_t>(pr[1])), hs));
-        const __m256i ph = _mm256_add_epi16(_mm256_maddubs_epi16(l, _mm256_set1_epi32(static_cast<int32_t>(pr[2]))),
-                                            _mm256_maddubs_epi16(h, _mm256_set1_epi32(static_cast<int32_t>(pr[3]))));
-        lo[t] = u == 0 ? pl : _mm256_add_epi16(lo[t], pl);
-        hi[t] = u == 0 ? ph : _mm256_add_epi16(hi[t], ph);
+        run_products(l, h, ls, hs, _mm256_set1_epi32(static_cast<int32_t>(pr[0])), _mm256_set1_epi32(static_cast<int32_t>(pr[1])),
+                     _mm256_set1_epi32(static_cast<int32_t>(pr[2])), _mm256_set1_epi32(static_cast<int32_t>(pr[3])), u, &lo[t], &hi[t]);
       }
     }
     const int half = HALVES && j * PER >= 4 ? 1 : 0;
 #pragma GCC unroll 4
-    for (int t = 0; t < NT; ++t) {
-      s[t][half][0] = _mm256_add_epi32(s[t][half][0], _mm256_madd_epi16(_mm256_unpacklo_epi16(lo[t], hi[t]), widen_k));
-      s[t][half][1] = _mm256_add_epi32(s[t][half][1], _mm256_madd_epi16(_mm256_unpackhi_epi16(lo[t], hi[t]), widen_k));
-    }
+    for (int t = 0; t < NT; ++t) widen_rows(lo[t], hi[t], s[t][half]);
   }
 }
 
@@ -1113,7 +1124,7 @@ __attribute__((always_inline)) inline void tile_block_sums(const uint8_t* tile, 
 // broadcast takes a vector pipe, as a product does).
 template <int NG, int KIND, int OFF, int PER, bool HALVES>
 __attribute__((always_inline)) inline void tile_block_sums_groups(const uint8_t* tile, int64_t gstride, int b, const uint32_t* pairs, __m256i (*s)[2][2]) {
-  const __m256i widen_k = _mm256_set1_epi32(0x01000001), off = _mm256_set1_epi8(OFF);
+  const __m256i off = _mm256_set1_epi8(OFF);
 #pragma GCC unroll 4
   for (int g = 0; g < NG; ++g) s[g][0][0] = s[g][0][1] = s[g][1][0] = s[g][1][1] = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -1130,10 +1141,7 @@ __attribute__((always_inline)) inline void tile_block_sums_groups(const uint8_t*
         __m256i l, h;
         tile_codes<KIND>(tile + g * gstride, b, k, &l, &h);
         const __m256i ls = OFF ? _mm256_sub_epi8(l, off) : l, hs = OFF ? _mm256_sub_epi8(h, off) : h;
-        const __m256i pl = _mm256_add_epi16(_mm256_maddubs_epi16(p0, ls), _mm256_maddubs_epi16(p1, hs));
-        const __m256i ph = _mm256_add_epi16(_mm256_maddubs_epi16(l, p2), _mm256_maddubs_epi16(h, p3));
-        lo[g] = u == 0 ? pl : _mm256_add_epi16(lo[g], pl);
-        hi[g] = u == 0 ? ph : _mm256_add_epi16(hi[g], ph);
+        run_products(l, h, ls, hs, p0, p1, p2, p3, u, &lo[g], &hi[g]);
         // One run at a time: GCC otherwise loads and multiplies several runs ahead and spills
         // (llvm-mca -mcpu=znver3 on the q4_K loop: 115 -> 107 cycles per two blocks).
         __asm__("" : "+x"(lo[g]), "+x"(hi[g]));
@@ -1141,10 +1149,7 @@ __attribute__((always_inline)) inline void tile_block_sums_groups(const uint8_t*
     }
     const int half = HALVES && j * PER >= 4 ? 1 : 0;
 #pragma GCC unroll 4
-    for (int g = 0; g < NG; ++g) {
-      s[g][half][0] = _mm256_add_epi32(s[g][half][0], _mm256_madd_epi16(_mm256_unpacklo_epi16(lo[g], hi[g]), widen_k));
-      s[g][half][1] = _mm256_add_epi32(s[g][half][1], _mm256_madd_epi16(_mm256_unpackhi_epi16(lo[g], hi[g]), widen_k));
-    }
+    for (int g = 0; g < NG; ++g) widen_rows(lo[g], hi[g], s[g][half]);
   }
 }
 
