@@ -23,6 +23,9 @@
 //  8. The packed generation kernels' pairs of 16-row groups (one token) where only one group's
 //     terms leave the rounding binade: the pair's int64 sums equal each group's alone, with the
 //     pack next to a PROT_NONE page, and the driver's output the reference's bits.
+//  9. The row kernels of the few-token path (every integer type, every instruction set, 1 to
+//     GEMV_MAX_TOKENS tokens) on weights right before and right after a PROT_NONE page: their
+//     prefetches ahead of the stream land in the guard page; the reference's bits.
 #include <doctest/doctest.h>
 
 #include "op_cases.h"
@@ -928,4 +931,44 @@ TEST_CASE("cpu avx2 crafted: packed pairs of groups where one group's terms leav
     }
   }
   MESSAGE(n_cases << " packed pairs with one group past the rounding binade (q4_0: its largest terms)");
+}
+
+// ---- 9 ----
+
+TEST_CASE("cpu crafted: gemv: row kernels on weights that end at (or start after) a PROT_NONE page give the reference bits") {
+  // The few-token row kernels fetch each row ROW_PREFETCH_BYTES (4 KiB) ahead of what they read,
+  // so at the matrix's last rows their prefetches land in the guard page and past it: they must
+  // neither fault nor change a bit, and no read may leave the matrix either way.
+  rng r{0x5eed09};
+  int64_t n_cases = 0, n_bad = 0;
+  for (dtype t : INT_TYPES) {
+    for (int64_t n_in : {256, 2048 + 256}) {
+      const int64_t n_out = 7;
+      const std::vector<uint8_t> w = test::weight_rows(r, t, n_in, n_out, test::weights::quantized_real);
+      const std::vector<int32_t> bounds = bounds_of(t, w, n_in, n_out);
+      for (int64_t n_tok = 1; n_tok <= cpu::GEMV_MAX_TOKENS; ++n_tok) {
+        const std::vector<float> x = test::draw(r, test::d_mixed, n_tok * n_in, n_in);
+        cpu::act_pack xp;
+        cpu::act_pack_build(x.data(), n_tok, n_in, xp);
+        const std::vector<float> want = ref_out(t, w, x, n_in, n_out, n_tok);
+        for (bool tail : {true, false}) {
+          const guarded<uint8_t> g(w.data(), w.size(), tail);
+          for (cpu::isa isa : cpu::isa_all_supported()) {
+            const std::string name = tname(t) + " n_in " + std::to_string(n_in) + " n_tok " + std::to_string(n_tok) +
+                                     (tail ? " guard after" : " guard before") + " " + iname(isa);
+            std::vector<float> y(static_cast<size_t>(n_tok * n_out), -12345.0f);
+            cpu::matmul_exact_cpu(isa, xp, t, g.p, n_out, bounds.data(), y.data(), 0, n_out);
+            const int64_t d = first_diff(want, y);
+            if (d != -1) {
+              ++n_bad;
+              if (n_bad < 10) FAIL_CHECK(name << ": " << diff_text(want, y, d));
+            }
+            ++n_cases;
+          }
+        }
+      }
+    }
+  }
+  CHECK(n_bad == 0);
+  MESSAGE(n_cases << " guarded row-kernel cases");
 }

@@ -723,6 +723,7 @@ bool gemv_row_d16(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, 
   int64_t n = 0;
   for (int64_t b0 = 0; b0 < nb; b0 += 8 * GROUPS) {
     const int live = nb - b0 > 8 ? GROUPS : 1;  // groups of eight blocks this iteration
+    row_prefetch<8 * GROUPS * BLOCK>(row + b0 * BLOCK);
     __m256i sums[GROUPS];
     __m128i h16[GROUPS];
 #pragma GCC unroll 2
@@ -808,6 +809,7 @@ bool gemv_row_q6_k(const uint8_t* row, int64_t nb, const act_view& x, int64_t t,
   int64_t n = 0;
   for (int64_t b0 = 0; b0 < nb; b0 += 8 * GROUPS) {
     const int live = nb - b0 > 8 ? GROUPS : 1;
+    row_prefetch<GROUPS * 210>(row + (b0 / 8) * 210);
     __m256i v0[GROUPS], v1[GROUPS];  // half-block sums: first halves, second halves
 #pragma GCC unroll 2
     for (int g = 0; g < GROUPS; ++g) {
@@ -864,6 +866,7 @@ bool gemv_row_qk(const uint8_t* row, int64_t nb, const act_view& x, int64_t t, i
   int64_t n = 0;
   for (int64_t b0 = 0; b0 < nb; b0 += 8 * GROUPS) {
     const int live = nb - b0 > 8 ? GROUPS : 1;  // super-blocks this iteration
+    row_prefetch<GROUPS * SB>(row + (b0 / 8) * SB);
     __m256i v[GROUPS];
 #pragma GCC unroll 2
     for (int g = 0; g < GROUPS; ++g) {
@@ -914,6 +917,7 @@ struct gemv_row_blocks {
     alignas(32) int8_t buf[256];
     gemv_group g;
     for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+      row_prefetch<D::GROUP_BYTES>(row + (b0 / 8) * D::GROUP_BYTES);
       D::decode(row, b0, nb, buf, g);
       const int live = nb - b0 >= 8 ? 8 : static_cast<int>(nb - b0);
       __m256i p0[8], p1[8];

@@ -379,6 +379,7 @@ bool gemv_row_q8_0(const uint8_t* row, int64_t nb, const act_view& x, int64_t t,
   __m512i acc = _mm512_setzero_si512();
   bool bad = false;
   for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+    row_prefetch<8 * 34>(row + b0 * 34);
     __m512i p[8];
     __m256i h;
     q8_0_group(row + b0 * 34, a, b0, nb, p, &h);
@@ -426,6 +427,7 @@ bool gemv_row_q4_k(const uint8_t* row, int64_t nb, const act_view& x, int64_t t,
   const __m256i low4 = _mm256_set1_epi8(15);
   for (int64_t b0 = 0; b0 < nb; b0 += 8) {
     const uint8_t* sb = row + (b0 / 8) * 144;
+    row_prefetch<144>(sb);
     __m512i p[8];
     #pragma GCC unroll 16
     for (int ch = 0; ch < 4; ++ch) {
@@ -470,6 +472,7 @@ struct gemv_row_blocks {
     alignas(64) int8_t buf[256];
     gemv_group g;
     for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+      row_prefetch<D::GROUP_BYTES>(row + (b0 / 8) * D::GROUP_BYTES);
       D::decode(row, b0, nb, buf, g);
       const int live = nb - b0 >= 8 ? 8 : static_cast<int>(nb - b0);
       __m512i p0[8], p1[8];
