@@ -7,6 +7,8 @@
 // negative zeros, and hand-made scores at the flush boundary 2^-126 and on rounding ties. The KV
 // cells themselves, written with quantize_block_cpu as the CPU backend stores them, against the
 // table's kv_quantize cases. Where the reference refuses its input the CPU must refuse it too.
+// The score pass alone on every instruction set against the scalar one, on raw int16 K blocks at
+// the int16 edges with exponents that force every shift.
 #include <doctest/doctest.h>
 
 #include "op_cases.h"
@@ -19,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/attention_internal.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/ref/ref.h"
 #include "util/error.h"
@@ -28,6 +31,7 @@ using namespace detaudit::numerics;
 using namespace detaudit::kernels;
 using test::op_case;
 using test::op_kind;
+using cpu::attn_query;
 
 namespace {
 
@@ -165,4 +169,79 @@ TEST_CASE("kv cells written with quantize_block_cpu equal the reference's on eve
     ++n;
   }
   MESSAGE(n << " kv_quantize cases of the op table");
+}
+
+TEST_CASE("attention scores: every instruction set's pass equals the scalar one on hostile raw K blocks") {
+  // The score pass alone (attention_internal.h), on int16 K blocks and exponents written directly:
+  // values at the int16 edges (-32768 included), exponents spread so that some block terms shift
+  // right past every bit (rounding, ties, the 63 clamp) and some left, zero blocks among live ones,
+  // positions whose every block is zero, head sizes below, at and past the eight-position pass's
+  // limit (16 blocks), and position counts that leave 1..7 positions after the last group of 8.
+  test::test_rng r{0xa77e5c0e};
+  int64_t n_cases = 0, n_bad = 0;
+  for (int64_t nb : {1, 2, 3, 4, 8, 16, 17}) {
+    for (int64_t n_kv : {1, 7, 8, 9, 15, 16, 23, 37}) {
+      for (int pattern = 0; pattern < 4; ++pattern) {
+        const int64_t q_stride = nb * QBLOCK + 32 * (pattern % 2), e_stride = nb + 3 * (pattern % 2);
+        std::vector<int16_t> kq(static_cast<size_t>(n_kv * q_stride));
+        std::vector<int32_t> ke(static_cast<size_t>(n_kv * e_stride), EXP_ZERO);
+        for (int64_t t = 0; t < n_kv; ++t) {
+          const bool dead = r.range(0, 5) == 0;  // every block of this position zero
+          for (int64_t b = 0; b < nb; ++b) {
+            int16_t* blk = kq.data() + t * q_stride + b * QBLOCK;
+            if (dead || r.range(0, 4) == 0) continue;  // a zero block: values 0, EXP_ZERO
+            for (int i = 0; i < QBLOCK; ++i) {
+              const int64_t v = pattern >= 2 && r.range(0, 1) ? (r.range(0, 1) ? 32767 : -32768) : r.range(-32768, 32767);
+              blk[i] = static_cast<int16_t>(v);
+            }
+            // Exponents near one another (left shifts) or far apart (right shifts by up to ~90).
+            ke[static_cast<size_t>(t * e_stride + b)] = static_cast<int32_t>(pattern == 3 ? r.range(-140, 113) : r.range(-20, -10));
+          }
+        }
+        attn_query q;
+        std::vector<int16_t> qq(static_cast<size_t>(nb * QBLOCK));
+        std::vector<int32_t> qe(static_cast<size_t>(nb));
+        int32_t qmax = EXP_ZERO;
+        for (int64_t b = 0; b < nb; ++b) {
+          if (nb > 1 && r.range(0, 6) == 0) {
+            qe[static_cast<size_t>(b)] = EXP_ZERO;
+            continue;
+          }
+          for (int i = 0; i < QBLOCK; ++i) qq[static_cast<size_t>(b * QBLOCK + i)] = static_cast<int16_t>(r.range(-32767, 32767));
+          qe[static_cast<size_t>(b)] = static_cast<int32_t>(pattern == 3 ? r.range(-140, 113) : r.range(-12, -2));
+          qmax = std::max(qmax, qe[static_cast<size_t>(b)]);
+        }
+        if (qmax == EXP_ZERO) {  // attention_exact_cpu handles an all-zero query itself
+          qe[0] = 0;
+          qmax = 0;
+        }
+        q.q = qq.data();
+        q.exp = qe.data();
+        q.max_exp = qmax;
+        q.n_blocks = nb;
+        const kv_head_view k{kq.data(), ke.data(), q_stride, e_stride};
+        const float scale = pattern == 1 ? -0.125f : 0.125f;
+        std::vector<float> want(static_cast<size_t>(n_kv), -1.0f);
+        cpu::attention_scores_scalar(q, k, n_kv, scale, want.data());
+        for (cpu::isa i : cpu::isa_all_supported()) {
+          std::vector<float> got(static_cast<size_t>(n_kv), -2.0f);
+          if (i == cpu::isa::avx2) cpu::attention_scores_avx2(q, k, n_kv, scale, got.data());
+          else if (i == cpu::isa::avx512) cpu::attention_scores_avx512(q, k, n_kv, scale, got.data());
+          else continue;
+          ++n_cases;
+          if (std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) != 0) {
+            ++n_bad;
+            for (int64_t t = 0; t < n_kv && n_bad < 10; ++t)
+              if (std::bit_cast<uint32_t>(want[static_cast<size_t>(t)]) != std::bit_cast<uint32_t>(got[static_cast<size_t>(t)])) {
+                FAIL_CHECK(cpu::isa_name(i) << " nb " << nb << " n_kv " << n_kv << " pattern " << pattern << " position " << t << ": scalar "
+                                            << want[static_cast<size_t>(t)] << ", got " << got[static_cast<size_t>(t)]);
+                break;
+              }
+          }
+        }
+      }
+    }
+  }
+  CHECK(n_bad == 0);
+  MESSAGE(n_cases << " score passes against the scalar one");
 }
