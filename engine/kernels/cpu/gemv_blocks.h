@@ -39,7 +39,7 @@ alignas(32) constexpr int8_t ZERO_BLOCK[32] = {};
 // The row kernels of the few-token path read each row once, front to back, and the rows of a
 // thread's range follow one another: one stream. The hardware prefetcher alone left bandwidth
 // unused on it (Zen 3, q8_0, one token: 18.6 ns per 256 weights from memory without, 14.2 with a
-// fetch 4 KiB ahead; 1B Q8_0 generation with 2 threads about 21 -> 25 t/s, docs/performance.md), so
+// fetch 4 KiB ahead; 1B Q8_0 generation with 2 threads about 22 -> 25 t/s, docs/performance.md), so
 // each iteration of a row kernel fetches the lines it will read ROW_PREFETCH_BYTES later: BYTES
 // bytes from `at`, one line per 64 bytes, which leaves no line of the stream out. Past the
 // matrix's end only the prefetch goes, which never faults. Always inlined: GCC 12 drops the calls
