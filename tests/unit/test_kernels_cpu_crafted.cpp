@@ -26,6 +26,9 @@
 //  9. The row kernels of the few-token path (every integer type, every instruction set, 1 to
 //     GEMV_MAX_TOKENS tokens) on weights right before and right after a PROT_NONE page: their
 //     prefetches ahead of the stream land in the guard page; the reference's bits.
+// 10. finish16_avx2 (the drivers' int64 sums to floats) against fixed_to_f32_fast on sums of every
+//     length, rounding ties with and without a sticky bit, the 2^52 switch, INT64_MIN, and
+//     exponents that flush to zero or overflow.
 #include <doctest/doctest.h>
 
 #include "op_cases.h"
@@ -971,4 +974,64 @@ TEST_CASE("cpu crafted: gemv: row kernels on weights that end at (or start after
   }
   CHECK(n_bad == 0);
   MESSAGE(n_cases << " guarded row-kernel cases");
+}
+
+// ---- 10 ----
+
+TEST_CASE("cpu avx2 crafted: finish16_avx2 converts sums to floats as fixed_to_f32_fast does, bit for bit") {
+  if (!have_avx2()) {
+    MESSAGE("no AVX2 on this CPU: finish16_avx2 cannot be called here (skipped)");
+    return;
+  }
+  // Sums of every length (0 to 63 bits, both signs, INT64_MIN), at the 2^52 switch of the
+  // conversion, on float rounding ties with and without bits below (the sticky bit), and one
+  // below a carry into the next power of two; exponents that flush to zero, reach infinity, or
+  // land in between; rows and tokens whose bound is EXP_ZERO.
+  rng r{0x5eed0a};
+  std::vector<int64_t> special = {0, 1, -1, INT64_MIN, INT64_MAX, INT64_MIN + 1, (int64_t{1} << 52), (int64_t{1} << 52) - 1,
+                                  -(int64_t{1} << 52), (int64_t{1} << 53) + 1, (int64_t{1} << 24) - 1, (int64_t{1} << 24) + 1};
+  for (int k = 25; k < 63; ++k) {
+    const int64_t base = (int64_t{1} << k) | (int64_t{1} << (k - 23));  // 24 bits, the last one set
+    const int64_t half = int64_t{1} << (k - 24);                         // half a unit in the last place
+    for (int64_t v : {base + half, base - half, base + half + 1, base + half - 1, (int64_t{1} << (k + 1)) - half,
+                      (int64_t{1} << (k + 1)) - half - 1, (base & ~(half * 2 - 1)) + half,
+                      // an even last bit: a tie rounds down, anything below the half (bit 0, bit
+                      // 11: the last one a 12-bit shift drops) up
+                      (int64_t{1} << k) + half, (int64_t{1} << k) + half + 1, (int64_t{1} << k) + half + (k >= 37 ? int64_t{1} << 11 : 0)})
+      for (int64_t s : {int64_t{1}, int64_t{-1}}) special.push_back(v * s);
+  }
+  int64_t n_vec = 0, n_bad = 0;
+  for (int round = 0; round < 4000; ++round) {
+    alignas(32) int64_t a[16];
+    int32_t bounds[16];
+    for (int j = 0; j < 16; ++j) {
+      const int pick = static_cast<int>(r.range(0, 3));
+      if (pick == 0) {
+        a[j] = special[static_cast<size_t>(r.range(0, static_cast<int64_t>(special.size()) - 1))];
+      } else {
+        const int bits = static_cast<int>(r.range(0, 63));
+        const uint64_t u = r.next();
+        a[j] = bits == 0 ? 0 : static_cast<int64_t>(u >> (64 - bits));  // below 2^bits
+        if (r.range(0, 1)) a[j] = -a[j];
+      }
+      bounds[j] = r.range(0, 30) == 0 ? numerics::EXP_ZERO : static_cast<int32_t>(r.range(-80, 80));
+    }
+    const int32_t xmax = round % 97 == 0 ? numerics::EXP_ZERO : static_cast<int32_t>(r.range(-120, 120));
+    const int32_t c = static_cast<int32_t>(r.range(-10, 70));
+    float got[16], want[16];
+    REQUIRE(cpu::finish16_avx2(a, xmax, bounds, c, got));
+    for (int j = 0; j < 16; ++j)
+      want[j] = xmax == numerics::EXP_ZERO || bounds[j] == numerics::EXP_ZERO ? 0.0f : numerics::inl::fixed_to_f32_fast(a[j], xmax + bounds[j] - c);
+    ++n_vec;
+    if (std::memcmp(got, want, sizeof got) != 0) {
+      ++n_bad;
+      for (int j = 0; j < 16 && n_bad < 10; ++j)
+        if (std::memcmp(&got[j], &want[j], 4) != 0) {
+          FAIL_CHECK("sum " << a[j] << " at e " << (xmax + bounds[j] - c) << ": want " << want[j] << ", got " << got[j]);
+          break;
+        }
+    }
+  }
+  CHECK(n_bad == 0);
+  MESSAGE(n_vec << " vectors of 16 sums (" << special.size() << " crafted sums among the random ones)");
 }

@@ -1486,6 +1486,52 @@ bool gemv_packed_pair_avx2(gguf::dtype t, const uint8_t* tiles, int64_t n_super,
   return true;
 }
 
+// ---- the sums to floats ----
+// fixed_to_f32_fast (numerics/exact_inline.h) four int64 lanes at a time. AVX2 converts no int64
+// to float, so |v| becomes a double exactly: below 2^52 by the 2^52 bit trick, at or above it
+// shifted right by 12 with the bits shifted out ORed into the lowest kept bit (sticky: more than
+// 26 significant bits remain, and rounding to 24 needs only to know whether anything below the
+// rounding point is set), then times 2^12. The sign goes on the double, and one conversion to
+// float rounds half to even as the scalar conversion of v does.
+inline __m128 i64_to_f32(__m256i v) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i sign = _mm256_cmpgt_epi64(zero, v);
+  const __m256i a = _mm256_sub_epi64(_mm256_xor_si256(v, sign), sign);  // |v|; INT64_MIN: 2^63 as unsigned
+  const __m256i big = _mm256_xor_si256(_mm256_cmpeq_epi64(_mm256_srli_epi64(a, 52), zero), _mm256_set1_epi64x(-1));
+  const __m256i sticky =
+      _mm256_andnot_si256(_mm256_cmpeq_epi64(_mm256_and_si256(a, _mm256_set1_epi64x(0xfff)), zero), _mm256_set1_epi64x(1));
+  const __m256i m = _mm256_blendv_epi8(a, _mm256_or_si256(_mm256_srli_epi64(a, 12), sticky), big);  // below 2^52
+  const __m256i two52 = _mm256_set1_epi64x(0x4330000000000000);
+  __m256d d = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(m, two52)), _mm256_castsi256_pd(two52));
+  d = _mm256_mul_pd(d, _mm256_blendv_pd(_mm256_set1_pd(1.0), _mm256_set1_pd(4096.0), _mm256_castsi256_pd(big)));
+  d = _mm256_xor_pd(d, _mm256_castsi256_pd(_mm256_and_si256(sign, _mm256_set1_epi64x(static_cast<int64_t>(0x8000000000000000ull)))));
+  return _mm256_cvtpd_ps(d);
+}
+
+bool finish16_avx2(const int64_t* a, int32_t xmax, const int32_t* bounds, int32_t c, float* y) {
+  const __m256i ez = _mm256_set1_epi32(numerics::EXP_ZERO);
+  const __m256i exp_mask = _mm256_set1_epi32(255), sign_bit = _mm256_set1_epi32(static_cast<int32_t>(0x80000000u));
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const __m256 f = _mm256_set_m128(i64_to_f32(load4(a + 8 * h + 4)), i64_to_f32(load4(a + 8 * h)));
+    const __m256i b = _mm256_castps_si256(f);
+    const __m256i bound = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bounds + 8 * h));
+    const __m256i e = _mm256_add_epi32(bound, _mm256_set1_epi32(xmax - c));
+    const __m256i biased = _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(b, 23), exp_mask), e);
+    const __m256i sign = _mm256_and_si256(b, sign_bit);
+    const __m256i under = _mm256_cmpgt_epi32(_mm256_set1_epi32(1), biased);
+    const __m256i over = _mm256_cmpgt_epi32(biased, _mm256_set1_epi32(254));
+    __m256i r = _mm256_or_si256(sign, _mm256_or_si256(_mm256_slli_epi32(biased, 23), _mm256_and_si256(b, _mm256_set1_epi32(0x007fffff))));
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(sign, _mm256_set1_epi32(0x7f800000)), over);
+    r = _mm256_blendv_epi8(r, sign, under);
+    // v == 0 (the only sum whose float is 0), a zero row or a zero token: +0.
+    const __m256i zero = _mm256_or_si256(_mm256_cmpeq_epi32(b, _mm256_setzero_si256()),
+                                         _mm256_or_si256(_mm256_cmpeq_epi32(bound, ez), _mm256_set1_epi32(xmax == numerics::EXP_ZERO ? -1 : 0)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + 8 * h), _mm256_andnot_si256(zero, r));
+  }
+  return true;
+}
+
 bool gemv_avx2(gguf::dtype t, const act_view& x, int64_t n_tokens, const uint8_t* w,
                uint64_t row_bytes, const int32_t* row_bounds, int64_t r0, int64_t r1, int64_t* acc) {
   if (x.q_eo == nullptr) return false;
@@ -1508,6 +1554,7 @@ void gemv_q5k_packed_avx2(const uint8_t*, int64_t, const packed_act&, int64_t*) 
 void gemv_q6k_packed_avx2(const uint8_t*, int64_t, const packed_act&, int64_t*) {}
 void gemv_q40_packed_avx2(const uint8_t*, int64_t, const packed_act&, int64_t*) {}
 bool gemv_packed_pair_avx2(gguf::dtype, const uint8_t*, int64_t, const packed_act&, int64_t*) { return false; }
+bool finish16_avx2(const int64_t*, int32_t, const int32_t*, int32_t, float*) { return false; }
 void panel_kernel_avx2(const panel&, const act_view&, int64_t, int64_t, int64_t*) {}
 bool panel_kernel2_avx2(const panel&, const panel&, const act_view&, int64_t, int64_t, int64_t*, int64_t*) { return false; }
 bool gemv_avx2(gguf::dtype, const act_view&, int64_t, const uint8_t*, uint64_t, const int32_t*, int64_t, int64_t, int64_t*) {

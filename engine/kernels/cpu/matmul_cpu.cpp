@@ -521,8 +521,13 @@ void matmul_exact_cpu(isa i, const act_pack& x, gguf::dtype t, const uint8_t* w,
     if (i == isa::avx2) panel_scales(p);
   };
   auto finish_tile = [&](int64_t r0, int n_rows, int64_t tt, int64_t te, const std::vector<int64_t>& a) {
-    for (int64_t tok = tt; tok < te; ++tok)
-      for (int r = 0; r < n_rows; ++r) finish(tok, r0 + r, a[static_cast<size_t>((tok - tt) * PANEL_ROWS + r)]);
+    for (int64_t tok = tt; tok < te; ++tok) {
+      const int64_t* at = a.data() + (tok - tt) * PANEL_ROWS;
+      if (n_rows == PANEL_ROWS && i != isa::scalar &&
+          finish16_avx2(at, x.max_exp[static_cast<size_t>(tok)], row_bounds + r0, c, y + tok * n_out + r0))
+        continue;
+      for (int r = 0; r < n_rows; ++r) finish(tok, r0 + r, at[r]);
+    }
   };
   auto one_panel = [&](const panel& p, int64_t r0, int n_rows) {
     for (int64_t tt = 0; tt < x.n_tokens; tt += TOKEN_TILE) {

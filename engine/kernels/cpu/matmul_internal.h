@@ -159,6 +159,11 @@ void gemv_q40_packed_avx2(const uint8_t* tiles, int64_t n_super, const packed_ac
 // 16) for one token (x.n_tok 1) of q4_0, q4_K, q5_K or q6_K; false (nothing done) otherwise.
 bool gemv_packed_pair_avx2(gguf::dtype t, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc);
 
+// y[r] = fixed_to_f32_fast(a[r], xmax + bounds[r] - c) for the 16 rows r of one token, 0.0f where
+// xmax or bounds[r] is EXP_ZERO (the drivers' last step), bit for bit; false (nothing done)
+// without AVX2.
+bool finish16_avx2(const int64_t* a, int32_t xmax, const int32_t* bounds, int32_t c, float* y);
+
 // AVX-512 decoders of the common types (q8_0, q4_K); false when t has none (the caller then
 // uses panel_decode_generic). Same result as panel_decode_generic, bit for bit.
 bool panel_decode_avx512(gguf::dtype t, const uint8_t* w, uint64_t row_bytes, int64_t row0,

@@ -276,17 +276,24 @@ void matmul_exact_cpu_packed(isa i, const act_pack& x, const row_pack& w, const 
                       n_tok,          x.pairs.data(), x.scale.data(), x.sum_scaled.data(), x.lo_half.data()};
   int64_t acc[2 * GEMV_PACKED_MAX_TOKENS * 16];
   // Group g's sums (acc: token t's row r at t * 16 + r) to y.
+  const bool whole_groups_fast = i != isa::scalar;
   const auto out = [&](int64_t g, const int64_t* a) {
-    for (int64_t t = 0; t < n_tok; ++t)
+    for (int64_t t = 0; t < n_tok; ++t) {
+      if (whole_groups_fast && g * 16 >= row_begin && g * 16 + 16 <= row_end &&
+          finish16_avx2(a + t * 16, x.max_exp[static_cast<size_t>(t)], row_bounds + g * 16, c, y + t * w.n_rows + g * 16))
+        continue;
       for (int r = 0; r < 16; ++r) {
         const int64_t row = g * 16 + r;
         if (row < row_begin || row >= row_end) continue;
         const int32_t xmax = x.max_exp[static_cast<size_t>(t)], bound = row_bounds[row];
         y[t * w.n_rows + row] = xmax == EXP_ZERO || bound == EXP_ZERO ? 0.0f : fixed_to_f32_fast(a[t * 16 + r], xmax + bound - c);
       }
+    }
   };
+  // The sums a call can touch: n_tok tokens of one group, or one token of a pair of groups.
+  const int64_t n_acc = 16 * std::max<int64_t>(2, n_tok);
   for (int64_t g = row_begin / 16; g * 16 < row_end; ++g) {
-    std::fill(acc, acc + 2 * GEMV_PACKED_MAX_TOKENS * 16, 0);
+    std::fill(acc, acc + n_acc, 0);
     const uint8_t* tiles = w.data + g * w.n_super * w.tile_bytes;
     if (i == isa::avx2) {
       if ((g + 1) * 16 < row_end && gemv_packed_pair_avx2(w.type, tiles, w.n_super, xa, acc)) {
