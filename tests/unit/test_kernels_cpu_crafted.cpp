@@ -993,8 +993,8 @@ TEST_CASE("cpu avx2 crafted: finish16_avx2 converts sums to floats as fixed_to_f
   for (int k = 25; k < 63; ++k) {
     const int64_t base = (int64_t{1} << k) | (int64_t{1} << (k - 23));  // 24 bits, the last one set
     const int64_t half = int64_t{1} << (k - 24);                         // half a unit in the last place
-    for (int64_t v : {base + half, base - half, base + half + 1, base + half - 1, (int64_t{1} << (k + 1)) - half,
-                      (int64_t{1} << (k + 1)) - half - 1, (base & ~(half * 2 - 1)) + half,
+    const int64_t next_pow2 = static_cast<int64_t>((uint64_t{1} << (k + 1)) - static_cast<uint64_t>(half));  // 2^(k+1) - half, no overflow at k = 62
+    for (int64_t v : {base + half, base - half, base + half + 1, base + half - 1, next_pow2, next_pow2 - 1, (base & ~(half * 2 - 1)) + half,
                       // an even last bit: a tie rounds down, anything below the half (bit 0, bit
                       // 11: the last one a 12-bit shift drops) up
                       (int64_t{1} << k) + half, (int64_t{1} << k) + half + 1, (int64_t{1} << k) + half + (k >= 37 ? int64_t{1} << 11 : 0)})
@@ -1032,6 +1032,21 @@ TEST_CASE("cpu avx2 crafted: finish16_avx2 converts sums to floats as fixed_to_f
         }
     }
   }
+  // Every crafted sum at every exponent from -200 to 130 (xmax 0, c 0, the exponent in the bound):
+  // biased exponents below 0, exactly 0, 1, 254, 255 and above, both signs.
+  for (size_t i0 = 0; i0 < special.size(); i0 += 16) {
+    alignas(32) int64_t a[16];
+    for (int j = 0; j < 16; ++j) a[j] = special[(i0 + static_cast<size_t>(j)) % special.size()];
+    for (int32_t e = -200; e <= 130; ++e) {
+      int32_t bounds[16];
+      std::fill(bounds, bounds + 16, e);
+      float got[16], want[16];
+      REQUIRE(cpu::finish16_avx2(a, 0, bounds, 0, got));
+      for (int j = 0; j < 16; ++j) want[j] = numerics::inl::fixed_to_f32_fast(a[j], e);
+      ++n_vec;
+      if (std::memcmp(got, want, sizeof got) != 0 && ++n_bad < 10) FAIL_CHECK("crafted sums from " << i0 << " at e " << e << " differ");
+    }
+  }
   CHECK(n_bad == 0);
-  MESSAGE(n_vec << " vectors of 16 sums (" << special.size() << " crafted sums among the random ones)");
+  MESSAGE(n_vec << " vectors of 16 sums (" << special.size() << " crafted sums among the random ones, then each at every exponent)");
 }
