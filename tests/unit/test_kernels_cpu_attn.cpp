@@ -174,7 +174,8 @@ TEST_CASE("kv cells written with quantize_block_cpu equal the reference's on eve
 TEST_CASE("attention scores: every instruction set's pass equals the scalar one on hostile raw K blocks") {
   // The score pass alone (attention_internal.h), on int16 K blocks and exponents written directly:
   // values at the int16 edges (-32768 included), exponents spread so that some block terms shift
-  // right past every bit (rounding, ties, the 63 clamp) and some left, zero blocks among live ones,
+  // right past every bit (rounding, ties, the 63 clamp) and some left, zero blocks among live ones
+  // (some holding stray nonzero values under their EXP_ZERO),
   // positions whose every block is zero, head sizes below, at and past the eight-position pass's
   // limit (16 blocks), and position counts that leave 1..7 positions after the last group of 8.
   test::test_rng r{0xa77e5c0e};
@@ -189,7 +190,13 @@ TEST_CASE("attention scores: every instruction set's pass equals the scalar one 
           const bool dead = r.range(0, 5) == 0;  // every block of this position zero
           for (int64_t b = 0; b < nb; ++b) {
             int16_t* blk = kq.data() + t * q_stride + b * QBLOCK;
-            if (dead || r.range(0, 4) == 0) continue;  // a zero block: values 0, EXP_ZERO
+            if (dead || r.range(0, 4) == 0) {
+              // A zero block: EXP_ZERO, values 0; with patterns 2 and 3 the values are left
+              // nonzero, which every pass must ignore as the scalar one does.
+              if (pattern >= 2)
+                for (int i = 0; i < QBLOCK; ++i) blk[i] = static_cast<int16_t>(r.range(-32768, 32767));
+              continue;
+            }
             for (int i = 0; i < QBLOCK; ++i) {
               const int64_t v = pattern >= 2 && r.range(0, 1) ? (r.range(0, 1) ? 32767 : -32768) : r.range(-32768, 32767);
               blk[i] = static_cast<int16_t>(v);
@@ -244,4 +251,45 @@ TEST_CASE("attention scores: every instruction set's pass equals the scalar one 
   }
   CHECK(n_bad == 0);
   MESSAGE(n_cases << " score passes against the scalar one");
+}
+
+TEST_CASE("attention scores: the largest block products, left-shifted the most, on every instruction set") {
+  // Query and K blocks at the int16 extremes with signs that line up (|T| = 32 * 32767 * 32768 or
+  // 32 * 32767^2, just below 2^35) and equal exponents, so that the one-block head's term is
+  // shifted left by 17 to just below 2^52, where a double's spacing is 1 (and 2 in the AVX2
+  // pass's rounding sum); two-block heads shift by 16. Signs mixed across positions, a position
+  // count that leaves a tail after the last group of four and of eight.
+  int64_t n_cases = 0;
+  for (int64_t nb : {1, 2}) {
+    for (int32_t e : {-20, 0, 7}) {
+      const int64_t n_kv = 11;
+      std::vector<int16_t> kq(static_cast<size_t>(n_kv * nb * QBLOCK));
+      std::vector<int32_t> ke(static_cast<size_t>(n_kv * nb), e);
+      std::vector<int16_t> qq(static_cast<size_t>(nb * QBLOCK));
+      std::vector<int32_t> qe(static_cast<size_t>(nb), e);
+      for (size_t i = 0; i < qq.size(); ++i) qq[i] = static_cast<int16_t>(i % 3 == 0 ? -32767 : 32767);
+      for (int64_t t = 0; t < n_kv; ++t)
+        for (int64_t i = 0; i < nb * QBLOCK; ++i) {
+          const int16_t qi = qq[static_cast<size_t>(i)];
+          const bool agree = (t % 3) != 1, wide = (t % 2) == 0;  // T positive or negative, 32768 or 32767
+          const int16_t kmag = wide ? (agree == (qi > 0) ? int16_t{32767} : int16_t{-32768}) : static_cast<int16_t>(agree ? qi : -qi);
+          kq[static_cast<size_t>(t * nb * QBLOCK + i)] = kmag;
+        }
+      const attn_query q{qq.data(), qe.data(), e, nb};
+      const kv_head_view k{kq.data(), ke.data(), nb * QBLOCK, nb};
+      std::vector<float> want(static_cast<size_t>(n_kv), -1.0f);
+      cpu::attention_scores_scalar(q, k, n_kv, 1.0f, want.data());
+      for (cpu::isa i : cpu::isa_all_supported()) {
+        std::vector<float> got(static_cast<size_t>(n_kv), -2.0f);
+        if (i == cpu::isa::avx2) cpu::attention_scores_avx2(q, k, n_kv, 1.0f, got.data());
+        else if (i == cpu::isa::avx512) cpu::attention_scores_avx512(q, k, n_kv, 1.0f, got.data());
+        else continue;
+        ++n_cases;
+        for (int64_t t = 0; t < n_kv; ++t)
+          CHECK_MESSAGE(std::bit_cast<uint32_t>(want[static_cast<size_t>(t)]) == std::bit_cast<uint32_t>(got[static_cast<size_t>(t)]),
+                        cpu::isa_name(i) << " nb " << nb << " e " << e << " position " << t);
+      }
+    }
+  }
+  MESSAGE(n_cases << " extreme score passes against the scalar one");
 }

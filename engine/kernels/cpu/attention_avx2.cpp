@@ -1,8 +1,16 @@
 // The AVX2 variant of the three attention passes (numerics/exact_inline.h).
 //
-// Scores: per position and block, two vpmaddwd give 16 int32 pair sums (each < 2^31), widened to
-// int64 and summed; the block sums are rounded onto the position's grid and the total converted
-// with fixed_to_f32_fast (attention_internal.h). Weights: exp_f32 on 8 lanes, the same correctly
+// Scores: four positions at a time, one lane each. The query is split into bytes, q = 256 hi + lo
+// (lo unsigned), so that a block's vpmaddwd pair sums with K stay far inside int32 (|K lo| pairs
+// below 2^24, |K hi| below 2^23, 16 of them below 2^28): the two halves of a block and then the
+// eight lanes of each position add in int32 (unpack and add, four positions at once), and
+// T = 256 H + L is exact as a double (|T| < 2^35). A term is T * 2^sh (sh = e_q + e_k - G, at
+// most 17), exact; adding and removing 1.5 * 2^52 rounds it half to even: on a right shift
+// |T 2^sh| < 2^34, and on a left shift it is an integer (an even one from 2^35 on, where the sum's
+// spacing is 2 past 2^53), which both steps keep exactly. The position's sum of terms is below
+// 2^52 (attention_internal.h), so the double sum is the int64 sum, and fixed_to_f32_fast is one
+// conversion to float plus exponent arithmetic on four lanes. Positions past the last four, and
+// heads of more than MAX_SCORE_BLOCKS blocks, go through score_one. Weights: exp_f32 on 8 lanes, the same correctly
 // rounded mul/add/sub sequence (no FMA). Values: one half value block at a time over every
 // position, its 16 int64 sums held in four registers, each position adding W * v (vpmuldq)
 // rounded with one shift count. AVX2 has no 64-bit arithmetic shift, so a right shift by n
@@ -24,7 +32,7 @@
 #include "numerics/exact.h"
 
 #if defined(__x86_64__)
-#pragma GCC target("avx2")
+#pragma GCC target("avx2,fma")
 
 namespace detaudit::kernels::cpu {
 
@@ -62,6 +70,73 @@ float score_one(const attn_query& q, const int16_t* kq, const int32_t* ke, int c
     acc += round_shift_fast(dot_block(q.q + b * BLOCK, kq + b * BLOCK), q.exp[b] + ke[b] - g);
   }
   return numerics::inl::flush(fixed_to_f32_fast(acc, g) * scale);
+}
+
+constexpr int64_t MAX_SCORE_BLOCKS = 16;  // head_dim <= 512 (the query's bytes stay in registers and L1)
+
+// Lane j: the sum of the eight int32 lanes of the j-th argument (each sum below 2^31).
+inline __m128i sum8x4(__m256i a, __m256i b, __m256i c, __m256i d) {
+  const __m256i ab = _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+  const __m256i cd = _mm256_add_epi32(_mm256_unpacklo_epi32(c, d), _mm256_unpackhi_epi32(c, d));
+  const __m256i x = _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
+  return _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
+}
+
+// Scores of positions t .. t + 3 (see the top of the file); qlo/qhi: the query's bytes, two
+// vectors per block.
+inline void scores4(const attn_query& q, const kv_head_view& k, int64_t t, int clog, float scale,
+                    const __m256i* qlo, const __m256i* qhi, float* s) {
+  const int16_t* kp[4];
+  const int32_t* ep[4];
+  for (int j = 0; j < 4; ++j) {
+    kp[j] = k.q + (t + j) * k.q_stride;
+    ep[j] = k.exp + (t + j) * k.exp_stride;
+  }
+  __m128i e[MAX_SCORE_BLOCKS];
+  __m128i ek = _mm_set1_epi32(EXP_ZERO);
+#pragma GCC unroll 2
+  for (int64_t b = 0; b < q.n_blocks; ++b) {
+    e[b] = _mm_setr_epi32(ep[0][b], ep[1][b], ep[2][b], ep[3][b]);
+    ek = _mm_max_epi32(ek, e[b]);
+  }
+  // G of each position; an all-zero position adds no term and gives fixed_to_f32(0) = 0 below.
+  const __m128i g = _mm_add_epi32(ek, _mm_set1_epi32(q.max_exp - SHIFT_CONST + clog));
+  const __m256d magic = _mm256_set1_pd(0x1.8p+52);
+  __m256d acc = _mm256_setzero_pd();
+  for (int64_t b = 0; b < q.n_blocks; ++b) {
+    if (q.exp[b] == EXP_ZERO) continue;
+    __m256i lo[4], hi[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const __m256i k0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kp[j] + b * BLOCK));
+      const __m256i k1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kp[j] + b * BLOCK + 16));
+      lo[j] = _mm256_add_epi32(_mm256_madd_epi16(k0, qlo[2 * b]), _mm256_madd_epi16(k1, qlo[2 * b + 1]));
+      hi[j] = _mm256_add_epi32(_mm256_madd_epi16(k0, qhi[2 * b]), _mm256_madd_epi16(k1, qhi[2 * b + 1]));
+    }
+    const __m256d tb = _mm256_fmadd_pd(_mm256_cvtepi32_pd(sum8x4(hi[0], hi[1], hi[2], hi[3])), _mm256_set1_pd(256.0),
+                                       _mm256_cvtepi32_pd(sum8x4(lo[0], lo[1], lo[2], lo[3])));
+    // A zero K block adds nothing (as in score_one); shifts below -200 round to 0 like any other
+    // past 2^-35 and keep 2^sh a normal double.
+    const __m128i live = _mm_cmpgt_epi32(e[b], _mm_set1_epi32(EXP_ZERO));
+    const __m128i sh = _mm_max_epi32(_mm_sub_epi32(_mm_add_epi32(e[b], _mm_set1_epi32(q.exp[b])), g), _mm_set1_epi32(-200));
+    const __m256i sh64 = _mm256_cvtepi32_epi64(sh);
+    const __m256d p2 = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(sh64, _mm256_set1_epi64x(1023)), 52));
+    const __m256d x = _mm256_mul_pd(tb, p2);
+    const __m256d r = _mm256_sub_pd(_mm256_add_pd(x, magic), magic);
+    acc = _mm256_add_pd(acc, _mm256_and_pd(r, _mm256_castsi256_pd(_mm256_cvtepi32_epi64(live))));
+  }
+  // fixed_to_f32_fast(acc, g) (acc is never -0: its terms are rounded sums), then flush(f * scale).
+  const __m128i f = _mm_castps_si128(_mm256_cvtpd_ps(acc));
+  const __m128i sign = _mm_and_si128(f, _mm_set1_epi32(static_cast<int32_t>(0x80000000u)));
+  const __m128i biased = _mm_add_epi32(_mm_and_si128(_mm_srli_epi32(f, 23), _mm_set1_epi32(255)), g);
+  const __m128i normal = _mm_or_si128(_mm_or_si128(sign, _mm_slli_epi32(biased, 23)), _mm_and_si128(f, _mm_set1_epi32(0x007fffff)));
+  __m128i res = _mm_blendv_epi8(normal, sign, _mm_cmpgt_epi32(_mm_set1_epi32(1), biased));
+  res = _mm_blendv_epi8(res, _mm_or_si128(sign, _mm_set1_epi32(0x7f800000)), _mm_cmpgt_epi32(biased, _mm_set1_epi32(254)));
+  res = _mm_andnot_si128(_mm_cmpeq_epi32(f, _mm_setzero_si128()), res);
+  const __m128i y = _mm_castps_si128(_mm_mul_ps(_mm_castsi128_ps(res), _mm_set1_ps(scale)));
+  const __m128i subn = _mm_cmpeq_epi32(_mm_and_si128(y, _mm_set1_epi32(0x7f800000)), _mm_setzero_si128());
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(s),
+                   _mm_blendv_epi8(y, _mm_and_si128(y, _mm_set1_epi32(static_cast<int32_t>(0x80000000u))), subn));
 }
 
 inline __m256 flush_v(__m256 x) {
@@ -157,8 +232,17 @@ void value_half_all(const int32_t* w, const kv_head_view& v, int64_t n_kv, int64
 void attention_scores_avx2(const attn_query& q, const kv_head_view& k, int64_t n_kv, float scale,
                            float* s) {
   const int clog = numerics::ceil_log2(2 * q.n_blocks);
-  for (int64_t t = 0; t < n_kv; ++t)
-    s[t] = score_one(q, k.q + t * k.q_stride, k.exp + t * k.exp_stride, clog, scale);
+  int64_t t = 0;
+  if (q.n_blocks <= MAX_SCORE_BLOCKS) {
+    __m256i qlo[2 * MAX_SCORE_BLOCKS], qhi[2 * MAX_SCORE_BLOCKS];
+    for (int64_t i = 0; i < 2 * q.n_blocks; ++i) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.q + 16 * i));
+      qlo[i] = _mm256_and_si256(v, _mm256_set1_epi16(255));
+      qhi[i] = _mm256_srai_epi16(v, 8);
+    }
+    for (; t + 4 <= n_kv; t += 4) scores4(q, k, t, clog, scale, qlo, qhi, s + t);
+  }
+  for (; t < n_kv; ++t) s[t] = score_one(q, k.q + t * k.q_stride, k.exp + t * k.exp_stride, clog, scale);
 }
 
 int64_t attention_weights_avx2(const float* s, int64_t n_kv, float m, int32_t* w) {
