@@ -293,3 +293,77 @@ TEST_CASE("attention scores: the largest block products, left-shifted the most, 
   }
   MESSAGE(n_cases << " extreme score passes against the scalar one");
 }
+
+namespace {
+
+// The value pass of instruction set i (attention_internal.h) for one head.
+void values_of(cpu::isa i, const int32_t* w, const kv_head_view& v, int64_t n_kv, const int32_t* gv, int64_t nb, int64_t* acc) {
+  if (i == cpu::isa::avx2) cpu::attention_values_avx2(w, v, n_kv, gv, nb, acc);
+  else if (i == cpu::isa::avx512) cpu::attention_values_avx512(w, v, n_kv, gv, nb, acc);
+  else cpu::attention_values_scalar(w, v, n_kv, gv, nb, acc);
+}
+
+}  // namespace
+
+TEST_CASE("attention values: every instruction set's pass equals the scalar one on hostile raw V blocks") {
+  // The value pass alone on int16 V blocks and exponents written directly, with the grids of
+  // attention_value_grids_ref: values at the int16 edges, weights 0, 1, 2^30 and random,
+  // exponents that shift terms left by up to 17 and right past every bit, zero blocks (some with
+  // stray values under EXP_ZERO), position counts around multiples of 64, strided views,
+  // accumulators that start nonzero. Then the largest sums: every weight 2^30 and every value at
+  // one edge, all but one position shifted right by one bit (terms of 2^44, one sign, sums past
+  // 2^51).
+  test::test_rng r{0x7a1e5};
+  int64_t n_cases = 0, n_bad = 0;
+  auto check = [&](const char* what, const std::vector<int32_t>& w, const kv_head_view& v, int64_t n_kv, int64_t nb) {
+    std::vector<int32_t> gv(static_cast<size_t>(nb));
+    attention_value_grids_ref(v, n_kv, nb, gv.data());
+    std::vector<int64_t> want(static_cast<size_t>(nb * QBLOCK));
+    for (size_t j = 0; j < want.size(); ++j) want[j] = static_cast<int64_t>(j) * 1000003 - 7;
+    std::vector<int64_t> start = want;
+    cpu::attention_values_scalar(w.data(), v, n_kv, gv.data(), nb, want.data());
+    for (cpu::isa i : cpu::isa_all_supported()) {
+      if (i == cpu::isa::scalar) continue;
+      std::vector<int64_t> got = start;
+      values_of(i, w.data(), v, n_kv, gv.data(), nb, got.data());
+      ++n_cases;
+      if (got != want) {
+        ++n_bad;
+        FAIL_CHECK(cpu::isa_name(i) << " " << what << " nb " << nb << " n_kv " << n_kv);
+      }
+    }
+  };
+  for (int64_t nb : {1, 2, 3}) {
+    for (int64_t n_kv : {1, 5, 63, 64, 65, 129, 200}) {
+      for (int pattern = 0; pattern < 4; ++pattern) {
+        const int64_t q_stride = nb * QBLOCK + 32 * (pattern % 2), e_stride = nb + 3 * (pattern % 2);
+        std::vector<int16_t> vq(static_cast<size_t>(n_kv * q_stride));
+        std::vector<int32_t> ve(static_cast<size_t>(n_kv * e_stride), EXP_ZERO);
+        std::vector<int32_t> w(static_cast<size_t>(n_kv));
+        for (int64_t t = 0; t < n_kv; ++t) {
+          const int64_t k = r.range(0, 5);
+          w[static_cast<size_t>(t)] = static_cast<int32_t>(k == 0 ? 0 : k == 1 ? 1 : k == 2 ? (1 << 30) : r.range(0, 1 << 30));
+          for (int64_t b = 0; b < nb; ++b) {
+            int16_t* blk = vq.data() + t * q_stride + b * QBLOCK;
+            const bool zero = r.range(0, 5) == 0;
+            for (int i = 0; i < QBLOCK; ++i)
+              blk[i] = static_cast<int16_t>(zero && pattern < 2 ? 0 : pattern >= 2 && r.range(0, 1) ? (r.range(0, 1) ? 32767 : -32768) : r.range(-32768, 32767));
+            if (!zero) ve[static_cast<size_t>(t * e_stride + b)] = static_cast<int32_t>(pattern == 3 ? r.range(-140, 113) : r.range(-30, -10));
+          }
+        }
+        check("random", w, kv_head_view{vq.data(), ve.data(), q_stride, e_stride}, n_kv, nb);
+      }
+      // The largest sums of one sign.
+      for (int sign : {1, -1}) {
+        std::vector<int16_t> vq(static_cast<size_t>(n_kv * nb * QBLOCK), static_cast<int16_t>(sign > 0 ? 32767 : -32768));
+        std::vector<int32_t> ve(static_cast<size_t>(n_kv * nb));
+        const int32_t top = 5, low = top + numerics::ceil_log2(n_kv) - 18;  // right by one bit
+        for (int64_t t = 0; t < n_kv; ++t)
+          for (int64_t b = 0; b < nb; ++b) ve[static_cast<size_t>(t * nb + b)] = t == n_kv / 2 ? top : std::min(low, top);
+        check("largest", std::vector<int32_t>(static_cast<size_t>(n_kv), 1 << 30), kv_head_view{vq.data(), ve.data(), nb * QBLOCK, nb}, n_kv, nb);
+      }
+    }
+  }
+  CHECK(n_bad == 0);
+  MESSAGE(n_cases << " value passes against the scalar one");
+}
