@@ -312,7 +312,7 @@ TEST_CASE("attention values: every instruction set's pass equals the scalar one 
   // stray values under EXP_ZERO), position counts around multiples of 64, strided views,
   // accumulators that start nonzero. Then the largest sums: every weight 2^30 and every value at
   // one edge, all but one position shifted right by one bit (terms of 2^44, one sign, sums past
-  // 2^51).
+  // 2^51). The AVX2 pass for several heads at once (skipping some) against one head at a time.
   test::test_rng r{0x7a1e5};
   int64_t n_cases = 0, n_bad = 0;
   auto check = [&](const char* what, const std::vector<int32_t>& w, const kv_head_view& v, int64_t n_kv, int64_t nb) {
@@ -363,6 +363,27 @@ TEST_CASE("attention values: every instruction set's pass equals the scalar one 
         check("largest", std::vector<int32_t>(static_cast<size_t>(n_kv), 1 << 30), kv_head_view{vq.data(), ve.data(), nb * QBLOCK, nb}, n_kv, nb);
       }
     }
+  }
+  // Several heads at once (the AVX2 pass attention_exact_cpu_heads calls, each V block widened
+  // once for all heads) against one head at a time, skipped heads untouched.
+  if (cpu::isa_supported(cpu::isa::avx2)) {
+    const int64_t nb = 2, n_kv = 150, n_heads = 5;
+    std::vector<int16_t> vq(static_cast<size_t>(n_kv * nb * QBLOCK));
+    std::vector<int32_t> ve(static_cast<size_t>(n_kv * nb));
+    for (auto& x : vq) x = static_cast<int16_t>(r.range(-32768, 32767));
+    for (auto& e : ve) e = r.range(0, 7) == 0 ? EXP_ZERO : static_cast<int32_t>(r.range(-40, -10));
+    const kv_head_view v{vq.data(), ve.data(), nb * QBLOCK, nb};
+    std::vector<int32_t> w(static_cast<size_t>(n_heads * n_kv));
+    for (auto& x : w) x = static_cast<int32_t>(r.range(0, 3) == 0 ? 0 : r.range(0, 1 << 30));
+    std::vector<int32_t> gv(static_cast<size_t>(nb));
+    attention_value_grids_ref(v, n_kv, nb, gv.data());
+    const std::vector<char> skip{0, 1, 0, 0, 1};
+    std::vector<int64_t> want(static_cast<size_t>(n_heads * nb * QBLOCK), 3), got = want;
+    for (int64_t h = 0; h < n_heads; ++h)
+      if (!skip[static_cast<size_t>(h)]) cpu::attention_values_scalar(w.data() + h * n_kv, v, n_kv, gv.data(), nb, want.data() + h * nb * QBLOCK);
+    cpu::attention_values_heads_avx2(w.data(), n_kv, n_heads, skip.data(), v, n_kv, gv.data(), nb, got.data());
+    ++n_cases;
+    CHECK(got == want);
   }
   CHECK(n_bad == 0);
   MESSAGE(n_cases << " value passes against the scalar one");

@@ -11,9 +11,11 @@
 // 2^52 (attention_internal.h), so the double sum is the int64 sum, and fixed_to_f32_fast is one
 // conversion to float plus exponent arithmetic on four lanes. Positions past the last four, and
 // heads of more than MAX_SCORE_BLOCKS blocks, go through score_one. Weights: exp_f32 on 8 lanes, the same correctly
-// rounded mul/add/sub sequence (no FMA). Values: one half value block at a time over every
-// position, its 16 int64 sums held in four registers, each position adding W * v (vpmuldq)
-// rounded with one shift count. AVX2 has no 64-bit arithmetic shift, so a right shift by n
+// rounded mul/add/sub sequence (no FMA). Values: per chunk of 64 positions and block, the V
+// block widened to int64 lanes once for every query head of the group (attention_exact_cpu_heads
+// calls attention_values_heads_avx2); each head then adds its terms over the chunk with the
+// block's 32 int64 sums in eight registers, each position adding W * v (vpmuldq) rounded with
+// one shift count. AVX2 has no 64-bit arithmetic shift, so a right shift by n
 // rounds u = v + 2^62 (non-negative; floor(u / 2^n) has the parity of floor(v / 2^n) for
 // n <= 60) with logical shifts and subtracts 2^(62-n); n is clamped to 60, which gives 0 like any
 // larger shift because |W v| < 2^45.
@@ -180,51 +182,54 @@ inline __m256i weight_of_unit_v(__m256 w) {
   return _mm256_and_si256(_mm256_cvttps_epi32(r), _mm256_castps_si256(live));
 }
 
-// The rounding constants of one right shift by n (1 <= n <= 60) of u = v + 2^62.
-struct shift_consts {
-  __m128i cnt;
-  __m256i half_m1;
-  __m256i unoffset;
-};
+// ---- values ----
+constexpr int64_t VALUE_CHUNK = 64;  // positions whose V block is widened at once (16 KiB)
 
-// The 4 products w * a[0..3] rounded by round_shift(., sh); sc is unused when sh >= 0.
-inline __m256i value_terms(const int16_t* a, __m256i w, int sh, const shift_consts& sc) {
-  const __m128i a4 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(a));
-  const __m256i p = _mm256_mul_epi32(_mm256_cvtepi16_epi64(a4), w);
-  if (sh >= 0) return _mm256_sll_epi64(p, sc.cnt);
-  const __m256i u = _mm256_add_epi64(p, _mm256_set1_epi64x(int64_t{1} << 62));
-  const __m256i odd = _mm256_and_si256(_mm256_srl_epi64(u, sc.cnt), _mm256_set1_epi64x(1));
-  return _mm256_sub_epi64(_mm256_srl_epi64(_mm256_add_epi64(_mm256_add_epi64(u, sc.half_m1), odd), sc.cnt),
-                          sc.unoffset);
+// Block b of positions [0, n) of v widened to int64 lanes, vx[t * 32 + i] (blocks with exponent
+// EXP_ZERO are skipped: value_block never reads them).
+void widen_block(const kv_head_view& v, int64_t n, int64_t b, int64_t* vx) {
+  for (int64_t t = 0; t < n; ++t) {
+    if (v.exp[t * v.exp_stride + b] == EXP_ZERO) continue;
+    const int16_t* a = v.q + t * v.q_stride + b * BLOCK;
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; ++q)
+      _mm256_store_si256(reinterpret_cast<__m256i*>(vx + t * BLOCK + 4 * q),
+                         _mm256_cvtepi16_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a + 4 * q))));
+  }
 }
 
-// acc[0 .. 15] += round_shift(w[t] * v_t[e0 + i], ev_tb - gb) over the positions (e0 = b * 32
-// or b * 32 + 16), the four accumulators held in registers.
-void value_half_all(const int32_t* w, const kv_head_view& v, int64_t n_kv, int64_t b, int64_t e0,
-                    int32_t gb, int64_t* acc) {
-  __m256i* out = reinterpret_cast<__m256i*>(acc);
-  __m256i s0 = _mm256_loadu_si256(out), s1 = _mm256_loadu_si256(out + 1);
-  __m256i s2 = _mm256_loadu_si256(out + 2), s3 = _mm256_loadu_si256(out + 3);
-  const int16_t* a = v.q + e0;
-  const int32_t* ev = v.exp + b;
-  for (int64_t t = 0; t < n_kv; ++t, a += v.q_stride, ev += v.exp_stride) {
-    if (w[t] == 0 || *ev == EXP_ZERO) continue;
-    const int sh = *ev - gb;
-    const int n = sh >= 0 ? sh : (-sh > 60 ? 60 : -sh);
-    shift_consts sc;
-    sc.cnt = _mm_cvtsi32_si128(n);
-    sc.half_m1 = _mm256_set1_epi64x(sh >= 0 ? 0 : (int64_t{1} << (n - 1)) - 1);
-    sc.unoffset = _mm256_set1_epi64x(int64_t{1} << (62 - n));
+// acc[0 .. 31] += round_shift(w[t] * v_t[i], ev[t * es] - gb) over positions [0, n) of one
+// block (vx: widen_block), the eight accumulators held in registers. A left shift is vpmuldq and
+// a shift per four elements; a right shift rounds u = p + 2^62 with logical shifts.
+void value_block(const int32_t* w, const int32_t* ev, int64_t es, int64_t n, int32_t gb, const int64_t* vx, int64_t* acc) {
+  __m256i s[8];
+#pragma GCC unroll 8
+  for (int q = 0; q < 8; ++q) s[q] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + 4 * q));
+  for (int64_t t = 0; t < n; ++t) {
+    if (w[t] == 0 || ev[t * es] == EXP_ZERO) continue;
+    const int sh = ev[t * es] - gb;
     const __m256i wv = _mm256_set1_epi64x(w[t]);
-    s0 = _mm256_add_epi64(s0, value_terms(a, wv, sh, sc));
-    s1 = _mm256_add_epi64(s1, value_terms(a + 4, wv, sh, sc));
-    s2 = _mm256_add_epi64(s2, value_terms(a + 8, wv, sh, sc));
-    s3 = _mm256_add_epi64(s3, value_terms(a + 12, wv, sh, sc));
+    const __m256i* x = reinterpret_cast<const __m256i*>(vx + t * BLOCK);
+    if (sh >= 0) {
+      const __m128i cnt = _mm_cvtsi32_si128(sh);
+#pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q) s[q] = _mm256_add_epi64(s[q], _mm256_sll_epi64(_mm256_mul_epi32(_mm256_load_si256(x + q), wv), cnt));
+    } else {
+      const int nsh = -sh > 60 ? 60 : -sh;
+      const __m128i cnt = _mm_cvtsi32_si128(nsh);
+      const __m256i half_m1 = _mm256_set1_epi64x((int64_t{1} << (nsh - 1)) - 1);
+      const __m256i unoffset = _mm256_set1_epi64x(int64_t{1} << (62 - nsh));
+      const __m256i off = _mm256_set1_epi64x(int64_t{1} << 62), one = _mm256_set1_epi64x(1);
+#pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q) {
+        const __m256i u = _mm256_add_epi64(_mm256_mul_epi32(_mm256_load_si256(x + q), wv), off);
+        const __m256i odd = _mm256_and_si256(_mm256_srl_epi64(u, cnt), one);
+        s[q] = _mm256_add_epi64(s[q], _mm256_sub_epi64(_mm256_srl_epi64(_mm256_add_epi64(_mm256_add_epi64(u, half_m1), odd), cnt), unoffset));
+      }
+    }
   }
-  _mm256_storeu_si256(out, s0);
-  _mm256_storeu_si256(out + 1, s1);
-  _mm256_storeu_si256(out + 2, s2);
-  _mm256_storeu_si256(out + 3, s3);
+#pragma GCC unroll 8
+  for (int q = 0; q < 8; ++q) _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + 4 * q), s[q]);
 }
 
 }  // namespace
@@ -260,14 +265,25 @@ int64_t attention_weights_avx2(const float* s, int64_t n_kv, float m, int32_t* w
   return _mm_cvtsi128_si64(h) + attention_weights_scalar(s + t, n_kv - t, m, w + t);
 }
 
-void attention_values_avx2(const int32_t* w, const kv_head_view& v, int64_t n_kv,
-                           const int32_t* gv, int64_t n_blocks, int64_t* acc) {
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    value_half_all(w, v, n_kv, b, b * BLOCK, gv[b], acc + b * BLOCK);
-    value_half_all(w, v, n_kv, b, b * BLOCK + 16, gv[b], acc + b * BLOCK + 16);
+void attention_values_heads_avx2(const int32_t* w, int64_t w_stride, int64_t n_heads, const char* skip,
+                                 const kv_head_view& v, int64_t n_kv, const int32_t* gv, int64_t n_blocks, int64_t* acc) {
+  alignas(32) int64_t vx[VALUE_CHUNK * BLOCK];
+  for (int64_t t0 = 0; t0 < n_kv; t0 += VALUE_CHUNK) {
+    const int64_t n = n_kv - t0 < VALUE_CHUNK ? n_kv - t0 : VALUE_CHUNK;
+    const kv_head_view vc{v.q + t0 * v.q_stride, v.exp + t0 * v.exp_stride, v.q_stride, v.exp_stride};
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      if (gv[b] == EXP_ZERO) continue;  // every position's block b is zero
+      widen_block(vc, n, b, vx);
+      for (int64_t h = 0; h < n_heads; ++h)
+        if (!skip || !skip[h]) value_block(w + h * w_stride + t0, vc.exp + b, v.exp_stride, n, gv[b], vx, acc + (h * n_blocks + b) * BLOCK);
+    }
   }
 }
 
+void attention_values_avx2(const int32_t* w, const kv_head_view& v, int64_t n_kv,
+                           const int32_t* gv, int64_t n_blocks, int64_t* acc) {
+  attention_values_heads_avx2(w, 0, 1, nullptr, v, n_kv, gv, n_blocks, acc);
+}
 }  // namespace detaudit::kernels::cpu
 
 #else
@@ -285,6 +301,11 @@ int64_t attention_weights_avx2(const float* s, int64_t n_kv, float m, int32_t* w
 void attention_values_avx2(const int32_t* w, const kv_head_view& v, int64_t n_kv,
                            const int32_t* gv, int64_t n_blocks, int64_t* acc) {
   attention_values_scalar(w, v, n_kv, gv, n_blocks, acc);
+}
+void attention_values_heads_avx2(const int32_t* w, int64_t w_stride, int64_t n_heads, const char* skip,
+                                 const kv_head_view& v, int64_t n_kv, const int32_t* gv, int64_t n_blocks, int64_t* acc) {
+  for (int64_t h = 0; h < n_heads; ++h)
+    if (!skip || !skip[h]) attention_values_scalar(w + h * w_stride, v, n_kv, gv, n_blocks, acc + h * n_blocks * numerics::QBLOCK);
 }
 }  // namespace detaudit::kernels::cpu
 

@@ -284,11 +284,15 @@ void attention_exact_cpu_heads(isa i, const float* q, int64_t n_heads, int64_t h
   std::vector<int32_t> gv(static_cast<size_t>(nb));
   value_grids(v, n_kv, nb, gv.data());
   std::vector<int64_t> acc(static_cast<size_t>(n_heads * nb * QBLOCK), 0);
-  for (int64_t t0 = 0; t0 < n_kv; t0 += HEADS_CHUNK) {
-    const int64_t n = std::min(HEADS_CHUNK, n_kv - t0);
-    for (int64_t h = 0; h < n_heads; ++h) {
-      if (by_ref[static_cast<size_t>(h)]) continue;
-      values_dispatch(i, w.data() + h * n_kv + t0, view_from(v, t0), n, gv.data(), nb, acc.data() + h * nb * QBLOCK);
+  if (i == isa::avx2) {  // chunks of its own; each V block widened once for the heads
+    attention_values_heads_avx2(w.data(), n_kv, n_heads, by_ref.data(), v, n_kv, gv.data(), nb, acc.data());
+  } else {
+    for (int64_t t0 = 0; t0 < n_kv; t0 += HEADS_CHUNK) {
+      const int64_t n = std::min(HEADS_CHUNK, n_kv - t0);
+      for (int64_t h = 0; h < n_heads; ++h) {
+        if (by_ref[static_cast<size_t>(h)]) continue;
+        values_dispatch(i, w.data() + h * n_kv + t0, view_from(v, t0), n, gv.data(), nb, acc.data() + h * nb * QBLOCK);
+      }
     }
   }
   for (int64_t h = 0; h < n_heads; ++h) {

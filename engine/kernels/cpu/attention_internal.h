@@ -56,6 +56,11 @@ void attention_values_scalar(const int32_t* w, const kv_head_view& v, int64_t n_
                              const int32_t* gv, int64_t n_blocks, int64_t* acc);
 void attention_values_avx2(const int32_t* w, const kv_head_view& v, int64_t n_kv,
                            const int32_t* gv, int64_t n_blocks, int64_t* acc);
+// attention_values_avx2 for n_heads heads sharing v: head h's weights at w + h * w_stride, its
+// acc at acc + h * n_blocks * 32; heads with skip[h] != 0 are left alone (skip may be null). Each
+// V block is widened once for all heads.
+void attention_values_heads_avx2(const int32_t* w, int64_t w_stride, int64_t n_heads, const char* skip,
+                                 const kv_head_view& v, int64_t n_kv, const int32_t* gv, int64_t n_blocks, int64_t* acc);
 void attention_values_avx512(const int32_t* w, const kv_head_view& v, int64_t n_kv,
                              const int32_t* gv, int64_t n_blocks, int64_t* acc);
 
