@@ -11,6 +11,7 @@
 // the int16 edges with exponents that force every shift.
 #include <doctest/doctest.h>
 
+#include "guard_pages.h"
 #include "op_cases.h"
 #include "test_util.h"
 
@@ -176,12 +177,13 @@ TEST_CASE("attention scores: every instruction set's pass equals the scalar one 
   // values at the int16 edges (-32768 included), exponents spread so that some block terms shift
   // right past every bit (rounding, ties, the 63 clamp) and some left, zero blocks among live ones
   // (some holding stray nonzero values under their EXP_ZERO),
-  // positions whose every block is zero, head sizes below, at and past the eight-position pass's
-  // limit (16 blocks), and position counts that leave 1..7 positions after the last group of 8.
+  // positions whose every block is zero, head sizes below, at and past the AVX2 four-position
+  // pass's limit (16 blocks), and position counts that leave 1..7 positions after the last group
+  // of 8 (AVX-512) and 1..3 after the last group of 4 (AVX2).
   test::test_rng r{0xa77e5c0e};
   int64_t n_cases = 0, n_bad = 0;
   for (int64_t nb : {1, 2, 3, 4, 8, 16, 17}) {
-    for (int64_t n_kv : {1, 7, 8, 9, 15, 16, 23, 37}) {
+    for (int64_t n_kv : {1, 6, 7, 8, 9, 10, 15, 16, 23, 37}) {
       for (int pattern = 0; pattern < 4; ++pattern) {
         const int64_t q_stride = nb * QBLOCK + 32 * (pattern % 2), e_stride = nb + 3 * (pattern % 2);
         std::vector<int16_t> kq(static_cast<size_t>(n_kv * q_stride));
@@ -387,4 +389,50 @@ TEST_CASE("attention values: every instruction set's pass equals the scalar one 
   }
   CHECK(n_bad == 0);
   MESSAGE(n_cases << " value passes against the scalar one");
+}
+
+TEST_CASE("attention score and value passes read nothing outside their arrays") {
+  // Every array of the passes (query, K/V values and exponents, weights, grids, accumulators) in
+  // a mapping of its own, right before a PROT_NONE page and, separately, right after one: a read
+  // one element outside faults. Position counts around the AVX2 groups of four and chunks of 64.
+  test::test_rng r{0x6a4d};
+  for (bool tail : {true, false}) {
+    for (int64_t nb : {1, 2, 17}) {
+      for (int64_t n_kv : {1, 4, 5, 64, 65}) {
+        const size_t nq = static_cast<size_t>(n_kv * nb * QBLOCK), ne = static_cast<size_t>(n_kv * nb);
+        std::vector<int16_t> kq(nq), vq(nq), qq(static_cast<size_t>(nb * QBLOCK));
+        std::vector<int32_t> ke(ne), ve(ne), qe(static_cast<size_t>(nb)), w(static_cast<size_t>(n_kv));
+        for (auto& x : kq) x = static_cast<int16_t>(r.range(-32767, 32767));
+        for (auto& x : vq) x = static_cast<int16_t>(r.range(-32767, 32767));
+        for (auto& x : qq) x = static_cast<int16_t>(r.range(-32767, 32767));
+        for (auto& e : ke) e = r.range(0, 6) == 0 ? EXP_ZERO : static_cast<int32_t>(r.range(-30, -10));
+        for (auto& e : ve) e = r.range(0, 6) == 0 ? EXP_ZERO : static_cast<int32_t>(r.range(-30, -10));
+        int32_t qmax = EXP_ZERO;
+        for (auto& e : qe) qmax = std::max(qmax, e = static_cast<int32_t>(r.range(-12, -2)));
+        for (auto& x : w) x = static_cast<int32_t>(r.range(0, 1 << 30));
+        const test::guarded<int16_t> gkq(kq.data(), nq, tail), gvq(vq.data(), nq, tail), gqq(qq.data(), qq.size(), tail);
+        const test::guarded<int32_t> gke(ke.data(), ne, tail), gve(ve.data(), ne, tail), gqe(qe.data(), qe.size(), tail);
+        const test::guarded<int32_t> gw(w.data(), w.size(), tail);
+        const attn_query q{gqq.p, gqe.p, qmax, nb};
+        const kv_head_view k{gkq.p, gke.p, nb * QBLOCK, nb}, v{gvq.p, gve.p, nb * QBLOCK, nb};
+        std::vector<float> want(static_cast<size_t>(n_kv));
+        cpu::attention_scores_scalar(q, k, n_kv, 0.125f, want.data());
+        std::vector<int32_t> gv(static_cast<size_t>(nb));
+        attention_value_grids_ref(v, n_kv, nb, gv.data());
+        const test::guarded<int32_t> ggv(gv.data(), gv.size(), tail);
+        std::vector<int64_t> acc_want(static_cast<size_t>(nb * QBLOCK), 0);
+        cpu::attention_values_scalar(gw.p, v, n_kv, ggv.p, nb, acc_want.data());
+        for (cpu::isa i : cpu::isa_all_supported()) {
+          if (i == cpu::isa::scalar) continue;
+          test::guarded<float> got(static_cast<size_t>(n_kv), tail);
+          if (i == cpu::isa::avx2) cpu::attention_scores_avx2(q, k, n_kv, 0.125f, got.p);
+          else cpu::attention_scores_avx512(q, k, n_kv, 0.125f, got.p);
+          CHECK_MESSAGE(std::memcmp(got.p, want.data(), want.size() * sizeof(float)) == 0, cpu::isa_name(i) << " scores nb " << nb << " n_kv " << n_kv);
+          test::guarded<int64_t> acc(static_cast<size_t>(nb * QBLOCK), tail);
+          values_of(i, gw.p, v, n_kv, ggv.p, nb, acc.p);
+          CHECK_MESSAGE(std::memcmp(acc.p, acc_want.data(), acc_want.size() * sizeof(int64_t)) == 0, cpu::isa_name(i) << " values nb " << nb << " n_kv " << n_kv);
+        }
+      }
+    }
+  }
 }

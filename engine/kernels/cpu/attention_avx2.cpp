@@ -34,7 +34,7 @@
 #include "numerics/exact.h"
 
 #if defined(__x86_64__)
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2")
 
 namespace detaudit::kernels::cpu {
 
@@ -115,8 +115,8 @@ inline void scores4(const attn_query& q, const kv_head_view& k, int64_t t, int c
       lo[j] = _mm256_add_epi32(_mm256_madd_epi16(k0, qlo[2 * b]), _mm256_madd_epi16(k1, qlo[2 * b + 1]));
       hi[j] = _mm256_add_epi32(_mm256_madd_epi16(k0, qhi[2 * b]), _mm256_madd_epi16(k1, qhi[2 * b + 1]));
     }
-    const __m256d tb = _mm256_fmadd_pd(_mm256_cvtepi32_pd(sum8x4(hi[0], hi[1], hi[2], hi[3])), _mm256_set1_pd(256.0),
-                                       _mm256_cvtepi32_pd(sum8x4(lo[0], lo[1], lo[2], lo[3])));
+    const __m256d tb = _mm256_add_pd(_mm256_mul_pd(_mm256_cvtepi32_pd(sum8x4(hi[0], hi[1], hi[2], hi[3])), _mm256_set1_pd(256.0)),
+                                     _mm256_cvtepi32_pd(sum8x4(lo[0], lo[1], lo[2], lo[3])));
     // A zero K block adds nothing (as in score_one); shifts below -200 round to 0 like any other
     // past 2^-35 and keep 2^sh a normal double.
     const __m128i live = _mm_cmpgt_epi32(e[b], _mm_set1_epi32(EXP_ZERO));

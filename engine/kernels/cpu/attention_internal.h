@@ -32,7 +32,7 @@ using numerics::inl::round_shift_fast;
 
 // The quantized query as plain pointers (what the SIMD files may touch: no std:: code there).
 struct attn_query {
-  const int16_t* q = nullptr;    // (n_blocks * 32)
+  const int16_t* q = nullptr;    // (n_blocks * 32), values in [-QMAX, QMAX] as quantize_act writes them
   const int32_t* exp = nullptr;  // (n_blocks)
   int32_t max_exp = 0;           // not EXP_ZERO (the caller handles an all-zero query)
   int64_t n_blocks = 0;
