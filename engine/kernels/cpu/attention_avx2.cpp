@@ -10,13 +10,13 @@
 // spacing is 2 past 2^53), which both steps keep exactly. The position's sum of terms is below
 // 2^52 (attention_internal.h), so the double sum is the int64 sum, and fixed_to_f32_fast is one
 // conversion to float plus exponent arithmetic on four lanes. Positions past the last four, and
-// heads of more than MAX_SCORE_BLOCKS blocks, go through score_one. Weights: exp_f32 on 8 lanes, the same correctly
-// rounded mul/add/sub sequence (no FMA). Values: per chunk of 64 positions and block, the V
-// block widened to int64 lanes once for every query head of the group (attention_exact_cpu_heads
-// calls attention_values_heads_avx2); each head then adds its terms over the chunk with the
-// block's 32 int64 sums in eight registers, each position adding W * v (vpmuldq) rounded with
-// one shift count. AVX2 has no 64-bit arithmetic shift, so a right shift by n
-// rounds u = v + 2^62 (non-negative; floor(u / 2^n) has the parity of floor(v / 2^n) for
+// heads of more than MAX_SCORE_BLOCKS blocks, go through score_one. Weights: exp_f32 on 8 lanes,
+// the same correctly rounded mul/add/sub sequence (no FMA). Values: per chunk of 64 positions and
+// block, the V block widened to int64 lanes once for every query head of the group
+// (attention_exact_cpu_heads calls attention_values_heads_avx2); each head then adds its terms
+// over the chunk with the block's 32 int64 sums in eight registers, each position adding W * v
+// (vpmuldq) rounded with one shift count. AVX2 has no 64-bit arithmetic shift, so a right shift
+// by n rounds u = v + 2^62 (non-negative; floor(u / 2^n) has the parity of floor(v / 2^n) for
 // n <= 60) with logical shifts and subtracts 2^(62-n); n is clamped to 60, which gives 0 like any
 // larger shift because |W v| < 2^45.
 //
@@ -284,6 +284,7 @@ void attention_values_avx2(const int32_t* w, const kv_head_view& v, int64_t n_kv
                            const int32_t* gv, int64_t n_blocks, int64_t* acc) {
   attention_values_heads_avx2(w, 0, 1, nullptr, v, n_kv, gv, n_blocks, acc);
 }
+
 }  // namespace detaudit::kernels::cpu
 
 #else
