@@ -27,17 +27,21 @@ namespace {
 
 using json = nlohmann::json;
 
+// --n-predict when not given: 64, or lm-eval's max_gen_toks (256) with --dataset gsm8k.
+constexpr int64_t N_PREDICT_DEFAULT = INT64_MIN;
+constexpr int64_t N_PREDICT_PROMPTS = 64;
+
 struct run_cmd_options {
   std::vector<std::string> targets;
   std::string prompts;
   std::string dataset;
   std::vector<std::string> probes;
   int concurrency = 8;
-  int64_t n_predict = 64;
+  int64_t n_predict = N_PREDICT_DEFAULT;
   uint64_t seed = 42;
   int seed_k = 5;
   int repeat = 2;
-  int num_fewshot = 0;
+  int num_fewshot = probes::FEWSHOT_DEFAULT;
   std::string fewshot;
   std::string grader;
   double seed_temperature = 0.7;
@@ -104,7 +108,9 @@ std::string format_for_file(const std::string& path, const std::string& dflt) {
 
 probes::gen_request base_request(const run_cmd_options& o) {
   probes::gen_request b;
-  b.n_predict = o.n_predict;
+  b.n_predict = o.n_predict != N_PREDICT_DEFAULT ? o.n_predict
+                : o.dataset.empty()                ? N_PREDICT_PROMPTS
+                                                   : probes::GSM8K_MAX_GEN_TOKS;
   b.temperature = o.temperature;
   b.n_probs = o.n_probs;
   if (o.top_p >= 0) b.top_p = o.top_p;
@@ -167,7 +173,7 @@ size_t keys_failed(const std::vector<reports::record>& recs) {
 }
 
 // The report, then the exit status: 3 when requests failed (the run is incomplete; --resume sends
-// them again), else 1 or 0 by --fail-on.
+// them again), else 1, 5 or 0 by --fail-on (reports::verdict_exit_code).
 void report_and_exit(const run_cmd_options& o, const std::string& out_dir) {
   const std::vector<reports::record> recs = reports::records_read(out_dir);
   reports::report rep = reports::compare_run(recs, reports::run_manifest_read(out_dir));
@@ -188,7 +194,7 @@ void report_and_exit(const run_cmd_options& o, const std::string& out_dir) {
 // --export lm-eval: the run's records as lm-evaluation-harness sample files in DIR/lm-eval/.
 void export_lmeval(const std::vector<probes::item>& items, const std::string& out_dir) {
   std::vector<reports::lmeval_doc> docs;
-  for (const probes::item& it : items) docs.push_back({it.id, it.prompt});
+  for (const probes::item& it : items) docs.push_back({it.id, it.prompt, it.doc});
   const std::string dir = out_dir + "/lm-eval";
   const std::vector<std::string> files = reports::lmeval_export(reports::records_read(out_dir), docs, dir);
   std::cerr << "lm-eval samples: " << files.size() << " file(s) in " << dir << "\n";
@@ -235,10 +241,24 @@ std::string kept_text(const probes::run_result& res, const std::string& dir) {
          " new); run the same command with --resume --out " + dir + " to continue";
 }
 
+// --dataset gsm8k: lm-eval's request protocol: its stop strings and each target's EOS text among
+// them (unless --stop), seed 1234 (unless --request sets one), and what chose the exemplars.
+void dataset_protocol(const run_cmd_options& o, const probes::dataset_options& d, probes::run_options& ro) {
+  if (o.stop.empty()) {
+    ro.base.stop = probes::gsm8k_stop_strings();
+    ro.stop_eos = true;
+  }
+  if (!ro.base.extra.contains("seed")) ro.base.seed = probes::GSM8K_SEED;
+  ro.fewshot = probes::dataset_fewshot_identity(d);
+  if (ro.fewshot.empty())
+    std::cerr << "dataset: 0-shot; lm-eval's gsm8k task is 5-shot: give --fewshot train.jsonl (GSM8K's train split) "
+                 "to send the prompts lm-eval sends\n";
+}
+
 void run_run(run_cmd_options& o) {
   if (!o.prompts.empty() && !o.dataset.empty()) throw input_error("give one of --prompts FILE and --dataset gsm8k:FILE[:N], not both");
   if (o.chat && o.raw) throw input_error("--chat and --raw exclude each other");
-  if (o.dataset.empty() && (o.num_fewshot != 0 || !o.fewshot.empty() || !o.grader.empty()))
+  if (o.dataset.empty() && (o.num_fewshot != probes::FEWSHOT_DEFAULT || !o.fewshot.empty() || !o.grader.empty()))
     throw input_error("--num-fewshot, --fewshot and --grader apply to --dataset gsm8k:FILE");
   o.gates.parse();  // a bad spec is reported before any request
   oracle_check(o.oracle);
@@ -268,7 +288,7 @@ void run_run(run_cmd_options& o) {
   ro.system = o.system;
   ro.stream = o.stream;
   ro.base = base_request(o);
-  if (!o.dataset.empty() && o.stop.empty()) ro.base.stop = probes::gsm8k_stop_strings();
+  if (!o.dataset.empty()) dataset_protocol(o, dopt, ro);
   ro.resume = o.resume;
   ro.out_dir = o.out.empty() && !lint_only ? default_out_dir() : o.out;
   ro.progress_tty = isatty(2) == 1;
@@ -333,7 +353,9 @@ void run_run(run_cmd_options& o) {
 // What every request carries and what the probes vary.
 void options_request(CLI::App* sub, run_cmd_options& o) {
   sub->add_option("--concurrency", o.concurrency, "N for the concurrency probe: the item and N-1 fillers at once")->capture_default_str();
-  sub->add_option("-n,--n-predict", o.n_predict, "Most tokens generated per request")->capture_default_str();
+  sub->add_option("-n,--n-predict", o.n_predict,
+                  "Most tokens generated per request (default: 64; 256, lm-eval's max_gen_toks, with --dataset gsm8k)")
+      ->type_name("N");
   sub->add_option("--temperature", o.temperature, "Temperature of every request but the seed probe's")->capture_default_str();
   sub->add_option("--top-p", o.top_p, "top_p sent with every request (default: not sent)")->type_name("P");
   sub->add_option("--top-k", o.top_k, "top_k sent with every request (default: not sent)")->type_name("K");
@@ -389,10 +411,12 @@ void setup_run(CLI::App& app) {
                   "unless --chat (docs/lm-eval.md). Without --prompts or --dataset: a built-in set of 32 short prompts")
       ->type_name("SPEC");
   sub->add_option("--num-fewshot", opt->num_fewshot,
-                  "--dataset gsm8k: exemplars before each question, from --fewshot (lm-eval's gsm8k uses 5)")
-      ->capture_default_str()->type_name("K");
+                  "--dataset gsm8k: exemplars before each question, drawn from --fewshot (default: 5, lm-eval's gsm8k, "
+                  "with --fewshot; 0 without)")
+      ->type_name("K");
   sub->add_option("--fewshot", opt->fewshot,
-                  "--dataset gsm8k: jsonl of question/answer exemplars (e.g. GSM8K's train.jsonl); the first K in file order")
+                  "--dataset gsm8k: jsonl of question/answer exemplars (GSM8K's train.jsonl); each question's K are drawn as "
+                  "lm-eval draws them (one Random(1234), question by question)")
       ->type_name("FILE");
   sub->add_option("--grader", opt->grader,
                   "--dataset gsm8k: which of lm-eval's filters decides right and wrong (flips, scores): flexible "
@@ -427,13 +451,14 @@ void setup_run(CLI::App& app) {
                 "HTTP targets: ask for streamed answers (server-sent events) and assemble them; records are the same "
                 "shape, and a stream that ends early is that item's error (not for ollama)");
   sub->footer(
-      "Exit codes: 0 within --fail-on, 1 beyond it or nothing judged (each reason on stderr), 2 bad input (also: a\n"
-      "target refuses the first request outright, --resume into a folder whose run had other settings, a folder\n"
-      "another run is writing), 3 the run is incomplete: a target became unreachable, or requests still failed after\n"
-      "their retries (the records so far are kept; the same command with --resume sends only what is missing or\n"
-      "failed), 130 interrupted (Ctrl-C or SIGTERM: requests in flight are dropped, every record is kept;\n"
-      "--resume continues; a second Ctrl-C stops at once). The last line on stderr is the verdict: 'PASS: ...;\n"
-      "exit 0', 'FAIL: ...; exit 1' or 'INCOMPLETE: ...; exit 3'.\n"
+      "Exit codes: 0 within --fail-on, 1 beyond it (each reason on stderr), 2 bad input (also: a target refuses the\n"
+      "first request outright, --resume into a folder whose run had other settings or grading, a folder another run\n"
+      "is writing), 3 the run is incomplete: a target became unreachable, or requests still failed after their\n"
+      "retries (the records so far are kept; the same command with --resume sends only what is missing or failed),\n"
+      "5 unjudged: nothing was judged, or a probe asked for judged no item (every row not exercised or failed),\n"
+      "130 interrupted (Ctrl-C or SIGTERM: requests in flight are dropped, every record is kept; --resume\n"
+      "continues; a second Ctrl-C stops at once). The last line on stderr is the verdict: 'PASS: ...; exit 0',\n"
+      "'FAIL: ...; exit 1', 'UNJUDGED: ...; exit 5' or 'INCOMPLETE: ...; exit 3'.\n"
       "Examples:\n"
       "  # alone vs 8 concurrent on the first 100 GSM8K questions\n"
       "  detaudit run --target http://127.0.0.1:8080 --dataset gsm8k:test.jsonl:100 --probe concurrency --concurrency 8\n"

@@ -2,16 +2,20 @@
 //
 // Goals: the prompt reaches the target byte for byte as it is in the file (a BOM, a CR before the
 // newline, zero-width characters are kept so lint can report them and the audit sends what the
-// user wrote); every error names the file and line. Non-goals: prompt templates, few-shot prompts.
+// user wrote); every error names the file and line; GSM8K's few-shot exemplars drawn as lm-eval draws them.
+// Non-goals: prompt templates beyond lm-eval's gsm8k.
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 
+#include "probes/fewshot.h"
 #include "probes/runner.h"
 #include "reports/grade.h"
 #include "reports/regex.h"
 #include "util/error.h"
+#include "util/sha256.h"
 
 namespace detaudit::probes {
 namespace {
@@ -100,6 +104,7 @@ std::vector<item> items_from_jsonl(const std::string& path, const std::string& d
     it.reference = field_text(j, "answer", where, false);
     it.grader = field_text(j, "grader", where, false);
     if (!it.grader.empty()) grader_check(it.grader, where);
+    it.doc = line;
     out.push_back(std::move(it));
     wheres.push_back(where);
   }
@@ -120,7 +125,7 @@ std::vector<item> items_load_prompts(const std::string& path) {
     out = items_from_jsonl(path, data);
   } else {
     for (const auto& [line_no, line] : file_lines(data))
-      if (!blank(line)) out.push_back({std::to_string(line_no), line, "", ""});
+      if (!blank(line)) out.push_back({std::to_string(line_no), line, "", "", ""});
   }
   if (out.empty()) throw input_error(path + ": no prompts (every line is blank)");
   return out;
@@ -136,35 +141,67 @@ namespace {
 // lm-eval's gsm8k doc_to_text; the target follows after a space (its target_delimiter).
 std::string gsm8k_question(const std::string& q) { return "Question: " + q + "\nAnswer:"; }
 
-// The first `k` exemplars of a few-shot file, rendered and joined as lm-eval's fewshot_delimiter
-// joins them, with the delimiter that separates them from the question.
-std::string gsm8k_fewshot_context(const dataset_options& d) {
-  if (d.num_fewshot < 0) throw input_error("--num-fewshot must be >= 0, found " + std::to_string(d.num_fewshot));
-  if (d.num_fewshot == 0) {
-    if (!d.fewshot_file.empty()) throw input_error("--fewshot FILE needs --num-fewshot K (K > 0): how many exemplars to take");
-    return "";
-  }
-  if (d.fewshot_file.empty())
-    throw input_error("--num-fewshot " + std::to_string(d.num_fewshot) +
-                      " needs --fewshot FILE (jsonl with question/answer, e.g. GSM8K's train.jsonl; the first K lines are used)");
-  const std::string data = file_read(d.fewshot_file);
-  std::string out;
-  int taken = 0;
-  for (const auto& [line_no, line] : file_lines(data)) {
-    if (taken == d.num_fewshot) break;
+// The exemplars of a few-shot file, each rendered as lm-eval renders an exemplar: the question as
+// doc_to_text, a space (target_delimiter), the answer (doc_to_target), and the fewshot_delimiter.
+std::vector<std::string> gsm8k_fewshot_pool(const std::string& path) {
+  std::vector<std::string> pool;
+  for (const auto& [line_no, line] : file_lines(file_read(path))) {
     if (blank(line)) continue;
-    const std::string where = d.fewshot_file + ":" + std::to_string(line_no);
+    const std::string where = path + ":" + std::to_string(line_no);
     const json j = line_parse(line, where);
-    out += gsm8k_question(field_text(j, "question", where, true)) + " " + field_text(j, "answer", where, true) + "\n\n";
-    ++taken;
+    pool.push_back(gsm8k_question(field_text(j, "question", where, true)) + " " + field_text(j, "answer", where, true) +
+                   "\n\n");
   }
-  if (taken < d.num_fewshot)
-    throw input_error(d.fewshot_file + ": --num-fewshot " + std::to_string(d.num_fewshot) + " asks for more exemplars than the file holds (" +
-                      std::to_string(taken) + ")");
+  return pool;
+}
+
+// How many exemplars: --num-fewshot, else lm-eval's 5 when --fewshot names the pool, else 0.
+int fewshot_count(const dataset_options& d) {
+  if (d.num_fewshot < 0 && d.num_fewshot != FEWSHOT_DEFAULT)
+    throw input_error("--num-fewshot must be >= 0, found " + std::to_string(d.num_fewshot));
+  const int k = d.num_fewshot == FEWSHOT_DEFAULT ? (d.fewshot_file.empty() ? 0 : GSM8K_FEWSHOT) : d.num_fewshot;
+  if (k == 0 && !d.fewshot_file.empty())
+    throw input_error("--fewshot FILE with --num-fewshot 0: give K > 0 exemplars, or leave --fewshot out");
+  if (k > 0 && d.fewshot_file.empty())
+    throw input_error("--num-fewshot " + std::to_string(k) +
+                      " needs --fewshot FILE (jsonl with question/answer, e.g. GSM8K's train.jsonl, the pool the "
+                      "exemplars are drawn from)");
+  return k;
+}
+
+// Each document's few-shot context, in document order: lm-eval's draw (fewshot.h) from the pool.
+// The pool is the documents themselves when --fewshot is the dataset's own file.
+std::vector<std::string> gsm8k_contexts(const dataset_options& d, const std::string& dataset_path, size_t n_docs) {
+  const int k = fewshot_count(d);
+  if (k == 0) return std::vector<std::string>(n_docs);
+  const std::vector<std::string> pool = gsm8k_fewshot_pool(d.fewshot_file);
+  std::error_code ec;
+  const bool same = std::filesystem::equivalent(d.fewshot_file, dataset_path, ec);
+  std::vector<std::vector<size_t>> draws;
+  try {
+    draws = fewshot_draws(pool.size(), static_cast<size_t>(k), n_docs, same);
+  } catch (const std::invalid_argument& e) {
+    throw input_error(d.fewshot_file + ": --num-fewshot " + std::to_string(k) + ": " + e.what());
+  }
+  std::vector<std::string> out;
+  for (const std::vector<size_t>& picked : draws) {
+    std::string ctx;
+    for (size_t i : picked) ctx += pool[i];
+    out.push_back(std::move(ctx));
+  }
   return out;
 }
 
 }  // namespace
+
+json dataset_fewshot_identity(const dataset_options& d) {
+  const int k = fewshot_count(d);
+  if (k == 0) return json::object();
+  sha256 h;
+  const std::string data = file_read(d.fewshot_file);
+  h.update(data.data(), data.size());
+  return {{"count", k}, {"file_sha256", h.hex_digest()}, {"sampler", "lm-eval: one Random(1234), sample() per document"}};
+}
 
 std::vector<item> items_load_dataset(const std::string& spec, const dataset_options& d) {
   const std::string prefix = "gsm8k:";
@@ -183,7 +220,6 @@ std::vector<item> items_load_dataset(const std::string& spec, const dataset_opti
     }
   }
   if (path.empty()) throw input_error("--dataset '" + spec + "': expected gsm8k:FILE[:N]");
-  const std::string context = gsm8k_fewshot_context(d);
   const std::string data = file_read(path);
   std::vector<item> out;
   for (const auto& [line_no, line] : file_lines(data)) {
@@ -193,12 +229,15 @@ std::vector<item> items_load_dataset(const std::string& spec, const dataset_opti
     const json j = line_parse(line, where);
     item it;
     it.id = "gsm8k-" + std::to_string(line_no - 1);
-    it.prompt = context + gsm8k_question(field_text(j, "question", where, true));
+    it.prompt = gsm8k_question(field_text(j, "question", where, true));
     it.reference = field_text(j, "answer", where, true);
     it.grader = d.strict ? "gsm8k" : "gsm8k-flex";
+    it.doc = line;
     out.push_back(std::move(it));
   }
   if (out.empty()) throw input_error(path + ": no GSM8K items (every line is blank)");
+  const std::vector<std::string> contexts = gsm8k_contexts(d, path, out.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i].prompt = contexts[i] + out[i].prompt;
   return out;
 }
 

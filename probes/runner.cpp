@@ -141,6 +141,14 @@ std::vector<run_target> targets_prepare(const std::vector<target*>& targets, con
       rt.spec_variant = rt.t->variant("spec", drafting ? "none" : "ngram");
       rt.spec_condition = drafting ? "spec-off" : "spec-ngram";
     }
+    if (opt.stop_eos) {
+      const std::string& eos = rt.caps.eos_token;
+      if (eos.empty())
+        log_line(opt, "target " + rt.label + " does not say its end-of-sequence text: its requests go without it among "
+                      "the stop strings (lm-eval also leaves it out, with a warning, when it cannot tell)");
+      else if (std::find(opt.base.stop.begin(), opt.base.stop.end(), eos) == opt.base.stop.end())
+        rt.eos_stop = eos;
+    }
     out.push_back(std::move(rt));
   }
   return out;
@@ -357,6 +365,26 @@ void items_loop(run_state& st, std::vector<run_target>& rts, const std::vector<i
 
 }  // namespace
 
+namespace {
+
+// What grades the run's answers: the graders, the answer key, and how the few-shot exemplars were
+// chosen. Absent when no item is graded (as in runs made before it was recorded).
+json grading_identity(const std::vector<item>& items, const run_options& opt) {
+  std::set<std::string> graders;
+  std::string key;
+  for (const item& it : items) {
+    if (it.grader.empty()) continue;
+    graders.insert(it.grader);
+    key += it.id + '\0' + it.grader + '\0' + it.reference + '\n';
+  }
+  if (graders.empty()) return json::object();
+  json g = {{"graders", std::vector<std::string>(graders.begin(), graders.end())}, {"answers_sha256", sha256_hex(key)}};
+  if (opt.fewshot.is_object() && !opt.fewshot.empty()) g["fewshot"] = opt.fewshot;
+  return g;
+}
+
+}  // namespace
+
 json run_identity(const std::vector<target*>& targets, const std::vector<capabilities>& caps,
                   const std::vector<item>& items, const run_options& opt) {
   json ts = json::array();
@@ -385,6 +413,9 @@ json run_identity(const std::vector<target*>& targets, const std::vector<capabil
                         {"system", opt.system},
                         {"stop", b.stop},
                         {"extra", b.extra.is_object() ? b.extra : json::object()}};
+  json req = request;
+  if (opt.stop_eos) req["stop_eos"] = true;  // absent otherwise, as in runs made before it
+  if (b.seed) req["seed"] = *b.seed;
   auto wanted = [&opt](const char* p) { return std::find(opt.probes.begin(), opt.probes.end(), p) != opt.probes.end(); };
   json settings = json::object();
   if (wanted("concurrency")) settings["concurrency"] = opt.concurrency;
@@ -395,14 +426,16 @@ json run_identity(const std::vector<target*>& targets, const std::vector<capabil
   probes.erase(std::unique(probes.begin(), probes.end()), probes.end());
   std::string lines;
   for (const item& it : items) lines += it.id + '\0' + sha256_hex(it.prompt) + '\n';
-  return {{"targets", ts},
-          {"request", request},
+  json id = {{"targets", ts},
+          {"request", req},
           {"logprobs", {{"n_probs", b.n_probs}}},
           {"transport", {{"stream", opt.stream}}},
           {"probes", probes},
           {"probe_settings", settings},
           {"items", {{"count", items.size()}, {"sha256", sha256_hex(lines)}}},
           {"shard", {{"count", opt.shard_count}}}};
+  if (json g = grading_identity(items, opt); !g.empty()) id["grading"] = std::move(g);
+  return id;
 }
 
 run_folder_lock::run_folder_lock(const std::string& dir) {

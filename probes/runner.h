@@ -18,17 +18,27 @@ struct item {
   std::string prompt;     // the question / prompt text
   std::string reference;  // gold answer ("" = not graded)
   std::string grader;     // gsm8k, exact, numeric, regex:..., "" = not graded
+  std::string doc;        // the document as its dataset line holds it (lm-eval's doc, doc_hash); "" = {"question": prompt}
 };
 
-// --dataset gsm8k as lm-evaluation-harness's gsm8k task renders it: K exemplars from a few-shot file
-// (jsonl question/answer, the first K in file order), each "Question: Q\nAnswer: A", joined and
-// followed by the item's "Question: Q\nAnswer:" with a blank line between. strict: grade by
-// strict-match (the "#### N" line); otherwise flexible-extract (the last number).
+// --dataset gsm8k as lm-evaluation-harness's gsm8k task (version 3.0) renders it: K exemplars drawn
+// for each document from the few-shot file (jsonl question/answer, GSM8K's train split) as lm-eval's
+// default sampler draws them (probes/fewshot.h: one Random(1234), in document order), each
+// "Question: Q\nAnswer: A", joined and followed by the item's "Question: Q\nAnswer:" with a blank
+// line between. K: num_fewshot, or FEWSHOT_DEFAULT: lm-eval's 5 when fewshot_file is given, else 0.
+// strict: grade by strict-match (the "#### N" line); otherwise flexible-extract (the last number).
+inline constexpr int FEWSHOT_DEFAULT = -1;
+inline constexpr int GSM8K_FEWSHOT = 5;       // the task's num_fewshot
+inline constexpr int64_t GSM8K_MAX_GEN_TOKS = 256;  // lm-eval's max_gen_toks default
+inline constexpr uint64_t GSM8K_SEED = 1234;  // the seed lm-eval's API models send with every request
 struct dataset_options {
-  int num_fewshot = 0;
+  int num_fewshot = FEWSHOT_DEFAULT;
   std::string fewshot_file;
   bool strict = false;
 };
+// How the exemplars were chosen, for the run's identity: {"count", "file_sha256", "sampler"}; an
+// empty object for 0-shot. Throws input_error as items_load_dataset does on bad options.
+json dataset_fewshot_identity(const dataset_options& d);
 // lm-eval's gsm8k stop strings ("until"): "Question:", "</s>", "<|im_end|>".
 const std::vector<std::string>& gsm8k_stop_strings();
 
@@ -60,7 +70,11 @@ struct run_options {
   bool chat = true;                  // chat request (--chat) or raw completion (--raw)
   std::string system;                // chat: a system message before each prompt ("" = none)
   bool stream = false;               // HTTP targets were asked for streamed answers (identity only)
-  gen_request base;                  // n_predict, temperature 0, n_probs, stop, extra
+  gen_request base;                  // n_predict, temperature 0, n_probs, stop, seed, extra
+  bool stop_eos = false;             // each target's end-of-sequence text among the stops (lm-eval's protocol)
+  // How few-shot exemplars were chosen ({"count", "file_sha256", "sampler"}; empty: none), for the
+  // run's identity.
+  json fewshot = json::object();
   std::string out_dir;
   std::string run_id;                // "" = new (resume keeps the folder's)
   bool resume = false;

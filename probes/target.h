@@ -88,6 +88,7 @@ struct capabilities {
   std::string busy_source;
   std::string chat_template;           // the server's chat template as /props gives it ("" unknown)
   std::string chat_template_fallback;  // the template used because the model has none ("chatml"), or ""
+  std::string eos_token;               // the end-of-sequence token's text (llama.cpp /props, the engine's vocabulary), "" unknown
   json raw = json::object();     // what the probe read (/props, /v1/models, /api/version), no secrets
 };
 

@@ -52,12 +52,13 @@ json capabilities_to_json(const capabilities& c) {
           {"n_slots", c.n_slots},
           {"busy_source", c.busy_source},
           {"chat_template_fallback", c.chat_template_fallback},
+          {"eos_token", c.eos_token},
           {"raw", c.raw}};
 }
 
 capabilities capabilities_redact(capabilities c, const std::string& secret) {
   for (std::string* s : {&c.logprobs_kind, &c.build, &c.fingerprint, &c.model, &c.model_sha256, &c.busy_source, &c.chat_template,
-                         &c.chat_template_fallback})
+                         &c.chat_template_fallback, &c.eos_token})
     *s = reports::redact_text(*s, secret);
   c.raw = reports::redact_json(c.raw, secret);
   return c;

@@ -168,6 +168,7 @@ capabilities engine_target::probe() {
   c.n_slots = s_.np;
   if (chat::chat_fallback_family(s_.chat_template, m_->vocab().chat_template())) c.chat_template_fallback = "chatml";
   c.chat_template = std::string(m_->vocab().chat_template());
+  if (const int32_t eos = m_->vocab().ids().eos; eos >= 0 && eos < m_->vocab().size()) c.eos_token = m_->vocab().token_text(eos);
   c.raw = settings_json();
   c.raw["path"] = s_.path;
   c.raw["slot_ctx"] = sched_->slot_n_ctx();

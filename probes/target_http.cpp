@@ -247,6 +247,7 @@ capabilities caps_from(const probe_reads& p, http_api api, const target_options&
   c.model_sha256 = name_at(p.props, "model_sha256");
   if (const json* n = json_get(p.props, "total_slots"); n && n->is_number_integer()) c.n_slots = n->get<int>();
   c.chat_template = str_at(p.props, "chat_template");
+  c.eos_token = str_at(p.props, "eos_token");
   c.chat_template_fallback = name_at(p.props, "chat_template_fallback");
   // What the server said, as run.json keeps it: each route's answer cut to its share of
   // STORED_RAW and STORED_DEPTH levels (run.json is indented), the key redacted.

@@ -1,6 +1,8 @@
 #include "reports/lmeval.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -195,7 +197,8 @@ report lmeval_compare(const std::vector<lmeval_sample>& a, const std::vector<lme
       s.cond_a = "A:" + sa.filter;
       s.cond_b = "B:" + sa.filter;
     }
-    pair_item row = row_make(rep.records[2 * k], rep.records[2 * k + 1], "A:" + sa.filter, "B:" + sb.filter);
+    pair_item row = row_make(rep.records[2 * k], rep.records[2 * k + 1], "A:" + sa.filter, "B:" + sb.filter,
+                             {.judge = false, .one_vocab = false});
     row.correct_a = sa.correct;
     row.correct_b = sb.correct;
     row.flip = flip_of(sa, sb);
@@ -231,37 +234,146 @@ report lmeval_compare(const std::vector<lmeval_sample>& a, const std::vector<lme
   return rep;
 }
 
-std::vector<json> lmeval_samples_of(const record& r, int64_t doc_id, const std::string& prompt) {
-  const json doc = {{"question", prompt}};
-  const json base = {{"doc_id", doc_id},
-                     {"doc", doc},
-                     {"target", r.reference},
-                     {"arguments", {{"gen_args_0", {{"arg_0", prompt}, {"arg_1", r.request}}}}},
-                     {"resps", json::array({json::array({r.text})})},
-                     {"doc_hash", sha256_hex(prompt)},
-                     {"prompt_hash", r.prompt_sha256.empty() ? sha256_hex(prompt) : r.prompt_sha256},
-                     {"target_hash", sha256_hex(r.reference)}};
+namespace {
+
+void python_string(const std::string& v, std::string& out) {
+  static const char* hex = "0123456789abcdef";
+  out += '"';
+  for (const char c : v) {
+    const auto u = static_cast<unsigned char>(c);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (u < 0x20) out += std::string("\\u00") + hex[u >> 4] + hex[u & 15];
+        else out += c;  // ensure_ascii=False: everything else as it is
+    }
+  }
+  out += '"';
+}
+
+// A float as Python's repr writes it: the shortest digits that read back, fixed for exponents -4 to
+// 15 (".0" on an integral value), else d.ddde+XX.
+std::string python_float(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
+  const std::string t(buf, r.ptr);  // [-]d[.ddd]e[+-]XX
+  const size_t e_at = t.find('e');
+  const bool neg = t[0] == '-';
+  std::string digits;
+  for (size_t i = neg ? 1 : 0; i < e_at; ++i)
+    if (t[i] != '.') digits += t[i];
+  const int exp = std::stoi(t.substr(e_at + 1));
+  std::string out = neg ? "-" : "";
+  if (exp >= -4 && exp < 16) {
+    if (exp < 0) return out + "0." + std::string(static_cast<size_t>(-exp - 1), '0') + digits;
+    const size_t int_len = static_cast<size_t>(exp) + 1;
+    if (digits.size() <= int_len) return out + digits + std::string(int_len - digits.size(), '0') + ".0";
+    return out + digits.substr(0, int_len) + "." + digits.substr(int_len);
+  }
+  out += digits.substr(0, 1);
+  if (digits.size() > 1) out += "." + digits.substr(1);
+  const int a = exp < 0 ? -exp : exp;
+  return out + (exp < 0 ? "e-" : "e+") + (a < 10 ? "0" : "") + std::to_string(a);
+}
+
+void python_dumps(const ordered_json& j, int depth, std::string& out) {
+  const std::string pad(static_cast<size_t>(2 * (depth + 1)), ' '), close(static_cast<size_t>(2 * depth), ' ');
+  if (j.is_object() || j.is_array()) {
+    if (j.empty()) {
+      out += j.is_object() ? "{}" : "[]";
+      return;
+    }
+    out += j.is_object() ? "{\n" : "[\n";
+    bool first = true;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      out += (first ? "" : ",\n") + pad;
+      first = false;
+      if (j.is_object()) {
+        python_string(it.key(), out);
+        out += ": ";
+      }
+      python_dumps(*it, depth + 1, out);
+    }
+    out += "\n" + close + (j.is_object() ? "}" : "]");
+  } else if (j.is_string()) {
+    python_string(j.get_ref<const std::string&>(), out);
+  } else if (j.is_boolean()) {
+    out += j.get<bool>() ? "true" : "false";
+  } else if (j.is_null()) {
+    out += "null";
+  } else if (j.is_number_float()) {
+    out += python_float(j.get<double>());
+  } else {
+    out += j.dump();
+  }
+}
+
+// The item's document: its dataset line in the line's own key order, else {"question": prompt}.
+ordered_json doc_of(const lmeval_doc& d) {
+  if (!d.doc.empty()) {
+    ordered_json j = ordered_json::parse(d.doc, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object()) return j;
+  }
+  return {{"question", d.prompt}};
+}
+
+}  // namespace
+
+std::string lmeval_python_dumps(const ordered_json& j) {
+  std::string out;
+  python_dumps(j, 0, out);
+  return out;
+}
+
+std::string lmeval_doc_hash(const ordered_json& doc) { return sha256_hex(lmeval_python_dumps(doc)); }
+
+std::vector<ordered_json> lmeval_samples_of(const record& r, int64_t doc_id, const lmeval_doc& d) {
+  const ordered_json doc = doc_of(d);
+  const ordered_json args = ordered_json::parse(r.request.dump(-1, ' ', false, json::error_handler_t::replace));
   struct variant {
     const char* filter;
     std::string grader;
-    std::optional<std::string> extracted;
+    std::optional<std::string> extracted, own;  // from the text as sent back; from its final answer
   };
   std::vector<variant> variants;
+  const std::string final_text = final_answer(r.text);
   if (r.grader == "gsm8k" || r.grader == "gsm8k-flex") {  // lm-eval's gsm8k task has both filters, whichever decides flips
-    variants.push_back({"strict-match", "gsm8k", gsm8k_extract_strict(final_answer(r.text))});
-    variants.push_back({"flexible-extract", "gsm8k-flex", gsm8k_extract_flexible(final_answer(r.text))});
+    variants.push_back({"strict-match", "gsm8k", gsm8k_extract_strict(r.text), gsm8k_extract_strict(final_text)});
+    variants.push_back({"flexible-extract", "gsm8k-flex", gsm8k_extract_flexible(r.text), gsm8k_extract_flexible(final_text)});
   } else {
-    variants.push_back({"none", r.grader, r.text});
+    variants.push_back({"none", r.grader, r.text, final_text});
   }
-  std::vector<json> out;
+  auto graded = [&r](const std::string& grader, const std::string& text) -> std::optional<bool> {
+    if (r.reference.empty() || grader.empty()) return std::nullopt;
+    return grade(grader, text, r.reference);
+  };
+  std::vector<ordered_json> out;
   for (const variant& v : variants) {
-    json j = base;
-    j["filtered_resps"] = json::array({v.extracted.value_or("[invalid]")});
-    j["filter"] = v.filter;
-    const std::optional<bool> ok =
-        r.reference.empty() || v.grader.empty() ? std::nullopt : grade(v.grader, final_answer(r.text), r.reference);
-    j["metrics"] = ok ? json::array({"exact_match"}) : json::array();
+    ordered_json j = {{"doc_id", doc_id},
+                      {"doc", doc},
+                      {"target", r.reference},
+                      {"arguments", {{"gen_args_0", {{"arg_0", d.prompt}, {"arg_1", args}}}}},
+                      {"resps", ordered_json::array({ordered_json::array({r.text})})},
+                      {"filtered_resps", ordered_json::array({v.extracted.value_or("[invalid]")})},
+                      {"filter", v.filter}};
+    const std::optional<bool> ok = graded(v.grader, r.text);
+    j["metrics"] = ok ? ordered_json::array({"exact_match"}) : ordered_json::array();
+    j["doc_hash"] = lmeval_doc_hash(doc);
+    j["prompt_hash"] = r.prompt_sha256.empty() ? sha256_hex(d.prompt) : r.prompt_sha256;
+    j["target_hash"] = sha256_hex(r.reference);
     if (ok) j["exact_match"] = *ok ? 1.0 : 0.0;
+    // detaudit's own reading: the final answer after any thinking block, as its graders read it.
+    ordered_json own = {{"final_answer", final_text}, {"filtered", v.own.value_or("[invalid]")}};
+    if (const std::optional<bool> g = graded(v.grader, final_text)) own["exact_match"] = *g ? 1.0 : 0.0;
+    j["detaudit"] = std::move(own);
     out.push_back(std::move(j));
   }
   return out;
@@ -274,7 +386,7 @@ std::vector<std::string> lmeval_export(const std::vector<record>& records, const
   std::set<std::string> labels;
   for (const record& r : records) labels.insert(json_str(r.target, "label"));
   // file name -> (doc_id, filter) -> line; later records of the same request replace earlier ones.
-  std::map<std::string, std::map<std::pair<int64_t, std::string>, json>> files;
+  std::map<std::string, std::map<std::pair<int64_t, std::string>, ordered_json>> files;
   for (const record& r : records) {
     auto d = doc_index.find(r.item_id);
     if (d == doc_index.end() || !r.error.empty()) continue;
@@ -283,7 +395,7 @@ std::vector<std::string> lmeval_export(const std::vector<record>& records, const
     if (r.repetition > 0) name += "_r" + std::to_string(r.repetition);
     name += ".jsonl";
     const int64_t doc_id = static_cast<int64_t>(d->second);
-    for (json& j : lmeval_samples_of(r, doc_id, docs[d->second].prompt)) {
+    for (ordered_json& j : lmeval_samples_of(r, doc_id, docs[d->second])) {
       const std::string filter = j["filter"].get<std::string>();
       files[name][{doc_id, filter}] = std::move(j);
     }
@@ -295,7 +407,7 @@ std::vector<std::string> lmeval_export(const std::vector<record>& records, const
   for (const auto& [name, lines] : files) {
     const std::string path = (std::filesystem::path(dir) / name).string();
     std::string text;
-    for (const auto& [key, j] : lines) text += j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+    for (const auto& [key, j] : lines) text += j.dump(-1, ' ', false, ordered_json::error_handler_t::replace) + "\n";
     text_file_write(path, text, "--export lm-eval");
     written.push_back(path);
   }

@@ -57,12 +57,24 @@ report lmeval_compare(const std::vector<lmeval_sample>& a, const std::vector<lme
 struct lmeval_doc {
   std::string item_id;
   std::string prompt;
+  std::string doc;  // the document's JSON as its dataset line holds it ("" = {"question": prompt})
 };
 
-// The sample lines of one record: gsm8k-graded records give a "strict-match" and a
-// "flexible-extract" line; other records one line with filter "none". doc_hash is the sha256 of the
-// prompt; exact_match is present when the record is graded.
-std::vector<json> lmeval_samples_of(const record& r, int64_t doc_id, const std::string& prompt);
+using ordered_json = nlohmann::ordered_json;
+
+// Python's json.dumps(j, indent=2, ensure_ascii=False): keys in the object's own order, ", " and
+// ": " separators, only '"', '\\' and control characters escaped, floats as Python's repr.
+std::string lmeval_python_dumps(const ordered_json& j);
+// lm-eval's doc_hash: the sha256 (hex) of lmeval_python_dumps(doc).
+std::string lmeval_doc_hash(const ordered_json& doc);
+
+// The sample lines of one record, in lm-eval's key order: gsm8k-graded records give a
+// "strict-match" and a "flexible-extract" line; other records one line with filter "none". resps,
+// filtered_resps and exact_match read the text as the target sent it back (a thinking block
+// included, as lm-eval reads it); "detaudit" holds detaudit's own reading of the final answer after
+// any thinking block ({"final_answer", "filtered", "exact_match"}). doc is the item's document,
+// doc_hash lm-eval's hash of it; exact_match is present when the record is graded.
+std::vector<ordered_json> lmeval_samples_of(const record& r, int64_t doc_id, const lmeval_doc& d);
 
 // Writes samples_<probe>_<condition>[_<label>][_r<repetition>].jsonl under dir (created), one file
 // per target label, probe, condition and repetition; the label is in the name when the records

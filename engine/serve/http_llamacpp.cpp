@@ -149,6 +149,9 @@ void handle_detokenize(http_state& st, const httplib::Request& req, httplib::Res
   json_send(res, {{"content", tokenizer::decode(st.sched.model().vocab(), ids)}});
 }
 
+// A special token's text as /props gives it ("" when the vocabulary has none).
+std::string special_text(const tokenizer::vocab& v, int32_t id) { return id >= 0 && id < v.size() ? v.token_text(id) : ""; }
+
 void handle_props(http_state& st, const httplib::Request&, httplib::Response& res) {
   const scheduler& s = st.sched;
   const runtime::sampling_params dflt;
@@ -164,6 +167,8 @@ void handle_props(http_state& st, const httplib::Request&, httplib::Response& re
             {"build_info", std::string("detaudit ") + DETAUDIT_VERSION},
             {"system_fingerprint", st.fingerprint},
             {"chat_template", s.model().vocab().chat_template()},
+            {"bos_token", special_text(s.model().vocab(), s.model().vocab().ids().bos)},
+            {"eos_token", special_text(s.model().vocab(), s.model().vocab().ids().eos)},
             {"speculative", s.params().spec != SPEC_NONE}};
   if (auto f = chat::chat_fallback_family(st.params.chat_template, s.model().vocab().chat_template()))
     j["chat_template_fallback"] = chat::template_family_name(*f);

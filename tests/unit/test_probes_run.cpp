@@ -117,20 +117,22 @@ TEST_CASE("probes_run: GSM8K few-shot prompts are rendered as lm-eval's gsm8k ta
   d.strict = true;
   const std::vector<item> items = probes::items_load_dataset("gsm8k:" + test_file, d);
   REQUIRE(items.size() == 1);
-  // The first two exemplars in file order (the blank line skipped), target after a space, joined by
-  // a blank line, then a blank line and the question.
+  // Two exemplars as lm-eval draws them: CPython's random.Random(1234).sample(range(3), 2) is [1, 0]
+  // (the blank line skipped: B, then A), target after a space, joined by a blank line, then a blank
+  // line and the question.
   CHECK(items[0].prompt ==
-        "Question: A?\nAnswer: a\n#### 1\n\nQuestion: B?\nAnswer: b\n#### 2\n\nQuestion: What is 2+2?\nAnswer:");
+        "Question: B?\nAnswer: b\n#### 2\n\nQuestion: A?\nAnswer: a\n#### 1\n\nQuestion: What is 2+2?\nAnswer:");
   CHECK(items[0].grader == "gsm8k");
   CHECK(probes::gsm8k_stop_strings() == std::vector<std::string>{"Question:", "</s>", "<|im_end|>"});
   d.num_fewshot = 4;
-  CHECK_THROWS_WITH_AS(probes::items_load_dataset("gsm8k:" + test_file, d), doctest::Contains("more exemplars than the file holds (3)"),
+  CHECK_THROWS_WITH_AS(probes::items_load_dataset("gsm8k:" + test_file, d), doctest::Contains("the few-shot pool holds 3 exemplars, fewer than the 4"),
                        input_error);
   d.fewshot_file.clear();
   CHECK_THROWS_WITH_AS(probes::items_load_dataset("gsm8k:" + test_file, d), doctest::Contains("needs --fewshot FILE"), input_error);
   d.num_fewshot = 0;
   d.fewshot_file = shots;
-  CHECK_THROWS_WITH_AS(probes::items_load_dataset("gsm8k:" + test_file, d), doctest::Contains("needs --num-fewshot K"), input_error);
+  CHECK_THROWS_WITH_AS(probes::items_load_dataset("gsm8k:" + test_file, d), doctest::Contains("--fewshot FILE with --num-fewshot 0"),
+                       input_error);
 }
 
 TEST_CASE("probes_run: the built-in set holds 32 distinct prompts, the arithmetic ones graded") {
@@ -157,12 +159,12 @@ TEST_CASE("probes_run: the built-in set holds 32 distinct prompts, the arithmeti
 
 TEST_CASE("probes_run: lint finds each prompt pitfall and nothing in a clean prompt") {
   const std::vector<item> items = {
-      {"clean", "What is the capital of France? Answer in one word.", "", ""},
-      {"bom", "\xEF\xBB\xBF" "What is 2+2?", "", ""},
-      {"zw", "What is 2\xE2\x80\x8B+2?", "", ""},
-      {"crlf", "Line one\r\nLine two", "", ""},
-      {"ts", "Today is 2025-01-01T12:00:00. What day is it?", "", ""},
-      {"uuid", "Request 123e4567-e89b-12d3-a456-426614174000: summarise.", "", ""},
+      {"clean", "What is the capital of France? Answer in one word.", "", "", ""},
+      {"bom", "\xEF\xBB\xBF" "What is 2+2?", "", "", ""},
+      {"zw", "What is 2\xE2\x80\x8B+2?", "", "", ""},
+      {"crlf", "Line one\r\nLine two", "", "", ""},
+      {"ts", "Today is 2025-01-01T12:00:00. What day is it?", "", "", ""},
+      {"uuid", "Request 123e4567-e89b-12d3-a456-426614174000: summarise.", "", "", ""},
   };
   probes::gen_request base;
   const std::vector<probes::lint_finding> fs = probes::lint(items, base);

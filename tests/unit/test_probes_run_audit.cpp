@@ -27,14 +27,14 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::vector<item> ITEMS = {
-    {"i1", "Once upon a time, there was a little dog", "", ""},
-    {"i2", "Lily liked to play in the park with her ball", "", ""},
-    {"i3", "The sun was hot and the boy wanted", "", ""},
+    {"i1", "Once upon a time, there was a little dog", "", "", ""},
+    {"i2", "Lily liked to play in the park with her ball", "", "", ""},
+    {"i3", "The sun was hot and the boy wanted", "", "", ""},
 };
 
 std::vector<item> many_items(int n) {
   std::vector<item> out;
-  for (int i = 0; i < n; ++i) out.push_back({"m" + std::to_string(i), "Tell me about the number " + std::to_string(i), "", ""});
+  for (int i = 0; i < n; ++i) out.push_back({"m" + std::to_string(i), "Tell me about the number " + std::to_string(i), "", "", ""});
   return out;
 }
 
@@ -274,7 +274,7 @@ TEST_CASE("probes_run: option errors, lint alone and cross") {
   CHECK_THROWS_WITH_AS(probes::run_audit({&a}, ITEMS, shard), doctest::Contains("--shard"), input_error);
 
   std::vector<item> pitfalls = ITEMS;
-  pitfalls.push_back({"i4", "Now is 2025-01-01T12:00:00", "", ""});
+  pitfalls.push_back({"i4", "Now is 2025-01-01T12:00:00", "", "", ""});
   std::vector<std::string> log;
   probes::run_options lint_only = options(dir + "/lint", {"lint"});
   lint_only.log = [&log](const std::string& s) { log.push_back(s); };

@@ -109,7 +109,7 @@ TEST_CASE("lmeval export: gsm8k records become strict-match and flexible-extract
       test::graded(test::rec("q2", "control", test::words("The answer is 4")), "4"),
       test::rec("q3", "alone", test::words("no grade")),
   };
-  const std::vector<reports::lmeval_doc> docs = {{"q1", "Two and two?"}, {"q2", "Four?"}, {"q3", "Say it"}};
+  const std::vector<reports::lmeval_doc> docs = {{"q1", "Two and two?", ""}, {"q2", "Four?", ""}, {"q3", "Say it", ""}};
   const std::vector<std::string> files = reports::lmeval_export(recs, docs, dir + "/lm-eval");
   REQUIRE(files.size() == 2);
   CHECK(files[0] == dir + "/lm-eval/samples_base_alone.jsonl");
@@ -123,8 +123,10 @@ TEST_CASE("lmeval export: gsm8k records become strict-match and flexible-extract
   CHECK(a[1].filtered == "4");
   CHECK(a[1].correct == true);
   CHECK(a[1].target == "Work it out.\n#### 4");
-  // sha256("Two and two?"), from `printf '%s' 'Two and two?' | sha256sum`
-  CHECK(a[1].doc_hash == "38bc141ca3a83bdb1e0873e64a2cfb73aef83e60efe53a9e05743f8f88816c3f");
+  // lm-eval's doc_hash of the document {"question": "Two and two?"}, from python3 -c "import json,
+  // hashlib; print(hashlib.sha256(json.dumps({'question': 'Two and two?'}, indent=2,
+  // ensure_ascii=False).encode()).hexdigest())"
+  CHECK(a[1].doc_hash == "34700532a1d4ce79ae898b34c4c68b0c269c75345bc875db1e182233af82113a");
   CHECK(a[3].filter == "strict-match");
   CHECK(a[3].filtered == "[invalid]");
   CHECK(a[3].correct == false);
@@ -159,3 +161,14 @@ TEST_CASE("lmeval export: gsm8k records become strict-match and flexible-extract
   CHECK_THROWS_WITH_AS(reports::lmeval_compare(a, moved), doctest::Contains("nothing comparable: every doc"), input_error);
 }
 
+
+// Python's json.dumps(doc, indent=2, ensure_ascii=False), which lm-eval hashes for doc_hash. The
+// expected text and hash are CPython 3.11's for the same document (keys in the document's order).
+TEST_CASE("lmeval doc_hash: documents are dumped as Python's json.dumps(indent=2, ensure_ascii=False)") {
+  const reports::ordered_json doc = reports::ordered_json::parse(
+      R"({"b": 1, "a": [1.5, 1e16, 0.0001, 1e-05, 100.0, true, null, {}], "c": "x\u0001y\"\\\u00e9\u2028", "d": {"e": []}})");
+  CHECK(reports::lmeval_python_dumps(doc) ==
+        "{\n  \"b\": 1,\n  \"a\": [\n    1.5,\n    1e+16,\n    0.0001,\n    1e-05,\n    100.0,\n    true,\n    null,\n"
+        "    {}\n  ],\n  \"c\": \"x\\u0001y\\\"\\\\\xc3\xa9\xe2\x80\xa8\",\n  \"d\": {\n    \"e\": []\n  }\n}");
+  CHECK(reports::lmeval_doc_hash(doc) == "4afe1b803cc51e46136b7646b4a7b572fb406103744270b68c572bcc3d55e9db");
+}
