@@ -119,8 +119,9 @@ void build_app(CLI::App& app) {
   app.footer(
       "llama.cpp-style flags (-np, -ub, -ngl, ...) are accepted. Any subcommand takes --config FILE.json\n"
       "(an object of option names to values; flags on the command line override it).\n"
-      "Exit codes: 0 ok, 1 beyond --fail-on or nothing judged, 2 usage or input error, 3 incomplete (a target\n"
-      "unreachable, requests that failed after their retries, or a full disk), 4 internal error, 130 interrupted.");
+      "Exit codes: 0 ok, 1 beyond --fail-on, 2 usage or input error, 3 incomplete (a target unreachable, requests\n"
+      "that failed after their retries, or a full disk), 4 internal error, 5 unjudged (nothing judged, or a probe\n"
+      "asked for judged no item), 130 interrupted.");
   setup_inspect(app);
   setup_tokenize(app);
   setup_vocab(app);

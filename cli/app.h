@@ -16,6 +16,7 @@ constexpr int EXIT_DIVERGED = 1;
 constexpr int EXIT_USAGE = 2;
 constexpr int EXIT_UNREACHABLE = 3;  // incomplete: a target unreachable, requests failed, or the disk full
 constexpr int EXIT_INTERNAL = 4;  // a bug or resource failure in detaudit itself
+constexpr int EXIT_UNJUDGED = 5;  // nothing judged, or a probe the run asked for judged nothing
 constexpr int EXIT_INTERRUPTED = 130;  // SIGINT/SIGTERM: stopped cleanly, records kept (128 + SIGINT)
 
 // Thrown by a subcommand's callback to end with a given exit code after it has printed what it

@@ -144,8 +144,9 @@ void setup_compare(CLI::App& app) {
                 "same, and the mean and RMS of dp (p_B - p_A of the scored token), as llama-perplexity's KL mode "
                 "does, from the top-k log-probs (the approximation is in docs/lm-eval.md); --format text or json");
   sub->footer(
-      "Exit codes: 0 within --fail-on, 1 beyond it or nothing judged (each reason on stderr), 2 bad input or nothing\n"
-      "comparable. The last line on stderr is the verdict: 'PASS: ...; exit 0' or 'FAIL: ...; exit 1'.\n"
+      "Exit codes: 0 within --fail-on, 1 beyond it (each reason on stderr), 2 bad input or nothing comparable, 5\n"
+      "nothing judged. The last line on stderr is the verdict: 'PASS: ...; exit 0', 'FAIL: ...; exit 1' or\n"
+      "'UNJUDGED: ...; exit 5'.\n"
       "Examples:\n"
       "  detaudit compare runs/q8 runs/q4\n"
       "  detaudit compare runs/q8 runs/q4 --fail-on score-drop:1\n"

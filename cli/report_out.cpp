@@ -21,12 +21,13 @@ void report_finish(const reports::report& rep, const std::string& format, const 
   else reports::report_output(rep, format, output);
   std::cout.flush();
   std::vector<std::string> reasons;
-  for (const reports::fail_finding& f : reports::fail_findings(rep, policy)) {
+  const std::vector<reports::fail_finding> findings = reports::fail_findings(rep, policy);
+  for (const reports::fail_finding& f : findings) {
     std::cerr << "detaudit " << cmd << ": " << f.gate << ": " << f.text << "\n";
     reasons.push_back(f.text);
   }
   if (!incomplete.empty()) std::cerr << "detaudit " << cmd << ": " << incomplete << "\n";
-  const int code = !incomplete.empty() ? EXIT_UNREACHABLE : reasons.empty() ? 0 : EXIT_DIVERGED;
+  const int code = reports::verdict_exit_code(findings, !incomplete.empty());
   std::cerr << reports::verdict_line(rep, policy, reasons, code) << std::endl;
   if (code != 0) throw exit_with(code);
 }
@@ -143,7 +144,8 @@ reports::oracle_apply_options oracle_cli::apply() const {
 }
 
 const char* const gate_exit_codes =
-    "Exit codes: 0 within --fail-on, 1 beyond it or nothing judged (each reason on stderr), 2 bad input. The last\n"
-    "line on stderr is the verdict: 'PASS: ...; exit 0' or 'FAIL: ...; exit 1'.\n";
+    "Exit codes: 0 within --fail-on, 1 beyond it (each reason on stderr), 2 bad input, 5 unjudged: nothing was\n"
+    "judged, or a probe the run asked for judged no item (every row not exercised or failed). The last line on\n"
+    "stderr is the verdict: 'PASS: ...; exit 0', 'FAIL: ...; exit 1' or 'UNJUDGED: ...; exit 5'.\n";
 
 }  // namespace detaudit::cli

@@ -67,7 +67,7 @@ item_ctx ctx_make(run_state& st, run_target& rt, size_t index) {
 // The item's request on this target: every request but the cache probe's cache-on and cache-warm
 // goes without the prompt cache where the target lets us say so.
 gen_request item_request(const item_ctx& c) {
-  gen_request req = request_for(*c.st.opt, c.it.prompt);
+  gen_request req = request_for(*c.st.opt, c.rt, c.it.prompt);
   if (c.rt.caps.cache_control && !req.cache_prompt) req.cache_prompt = false;
   return req;
 }
@@ -155,7 +155,7 @@ void first_response_check(const item_ctx& c, target& t, const reports::record& r
   for (size_t k = 1; k < items.size(); ++k) {
     const item& other = items[(c.index + k) % items.size()];
     if (other.prompt == c.it.prompt) continue;
-    gen_request req = request_for(*c.st.opt, other.prompt);
+    gen_request req = request_for(*c.st.opt, c.rt, other.prompt);
     req.n_predict = 1;
     if (c.rt.caps.cache_control) req.cache_prompt = false;
     const reports::record again = t.complete(req);
@@ -190,12 +190,22 @@ void not_exercised(const item_ctx& c, std::string_view probe, const std::string&
   record_write(c, r, r);
 }
 
-std::vector<std::string> filler_prompts(const std::vector<item>& items, size_t index, int n) {
-  std::vector<std::string> pool;
-  for (size_t k = 1; k < items.size(); ++k) pool.push_back(items[(index + k) % items.size()].prompt);
+// A request sent beside the item: another item of the run, or one of FILLERS.
+struct filler {
+  std::string prompt;
+  std::string item_id;  // "" for FILLERS
+  int fixed = -1;       // index into FILLERS, or -1
+};
+
+std::vector<filler> fillers_for(const std::vector<item>& items, size_t index, int n) {
+  std::vector<filler> pool;
+  for (size_t k = 1; k < items.size(); ++k) {
+    const item& it = items[(index + k) % items.size()];
+    pool.push_back({it.prompt, it.id, -1});
+  }
   if (static_cast<int>(pool.size()) < n)
-    for (const char* f : FILLERS) pool.push_back(f);
-  std::vector<std::string> out;
+    for (size_t f = 0; f < std::size(FILLERS); ++f) pool.push_back({FILLERS[f], "", static_cast<int>(f)});
+  std::vector<filler> out;
   for (int i = 0; i < n; ++i) out.push_back(pool[static_cast<size_t>(i) % pool.size()]);
   return out;
 }
@@ -304,15 +314,51 @@ burst burst_send(target& t, const std::vector<gen_request>& reqs) {
 // The item beside N-1 filler requests. Evidence: whether they overlapped in time, each request's
 // end after the release (the queue test), and the busy slots the target showed while the item's
 // request ran; the item's own batch width comes with its response where the target reports it.
+// Each filler's time alone on this target, where known (null otherwise), for the queue test: an
+// item filler's from its alone and control records so far, a fixed filler's measured here once per
+// target (sent alone, no record written).
+json filler_latencies(const item_ctx& c, const std::vector<filler>& fs) {
+  json out = json::array();
+  for (const filler& f : fs) {
+    double ms = 0;
+    if (f.fixed < 0) {
+      for (const char* cond : {"alone", "control"}) {
+        auto it = c.st.latency_ms.find(key_of(f.item_id, c.rt.label, cond, 0));
+        if (it != c.st.latency_ms.end() && it->second > 0 && (ms == 0 || it->second < ms)) ms = it->second;
+      }
+    } else {
+      const auto key = std::make_pair(c.rt.label, f.fixed);
+      auto it = c.st.filler_latency_ms.find(key);
+      if (it == c.st.filler_latency_ms.end()) {
+        const double t0 = unix_now();
+        const reports::record r = c.rt.t->complete(request_for(*c.st.opt, c.rt, f.prompt));
+        const double took = (unix_now() - t0) * 1000.0;
+        it = c.st.filler_latency_ms.emplace(key, r.error.empty() ? took : 0.0).first;
+      }
+      ms = it->second;
+    }
+    out.push_back(ms > 0 ? json(ms) : json(nullptr));
+  }
+  return out;
+}
+
+// The item beside N-1 filler requests. Evidence: whether they overlapped in time, each request's
+// end after the release and each filler's time alone (the queue test), and the busy slots the
+// target showed while the item's request ran; the item's own batch width comes with its response
+// where the target reports it.
 void run_concurrency(const item_ctx& c, const gen_request& req) {
   const int n = c.st.opt->concurrency;
   const std::string cond = "concurrent-" + std::to_string(n);
   if (skip(c, cond, 0)) return;
   if (run_interrupted()) throw interrupted_error("interrupted");
+  const std::vector<filler> fs = fillers_for(*c.st.items, c.index, n - 1);
+  const json filler_ms = filler_latencies(c, fs);
   std::vector<gen_request> reqs = {req};
-  for (const std::string& p : filler_prompts(*c.st.items, c.index, n - 1)) {
-    reqs.push_back(request_for(*c.st.opt, p));
+  json filler_items = json::array();
+  for (const filler& f : fs) {
+    reqs.push_back(request_for(*c.st.opt, c.rt, f.prompt));
     reqs.back().cache_prompt = req.cache_prompt;
+    filler_items.push_back(f.item_id.empty() ? json(nullptr) : json(f.item_id));
   }
   std::unique_ptr<busy_poller> poller;
   if (!c.rt.caps.busy_source.empty()) poller = std::make_unique<busy_poller>(*c.rt.t);
@@ -328,7 +374,9 @@ void run_concurrency(const item_ctx& c, const gen_request& req) {
   json extra = {{"overlap", latest_start < earliest_end},
                 {"overlap_s", std::max(0.0, earliest_end - latest_start)},
                 {"n_requests", n},
-                {"end_ms", ends}};
+                {"end_ms", ends},
+                {"filler_items", filler_items},
+                {"filler_single_ms", filler_ms}};
   if (poller) {
     const auto [w0, w1] = processing_window(r, b.t0[0], b.t1[0]);
     const json slot = r.evidence.value("slot", json());
@@ -453,6 +501,12 @@ gen_request request_for(const run_options& opt, const std::string& prompt) {
   return r;
 }
 
+gen_request request_for(const run_options& opt, const run_target& rt, const std::string& prompt) {
+  gen_request r = request_for(opt, prompt);
+  if (!rt.eos_stop.empty()) r.stop.push_back(rt.eos_stop);
+  return r;
+}
+
 void item_run(run_state& st, std::vector<run_target>& targets, size_t index) {
   for (run_target& rt : targets) item_run_target(st, rt, index);
 }
@@ -463,7 +517,7 @@ void target_seed_check(const run_options& opt, run_target& rt, const item& it) {
     rt.seed_check = {{"result", "honoured"}, {"how", "the built-in engine seeds each request's sampler"}};
     return;
   }
-  gen_request req = request_for(opt, it.prompt);
+  gen_request req = request_for(opt, rt, it.prompt);
   req.temperature = opt.seed_temperature;
   if (rt.caps.cache_control) req.cache_prompt = false;
   std::vector<std::pair<uint64_t, std::string>> seen;

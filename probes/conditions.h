@@ -32,6 +32,9 @@ struct run_target {
   std::string spec_condition;             // "spec-ngram", or "spec-off" when the target drafts already
   std::string seed_reason;                // why seed-fixed cannot be judged on it ("" when it honours seeds)
   json seed_check = json::object();       // what the seed check saw (run.json)
+  // run_options::stop_eos: the target's end-of-sequence text, added to every request's stop
+  // strings ("" when the target does not say it, or the stops hold it already).
+  std::string eos_stop;
 };
 
 // The state the conditions share while a run goes on. Not thread-safe: one item at a time.
@@ -47,6 +50,8 @@ struct run_state {
   std::set<const target*> used;              // targets that have been sent a request (not cold)
   std::set<const target*> checked;           // targets whose first response in this invocation was checked
   std::map<std::string, double> latency_ms;  // key -> latency of a usable record (the queue test's scale)
+  // (target label, fixed filler index) -> that filler's time alone, measured once (0: failed)
+  std::map<std::pair<std::string, int>, double> filler_latency_ms;
   run_result* result = nullptr;
 };
 
@@ -69,6 +74,8 @@ bool item_diverged(const run_state& st, const std::vector<run_target>& targets, 
 // The request an item sends under the run's base settings (chat, with the system message when one
 // is set, or raw).
 gen_request request_for(const run_options& opt, const std::string& prompt);
+// The same on one target: with its eos_stop among the stop strings.
+gen_request request_for(const run_options& opt, const run_target& rt, const std::string& prompt);
 
 // One item on one target while its conditions are sent (conditions.cpp).
 struct item_ctx;

@@ -99,7 +99,8 @@ std::pair<side_spec, side_spec> pair_default(const bundle_ctx& c) {
   for (const record* r : others)
     if (row_differs(row_make(a, *r, "alone", r->condition))) return {alone, {label, r->condition, 0}};
   for (const record& r : c.records)
-    if (label_of(r) != label && r.condition == "alone" && r.repetition == 0 && row_differs(row_make(a, r, "alone", "alone")))
+    if (label_of(r) != label && r.condition == "alone" && r.repetition == 0 &&
+        row_differs(row_make(a, r, "alone", "alone", {.judge = false, .one_vocab = false})))
       return {alone, {label_of(r), "alone", 0}};
   return {alone, {label, "control", 0}};
 }
@@ -235,7 +236,7 @@ void frequency_count(bundle_ctx& c, const std::vector<record>& all) {
     for (size_t j = same ? i + 1 : 0; j < sb.size(); ++j) {
       if (sa[i] == sb[j]) continue;
       ++c.compared;
-      if (!diverge(*sa[i], *sb[j]).identical) ++c.differed;
+      if (!diverge(*sa[i], *sb[j], label_of(*sa[i]) == label_of(*sb[j])).identical) ++c.differed;
     }
 }
 
@@ -338,7 +339,7 @@ bundle_result bundle_write(const std::string& run_dir, const bundle_options& o) 
   const bool labelled = sa.label != sb.label;
   side_fill(c.a, side_find(c, sa), labelled);
   side_fill(c.b, side_find(c, sb), labelled);
-  c.row = row_make(*c.a.rec, *c.b.rec, c.a.name, c.b.name);
+  c.row = row_make(*c.a.rec, *c.b.rec, c.a.name, c.b.name, {.judge = !labelled, .one_vocab = !labelled});
   if (o.oracle && c.row.status == STATUS_DIFFERS && !c.row.error)
     c.row.oracle = oracle_judge(c.row, *o.oracle, oracle_bound(all, *o.oracle, o.oracle_opt));
   c.engine = json_str(c.a.rec->target, "dialect") == "engine";

@@ -103,6 +103,7 @@ void pairs_against_alone(report& rep, const run_index& ix, const std::string& la
       pair_summary s;
       s.control = c == "control";
       s.vs_alone = !s.control;
+      s.one_target = true;
       s.probe = s.control ? "control" : ix.probe_of.at(c);
       s.cond_a = prefix + "alone";
       s.cond_b = cond_name(ix, prefix, c, rep_k);
@@ -128,6 +129,7 @@ void pairs_seed(report& rep, const run_index& ix, const std::string& label, cons
     if (!seed_pair_condition(c)) continue;
     pair_summary s;
     s.probe = ix.probe_of.at(c);
+    s.one_target = true;
     s.cond_a = prefix + c + "#0";
     s.cond_b = prefix + c + "#k";
     size_t missing = 0;
@@ -195,7 +197,7 @@ void pairs_cross(report& rep, const run_index& ix) {
           continue;
         }
         summary_add(s, row_make(*ra, *f->second, cond_name(ix, ref + ":", c, key.second),
-                                cond_name(ix, other + ":", c, key.second), /*judge=*/false));
+                                cond_name(ix, other + ":", c, key.second), {.judge = false, .one_vocab = false}));
       }
       for (const auto& [key, rb] : rows_b) one_sided += rows_a.count(key) == 0;
       if (one_sided)
@@ -224,7 +226,7 @@ void notes_cold(report& rep, const run_index& ix) {
     for (const std::string& later : same_request) {
       const record* other = later == r.condition ? nullptr : find_record(ix.by_label.at(label), later, r.item_id);
       if (!other || !other->error.empty()) continue;
-      const divergence d = diverge(r, *other);
+      const divergence d = diverge(r, *other, /*one_vocab=*/true);
       if (d.identical) continue;
       rep.notes.push_back("the first request after the target started differed: item " + r.item_id + " (" +
                           (ix.labels.size() > 1 ? label + ":" : "") + r.condition + " vs " + later +
@@ -276,6 +278,24 @@ void notes_lint(report& rep) {
   }
 }
 
+// The probes the run asked for: run.json's identity, else those its records name. lint sends
+// nothing and judges nothing.
+std::vector<std::string> probes_requested(const report& rep) {
+  std::set<std::string> out;
+  const json id = identity_of(rep.manifest);
+  if (auto it = id.find("probes"); it != id.end() && it->is_array()) {
+    for (const json& p : *it)
+      if (p.is_string()) out.insert(p.get<std::string>());
+  } else {
+    for (const record& r : rep.records)
+      if (!r.probe.empty() && r.probe != "base" && r.probe != "control") out.insert(r.probe);
+  }
+  out.erase("lint");
+  std::vector<std::string> v(out.begin(), out.end());
+  std::sort(v.begin(), v.end(), [](const std::string& x, const std::string& y) { return probe_rank(x) < probe_rank(y); });
+  return v;
+}
+
 }  // namespace
 
 report compare_run(std::vector<record> records, json manifest) {
@@ -286,6 +306,7 @@ report compare_run(std::vector<record> records, json manifest) {
   if (dropped)
     rep.notes.push_back(std::to_string(dropped) + " record(s) were superseded by a later record of the same request "
                         "(a resumed run): the last of each was used");
+  evidence_fill_filler_latency(rep.records);
   notes_lint(rep);
   notes_shards(rep);
   notes_fingerprints(rep);
@@ -298,6 +319,7 @@ report compare_run(std::vector<record> records, json manifest) {
     notes_unpaired(rep, ix, label, prefix);
   }
   if (multi) pairs_cross(rep, ix);
+  rep.probes_requested = probes_requested(rep);
   noise_apply(rep);
   notes_tokenization(rep);
   notes_cold(rep, ix);

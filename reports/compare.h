@@ -58,7 +58,11 @@ struct divergence {
   std::string note;                // e.g. "one side failed: ..."
 };
 
-divergence diverge(const record& a, const record& b);
+// `one_vocab`: both records come from one target, so a token id names the same token on both
+// sides: the same bytes under another id is another token (the greedy choice changed), and equal
+// texts over such tokens are retokenized. Across targets (cross pairs, two runs of other models)
+// ids are not compared where bytes are known.
+divergence diverge(const record& a, const record& b, bool one_vocab = false);
 
 // Graders. grade() returns nullopt when the record has no reference or no grader.
 // "gsm8k" (strict-match), "gsm8k-flex" (flexible-extract), "exact", "numeric", "regex:PATTERN".
@@ -78,7 +82,7 @@ enum row_status {
   STATUS_IDENTICAL,       // same tokens and text, and no logit hash differs
   STATUS_DRIFTED,         // same tokens and text, but a logit hash or a shared alternative's log-prob differs
   STATUS_DIFFERS,         // the responses part
-  STATUS_RETOKENIZED,     // the same text cut into different tokens
+  STATUS_RETOKENIZED,     // the same text from other tokens (another cut, or the same bytes under another id)
   STATUS_ERROR,           // a side has no response
   STATUS_NOT_EXERCISED,   // no evidence the condition happened
   STATUS_NOT_COMPARABLE,  // compare: the two runs' requests for this item differ
@@ -99,6 +103,10 @@ struct pair_item {
   flip_kind flip = FLIP_NONE;
   bool exercised = true;           // false: the condition did not take effect (see reason)
   std::string reason;
+  // Not exercised, but side B's request was byte for byte side A's (alone's) and the answers
+  // differ: two answers to one request are run-to-run noise. Such a row is judged (status differs
+  // or retokenized, counted in differ or retokenized) and its item is noisy.
+  bool same_request = false;
   bool error = false;              // one side has no response
   row_status status = STATUS_IDENTICAL;
   // First step where a greedy side sampled a token that was not its top alternative (-1: none); a
@@ -119,7 +127,11 @@ struct pair_summary {
   std::string cond_a, cond_b;
   bool control = false;            // the alone-vs-alone control pair
   bool vs_alone = false;           // alone vs a probe's condition (not control, seed or cross)
+  // Both sides are one target's responses (its own conditions, or two runs of one model file):
+  // token ids correspond, and a retokenized row is a changed token (--fail-on any fails on it).
+  bool one_target = false;
   int64_t items = 0, differ = 0, errors = 0, not_exercised = 0;
+  int64_t same_request = 0;        // rows of differ and retokenized that are run-to-run noise (pair_item::same_request)
   int64_t retokenized = 0, drifted = 0, not_comparable = 0, not_argmax = 0;
   int64_t graded = 0, correct_a = 0, correct_b = 0;
   // GSM8K rows graded by flexible-extract also scored by strict-match (lm-eval reports both).
@@ -157,6 +169,9 @@ struct report {
   int repeat = 0;
   int64_t noise_items = 0, noisy_items = 0;
   size_t records_a = 0;  // compare_runs: records[0, records_a) are run A's, the rest run B's
+  // compare_run: the probes the run asked for (run.json's identity, else those its records name),
+  // each of which must judge at least one row (fail_findings); empty for compares of two runs.
+  std::vector<std::string> probes_requested;
   // --oracle: the run-level summary (null without an oracle): {"model", "bound", "bound_source",
   // "fidelity" {n, mean, max, equal, kl_mean, responses, off_argmax}, "by_condition" {COND: the
   // same}, "classes" {near-tie, server-error, both-off, sampled, unjudged}, "cost", "notes"}.
@@ -222,7 +237,8 @@ sentence_style sentence_terminal();  // escape_line: one line, control bytes as 
 std::string oracle_sentence(const pair_item& row, const sentence_style& style = sentence_plain());
 
 // --fail-on: a comma-separated list of gates, each a reason to exit 1:
-//   any            a pair (the control pair included) differs on some item
+//   any            a pair (the control pair included) differs on some item, or one target's own
+//                  pair has a retokenized row (another token for the same text)
 //   drift          a pair has drifted rows (same tokens, moved logits or log-probs)
 //   flips          an answer went right->wrong
 //   significant    a pair's divergence rate is above the control's (Fisher p < 0.05) or its flips are
@@ -233,8 +249,10 @@ std::string oracle_sentence(const pair_item& row, const sentence_style& style = 
 //                  condition's fidelity worse than alone's; or the report has no oracle figures
 //   score-drop:X   a score fell by more than X percentage points (the reason says if significant)
 //   none           none of the above, and not the nothing-judged rule either
-// Beyond the list: nothing judged at all is a reason (unless "none"); a pair with fewer than
-// min_judged judged rows is one whenever min_judged > 0. Throws input_error on a bad spec, naming the bad entry.
+// Beyond the list: nothing judged at all, or a probe the run asked for that judged no row (its
+// pairs other than the control all failed, were not exercised or not comparable), is an unjudged
+// finding (unless "none"): exit 5, not 1; a pair with fewer than min_judged judged rows is a
+// reason whenever min_judged > 0. Throws input_error on a bad spec, naming the bad entry.
 struct fail_policy {
   bool none = false;
   bool any = false, drift = false, flips = false, significant = false, errors = false, not_exercised = false;
@@ -249,7 +267,11 @@ fail_policy fail_policy_parse(const std::string& spec, int64_t min_judged = 0);
 struct fail_finding {
   std::string gate;
   std::string text;
+  bool unjudged = false;  // nothing judged, or a probe that judged nothing: exit 5 when no gate failed
 };
+// The exit code of a finished report: 3 when incomplete, else 1 when a gate failed, else 5 when
+// something went unjudged, else 0.
+int verdict_exit_code(const std::vector<fail_finding>& findings, bool incomplete);
 // Empty when within thresholds. `none` turns off the --fail-on gates and the nothing-judged rule;
 // a --min-judged above 0 still applies (it was asked for by itself).
 std::vector<fail_finding> fail_findings(const report& r, const fail_policy& p);
@@ -258,7 +280,8 @@ std::vector<std::string> fail_reasons(const report& r, const fail_policy& p);
 // A p-value as the reports print it: two significant digits, scientific below 0.001.
 std::string p_text(double p);
 // The last line of run, report and compare, pytest-like: "PASS: ...; exit 0", "FAIL: ...; exit 1",
-// or with another exit code (a run that is incomplete) "INCOMPLETE: ...; exit 3".
+// "UNJUDGED: ...; exit 5" (nothing judged, or a probe that judged nothing), or with exit code 3 (a
+// run that is incomplete) "INCOMPLETE: ...; exit 3".
 std::string verdict_line(const report& r, const fail_policy& p, const std::vector<std::string>& reasons, int exit_code);
 
 // --only-differences and --max-items N: which rows a rendered report lists. Counts, gates and the

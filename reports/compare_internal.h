@@ -22,11 +22,17 @@ std::string probe_from_condition(const std::string& condition);
 std::vector<record> records_dedupe(std::vector<record> in, const std::function<std::string(const record&)>& key,
                                    size_t* dropped);
 
-// One row: divergence, error, exercised (judged by b's condition against a, see conditions.h, or
-// only the records' own exercised flags when `judge` is false: cross and compare pairs), status,
-// grades, flip and not-argmax steps. a and b must outlive the row.
+// How a row is judged. judge: b's condition's evidence is judged against a (conditions.h), else
+// only the records' own exercised flags count (cross and compare pairs set two targets or two runs
+// side by side). one_vocab: token ids name one vocabulary on both sides (diverge()).
+struct row_rules {
+  bool judge = true;
+  bool one_vocab = true;
+};
+// One row: divergence, error, exercised, same request (pair_item::same_request), status, grades
+// (both sides by A's grader), flip and not-argmax steps. a and b must outlive the row.
 pair_item row_make(const record& a, const record& b, const std::string& cond_a, const std::string& cond_b,
-                   bool judge = true);
+                   const row_rules& rules = {});
 // A row whose two responses are not comparable (compare: other prompts or request settings), why.
 pair_item row_not_comparable(const record& a, const record& b, const std::string& cond_a, const std::string& cond_b,
                              const std::string& why);

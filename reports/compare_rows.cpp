@@ -18,10 +18,12 @@ bool evidence_false(const record& r, const char* key) {
   return it != r.evidence.end() && it->is_boolean() && !it->get<bool>();
 }
 
-flip_kind flip_of(const record& a, const record& b, bool ca, bool cb) {
+// Both answers as `grader` reads them: the final answer, after any thinking block.
+flip_kind flip_of(const std::string& grader, const record& a, const record& b, bool ca, bool cb) {
   if (ca && !cb) return FLIP_RIGHT_TO_WRONG;
   if (!ca && cb) return FLIP_WRONG_TO_RIGHT;
-  if (!ca && !cb && grade_answer(a.grader, a.text) != grade_answer(b.grader, b.text)) return FLIP_WRONG_TO_OTHER_WRONG;
+  if (!ca && !cb && grade_answer(grader, final_answer(a.text)) != grade_answer(grader, final_answer(b.text)))
+    return FLIP_WRONG_TO_OTHER_WRONG;
   return FLIP_NONE;
 }
 
@@ -91,7 +93,7 @@ std::string flagged_not_exercised(const record& a, const record& b) {
 
 row_status status_of(const pair_item& row) {
   if (row.error) return STATUS_ERROR;
-  if (!row.exercised) return STATUS_NOT_EXERCISED;
+  if (!row.exercised && !row.same_request) return STATUS_NOT_EXERCISED;
   if (row.d.identical) return row.d.hash_step >= 0 || row.d.drift_step >= 0 ? STATUS_DRIFTED : STATUS_IDENTICAL;
   return row.d.retokenized ? STATUS_RETOKENIZED : STATUS_DIFFERS;
 }
@@ -117,9 +119,35 @@ pair_item row_not_comparable(const record& a, const record& b, const std::string
   return row;
 }
 
-pair_item row_make(const record& a, const record& b, const std::string& cond_a, const std::string& cond_b, bool judge) {
+namespace {
+
+// Whether b's request was a's, byte for byte: the same body to the same endpoint of one target.
+bool request_same(const record& a, const record& b) {
+  return !a.request.empty() && a.request == b.request && a.endpoint == b.endpoint && record_label(a) == record_label(b);
+}
+
+// Both sides graded by one grader, A's: B's record is graded by it as well when B's own grader is
+// another (a resumed or compared run graded otherwise) and B's reference is A's; with another
+// reference B is not graded. A flip is a flip of one grader's reading, never of two.
+void row_grade(pair_item& row) {
+  const record& a = *row.a;
+  const record& b = *row.b;
+  row.correct_a = grade(a);
+  if (b.grader == a.grader) {
+    row.correct_b = grade(b);
+  } else if (!a.grader.empty() && b.reference == a.reference) {
+    row.correct_b = grade(a.grader, final_answer(b.text), b.reference);
+  }
+  if ((row.exercised || row.same_request) && row.correct_a && row.correct_b)
+    row.flip = flip_of(a.grader, a, b, *row.correct_a, *row.correct_b);
+}
+
+}  // namespace
+
+pair_item row_make(const record& a, const record& b, const std::string& cond_a, const std::string& cond_b,
+                   const row_rules& rules) {
   pair_item row = row_head(a, b, cond_a, cond_b);
-  row.d = diverge(a, b);
+  row.d = diverge(a, b, rules.one_vocab);
   row.not_argmax_a = first_not_argmax(a);
   row.not_argmax_b = first_not_argmax(b);
   if (!a.error.empty() || !b.error.empty()) {
@@ -127,15 +155,17 @@ pair_item row_make(const record& a, const record& b, const std::string& cond_a, 
     row.status = STATUS_ERROR;
     return row;
   }
-  const std::string why = judge ? condition_not_exercised(a, b) : flagged_not_exercised(a, b);
+  const std::string why = rules.judge ? condition_not_exercised(a, b) : flagged_not_exercised(a, b);
   if (!why.empty()) {
     row.exercised = false;
     row.reason = why;
+    if (rules.judge && !row.d.identical && request_same(a, b)) {
+      row.same_request = true;
+      row.reason += "; but the request was alone's own, byte for byte: two answers to one request are run-to-run noise";
+    }
   }
   row.status = status_of(row);
-  row.correct_a = grade(a);
-  row.correct_b = grade(b);
-  if (row.exercised && row.correct_a && row.correct_b) row.flip = flip_of(a, b, *row.correct_a, *row.correct_b);
+  row_grade(row);
   return row;
 }
 
@@ -151,6 +181,7 @@ void summary_add(pair_summary& s, pair_item row) {
   } else {
     s.differ += row.status == STATUS_DIFFERS;
     s.retokenized += row.status == STATUS_RETOKENIZED;
+    s.same_request += row.same_request;
     s.drifted += row.status == STATUS_DRIFTED;
     if (row.correct_a && row.correct_b) {
       ++s.graded;

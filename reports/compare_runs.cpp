@@ -61,10 +61,40 @@ std::string incomparable_reason(const record& ra, const record& rb, const std::s
   return settings;
 }
 
+// Two runs' responses from one model file (engine targets and detaudit serve name its sha256):
+// their token ids name one vocabulary.
+bool one_model(const record& a, const record& b) {
+  const std::string sa = json_str(a.target, "model_sha256");
+  return !sa.empty() && sa == json_str(b.target, "model_sha256");
+}
+
 struct pair_counts {
   size_t only_a = 0, only_b = 0, comparable = 0, prompts_differ = 0, settings_differ = 0;
   size_t unpaired = 0;  // responses of conditions that are never paired (seed-none)
+  // Rows whose two sides were graded by different graders: graded here by A's (same reference),
+  // or not graded (another reference); the grader pairs seen, "A's vs B's".
+  size_t regraded = 0, ungraded = 0;
+  std::set<std::string> grader_pairs;
 };
+
+void grading_count(const record& ra, const record& rb, pair_counts& n) {
+  if (ra.grader == rb.grader) return;
+  ((!ra.grader.empty() && ra.reference == rb.reference) ? n.regraded : n.ungraded) += 1;
+  n.grader_pairs.insert("'" + ra.grader + "' vs '" + rb.grader + "'");
+}
+
+// What a compare says when the runs graded an item with different graders.
+void notes_grading(report& rep, const pair_counts& n) {
+  if (n.regraded + n.ungraded == 0) return;
+  std::string pairs;
+  for (const std::string& g : n.grader_pairs) pairs += (pairs.empty() ? "" : ", ") + g;
+  std::string text = "the runs grade with different graders (" + pairs + ", A's vs B's): ";
+  if (n.regraded) text += std::to_string(n.regraded) + " row(s) graded on both sides by run A's grader";
+  if (n.ungraded)
+    text += std::string(n.regraded ? "; " : "") + std::to_string(n.ungraded) +
+            " row(s) not graded (another reference in B, or no grader in A)";
+  rep.notes.push_back(text + "; no flip compares two graders' readings");
+}
 
 bool never_paired(const record& r) {
   const condition_def* d = condition_find(r.condition);
@@ -111,12 +141,14 @@ void compare_label_pair(report& rep, const std::vector<const record*>& side_a, c
       const std::string why = incomparable_reason(*ra, *rb, settings);
       if (why.empty()) {
         ++n.comparable;
-        summary_add(s, row_make(*ra, *rb, na, nb, /*judge=*/false));
+        grading_count(*ra, *rb, n);
+        summary_add(s, row_make(*ra, *rb, na, nb, {.judge = false, .one_vocab = one_model(*ra, *rb)}));
         continue;
       }
       (why == settings ? n.settings_differ : n.prompts_differ) += 1;
       summary_add(s, row_not_comparable(*ra, *rb, na, nb, why));
     }
+    s.one_target = one_model(*rows.front().first, *rows.front().second);
     rep.pairs.push_back(std::move(s));
   }
 }
@@ -176,6 +208,7 @@ report compare_runs(std::vector<record> a, std::vector<record> b, const json& ma
   if (dropped_a || dropped_b)
     rep.notes.push_back(std::to_string(dropped_a + dropped_b) +
                         " record(s) were superseded by a later record of the same request: the last of each was used");
+  notes_grading(rep, n);
   significance_apply(rep);
   notes_tokenization(rep);
   notes_not_exercised(rep);

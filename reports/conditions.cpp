@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <optional>
 
 namespace detaudit::reports {
@@ -23,6 +24,12 @@ bool is_false(const json& o, const char* key) {
   return it != o.end() && it->is_boolean() && !it->get<bool>();
 }
 
+std::string json_text(const json& o, const char* key) {
+  if (!o.is_object()) return "";
+  auto it = o.find(key);
+  return it != o.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
 std::string count_text(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.0f", v);
@@ -31,25 +38,41 @@ std::string count_text(double v) {
 
 const char* NO_CACHE_REPORT = "the target does not report cached tokens (how many prompt tokens came from its cache)";
 
+// Each request's end and its time alone: the item's first (single_ms, else alone's latency), then
+// the fillers' (filler_single_ms, where known).
+void burst_of(const record& base, const json& e, std::vector<double>& ends, std::vector<double>& singles) {
+  if (auto it = e.find("end_ms"); it != e.end() && it->is_array())
+    for (const json& v : *it) ends.push_back(v.is_number() ? v.get<double>() : std::nan(""));
+  std::optional<double> alone_ms = num(e, "single_ms");  // min(alone, control), when the runner knew it
+  if (!alone_ms) alone_ms = num(base.timings, "latency_ms");
+  singles.assign(ends.size(), 0.0);
+  if (!singles.empty() && alone_ms) singles[0] = *alone_ms;
+  if (auto it = e.find("filler_single_ms"); it != e.end() && it->is_array())
+    for (size_t k = 0; k < it->size() && k + 1 < singles.size(); ++k)
+      if ((*it)[k].is_number()) singles[k + 1] = (*it)[k].get<double>();
+}
+
 std::string judge_concurrent(const record& base, const record& r) {
   const json& e = r.evidence;
   if (is_false(e, "overlap")) return "the requests did not overlap in time";
   if (std::optional<double> w = num(e, "batch_width"))
     return *w >= 2 ? "" : "the request never shared a forward step (batch width 1)";
+  std::vector<double> ends, singles;
+  burst_of(base, e, ends, singles);
+  const bool timed = ends.size() >= 2 && singles[0] > 0;
+  const burst_timing timing = timed ? concurrency_timing(ends, singles) : TIMING_UNKNOWN;
   if (std::optional<double> s = num(e, "slots_busy_max")) {
     const std::string source = e.value("slots_source", std::string("the server"));
-    return *s >= 2 ? "" : "at most one slot was busy at a time while the requests ran (" + source + ")";
+    if (*s < 2) return "at most one slot was busy at a time while the requests ran (" + source + ")";
+    if (timing == TIMING_QUEUE)
+      return "the end times form a queue (no request ended within another's time alone) although " + source +
+             " showed " + count_text(*s) + " slots busy: the end times decide";
+    return "";
   }
-  std::vector<double> ends;
-  if (auto it = e.find("end_ms"); it != e.end() && it->is_array())
-    for (const json& v : *it)
-      if (v.is_number()) ends.push_back(v.get<double>());
-  std::optional<double> alone_ms = num(e, "single_ms");  // min(alone, control), when the runner knew it
-  if (!alone_ms) alone_ms = num(base.timings, "latency_ms");
-  if (ends.size() >= 2 && alone_ms && *alone_ms > 0)
-    return concurrency_looks_queued(ends, *alone_ms)
-               ? "the server answered the requests one after another (a queue), not together"
-               : "";
+  if (timing == TIMING_OVERLAP) return "";
+  if (timed)
+    return "the server may have answered the requests one after another (a queue): no request ended within "
+           "half another's time alone before that one's end";
   return "no evidence that the requests shared forward steps (no batch width, busy slots or end times)";
 }
 
@@ -179,15 +202,42 @@ std::string condition_not_exercised(const record& base, const record& r) {
   return c && c->judge ? c->judge(base, r) : "";
 }
 
-bool concurrency_looks_queued(const std::vector<double>& end_ms, double alone_ms) {
-  if (end_ms.size() < 2 || !(alone_ms > 0)) return false;
-  std::vector<double> sorted = end_ms;
-  std::sort(sorted.begin(), sorted.end());
-  const auto pos = std::find(sorted.begin(), sorted.end(), end_ms[0]) - sorted.begin();
-  const double item_gap = pos == 0 ? sorted[0] : sorted[static_cast<size_t>(pos)] - sorted[static_cast<size_t>(pos) - 1];
-  size_t wide = 0;
-  for (size_t k = 1; k < sorted.size(); ++k) wide += sorted[k] - sorted[k - 1] >= 0.5 * alone_ms;
-  return item_gap >= 0.6 * alone_ms && 2 * wide >= sorted.size() - 1;
+burst_timing concurrency_timing(const std::vector<double>& end_ms, const std::vector<double>& single_ms) {
+  bool all_known = end_ms.size() >= 2 && single_ms.size() == end_ms.size();
+  for (size_t j = 0; j < end_ms.size(); ++j) {
+    const double l = j < single_ms.size() ? single_ms[j] : 0;
+    if (!std::isfinite(end_ms[j]) || !(l > 0) || !std::isfinite(l)) {
+      all_known = false;
+      continue;
+    }
+    const double from = end_ms[j] - QUEUE_SERVICE_SHARE * l;
+    for (size_t k = 0; k < end_ms.size(); ++k)
+      if (k != j && std::isfinite(end_ms[k]) && end_ms[k] > from && end_ms[k] <= end_ms[j]) return TIMING_OVERLAP;
+  }
+  return all_known ? TIMING_QUEUE : TIMING_UNKNOWN;
+}
+
+void evidence_fill_filler_latency(std::vector<record>& records) {
+  std::map<std::pair<std::string, std::string>, double> single;  // (label, item) -> min(alone, control) latency
+  for (const record& r : records) {
+    if (!r.error.empty() || (r.condition != "alone" && r.condition != "control")) continue;
+    const std::optional<double> l = num(r.timings, "latency_ms");
+    if (!l || *l <= 0) continue;
+    auto [it, fresh] = single.emplace(std::make_pair(json_text(r.target, "label"), r.item_id), *l);
+    if (!fresh) it->second = std::min(it->second, *l);
+  }
+  for (record& r : records) {
+    auto items = r.evidence.find("filler_items");
+    if (items == r.evidence.end() || !items->is_array()) continue;
+    json& ms = r.evidence["filler_single_ms"];
+    if (!ms.is_array()) ms = json::array();
+    while (ms.size() < items->size()) ms.push_back(nullptr);
+    for (size_t k = 0; k < items->size(); ++k) {
+      if (ms[k].is_number() || !(*items)[k].is_string()) continue;
+      auto f = single.find({json_text(r.target, "label"), (*items)[k].get<std::string>()});
+      if (f != single.end()) ms[k] = f->second;
+    }
+  }
 }
 
 }  // namespace detaudit::reports

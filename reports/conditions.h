@@ -57,11 +57,25 @@ int probe_rank(const std::string& probe);
 // reason), else the judge of r's condition.
 std::string condition_not_exercised(const record& base, const record& r);
 
-// The concurrency judge's queue test, exposed for tests: end_ms holds the N requests' end times
-// (ms after their common release, the item's first), alone_ms the item's latency when sent alone.
-// True when they finished one after another like single requests: the item's own gap (from the
-// end before it, or from the release) is at least 0.6 x alone_ms, and at least half the gaps
-// between consecutive ends are at least 0.5 x alone_ms.
-bool concurrency_looks_queued(const std::vector<double>& end_ms, double alone_ms);
+// The concurrency judge's timing test. A server that answers one request at a time spends at least
+// a request's time alone on it, and no other request of the burst can end meanwhile. So the burst
+// proves that requests were processed together when some request j, whose time alone L_j is known,
+// has another request end within QUEUE_SERVICE_SHARE x L_j before j's own end (a tie counts).
+// end_ms holds the N requests' end times (ms after their common release; the item's first),
+// single_ms each one's time alone (<= 0 or NaN: unknown; the item's is the smaller of its alone and
+// control latencies, the fillers' theirs). TIMING_OVERLAP: proven; TIMING_QUEUE: not proven, with
+// every request's time alone known (the burst fits a queue); TIMING_UNKNOWN: not proven, some
+// request's time alone unknown. Gap widths decide nothing: a slow item among fast fillers on a
+// queueing server ends long after them, as it would when batched.
+enum burst_timing { TIMING_OVERLAP, TIMING_QUEUE, TIMING_UNKNOWN };
+// Half: a request served from the prompt cache in the burst can take less than its time alone,
+// and its time alone is the quicker of two sends (control is often served from the cache too).
+inline constexpr double QUEUE_SERVICE_SHARE = 0.5;
+burst_timing concurrency_timing(const std::vector<double>& end_ms, const std::vector<double>& single_ms);
+
+// Fills each concurrent record's evidence "filler_single_ms" (aligned with "filler_items": the
+// fillers that are items of the run) from those items' alone and control latencies on the same
+// target, where the runner did not know them yet. compare_run calls it before judging.
+void evidence_fill_filler_latency(std::vector<record>& records);
 
 }  // namespace detaudit::reports

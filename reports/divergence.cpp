@@ -26,7 +26,9 @@ std::optional<std::string> known_bytes(const token_rec& t) {
   return token_bytes(t);
 }
 
-bool same_token(const token_rec& x, const token_rec& y) {
+// One vocabulary (one_vocab): ids are compared first, where both sides have them.
+bool same_token(const token_rec& x, const token_rec& y, bool one_vocab) {
+  if (one_vocab && x.id >= 0 && y.id >= 0 && x.id != y.id) return false;
   const std::optional<std::string> bx = known_bytes(x), by = known_bytes(y);
   if (bx && by) return *bx == *by;
   if (x.id >= 0 && y.id >= 0) return x.id == y.id;
@@ -248,7 +250,7 @@ std::string hidden_difference_note(const record& a, const record& b) {
 }
 
 // The answers (texts and tokens) of two responses that both succeeded.
-divergence diverge_answer(const record& a, const record& b) {
+divergence diverge_answer(const record& a, const record& b, bool one_vocab) {
   divergence d;
   hash_step_find(a, b, d);
   const bool text_same = a.text == b.text;
@@ -262,7 +264,7 @@ divergence diverge_answer(const record& a, const record& b) {
   }
   const size_t n = std::min(a.tokens.size(), b.tokens.size());
   size_t k = 0;
-  while (k < n && same_token(a.tokens[k], b.tokens[k])) ++k;
+  while (k < n && same_token(a.tokens[k], b.tokens[k], one_vocab)) ++k;
   const bool tokens_same = k == n && a.tokens.size() == b.tokens.size();
   d.identical = tokens_same && text_same;
   drift_find(a, b, k, d);
@@ -284,7 +286,10 @@ divergence diverge_answer(const record& a, const record& b) {
       d.note = hidden_difference_note(a, b);
     } else {
       d.retokenized = true;
-      d.note = "the texts are identical; the tokens are cut differently";
+      d.note = k < n && same_token(a.tokens[k], b.tokens[k], false)
+                   ? "the texts are identical; token " + std::to_string(k) + " has the same bytes under another id (" +
+                         std::to_string(d.id_a) + " vs " + std::to_string(d.id_b) + ")"
+                   : "the texts are identical; the tokens are cut differently";
     }
   }
   return d;
@@ -310,14 +315,14 @@ void reasoning_diverge(const record& a, const record& b, divergence& d) {
 
 }  // namespace
 
-divergence diverge(const record& a, const record& b) {
+divergence diverge(const record& a, const record& b, bool one_vocab) {
   if (!a.error.empty() || !b.error.empty()) {
     divergence d;
     d.identical = false;
     d.note = failure_note(a, b);
     return d;
   }
-  divergence d = diverge_answer(a, b);
+  divergence d = diverge_answer(a, b, one_vocab);
   reasoning_diverge(a, b, d);
   return d;
 }

@@ -53,6 +53,17 @@ std::string beyond_noise_text(const pair_summary& s) {
   return s.differ_beyond_noise >= 0 ? std::to_string(s.differ_beyond_noise) : "-";
 }
 
+std::string noise_count_text(const pair_summary& s) {
+  if (s.control) return std::to_string(s.differ);
+  if (s.differ_beyond_noise >= 0) return std::to_string(s.differ - s.differ_beyond_noise);
+  return s.same_request > 0 ? std::to_string(s.same_request) : "-";
+}
+
+std::string retokenized_text(const pair_summary& s) {
+  const std::string n = std::to_string(s.retokenized) + "/" + std::to_string(pair_judged(s));
+  return s.one_target ? n : "(" + n + ")";
+}
+
 std::string p_noise_text(const pair_summary& s) { return s.p_vs_noise ? p_text(*s.p_vs_noise) : "-"; }
 std::string p_mcnemar_text(const pair_summary& s) { return s.mcnemar_p ? p_text(*s.mcnemar_p) : "-"; }
 

@@ -195,17 +195,18 @@ void summary_section(std::ostringstream& os, const report& r) {
     os << "<p>No pairs of responses to compare.</p>\n";
     return;
   }
-  os << "<table id=\"summary\"><thead><tr><th>probe</th><th>A vs B</th><th>differ</th><th>beyond noise</th><th>p vs noise</th>"
-     << "<th>drifted</th><th>errors</th><th>not exercised</th><th>score A \xe2\x86\x92 B</th><th>flips \xe2\x88\x92r/+w</th>"
+  os << "<table id=\"summary\"><thead><tr><th>probe</th><th>A vs B</th><th>differ</th><th>noise</th><th>beyond noise</th>"
+     << "<th>p vs noise</th><th>retokenized</th><th>drifted</th><th>errors</th><th>not exercised</th><th>score A \xe2\x86\x92 B</th><th>flips \xe2\x88\x92r/+w</th>"
      << "<th>net</th><th>McNemar p</th></tr></thead><tbody>\n";
   for (const pair_summary& s : r.pairs) {
     const int64_t judged = pair_judged(s);
-    const std::string cls = std::string(s.control ? "control" : "") + (s.control && s.differ > 0 ? " " : "") +
-                            (s.differ > 0 ? "bad" : "");
+    const bool bad = s.differ > 0 || (s.one_target && s.retokenized > 0);
+    const std::string cls = std::string(s.control ? "control" : "") + (s.control && bad ? " " : "") + (bad ? "bad" : "");
     os << "<tr" << (cls.empty() ? "" : " class=\"" + cls + "\"") << ">"
        << td(html_escape(s.probe)) << td(html_escape(s.cond_a + " vs " + s.cond_b))
-       << td(std::to_string(s.differ) + "/" + std::to_string(judged), "n differ") << td(beyond_noise_text(s), "n")
-       << td(p_noise_text(s), "n") << td(std::to_string(s.drifted) + "/" + std::to_string(judged), "n drifted")
+       << td(std::to_string(s.differ) + "/" + std::to_string(judged), "n differ") << td(noise_count_text(s), "n")
+       << td(beyond_noise_text(s), "n") << td(p_noise_text(s), "n") << td(retokenized_text(s), "n")
+       << td(std::to_string(s.drifted) + "/" + std::to_string(judged), "n drifted")
        << td_num(s.errors) << td_num(s.not_exercised) << td(html_escape(score_text(s))) << td(html_escape(flips_text(s)))
        << td(html_escape(net_text(s)), "n") << td(p_mcnemar_text(s), "n") << "</tr>\n";
   }

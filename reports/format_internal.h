@@ -26,6 +26,11 @@ std::string net_text(const pair_summary& s);
 // Against the noise model: rows differing on items whose alone answers agree ("-" when the pair
 // has no noise model), p_vs_noise and McNemar's p ("-" when not computed).
 std::string beyond_noise_text(const pair_summary& s);
+// Rows of differ that may be run-to-run noise: the control pair's all, else differ minus beyond
+// noise, else the answers to a request alone's own; "-" when none of these applies.
+std::string noise_count_text(const pair_summary& s);
+// "2/20" retokenized of judged; "(2/20)" across targets, where a retokenized row is no failure.
+std::string retokenized_text(const pair_summary& s);
 std::string p_noise_text(const pair_summary& s);
 std::string p_mcnemar_text(const pair_summary& s);
 // "13/20 = 65.0% [43.3, 81.9] +- 10.9": accuracy, Wilson 95% interval, lm-eval's stderr (points).

@@ -1,11 +1,12 @@
 // The machine-readable report: a stable object, keys in a fixed order. docs/records.md ("Report
 // JSON") is its schema; REPORT_JSON_SCHEMA below is the version it carries.
 //
-//   {"schema": 1, "pairs": [{probe, cond_a, cond_b, control, items, differ, errors, not_exercised,
-//     retokenized, drifted, not_comparable, not_argmax, graded, correct_a, correct_b,
+//   {"schema": 1, "pairs": [{probe, cond_a, cond_b, control, one_target, items, differ, errors,
+//     not_exercised, retokenized, same_request, drifted, not_comparable, not_argmax, graded, correct_a, correct_b,
 //     right_to_wrong, wrong_to_right, wrong_to_other_wrong, differ_beyond_noise, noisy, p_vs_noise,
 //     mcnemar_p, accuracy_a, accuracy_b, fidelity_mean, ..., rows: [{item_id, status, ..., oracle}]}],
-//    "noise": {repeat, items, noisy}, "oracle": {...} or null, "differences": [{field, a, b}], "notes": [...], "manifest": {...}}
+//    "noise": {repeat, items, noisy}, "oracle": {...} or null, "differences": [{field, a, b}],
+//    "probes_requested": [...], "notes": [...], "manifest": {...}}
 #include "reports/format_internal.h"
 #include "reports/stats.h"
 
@@ -89,6 +90,7 @@ ojson row_json(const pair_item& row) {
   o["correct_b"] = opt_bool(row.correct_b);
   o["flip"] = flip_name(row.flip);
   o["exercised"] = row.exercised;
+  o["same_request"] = row.same_request;
   o["reason"] = row.reason;
   o["error"] = row.error;
   o["note"] = d.note;
@@ -118,11 +120,13 @@ ojson pair_json(const pair_summary& s) {
   o["cond_a"] = s.cond_a;
   o["cond_b"] = s.cond_b;
   o["control"] = s.control;
+  o["one_target"] = s.one_target;
   o["items"] = s.items;
   o["differ"] = s.differ;
   o["errors"] = s.errors;
   o["not_exercised"] = s.not_exercised;
   o["retokenized"] = s.retokenized;
+  o["same_request"] = s.same_request;
   o["drifted"] = s.drifted;
   o["not_comparable"] = s.not_comparable;
   o["not_argmax"] = s.not_argmax;
@@ -186,6 +190,7 @@ std::string render_json(const report& r) {
     diffs.push_back(std::move(e));
   }
   o["differences"] = std::move(diffs);
+  o["probes_requested"] = r.probes_requested;
   o["notes"] = r.notes;
   const json manifest = r.manifest.is_object() ? r.manifest : json::object();
   o["manifest"] = ojson::parse(manifest.dump(-1, ' ', false, json::error_handler_t::replace));

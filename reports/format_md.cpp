@@ -34,11 +34,13 @@ std::string md_code(const std::string& raw) {
 }
 
 void summary(std::ostringstream& os, const report& r) {
-  os << "| probe | pair | differ | beyond noise | p vs noise | drifted | errors | not exercised | score A -> B | flips -r/+w | net | McNemar p |\n"
-     << "|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|\n";
+  os << "| probe | pair | differ | noise | beyond noise | p vs noise | retokenized | drifted | errors | not exercised | score A -> B "
+        "| flips -r/+w | net | McNemar p |\n"
+     << "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|\n";
   for (const pair_summary& s : r.pairs)
     os << "| " << md_escape(s.probe) << " | " << md_escape(s.cond_a + " vs " + s.cond_b) << " | " << s.differ << "/"
-       << pair_judged(s) << " | " << beyond_noise_text(s) << " | " << p_noise_text(s) << " | " << s.drifted << "/"
+       << pair_judged(s) << " | " << noise_count_text(s) << " | " << beyond_noise_text(s) << " | " << p_noise_text(s) << " | "
+       << retokenized_text(s) << " | " << s.drifted << "/"
        << pair_judged(s) << " | " << s.errors << " | " << s.not_exercised << " | " << score_text(s) << " | " << flips_text(s)
        << " | " << net_text(s) << " | " << p_mcnemar_text(s) << " |\n";
   const std::string noise = noise_text(r);

@@ -1,12 +1,15 @@
 // The terminal report: one table row per pair, then each differing, failed or drifted item with
 // where it parted, then the notes. Plain text, readable without color.
 //
-//   PROBE        PAIR                   DIFFER  BEYOND-NOISE  P-VS-NOISE  DRIFTED  ERRORS  ...  FLIPS -R/+W  NET  MCNEMAR-P
-//   control      alone vs control       0/20    -             -           3/20     0       ...  -            -    -
-//   concurrency  alone vs concurrent-8  2/20    2             0.24        5/20     0       ...  -2/+1        -1   0.62
-// DIFFER: the tokens or text part; BEYOND-NOISE: of those, items whose alone answers all agree;
-// P-VS-NOISE: Fisher's one-sided p of DIFFER against the control pair's rate; DRIFTED: the same
-// tokens, but logits (hash) or log-probs moved; MCNEMAR-P: two-sided, on the flips.
+//   PROBE        PAIR                   DIFFER  NOISE  BEYOND-NOISE  P-VS-NOISE  RETOKENIZED  DRIFTED  ...  MCNEMAR-P
+//   control      alone vs control       0/20    0      -             -           0            3/20     ...  -
+//   concurrency  alone vs concurrent-8  2/20    0      2             0.24        0            5/20     ...  0.62
+// DIFFER: the tokens or text part; NOISE: of those, the ones that may be run-to-run noise (the
+// control pair's, rows on noisy items, and answers to a request alone's own); BEYOND-NOISE: the
+// rest; P-VS-NOISE: Fisher's one-sided p of DIFFER against the control pair's rate; RETOKENIZED: the
+// same text from other tokens (one target's pairs: a changed token; "(x/y)" across targets, where
+// it does not fail); DRIFTED: the same tokens, but logits (hash) or log-probs moved; MCNEMAR-P:
+// two-sided, on the flips.
 #include <algorithm>
 #include <map>
 #include <sstream>
@@ -41,13 +44,14 @@ std::string table(const std::vector<table_row>& rows) {
 }
 
 std::string summary_table(const report& r) {
-  std::vector<table_row> rows = {{"PROBE", "PAIR", "DIFFER", "BEYOND-NOISE", "P-VS-NOISE", "DRIFTED", "ERRORS", "NOT-EXERCISED",
-                                  "SCORE A -> B", "FLIPS -R/+W", "NET", "MCNEMAR-P"}};
+  std::vector<table_row> rows = {{"PROBE", "PAIR", "DIFFER", "NOISE", "BEYOND-NOISE", "P-VS-NOISE", "RETOKENIZED", "DRIFTED",
+                                  "ERRORS", "NOT-EXERCISED", "SCORE A -> B", "FLIPS -R/+W", "NET", "MCNEMAR-P"}};
   for (const pair_summary& s : r.pairs) {
     const std::string judged = std::to_string(pair_judged(s));
     rows.push_back({escape_line(s.probe), escape_line(s.cond_a + " vs " + s.cond_b), std::to_string(s.differ) + "/" + judged,
-                    beyond_noise_text(s), p_noise_text(s), std::to_string(s.drifted) + "/" + judged, std::to_string(s.errors),
-                    std::to_string(s.not_exercised), score_text(s), flips_text(s), net_text(s), p_mcnemar_text(s)});
+                    noise_count_text(s), beyond_noise_text(s), p_noise_text(s), retokenized_text(s),
+                    std::to_string(s.drifted) + "/" + judged, std::to_string(s.errors), std::to_string(s.not_exercised),
+                    score_text(s), flips_text(s), net_text(s), p_mcnemar_text(s)});
   }
   return table(rows);
 }

@@ -1,7 +1,9 @@
 // --fail-on and the verdict line: which findings of a report fail a CI job, and the one line that
 // says so. run, report and compare share this file, so one spec means the same on all three.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <set>
 
 #include "reports/compare.h"
@@ -45,7 +47,54 @@ std::string subject(const pair_summary& s) { return escape_line(s.vs_alone ? s.c
 
 bool significant(const std::optional<double>& p) { return p && *p < 0.05; }
 
+// " (2 of them run-to-run noise: ...)" for a pair whose differing rows include requests answered
+// twice (pair_item::same_request).
+std::string same_request_text(const pair_summary& s) {
+  const int64_t n = std::min(s.same_request, s.differ);
+  if (n == 0) return "";
+  return " (" + std::to_string(n) + (n == s.differ ? "" : " of them") +
+         " run-to-run noise: the same request as alone's, answered otherwise)";
+}
+
+// Every probe the run asked for must judge at least one row of its pairs (the control pair is the
+// noise baseline, not the probe's). A probe whose rows were all not exercised passed nothing.
+void unjudged_probes(const report& r, std::vector<fail_finding>& out) {
+  for (const std::string& probe : r.probes_requested) {
+    int64_t rows = 0, judged = 0, not_exercised = 0, errors = 0;
+    std::map<std::string, int64_t> reasons;
+    for (const pair_summary& s : r.pairs) {
+      if (s.control || s.probe != probe) continue;
+      rows += s.items;
+      judged += pair_judged(s);
+      not_exercised += s.not_exercised;
+      errors += s.errors;
+      for (const pair_item& row : s.rows)
+        if (row.status == STATUS_NOT_EXERCISED) ++reasons[row.reason];
+    }
+    if (judged > 0) continue;
+    std::string why = rows == 0 ? "no pair of its conditions has responses"
+                                : std::to_string(rows) + " row(s): " + std::to_string(not_exercised) + " not exercised, " +
+                                      std::to_string(errors) + " failed";
+    if (!reasons.empty()) {
+      const auto top = std::max_element(reasons.begin(), reasons.end(),
+                                        [](const auto& x, const auto& y) { return x.second < y.second; });
+      why += " (" + escape_line(top->first) + ")";
+    }
+    out.push_back({"unjudged", "probe " + escape_line(probe) + " judged nothing: " + why, true});
+  }
+}
+
 }  // namespace
+
+int verdict_exit_code(const std::vector<fail_finding>& findings, bool incomplete) {
+  if (incomplete) return 3;
+  bool unjudged = false;
+  for (const fail_finding& f : findings) {
+    if (!f.unjudged) return 1;
+    unjudged = true;
+  }
+  return unjudged ? 5 : 0;
+}
 
 std::string p_text(double p) {
   char buf[32];
@@ -89,10 +138,13 @@ std::vector<fail_finding> fail_findings(const report& r, const fail_policy& p) {
   for (const pair_summary& s : r.pairs) judged_total += pair_judged(s);
   const std::string min_gate = "--min-judged " + std::to_string(p.min_judged);
   if (judged_total == 0 && !p.none) {
-    out.push_back({"nothing judged", r.pairs.empty() ? "no pair of responses to compare"
-                                                     : "every row failed, was not exercised or was not comparable"});
+    out.push_back({"nothing judged",
+                   r.pairs.empty() ? "no pair of responses to compare"
+                                   : "every row failed, was not exercised or was not comparable",
+                   true});
     return out;
   }
+  if (!p.none) unjudged_probes(r, out);
   // A gate that tested nothing does not pass: server-error needs the oracle's figures.
   if (p.server_error && !p.none && !r.oracle.is_object())
     out.push_back({"--fail-on server-error", "no oracle figures to judge the divergences by: give --oracle "
@@ -106,7 +158,10 @@ std::vector<fail_finding> fail_findings(const report& r, const fail_policy& p) {
     if (p.none) continue;
     if (p.any && s.differ > 0)
       out.push_back({"--fail-on any", (s.control ? "run-to-run noise: " : "") + t + ": " + std::to_string(s.differ) + " of " + of +
-                                          " items differ"});
+                                          " items differ" + same_request_text(s)});
+    if (p.any && s.one_target && s.retokenized > 0)
+      out.push_back({"--fail-on any", t + ": " + std::to_string(s.retokenized) + " of " + of +
+                                          " items retokenized (the same text from other tokens: the greedy choice changed)"});
     if (p.drift && s.drifted > 0)
       out.push_back({"--fail-on drift", t + ": " + std::to_string(s.drifted) + " of " + of +
                                             " items drifted (same tokens, moved log-probs or logits)"});
@@ -157,43 +212,81 @@ std::vector<std::string> fail_reasons(const report& r, const fail_policy& p) {
   return out;
 }
 
-std::string verdict_line(const report& r, const fail_policy& p, const std::vector<std::string>& reasons, int exit_code) {
-  const bool fail = !reasons.empty();
-  std::set<std::string> items;
-  int64_t drifted = 0, errors = 0, r2w = 0, w2r = 0, not_exercised = 0;
-  const pair_summary* worst = nullptr;
-  int differing_pairs = 0;
+namespace {
+
+// What the verdict line counts over every pair.
+struct verdict_counts {
+  std::set<std::string> items;  // items judged somewhere
+  int64_t drifted = 0, errors = 0, r2w = 0, w2r = 0, not_exercised = 0, retokenized = 0;
+  const pair_summary* worst = nullptr;        // the pair with the most differing items (a probe's before the control)
+  const pair_summary* worst_retok = nullptr;  // one target's pair with the most retokenized rows
+  int differing_pairs = 0, retok_pairs = 0;
+};
+
+verdict_counts verdict_count(const report& r) {
+  verdict_counts c;
   for (const pair_summary& s : r.pairs) {
     for (const pair_item& row : s.rows)
       if (row.status != STATUS_ERROR && row.status != STATUS_NOT_EXERCISED && row.status != STATUS_NOT_COMPARABLE)
-        items.insert(row.item_id);
-    drifted += s.drifted;
-    errors += s.errors;
-    not_exercised += s.not_exercised;
-    r2w += s.right_to_wrong;
-    w2r += s.wrong_to_right;
-    if (s.differ > 0) ++differing_pairs;
-    if (s.differ > 0 && (!worst || (worst->control && !s.control) || (worst->control == s.control && s.differ > worst->differ)))
-      worst = &s;
+        c.items.insert(row.item_id);
+    c.drifted += s.drifted;
+    c.errors += s.errors;
+    c.not_exercised += s.not_exercised;
+    c.r2w += s.right_to_wrong;
+    c.w2r += s.wrong_to_right;
+    if (s.one_target && s.retokenized > 0) {
+      c.retokenized += s.retokenized;
+      ++c.retok_pairs;
+      if (!c.worst_retok || s.retokenized > c.worst_retok->retokenized) c.worst_retok = &s;
+    }
+    if (s.differ > 0) ++c.differing_pairs;
+    const pair_summary* w = c.worst;
+    if (s.differ > 0 && (!w || (w->control && !s.control) || (w->control == s.control && s.differ > w->differ))) c.worst = &s;
   }
-  std::string out = exit_code == 0 ? "PASS: " : exit_code == 1 ? "FAIL: " : "INCOMPLETE: ";
-  if (items.empty()) {
+  return c;
+}
+
+// "3 of 12 items differ (1 beyond noise) under concurrent-8 (p = 0.12)".
+std::string worst_text(const pair_summary& w) {
+  const int64_t beyond = w.differ_beyond_noise;
+  std::string out = std::to_string(w.differ) + " of " + std::to_string(pair_judged(w)) + " items differ" +
+                    (beyond >= 0 && beyond != w.differ ? " (" + std::to_string(beyond) + " beyond noise)" : "") +
+                    (w.control ? " between alone and control (run-to-run noise)" : " under " + subject(w)) +
+                    same_request_text(w);
+  if (w.p_vs_noise) out += " (p = " + p_text(*w.p_vs_noise) + ")";
+  return out;
+}
+
+const char* verdict_word(int exit_code) {
+  switch (exit_code) {
+    case 0: return "PASS: ";
+    case 1: return "FAIL: ";
+    case 5: return "UNJUDGED: ";
+    default: return "INCOMPLETE: ";
+  }
+}
+
+}  // namespace
+
+std::string verdict_line(const report& r, const fail_policy& p, const std::vector<std::string>& reasons, int exit_code) {
+  const verdict_counts c = verdict_count(r);
+  std::string out = verdict_word(exit_code);
+  if (c.items.empty()) {
     out += "nothing was judged";
-  } else if (!worst) {
-    out += "no item differs in " + std::to_string(r.pairs.size()) + " pair(s) over " + std::to_string(items.size()) + " item(s)";
+  } else if (!c.worst) {
+    out += "no item differs in " + std::to_string(r.pairs.size()) + " pair(s) over " + std::to_string(c.items.size()) + " item(s)";
   } else {
-    const int64_t beyond = worst->differ_beyond_noise;
-    out += std::to_string(worst->differ) + " of " + std::to_string(pair_judged(*worst)) + " items differ" +
-           (beyond >= 0 && beyond != worst->differ ? " (" + std::to_string(beyond) + " beyond noise)" : "") +
-           (worst->control ? " between alone and control (run-to-run noise)" : " under " + subject(*worst)) +
-           (worst->p_vs_noise ? " (p = " + p_text(*worst->p_vs_noise) + ")" : "");
-    if (differing_pairs > 1) out += ", and in " + std::to_string(differing_pairs - 1) + " other pair(s)";
+    out += worst_text(*c.worst);
+    if (c.differing_pairs > 1) out += ", and in " + std::to_string(c.differing_pairs - 1) + " other pair(s)";
   }
-  if (drifted) out += ", " + std::to_string(drifted) + " drifted";
-  if (r2w || w2r) out += ", flips -" + std::to_string(r2w) + "/+" + std::to_string(w2r);
-  if (errors) out += ", " + std::to_string(errors) + " failed";
-  if (not_exercised) out += ", " + std::to_string(not_exercised) + " not exercised";
-  if (fail && reasons.size() > 0)
+  if (c.retokenized)
+    out += ", " + std::to_string(c.retokenized) + " retokenized (same text, other tokens) " +
+           (c.retok_pairs == 1 ? "under " + subject(*c.worst_retok) : "in " + std::to_string(c.retok_pairs) + " pairs");
+  if (c.drifted) out += ", " + std::to_string(c.drifted) + " drifted";
+  if (c.r2w || c.w2r) out += ", flips -" + std::to_string(c.r2w) + "/+" + std::to_string(c.w2r);
+  if (c.errors) out += ", " + std::to_string(c.errors) + " failed";
+  if (c.not_exercised) out += ", " + std::to_string(c.not_exercised) + " not exercised";
+  if (!reasons.empty())
     out += " [" + std::to_string(reasons.size()) + " reason(s) above, --fail-on " + p.spec +
            (p.min_judged > 0 ? " --min-judged " + std::to_string(p.min_judged) : "") + "]";
   out += "; exit " + std::to_string(exit_code);

@@ -31,7 +31,8 @@ agreement agreement_of(const std::vector<const record*>& answers) {
   for (const record* r : answers) {
     if (!r->error.empty()) continue;
     ++g.n;
-    auto same = std::find_if(classes.begin(), classes.end(), [r](const auto& c) { return diverge(*c.first, *r).identical; });
+    auto same = std::find_if(classes.begin(), classes.end(),
+                             [r](const auto& c) { return diverge(*c.first, *r, /*one_vocab=*/true).identical; });
     if (same == classes.end()) classes.push_back({r, 1});
     else ++same->second;
   }
@@ -41,17 +42,21 @@ agreement agreement_of(const std::vector<const record*>& answers) {
 
 using agreement_map = std::map<std::pair<std::string, std::string>, agreement>;  // (label, item)
 
+// Alone answers: alone and control, and the answer of any row whose request was alone's own
+// (pair_item::same_request): two answers to one request.
 agreement_map agreements(const report& rep, int& repeat) {
   std::map<std::pair<std::string, std::string>, std::vector<const record*>> alone;
   for (const record& r : rep.records)
     if (r.condition == "alone" || r.condition == "control") alone[{record_label(r), r.item_id}].push_back(&r);
-  agreement_map out;
   repeat = 0;
-  for (const auto& [key, answers] : alone) {
-    bool has_control = std::any_of(answers.begin(), answers.end(), [](const record* r) { return r->condition == "control"; });
-    if (has_control) repeat = std::max(repeat, static_cast<int>(answers.size()));
-    out[key] = agreement_of(answers);
-  }
+  for (const auto& [key, answers] : alone)
+    if (std::any_of(answers.begin(), answers.end(), [](const record* r) { return r->condition == "control"; }))
+      repeat = std::max(repeat, static_cast<int>(answers.size()));
+  for (const pair_summary& s : rep.pairs)
+    for (const pair_item& row : s.rows)
+      if (row.same_request) alone[{record_label(*row.b), row.item_id}].push_back(row.b);
+  agreement_map out;
+  for (const auto& [key, answers] : alone) out[key] = agreement_of(answers);
   return out;
 }
 
@@ -76,7 +81,8 @@ void noise_apply(report& rep) {
     rep.noise_items += g.n >= 2;
     rep.noisy_items += g.noisy();
   }
-  if (rep.repeat == 0) return;  // no control: no noise model
+  const bool same_request = std::any_of(rep.pairs.begin(), rep.pairs.end(), [](const pair_summary& s) { return s.same_request > 0; });
+  if (rep.repeat == 0 && !same_request) return;  // no control and no request answered twice: no noise model
   auto find = [&agree](const record* r) -> agreement {
     if (!r) return {};
     auto it = agree.find({record_label(*r), r->item_id});

@@ -32,8 +32,9 @@ TEST_CASE("report formats: text shows the table, each differing item and the not
   CHECK(contains(t, "PROBE"));
   CHECK(contains(t, "NOT-EXERCISED"));
   // 4 of 5 against the control's 0 of 7: Fisher's one-sided p = C(5,4) / C(12,4) = 5/495 = 0.0101.
-  CHECK(contains(t, "concurrency  alone vs concurrent-8  4/5     4             0.01        1/5      1       1              "
-                    "1/1 -> 0/1    -1/+0        -1   1"));
+  // NOISE: none of the 4 is on a noisy item; RETOKENIZED 0 of the 5 judged.
+  CHECK(contains(t, "concurrency  alone vs concurrent-8  4/5     0      4             0.01        0/5          1/5      1       1  "
+                    "            1/1 -> 0/1    -1/+0        -1   1"));
   CHECK(contains(t, "noise: 2 alone answers per item (alone and 1 control); 0 of 7 item(s) noisy"));
   CHECK(contains(t, "  concurrent-8  0/1 = 0.0% [0.0, 79.3] +- 0.0"));
   CHECK(contains(t, "control      alone vs control       0/7"));
@@ -107,9 +108,9 @@ TEST_CASE("report formats: json carries every row field with nulls for what is u
 TEST_CASE("report formats: md has the summary table and a section per pair with code-span context") {
   const std::string m = report_render(sample_report(), "md");
   CAPTURE(m);
-  CHECK(contains(m, "| probe | pair | differ | beyond noise | p vs noise | drifted | errors | not exercised | score A -> B | "
-                    "flips -r/+w | net | McNemar p |"));
-  CHECK(contains(m, "| concurrency | alone vs concurrent-8 | 4/5 | 4 | 0.01 | 1/5 | 1 | 1 | 1/1 -> 0/1 | -1/+0 | -1 | 1 |"));
+  CHECK(contains(m, "| probe | pair | differ | noise | beyond noise | p vs noise | retokenized | drifted | errors | not exercised | "
+                    "score A -> B | flips -r/+w | net | McNemar p |"));
+  CHECK(contains(m, "| concurrency | alone vs concurrent-8 | 4/5 | 0 | 4 | 0.01 | 0/5 | 1/5 | 1 | 1 | 1/1 -> 0/1 | -1/+0 | -1 | 1 |"));
   CHECK(contains(m, "## concurrency: alone vs concurrent-8"));
   CHECK(contains(m, "token 2: `  c ` vs `  X `; byte 4; margins 0.5 / 0.125; logit hash differs from step 2"));
   CHECK(contains(m, "  - alone: ` a b  ` | `c d`"));

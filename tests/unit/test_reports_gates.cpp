@@ -160,7 +160,7 @@ TEST_CASE("report gates: a list of gates, each with its own reason") {
   CHECK_THROWS_AS(fail_policy_parse("any", -1), detaudit::input_error);
 }
 
-TEST_CASE("report gates: nothing judged fails every gate but none") {
+TEST_CASE("report gates: nothing judged is unjudged under every gate but none: exit 5") {
   std::vector<record> v = {failed_with(rec("q", "alone", {}), "HTTP 500"), rec("q", "control", words("a"))};
   const report r = compare_run(std::move(v));
   for (const char* spec : {"any", "flips", "drift", "score-drop:5"}) {
@@ -171,8 +171,35 @@ TEST_CASE("report gates: nothing judged fails every gate but none") {
   CHECK(fail_reasons(r, fail_policy_parse("none")).empty());
   const report empty = compare_run({});
   CHECK(fail_reasons(empty, fail_policy_parse("any")) == std::vector<std::string>{"nothing was judged: no pair of responses to compare"});
-  CHECK(verdict_line(empty, fail_policy_parse("any"), fail_reasons(empty, fail_policy_parse("any")), 1) ==
-        "FAIL: nothing was judged [1 reason(s) above, --fail-on any]; exit 1");
+  const std::vector<fail_finding> f = fail_findings(empty, fail_policy_parse("any"));
+  REQUIRE(f.size() == 1);
+  CHECK(f[0].unjudged);
+  CHECK(verdict_exit_code(f, false) == 5);
+  CHECK(verdict_exit_code(f, true) == 3);
+  CHECK(verdict_line(empty, fail_policy_parse("any"), fail_reasons(empty, fail_policy_parse("any")), 5) ==
+        "UNJUDGED: nothing was judged [1 reason(s) above, --fail-on any]; exit 5");
+}
+
+// Issue 46.5: each probe the run asked for must judge a row of its own pairs. A run of the cache
+// probe whose cache rows were all not exercised judged the control pair only: unjudged (exit 5),
+// the probe named; a failing gate outranks it (exit 1).
+TEST_CASE("report gates: a probe that judged nothing is unjudged, exit 5, and a failing gate outranks it") {
+  record warm = rec("q", "cache-warm", words("a b"));
+  warm.probe = "cache";
+  warm.evidence = {{"exercised", false}, {"reason", "planted: not applied"}};
+  std::vector<record> v = {rec("q", "alone", words("a b")), rec("q", "control", words("a b")), warm};
+  const report r = compare_run(std::move(v), {{"identity", {{"probes", {"cache"}}}}});
+  CHECK(r.probes_requested == std::vector<std::string>{"cache"});
+  const std::vector<fail_finding> f = fail_findings(r, fail_policy_parse("any"));
+  REQUIRE(f.size() == 1);
+  CHECK(f[0].gate == "unjudged");
+  CHECK(f[0].text == "probe cache judged nothing: 1 row(s): 1 not exercised, 0 failed (planted: not applied)");
+  CHECK(verdict_exit_code(f, false) == 5);
+  CHECK(fail_findings(r, fail_policy_parse("none")).empty());
+  // A differing control pair fails `any` (exit 1) beside the unjudged probe.
+  std::vector<record> w = {rec("q", "alone", words("a b")), rec("q", "control", words("a c")), warm};
+  const report rw = compare_run(std::move(w), {{"identity", {{"probes", {"cache"}}}}});
+  CHECK(verdict_exit_code(fail_findings(rw, fail_policy_parse("any")), false) == 1);
 }
 
 TEST_CASE("report verdict: one line naming the worst condition, beyond noise, p, drift, then the exit code") {

@@ -81,7 +81,7 @@ TEST_CASE("reports_html: the page is self-contained and holds the summary, the p
 
   CHECK(contains(h, "<table id=\"summary\">"));
   CHECK(contains(h, "<tr class=\"bad\"><td>concurrency</td><td>alone vs concurrent-8</td><td class=\"n differ\">4/5</td>"
-                    "<td class=\"n\">4</td><td class=\"n\">0.01</td><td class=\"n drifted\">1/5</td>"
+                    "<td class=\"n\">0</td><td class=\"n\">4</td><td class=\"n\">0.01</td><td class=\"n\">0/5</td><td class=\"n drifted\">1/5</td>"
                     "<td class=\"n\" data-v=\"1\">1</td><td class=\"n\" data-v=\"1\">1</td>"
                     "<td>1/1 -&gt; 0/1</td><td>-1/+0</td><td class=\"n\">-1</td><td class=\"n\">1</td></tr>"));
   CHECK(contains(h, "<p id=\"noise\">noise: 2 alone answers per item"));

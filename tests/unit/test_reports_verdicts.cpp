@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "reports/compare.h"
 #include "reports/compare_internal.h"
@@ -191,20 +192,54 @@ TEST_CASE("verdicts conditions: spec-off needs drafts alone and none with specul
   CHECK(condition_not_exercised(none, off).find("not on to begin with") != std::string::npos);
 }
 
-TEST_CASE("verdicts conditions: the queue test tells one after another from together") {
-  // Serial: each request takes ~100 ms after the one before; the item was third.
-  CHECK(concurrency_looks_queued({300, 100, 200, 400}, 100));
-  // Together: everything ends within a few ms of 120 ms.
-  CHECK_FALSE(concurrency_looks_queued({121, 119, 120, 123}, 100));
-  // The item ends first while the others run on together: not a queue.
-  CHECK_FALSE(concurrency_looks_queued({100, 180, 182, 185}, 100));
-  // The concurrency row takes the item's alone latency from its alone record.
+TEST_CASE("verdicts conditions: the timing test proves overlap from intervals, not from gap widths") {
+  // Serial, every request ~100 ms alone, the item third: each window (e - 50, e] is empty -> a queue.
+  CHECK(concurrency_timing({300, 100, 200, 400}, {100, 100, 100, 100}) == TIMING_QUEUE);
+  // Together: everything ends within a few ms of 120 ms, inside each other's windows.
+  CHECK(concurrency_timing({121, 119, 120, 123}, {100, 100, 100, 100}) == TIMING_OVERLAP);
+  // The item ends first while the others run on together: the fillers' windows hold each other.
+  CHECK(concurrency_timing({100, 180, 182, 185}, {100, 100, 100, 100}) == TIMING_OVERLAP);
+  // Issue 46.4: a slow item (630 ms alone) last among fast fillers (100 ms) on a queueing server:
+  // windows (50, 100], (150, 200], (250, 300], (615, 930] all empty -> a queue. The old gap test
+  // saw one wide gap of three and called it batched.
+  CHECK(concurrency_timing({930, 100, 200, 300}, {630, 100, 100, 100}) == TIMING_QUEUE);
+  // The same latencies on a server that batches: fillers end together at ~100, the item at ~600.
+  CHECK(concurrency_timing({600, 100, 101, 102}, {630, 100, 100, 100}) == TIMING_OVERLAP);
+  // A window reaching back exactly to an end does not hold it: (200, 400] with an end at 200.
+  CHECK(concurrency_timing({400, 200}, {400, 0}) == TIMING_UNKNOWN);
+  // Unknown fillers leave a burst without proof unknown rather than a queue.
+  CHECK(concurrency_timing({300, 100, 200, 400}, {100, 0, 0, 0}) == TIMING_UNKNOWN);
+  CHECK(concurrency_timing({300, 100, 200, 400}, {100, std::nan(""), 100, 100}) == TIMING_UNKNOWN);
+  // The concurrency row takes the item's alone latency from its alone record and the fillers' from
+  // the evidence.
   record alone = rec("q", "alone", words("a"));
   alone.timings = {{"latency_ms", 100}};
-  const record serial = with_evidence(rec("q", "concurrent-4", words("a")), {{"overlap", true}, {"end_ms", {300, 100, 200, 400}}});
+  const record serial = with_evidence(rec("q", "concurrent-4", words("a")),
+                                      {{"overlap", true}, {"end_ms", {300, 100, 200, 400}}, {"filler_single_ms", {100, 100, 100}}});
   CHECK(condition_not_exercised(alone, serial).find("a queue") != std::string::npos);
   const record together = with_evidence(rec("q", "concurrent-4", words("a")), {{"overlap", true}, {"end_ms", {121, 119, 120, 123}}});
   CHECK(condition_not_exercised(alone, together).empty());
+  // Busy slots are believed unless the end times form a queue (a lying /slots).
+  const record lying = with_evidence(rec("q", "concurrent-4", words("a")),
+                                     {{"overlap", true}, {"end_ms", {300, 100, 200, 400}}, {"filler_single_ms", {100, 100, 100}},
+                                      {"slots_busy_max", 8}, {"slots_source", "/slots"}});
+  CHECK(condition_not_exercised(alone, lying).find("the end times form a queue") != std::string::npos);
+  const record slots_unknown_fillers = with_evidence(
+      rec("q", "concurrent-4", words("a")),
+      {{"overlap", true}, {"end_ms", {300, 100, 200, 400}}, {"slots_busy_max", 4}, {"slots_source", "/slots"}});
+  CHECK(condition_not_exercised(alone, slots_unknown_fillers).empty());
+}
+
+// The fillers' times alone come from their own items' records when the report is made.
+TEST_CASE("verdicts conditions: item fillers' times alone are filled in from their records") {
+  record a1 = rec("q1", "alone", words("a")), c1 = rec("q1", "control", words("a"));
+  a1.timings = {{"latency_ms", 150}};
+  c1.timings = {{"latency_ms", 120}};
+  record conc = with_evidence(rec("q0", "concurrent-2", words("a")),
+                              {{"end_ms", {10, 20}}, {"filler_items", json::array({"q1"})}, {"filler_single_ms", json::array({nullptr})}});
+  std::vector<record> v = {a1, c1, conc};
+  evidence_fill_filler_latency(v);
+  CHECK(v[2].evidence["filler_single_ms"] == json::array({120.0}));
 }
 
 TEST_CASE("verdicts conditions: the tables agree with each other") {

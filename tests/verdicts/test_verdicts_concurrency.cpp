@@ -1,8 +1,11 @@
-// Known answers for the concurrency rule (issue 16, "Condition rules", concurrent-N): whether the
-// N requests really shared the server, judged in this order: the request's own batch width
-// (max_seqs_in_step), else the most slots seen busy during the burst (/slots, else /metrics),
-// else the timing queue test on the N end times against alone's latency L (item gap >= 0.6 L and
-// at least half of the consecutive gaps >= 0.5 L -> a queue).
+// Known answers for the concurrency rule (issue 16, "Condition rules", concurrent-N; issue 46:
+// intervals, not gaps): whether the N requests really shared the server, judged in this order:
+// the request's own batch width (max_seqs_in_step); else the most slots seen busy during the burst
+// (/slots, else /metrics), unless the end times form a queue; else the end times alone. The
+// timing test: each request's time alone L (the item's: min(alone, control); each filler's: sent
+// alone once); a request that ended within 0.5 L_j before request j's end proves that the server
+// worked on them together (one at a time, j alone would have held the server then). No such end,
+// with every L known -> a queue.
 //
 // Every case sends --concurrency 4: the item beside three fillers (the fixed filler prompts,
 // which the server answers " ok" with the same delay). Requests in arrival order: alone, control,
@@ -19,9 +22,10 @@ const answer YES = answer({"Yes", " indeed"}).top(1, {{" indeed", -0.25}, {" may
 
 // Rule (queue test): no batch width, no slot counts, so the timing decides. The server answers
 // one request at a time, 150 ms each, and the item joins the queue 30 ms late, so it is answered
-// last: end times about 180, 330, 480, 630 ms. Alone took L ≈ 180 ms (30 + 150). Every gap
-// (≈150 ms) is >= 0.5 L ≈ 90 and the item's own gap >= 0.6 L ≈ 108 -> not exercised, "a queue".
-// The answers agree, so the divergence shown is identical (-1, -1).
+// last: end times about 150, 300, 450, 630 ms. The fillers' L ≈ 150, the item's ≈ 180 (30 + 150).
+// Windows: fillers (75, 150], (225, 300], (375, 450]; the item (540, 630]: no other end in any ->
+// a queue: not exercised. The answers agree, so the divergence shown is identical (-1, -1).
+// The concurrency probe judged nothing (its only row not exercised): UNJUDGED, exit 5 (issue 46.5).
 TEST_CASE("verdicts openai-chat: a serial server under the concurrency probe is a queue, not exercised") {
   planted p(OPENAI_CHAT);
   p.server("concurrency", "serial").server("delay_ms", 150);
@@ -29,7 +33,49 @@ TEST_CASE("verdicts openai-chat: a serial server under the concurrency probe is 
   const outcome r = run_planted(p, PROBE);
   check_verdict(r.row("alone", "concurrent-4"), not_exercised("one after another (a queue)"));
   check_counts(r.pair("alone", "concurrent-4"), 1, 0, 0, 1);
+  CHECK(r.exit_code == 5);
+  CHECK(r.err.find("UNJUDGED: ") != std::string::npos);
+  CHECK(r.err.find("probe concurrency judged nothing") != std::string::npos);
+}
+
+// Rule (queue test, uneven latencies; issue 46.4): a serial server where the item takes 600 ms and
+// each filler 100 ms. The fillers are answered first (the item joins 30 ms late): ends ≈ 100, 200,
+// 300, then the item at ≈ 930. Windows: fillers (50, 100], (150, 200], (250, 300], the item
+// (930 - 0.5 x 630, 930] = (615, 930]: empty -> a queue, not exercised. (The old gap test called
+// this exercised: only one of three gaps was wide, so it did not look like a queue.)
+TEST_CASE("verdicts openai-chat: a serial server with one slow item among fast fillers is a queue") {
+  planted p(OPENAI_CHAT);
+  p.server("concurrency", "serial").server("delay_ms", 100);
+  p.item("slow item", {YES}, {{"delay_ms", 600}});
+  const outcome r = run_planted(p, PROBE);
+  check_verdict(r.row("alone", "concurrent-4"), not_exercised("one after another (a queue)"));
+  CHECK(r.exit_code == 5);
+}
+
+// Rule (queue test, uneven latencies on a parallel server): the same 600 ms item and 100 ms fillers,
+// all served at once: the fillers end together at ≈ 100 ms, the item at ≈ 600. A filler's window
+// (≈ 50, ≈ 100] holds the other fillers' ends: they were processed together -> exercised.
+TEST_CASE("verdicts openai-chat: a parallel server with one slow item among fast fillers is exercised") {
+  planted p(OPENAI_CHAT);
+  p.server("delay_ms", 100);
+  p.item("slow parallel item", {YES}, {{"delay_ms", 600}});
+  const outcome r = run_planted(p, PROBE);
+  check_verdict(r.row("alone", "concurrent-4"), {.status = "identical"});
   CHECK(r.exit_code == 0);
+}
+
+// Rule (a lying /slots; issue 46.4): the server is serial (150 ms a request) but /slots says all
+// 8 slots are busy at every reading. The end times form a queue (as in the first case), so they
+// decide: not exercised, the reason naming the end times and the slot count they overrule.
+TEST_CASE("verdicts llamacpp: a /slots that says every slot is busy does not beat end times that form a queue") {
+  planted p(LLAMACPP);
+  p.server("concurrency", "serial").server("delay_ms", 150).server("slots", "all");
+  p.item("lying slots", {YES});
+  const outcome r = run_planted(p, PROBE);
+  const json& row = r.row("alone", "concurrent-4");
+  check_verdict(row, not_exercised("the end times form a queue"));
+  CHECK(row.value("reason", "").find("/slots showed 8 slots busy") != std::string::npos);
+  CHECK(r.exit_code == 5);
 }
 
 // Rule (queue test): the same timing on a parallel server: the 4 requests sleep their 150 ms
@@ -73,6 +119,7 @@ TEST_CASE("verdicts llamacpp: /slots showing several busy slots during the burst
 
 // Rule (slots): the same parallel server, but /slots never shows more than one slot processing:
 // slots_busy_max 1 -> not exercised, "at most one slot was busy at a time during the burst (/slots)".
+// The probe judged nothing: exit 5.
 TEST_CASE("verdicts llamacpp: /slots reporting one busy slot is not exercised") {
   planted p(LLAMACPP);
   p.server("delay_ms", 300).server("slots", "one");
@@ -81,7 +128,7 @@ TEST_CASE("verdicts llamacpp: /slots reporting one busy slot is not exercised") 
   const json& row = r.row("alone", "concurrent-4");
   check_verdict(row, not_exercised("at most one slot was busy at a time"));
   CHECK(row.value("reason", "").find("/slots") != std::string::npos);
-  CHECK(r.exit_code == 0);
+  CHECK(r.exit_code == 5);
 }
 
 // Rule (slots from /metrics when there is no /slots): llamacpp:requests_processing never above 1
@@ -97,7 +144,7 @@ TEST_CASE("verdicts llamacpp: /metrics reporting one request processing is not e
 }
 
 // Rule (order: slots before timing): a serial server whose /slots honestly shows one busy slot at
-// a time. The slot count is present, so it decides (not the queue test): "at most one slot ... (/slots)".
+// a time. The slot count is present and below 2, so it decides: "at most one slot ... (/slots)".
 TEST_CASE("verdicts llamacpp: a serial server's honest /slots decides before the timing") {
   planted p(LLAMACPP);
   p.server("concurrency", "serial").server("delay_ms", 150).server("slots", "real");
@@ -134,9 +181,9 @@ TEST_CASE("verdicts llamacpp: a batch width of 3 is exercised even when the timi
 // Rule (queue test, its scale): the item's time alone is the smaller of alone's and control's
 // latency, so a slow first request (a cold server) does not make a queue look like batching. The
 // serial server takes 100 ms a request; the item's alone answer takes 600 ms more, its control
-// none. End times ≈ 100, 200, 300, 430 ms (the item joins 30 ms late, last): every gap ≈ 100 ms
-// is >= 0.5 x ~100 (control), the item's gap ≈ 130 >= 0.6 x ~100 -> a queue. Against alone's
-// ~700 ms the gaps would all be < 350 ms and the row would pass as exercised.
+// none. End times ≈ 100, 200, 300, 430 ms (the item joins 30 ms late, last): the item's window
+// (430 - 0.5 x ~130, 430] holds no end -> a queue. Against alone's ~730 ms its window would reach
+// back past 300 and 200, and the row would pass as exercised.
 TEST_CASE("verdicts openai-chat: a slow alone request does not make a queue look like batching") {
   planted p(OPENAI_CHAT);
   p.server("concurrency", "serial").server("delay_ms", 100);
@@ -145,7 +192,7 @@ TEST_CASE("verdicts openai-chat: a slow alone request does not make a queue look
   p.item("cold item", {slow, YES, YES});
   const outcome r = run_planted(p, PROBE);
   check_verdict(r.row("alone", "concurrent-4"), not_exercised("one after another (a queue)"));
-  CHECK(r.exit_code == 0);
+  CHECK(r.exit_code == 5);
 }
 
 // A llama.cpp server too busy to answer /slots within the poller's 2 s (every GET 2.5 s late) used

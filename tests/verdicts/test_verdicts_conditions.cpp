@@ -152,7 +152,8 @@ TEST_CASE("verdicts openai-chat: a server that honours seeds passes the seed che
 
 // Rule (seed check failed): the server ignores seeds (a fresh answer every time), so the two
 // seed-42 answers of the check differ: seed-fixed is not sent, its rows are not exercised with a
-// reason about the seed. Only the three check requests carry a seed.
+// reason about the seed. Only the three check requests carry a seed. The seed probe judged
+// nothing (seed-none is never a pair): UNJUDGED, exit 5.
 TEST_CASE("verdicts openai-chat: a server that ignores seeds fails the seed check and its seed-fixed rows are not exercised") {
   planted p(OPENAI_CHAT);
   p.item("seed ignored", {CACHED}).seeded("seed ignored", answer({"Dice", " say"}), false);
@@ -165,7 +166,7 @@ TEST_CASE("verdicts openai-chat: a server that ignores seeds fails the seed chec
   for (const json& q : r.requests)
     if (q.contains("seed")) seeds.push_back(q["seed"].get<int64_t>());
   CHECK(seeds == std::vector<int64_t>{42, 42, 43});
-  CHECK(r.exit_code == 0);
+  CHECK(r.exit_code == 5);
 }
 
 // Rule (not_argmax only when greedy): the same planted step, " 4" sampled at -1.0 while " 6" has
@@ -183,7 +184,8 @@ TEST_CASE("verdicts llamacpp: a non-top sampled token is not_argmax at temperatu
 
 // Rule (batch and speculation on a server): nothing is sent for them; the rows are flagged not
 // exercised with the advice to compare two servers with --probe cross, even though the server's
-// answers report draft counts. Only alone and control reach the server.
+// answers report draft counts. Only alone and control reach the server. Neither probe judged an
+// item: UNJUDGED, exit 5 (issue 46.5), each probe named.
 TEST_CASE("verdicts llamacpp: batch and speculation on an HTTP target are not exercised") {
   planted p(LLAMACPP);
   p.item("no variants", {answer(CACHED).set("draft_proposed", 5).set("draft_accepted", 3)});
@@ -194,7 +196,28 @@ TEST_CASE("verdicts llamacpp: batch and speculation on an HTTP target are not ex
   }
   check_verdict(r.row("alone", "spec-ngram"), unsent("speculative decoding"));
   CHECK(r.requests.size() == 2);
-  CHECK(r.exit_code == 0);
+  CHECK(r.exit_code == 5);
+  CHECK(r.err.find("probe batch judged nothing") != std::string::npos);
+  CHECK(r.err.find("probe speculation judged nothing") != std::string::npos);
+}
+
+// Rule (a probe that judged nothing; issue 46.5): as above, with --fail-on none: no gate, not even
+// the unjudged rule -> exit 0. And with the repeat probe beside them, repeat is judged but batch
+// still is not: exit 5 (every probe asked for must judge something; the control pair never counts).
+TEST_CASE("verdicts llamacpp: a probe that judged nothing is UNJUDGED unless --fail-on none") {
+  planted p(LLAMACPP);
+  p.item("nothing judged", {CACHED});
+  verdict_server srv(p.cases());
+  const std::string dir = fresh_dir();
+  const std::string prompts = prompts_write(dir, p.prompts());
+  const std::string base = "run --target " + srv.url() + " " + p.api_flags() + " --prompts " + prompts + " ";
+  const outcome none = outcome_of(detaudit_cli(base + run_flags(dir + "/none", 16, "none") + " --probe batch"));
+  CHECK(none.exit_code == 0);
+  const outcome both = outcome_of(detaudit_cli(base + run_flags(dir + "/both") + " --probe repeat,batch"));
+  check_verdict(both.row("alone", "repeat"), {.status = "identical"});
+  CHECK(both.exit_code == 5);
+  CHECK(both.err.find("probe batch judged nothing") != std::string::npos);
+  CHECK(both.err.find("probe repeat judged nothing") == std::string::npos);
 }
 
 // Rule (cross pairs: only the explicit exercised:false flag of either side). Two OpenAI servers,
@@ -217,6 +240,40 @@ TEST_CASE("verdicts openai-chat: cross pairs judge only the explicit exercised f
   check_verdict(r.row("A:cache-warm", "B:cache-warm"), {.status = "differs", .token_index = 1, .char_offset = 6});
   check_verdict(r.row("A:cache-off", "B:cache-off"), not_exercised("no per-request prompt-cache control"));
   CHECK(r.exit_code == 1);
+}
+
+// Rule (retokenized across targets stays a separate, non-failing status; issue 46.3): target A
+// answers "Hello" as "Hel"+"lo" every time, B as "H"+"ello". Within each target every answer is
+// identical; A:alone vs B:alone is retokenized (token 0, texts equal: char_offset -1), counted in
+// the cross pair's retokenized, and --fail-on any passes: exit 0.
+TEST_CASE("verdicts openai-chat: retokenized across two targets does not fail --fail-on any") {
+  planted pa(OPENAI_CHAT), pb(OPENAI_CHAT);
+  pa.item("cross retokenized", {answer({"Hel", "lo"})});
+  pb.item("cross retokenized", {answer({"H", "ello"})});
+  verdict_server a(pa.cases()), b(pb.cases());
+  const std::string dir = fresh_dir();
+  const std::string prompts = prompts_write(dir, pa.prompts());
+  const outcome r = outcome_of(detaudit_cli("run --target " + a.url() + " --target " + b.url() + " " + pa.api_flags() +
+                                            " --prompts " + prompts + " " + run_flags(dir + "/run") + " --probe repeat,cross"));
+  check_verdict(r.row("A:alone", "B:alone"), {.status = "retokenized", .token_index = 0, .char_offset = -1});
+  CHECK(r.pair("A:alone", "B:alone").value("one_target", true) == false);
+  check_verdict(r.row("A:alone", "A:control"), {.status = "identical"});
+  CHECK(r.exit_code == 0);
+}
+
+// Rule (ids across targets name two vocabularies): A answers " cat" with id 900, B with id 901,
+// the same bytes: across targets ids are not compared where bytes are known -> identical; exit 0.
+TEST_CASE("verdicts llamacpp: the same bytes under other ids on two targets are identical") {
+  planted pa(LLAMACPP), pb(LLAMACPP);
+  pa.item("cross ids", {answer({"The", " cat"}).id(1, 900)});
+  pb.item("cross ids", {answer({"The", " cat"}).id(1, 901)});
+  verdict_server a(pa.cases()), b(pb.cases());
+  const std::string dir = fresh_dir();
+  const std::string prompts = prompts_write(dir, pa.prompts());
+  const outcome r = outcome_of(detaudit_cli("run --target " + a.url() + " --target " + b.url() + " " + pa.api_flags() +
+                                            " --prompts " + prompts + " " + run_flags(dir + "/run") + " --probe repeat,cross"));
+  check_verdict(r.row("A:alone", "B:alone"), {.status = "identical"});
+  CHECK(r.exit_code == 0);
 }
 
 }  // namespace

@@ -97,21 +97,44 @@ TEST_CASE("verdicts openai-chat: graded items flip right-to-wrong, wrong-to-righ
   CHECK(r.exit_code == 1);
 }
 
-// Rule (flips only on exercised rows): on ollama cache-warm is not exercised (no cache counts),
-// and its answer turns a right "#### 72" wrong ("#### 71"). Not exercised -> flip "none" and no
-// right-to-wrong in the pair, so --fail-on flips passes: exit 0. The divergence is still shown.
-TEST_CASE("verdicts ollama: a right-to-wrong answer on a row not exercised is no flip") {
-  planted p(OLLAMA);
-  p.item("flip unexercised", {answer({"####", " 72"}), answer({"####", " 72"}), answer({"####", " 71"})});
+// Rule (flips only on judged rows): on llama.cpp cache-warm carries cache_prompt true (not alone's
+// request), reports 0 cached tokens (not exercised), and its answer turns a right "#### 72" wrong
+// ("#### 71"). Not exercised -> flip "none" and no right-to-wrong in the pair, so --fail-on flips
+// passes: exit 0. The divergence is still shown. Requests: alone, control, cache-off, cache-on,
+// cache-warm.
+TEST_CASE("verdicts llamacpp: a right-to-wrong answer on a row not exercised is no flip") {
+  planted p(LLAMACPP);
+  const answer right = answer({"####", " 72"}).set("cached_tokens", 8);
+  p.item("flip unexercised", {right, right, answer(right).set("cached_tokens", 0), right,
+                              answer({"####", " 71"}).set("cached_tokens", 0)});
   verdict_server srv(p.cases());
   const std::string dir = fresh_dir();
   const std::string prompts = file_write(dir, "items.jsonl",
                                          R"({"id": "q1", "prompt": "flip unexercised", "answer": "#### 72", "grader": "gsm8k"})" "\n");
   const outcome r = outcome_of(detaudit_cli("run --target " + srv.url() + " " + p.api_flags() + " --prompts " + prompts + " " +
                                         run_flags(dir + "/run", 16, "flips") + " --probe cache"));
-  check_verdict(r.row("alone", "cache-warm", "q1"), not_exercised("does not report cached tokens", 1, 6));
+  check_verdict(r.row("alone", "cache-warm", "q1"), not_exercised("no tokens were served from the cache", 1, 6));
   CHECK(r.pair("alone", "cache-warm").value("right_to_wrong", -1) == 0);
   CHECK(r.exit_code == 0);
+}
+
+// Rule (two answers to one request are judged, flips included; issue 46.2): on ollama cache-warm is
+// alone's own request and is not shown to be exercised (no cache counts); its answer turns a right
+// "#### 72" wrong ("#### 71"). The same request answered otherwise: differs, a right-to-wrong flip
+// counted, --fail-on flips exits 1.
+TEST_CASE("verdicts ollama: a right-to-wrong answer to alone's own request is a flip") {
+  planted p(OLLAMA);
+  p.item("flip same request", {answer({"####", " 72"}), answer({"####", " 72"}), answer({"####", " 71"})});
+  verdict_server srv(p.cases());
+  const std::string dir = fresh_dir();
+  const std::string prompts = file_write(dir, "items.jsonl",
+                                         R"({"id": "q1", "prompt": "flip same request", "answer": "#### 72", "grader": "gsm8k"})" "\n");
+  const outcome r = outcome_of(detaudit_cli("run --target " + srv.url() + " " + p.api_flags() + " --prompts " + prompts + " " +
+                                        run_flags(dir + "/run", 16, "flips") + " --probe cache"));
+  check_verdict(r.row("alone", "cache-warm", "q1"), {.status = "differs", .token_index = 1, .char_offset = 6, .exercised = false,
+                                                     .reason = "run-to-run noise", .flip = "right-to-wrong"});
+  CHECK(r.pair("alone", "cache-warm").value("right_to_wrong", -1) == 1);
+  CHECK(r.exit_code == 1);
 }
 
 // Rule (control differs: run-to-run noise): the control pair differs -> --fail-on any fails with

@@ -126,10 +126,11 @@ void byte_spellings(const dialect& d) {
 }
 VERDICTS_EACH_DIALECT("byte tokens spelled two ways decode to the same bytes: identical", byte_spellings)
 
-// Rule (status retokenized): equal texts from different tokens -> retokenized: not identical, and
-// not counted in differ (pair differ 0, so --fail-on any exits 0). "Hello" as "Hel"+"lo" vs
-// "H"+"ello": token 0 differs; the texts agree -> char_offset -1. Margins at step 0: alone "Hel"
-// -0.25 over "H" -0.5 -> 0.25; control "H" -0.5 over "Hel" -1.0 -> 0.5.
+// Rule (status retokenized; issue 46.3): equal texts from different tokens -> retokenized: not
+// identical, not counted in differ (pair differ 0) but in retokenized, and on one target's own
+// pair a changed token: --fail-on any exits 1 and the verdict line names it. "Hello" as "Hel"+"lo"
+// vs "H"+"ello": token 0 differs; the texts agree -> char_offset -1. Margins at step 0: alone
+// "Hel" -0.25 over "H" -0.5 -> 0.25; control "H" -0.5 over "Hel" -1.0 -> 0.5.
 void retokenized(const dialect& d) {
   planted p(d);
   p.item("retokenized", {answer({"Hel", "lo"}).top(0, {{"Hel", -0.25}, {"H", -0.5}}),
@@ -137,10 +138,27 @@ void retokenized(const dialect& d) {
   const outcome r = run_planted(p, "--probe repeat");
   check_verdict(r.row("alone", "control"), {.status = "retokenized", .token_index = 0, .char_offset = -1,
                                             .margin_a = margin(d, -0.25, -0.5), .margin_b = margin(d, -0.5, -1.0)});
-  check_counts(r.pair("alone", "control"), 1, 0, 0, 0);
+  const json& pair = r.pair("alone", "control");
+  check_counts(pair, 1, 0, 0, 0);
+  CHECK(pair.value("retokenized", int64_t{-1}) == 1);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("1 retokenized (same text, other tokens) under alone vs control") != std::string::npos);
+}
+VERDICTS_EACH_DIALECT("equal texts cut into different tokens are retokenized: a changed token fails --fail-on any", retokenized)
+
+// Rule (--fail-on none gate list aside): the same retokenized pair under --fail-on drift: the any
+// gate is not asked for, so nothing fails: exit 0 (retokenized is a finding of `any` only).
+TEST_CASE("verdicts openai-chat: a retokenized row fails only the any gate") {
+  planted p(OPENAI_CHAT);
+  p.item("retokenized drift gate", {answer({"Hel", "lo"}), answer({"H", "ello"})});
+  verdict_server srv(p.cases());
+  const std::string dir = fresh_dir();
+  const std::string prompts = prompts_write(dir, p.prompts());
+  const outcome r = outcome_of(detaudit_cli("run --target " + srv.url() + " " + p.api_flags() + " --prompts " + prompts + " " +
+                                            run_flags(dir + "/run", 16, "drift") + " --probe repeat"));
+  check_verdict(r.row("alone", "control"), {.status = "retokenized", .token_index = 0, .char_offset = -1});
   CHECK(r.exit_code == 0);
 }
-VERDICTS_EACH_DIALECT("equal texts cut into different tokens are retokenized, not counted in differ", retokenized)
 
 // Rule (margins by value, whatever the order): step 1 differs (" x" vs " y"; "A x" vs "A y": byte 2).
 // Alone lists " z" -1.5, " x" -0.25, " y" -0.75: sorted -0.25, -0.75 -> 0.5. Control lists
@@ -185,14 +203,18 @@ void single_alternative(const dialect& d) {
 TEST_CASE("verdicts openai-chat: one recorded alternative gives a null margin") { single_alternative(OPENAI_CHAT); }
 TEST_CASE("verdicts llamacpp-older: one recorded alternative gives a null margin") { single_alternative(LLAMACPP_OLDER); }
 
-// Rule (compare bytes, ids ignored): every token on both sides has known bytes, so ids are not
-// compared. Control's " cat" carries id 901 where alone's has 900: identical; exit 0.
-TEST_CASE("verdicts llamacpp: the same bytes under different ids are identical") {
+// Rule (one target's ids name one vocabulary; issue 46.3): every token on both sides has known
+// bytes, and they agree; control's " cat" carries id 901 where alone's has 900: the same bytes
+// under another id is another token (the greedy choice changed). Equal texts -> retokenized at
+// token 1, char_offset -1; --fail-on any fails on it: exit 1.
+TEST_CASE("verdicts llamacpp: the same bytes under different ids on one target are retokenized, a changed token") {
   planted p(LLAMACPP);
-  p.item("ids ignored", {answer({"The", " cat"}).id(1, 900), answer({"The", " cat"}).id(1, 901)});
+  p.item("ids compared", {answer({"The", " cat"}).id(1, 900), answer({"The", " cat"}).id(1, 901)});
   const outcome r = run_planted(p, "--probe repeat");
-  check_verdict(r.row("alone", "control"), {.status = "identical"});
-  CHECK(r.exit_code == 0);
+  const json& row = r.row("alone", "control");
+  check_verdict(row, {.status = "retokenized", .token_index = 1, .char_offset = -1});
+  CHECK(row.value("note", "").find("same bytes under another id (900 vs 901)") != std::string::npos);
+  CHECK(r.exit_code == 1);
 }
 
 // Rule (unknown bytes compare by id): the byte tokens come as U+FFFD without a bytes field, so

@@ -163,8 +163,8 @@ plant_server plant_load(const json& j) {
   get_if(server, "model", s.model, "server");
   get_if(server, "props", s.props, "server");
   get_if(server, "api_version", s.api_version, "server");
-  s.slots = one_of(server, "slots", "off", {"off", "real", "one"}, "server");
-  s.metrics = one_of(server, "metrics", "off", {"off", "real", "one"}, "server");
+  s.slots = one_of(server, "slots", "off", {"off", "real", "one", "all"}, "server");
+  s.metrics = one_of(server, "metrics", "off", {"off", "real", "one", "all"}, "server");
   s.serial = one_of(server, "concurrency", "parallel", {"parallel", "serial"}, "server") == "serial";
   get_if(server, "delay_ms", s.delay_ms, "server");
   get_if(server, "n_slots", s.n_slots, "server");

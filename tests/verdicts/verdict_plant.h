@@ -12,8 +12,9 @@
 //   {"server": {"model": "planted-model",      the id /v1/models gives (detaudit's target model)
 //               "props": false,                 GET /props answers: a llama.cpp-family server
 //               "api_version": false,           GET /api/version and /api/tags answer (ollama)
-//               "slots": "off"|"real"|"one",    GET /slots: absent, the real busy count, or at most 1
-//               "metrics": "off"|"real"|"one",  GET /metrics (llamacpp:requests_processing) likewise
+//               "slots": "off"|"real"|"one"|"all",  GET /slots: absent, the real busy count, at most 1, or
+//                                               every slot busy always (a lying server)
+//               "metrics": "off"|"real"|"one"|"all",  GET /metrics (llamacpp:requests_processing) likewise
 //               "concurrency": "parallel"|"serial", "delay_ms": 0, "n_slots": 8,
 //               "get_delay_ms": 0,              every GET (the capability probe's routes) answers this late
 //               "deep_json": 0,                 N > 0: /props and every 200 answer carry "deep", N arrays nested
@@ -103,7 +104,7 @@ struct plant_case {
 struct plant_server {
   std::string model = "planted-model";
   bool props = false, api_version = false;
-  std::string slots = "off", metrics = "off";  // off | real | one
+  std::string slots = "off", metrics = "off";  // off | real | one | all
   bool serial = false;
   int delay_ms = 0;
   int n_slots = 8;

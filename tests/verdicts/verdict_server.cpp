@@ -17,10 +17,10 @@
 // served one after another in arrival order (a FIFO ticket queue), each taking its delay, and a
 // request for a named case joins the queue 30 ms late, so that beside fillers sent at the same
 // moment it is answered last. /slots and /metrics report the requests in their delay ("real"),
-// or at most one ("one").
+// at most one ("one"), or every slot busy whatever happens ("all": a server that lies).
 //
 // --log FILE appends one JSON line per generation request as it arrives: {path, prompt, case,
-// temperature, seed, cache_prompt, n_predict, index} (seed and cache_prompt only when sent).
+// temperature, seed, cache_prompt, stop, n_predict, index} (seed, cache_prompt and stop only when sent).
 #include <httplib.h>
 
 #include <algorithm>
@@ -51,6 +51,7 @@ struct ask_info {
   std::optional<bool> cache_prompt;
   int64_t n_predict = -1;
   bool stream = false;
+  json stop;  // as sent, or null
 };
 
 struct server_state {
@@ -123,6 +124,7 @@ ask_info ask_parse(const std::string& path, const std::string& text, const std::
   if (const json* c = member(body, "cache_prompt"); c && c->is_boolean()) a.cache_prompt = c->get<bool>();
   if (const json* s = member(body, "stream"); s && s->is_boolean()) a.stream = s->get<bool>();
   if (const json* r = member(body, "return_tokens"); r && r->is_boolean()) a.route.return_tokens = r->get<bool>();
+  if (const json* st = member(body, "stop")) a.stop = *st;
   return a;
 }
 
@@ -140,6 +142,7 @@ plant_answer answer_pick(server_state& st, const ask_info& ask, const plant_case
               {"n_predict", ask.n_predict}};
   if (ask.seed) log_line["seed"] = *ask.seed;
   if (ask.cache_prompt) log_line["cache_prompt"] = *ask.cache_prompt;
+  if (!ask.stop.is_null()) log_line["stop"] = ask.stop;
   plant_answer a;
   if (ask.temperature <= 0) {
     const size_t k = st.next_greedy[ask.prompt]++;
@@ -263,6 +266,7 @@ void generate(server_state& st, const std::string& path, const httplib::Request&
 
 int busy_reported(const server_state& st, const std::string& mode) {
   const int n = st.busy.load();
+  if (mode == "all") return st.plant.n_slots;
   return mode == "one" ? std::min(n, 1) : n;
 }
 
