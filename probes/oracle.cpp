@@ -30,6 +30,7 @@ namespace detaudit::probes {
 namespace {
 
 using reports::json;
+using reports::ORACLE_LOWEST_LOGPROB;
 using reports::oracle_response;
 using reports::oracle_step;
 using reports::record;
@@ -111,9 +112,6 @@ class piece_map {
   std::set<std::string> ambiguous_;
 };
 
-// Below this a reported log-prob stands for "impossible" (a server writing -inf as -1e308), not a
-// value to measure: no model gives a token e^-10000.
-constexpr double LOWEST_LOGPROB = -1e4;
 
 // One response prepared for the trie.
 struct prepared {
@@ -446,6 +444,38 @@ class item_eval {
   std::vector<trie_node> nodes_;
 };
 
+// Step k of a response against the exact distribution at it: fidelity and spread over each
+// log-prob the server reported for a vocabulary token, and the KL estimate over its alternatives.
+void step_measure(oracle_response& o, const prepared& p, size_t k, const node_dist& d) {
+  // Fidelity: each reported log-prob of a vocabulary token against the exact one.
+  std::vector<std::pair<int32_t, double>> vals = p.alts[k];
+  bool chosen_listed = false;
+  for (const auto& a : vals) chosen_listed = chosen_listed || a.first == p.ids[k];
+  if (p.chosen_lp[k] && !chosen_listed) vals.emplace_back(p.ids[k], *p.chosen_lp[k]);
+  std::vector<std::pair<double, double>> server_exact;
+  for (const auto& [id, server_lp] : vals) server_exact.emplace_back(server_lp, d.lookup.at(id).first);
+  reports::oracle_step_fidelity(o, server_exact);
+  const bool finite_alts = std::all_of(p.alts[k].begin(), p.alts[k].end(), [](const auto& a) {
+    return std::isfinite(a.second) && a.second >= ORACLE_LOWEST_LOGPROB;
+  }) && (!p.chosen_lp[k] || (std::isfinite(*p.chosen_lp[k]) && *p.chosen_lp[k] >= ORACLE_LOWEST_LOGPROB));
+  if (finite_alts && !p.alts[k].empty() && (p.chosen_lp[k] || chosen_listed)) {
+    reports::kld_step_in a, b;
+    a.id = b.id = p.ids[k];
+    a.logprob = d.lookup.at(p.ids[k]).first;
+    b.logprob = p.chosen_lp[k] ? *p.chosen_lp[k] : 0;
+    for (const auto& [id, server_lp] : p.alts[k]) {
+      if (id == p.ids[k] && !p.chosen_lp[k]) b.logprob = server_lp;
+      a.top.emplace_back(id, d.lookup.at(id).first);
+      b.top.emplace_back(id, server_lp);
+    }
+    auto by_lp = [](const auto& x, const auto& y) { return x.second > y.second; };
+    std::stable_sort(a.top.begin(), a.top.end(), by_lp);
+    std::stable_sort(b.top.begin(), b.top.end(), by_lp);
+    ++o.kl_n;
+    o.kl_sum += reports::kld_step(a, b);
+  }
+}
+
 // Walks a prepared response down its trie, filling the oracle's figures.
 oracle_response response_fill(const prepared& p, const item_eval& ev, const tokenizer::vocab& v) {
   oracle_response o;
@@ -468,39 +498,7 @@ oracle_response response_fill(const prepared& p, const item_eval& ev, const toke
     s.best_logprob = d.best_lp;
     s.second_logprob = d.second_lp;
     o.steps.push_back(std::move(s));
-    // Fidelity: each reported log-prob of a vocabulary token against the exact one.
-    std::vector<std::pair<int32_t, double>> vals = p.alts[k];
-    bool chosen_listed = false;
-    for (const auto& a : vals) chosen_listed = chosen_listed || a.first == p.ids[k];
-    if (p.chosen_lp[k] && !chosen_listed) vals.emplace_back(p.ids[k], *p.chosen_lp[k]);
-    for (const auto& [id, server_lp] : vals) {
-      if (!std::isfinite(server_lp) || server_lp < LOWEST_LOGPROB) continue;  // "-inf" written as a huge number
-      const double exact = d.lookup.at(id).first;
-      const double diff = std::fabs(server_lp - exact);
-      ++o.fid_n;
-      o.fid_sum += diff;
-      o.fid_max = std::max(o.fid_max, diff);
-      if (server_lp == exact) ++o.fid_equal;
-    }
-    const bool finite_alts = std::all_of(p.alts[k].begin(), p.alts[k].end(), [](const auto& a) {
-      return std::isfinite(a.second) && a.second >= LOWEST_LOGPROB;
-    }) && (!p.chosen_lp[k] || (std::isfinite(*p.chosen_lp[k]) && *p.chosen_lp[k] >= LOWEST_LOGPROB));
-    if (finite_alts && !p.alts[k].empty() && (p.chosen_lp[k] || chosen_listed)) {
-      reports::kld_step_in a, b;
-      a.id = b.id = p.ids[k];
-      a.logprob = d.lookup.at(p.ids[k]).first;
-      b.logprob = p.chosen_lp[k] ? *p.chosen_lp[k] : 0;
-      for (const auto& [id, server_lp] : p.alts[k]) {
-        if (id == p.ids[k] && !p.chosen_lp[k]) b.logprob = server_lp;
-        a.top.emplace_back(id, d.lookup.at(id).first);
-        b.top.emplace_back(id, server_lp);
-      }
-      auto by_lp = [](const auto& x, const auto& y) { return x.second > y.second; };
-      std::stable_sort(a.top.begin(), a.top.end(), by_lp);
-      std::stable_sort(b.top.begin(), b.top.end(), by_lp);
-      ++o.kl_n;
-      o.kl_sum += reports::kld_step(a, b);
-    }
+    step_measure(o, p, k, d);
     cur = n.kids.at(p.ids[k]);
   }
   return o;

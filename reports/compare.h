@@ -205,13 +205,14 @@ report compare_runs(std::vector<record> a, std::vector<record> b, const json& ma
 // run A's first).
 void oracle_apply(report& r, const oracle_data& d, const oracle_apply_options& opt = {}, const oracle_data* d_b = nullptr,
                   size_t n_a = 0);
-// The tie bounds of a run. Each target's precision is the largest |server - exact| log-prob over
-// its quietest responses (alone and control; all of its responses when those have none): a row's
-// bound is side A's target's precision plus side B's (two tokens whose exact gap is at most that
-// can be ordered either way by servers each within its precision of exact). A target with nothing
-// measured counts ORACLE_DEFAULT_TIE / 2; --near-tie replaces every bound.
+// The tie bounds of a run. Each target's precision is half the largest spread (reports/oracle.h:
+// max - min of server - exact log-prob within one step, so an offset the step's values share does
+// not count) over its quietest responses (alone and control; all of its responses when those have
+// none): a row's bound is side A's target's precision plus side B's (two tokens whose exact gap is
+// at most that can be ordered either way by servers each that precise). A target with no step of
+// two comparable values counts ORACLE_DEFAULT_TIE / 2; --near-tie replaces every bound.
 struct oracle_bound_info {
-  std::map<std::string, double> precision;  // target label -> max |Δ| (measured ones only)
+  std::map<std::string, double> precision;  // target label -> half the largest spread (measured ones only)
   std::set<std::string> implausible;         // labels whose precision exceeds ORACLE_MAX_PRECISION
   std::optional<double> fixed;              // --near-tie
   std::string source;                       // how the bounds were set, in words

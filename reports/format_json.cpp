@@ -42,6 +42,10 @@ ojson oracle_row_json(const pair_item& row) {
   o["margin"] = judged ? ojson(r.margin) : ojson(nullptr);
   o["argmax_side"] = r.argmax_side.empty() ? ojson(nullptr) : ojson(r.argmax_side);
   o["bound"] = r.bound;
+  o["own_gap_a"] = opt_num(r.own_gap_a);
+  o["own_gap_b"] = opt_num(r.own_gap_b);
+  o["own_best_a"] = r.own_best_a;
+  o["own_best_b"] = r.own_best_b;
   o["sentence"] = oracle_sentence(row);
   return o;
 }

@@ -76,16 +76,41 @@ oracle_step step_from_json(const json& j, const std::string& where) {
   return s;
 }
 
+oracle_response response_from_json(const json& r, const std::string& w) {
+  oracle_response o;
+  o.alignment = str(r, "alignment", w);
+  o.skipped = str(r, "skipped", w);
+  o.note = str(r, "note", w);
+  o.prompt_hash = str(r, "prompt_hash", w);
+  o.prompt_tokens = count_at(r, "prompt_tokens", w);
+  const json& steps = field(r, "steps", w);
+  if (!steps.is_array()) throw input_error(w + ": field 'steps' must be an array");
+  for (size_t k = 0; k < steps.size(); ++k) o.steps.push_back(step_from_json(steps[k], w + ".steps[" + std::to_string(k) + "]"));
+  const json& f = field(r, "fidelity", w);
+  o.fid_n = count_at(f, "n", w + ".fidelity");
+  o.fid_sum = nonneg_at(f, "sum", w + ".fidelity");
+  o.fid_max = nonneg_at(f, "max", w + ".fidelity");
+  o.fid_equal = count_at(f, "equal", w + ".fidelity");
+  o.kl_n = count_at(f, "kl_n", w + ".fidelity");
+  o.kl_sum = num(f, "kl_sum", w + ".fidelity");
+  o.spread_n = count_at(f, "spread_n", w + ".fidelity");
+  o.spread_max = nonneg_at(f, "spread_max", w + ".fidelity");
+  if (o.fid_equal > o.fid_n) throw input_error(w + ".fidelity: 'equal' exceeds 'n'");
+  return o;
+}
+
 // Per-condition accumulation of fidelity.
 struct fid_acc {
-  int64_t n = 0, equal = 0, kl_n = 0, responses = 0, off_argmax = 0;
-  double sum = 0, max = 0, kl_sum = 0;
+  int64_t n = 0, equal = 0, kl_n = 0, responses = 0, off_argmax = 0, spread_n = 0;
+  double sum = 0, max = 0, kl_sum = 0, spread_max = 0;
   void add(const oracle_response& o) {
     if (!o.skipped.empty()) return;
     ++responses;
     n += o.fid_n;
     sum += o.fid_sum;
     max = std::max(max, o.fid_max);
+    spread_n += o.spread_n;
+    spread_max = std::max(spread_max, o.spread_max);
     equal += o.fid_equal;
     kl_n += o.kl_n;
     kl_sum += o.kl_sum;
@@ -128,6 +153,77 @@ std::string num_text(double v) {
   return buf;
 }
 
+// A log-prob the server reported that stands for a value, not for "impossible".
+bool usable_logprob(double v) { return std::isfinite(v) && v >= ORACLE_LOWEST_LOGPROB; }
+
+// The server's own numbers at step k of `r`: its best reported alternative's log-prob minus its
+// reported log-prob of its token, and that alternative's text (row_oracle::own_gap_a). Only where
+// step k is the server's token k (not retokenized) and its log-probs are pre-sampling.
+std::optional<std::pair<double, std::string>> own_gap(const record& r, const oracle_response& o, size_t k) {
+  if (o.alignment == "retokenized" || r.logprobs_kind != "pre-sampling" || k >= r.tokens.size() ||
+      k >= r.top_logprobs.size())
+    return std::nullopt;
+  const std::optional<double>& chosen = r.tokens[k].logprob;
+  if (!chosen || !usable_logprob(*chosen)) return std::nullopt;
+  const alt_rec* best = nullptr;
+  for (const alt_rec& a : r.top_logprobs[k])
+    if (usable_logprob(a.logprob) && (!best || a.logprob > best->logprob)) best = &a;
+  if (!best) return std::nullopt;
+  return std::make_pair(best->logprob - *chosen, best->token);
+}
+
+// Each side's exact gap and own gap against the bound, then the class (reports/oracle.h).
+void classify(row_oracle& o, const pair_item& row, const oracle_response& oa, const oracle_response& ob) {
+  const size_t k = static_cast<size_t>(o.step);
+  if (const auto g = own_gap(*row.a, oa, k)) {
+    o.own_gap_a = g->first;
+    o.own_best_a = g->second;
+  }
+  if (const auto g = own_gap(*row.b, ob, k)) {
+    o.own_gap_b = g->first;
+    o.own_best_b = g->second;
+  }
+  const double gap_a = o.argmax_logprob - *o.logprob_a, gap_b = o.argmax_logprob - *o.logprob_b;
+  const bool a_top = gap_a <= ORACLE_EXACT_BOUND, b_top = gap_b <= ORACLE_EXACT_BOUND;
+  o.argmax_side = a_top && b_top ? "both" : a_top ? "a" : b_top ? "b" : "neither";
+  o.off_a = gap_a > o.bound || (o.own_gap_a && *o.own_gap_a > o.bound);
+  o.off_b = gap_b > o.bound || (o.own_gap_b && *o.own_gap_b > o.bound);
+  if (!o.off_a && !o.off_b) o.cls = "near-tie";
+  else if (o.off_a && o.off_b) o.cls = "both-off";
+  else if ((o.off_a && greedy(*row.a)) || (o.off_b && greedy(*row.b))) o.cls = "server-error";
+  else o.cls = "sampled";
+}
+
+// The verdict at step k, where the two sides' ids first differ.
+void judge_step(row_oracle& o, const pair_item& row, const oracle_response& oa, const oracle_response& ob, size_t k) {
+  const oracle_step& sa = oa.steps[k];
+  const oracle_step& sb = ob.steps[k];
+  o.id_a = sa.id;
+  o.id_b = sb.id;
+  o.token_a = sa.token;
+  o.token_b = sb.token;
+  o.logprob_a = sa.logprob;
+  o.logprob_b = sb.logprob;
+  o.rank_a = sa.rank;
+  o.rank_b = sb.rank;
+  o.argmax_id = sa.best_id;
+  o.argmax_token = sa.best_token;
+  o.argmax_logprob = sa.best_logprob;
+  o.margin = sa.best_logprob - sa.second_logprob;
+  if (sa.best_id != sb.best_id || sa.best_logprob != sb.best_logprob) {
+    // Same prompt tokens and the same tokens before this step: the exact engine must have given
+    // the same distribution. It did not, so nothing it says here can be trusted.
+    o.note = "the exact engine gave two distributions for one context at this step (best " +
+             std::to_string(sa.best_id) + " vs " + std::to_string(sb.best_id) + "): report this as a detaudit bug";
+    o.logprob_a.reset();
+    o.logprob_b.reset();
+    return;
+  }
+  for (const oracle_response* x : {&oa, &ob})
+    if (!x->note.empty()) o.note += (o.note.empty() ? "" : "; ") + std::string(x == &oa ? "side A: " : "side B: ") + x->note;
+  classify(o, row, oa, ob);
+}
+
 row_oracle judge(const pair_item& row, const oracle_response* oa, const oracle_response* ob, double bound) {
   row_oracle o;
   o.bound = bound;
@@ -156,39 +252,7 @@ row_oracle judge(const pair_item& row, const oracle_response* oa, const oracle_r
                        " ends: there is no second token to judge";
     return o;
   }
-  const oracle_step& sa = oa->steps[k];
-  const oracle_step& sb = ob->steps[k];
-  o.id_a = sa.id;
-  o.id_b = sb.id;
-  o.token_a = sa.token;
-  o.token_b = sb.token;
-  o.logprob_a = sa.logprob;
-  o.logprob_b = sb.logprob;
-  o.rank_a = sa.rank;
-  o.rank_b = sb.rank;
-  o.argmax_id = sa.best_id;
-  o.argmax_token = sa.best_token;
-  o.argmax_logprob = sa.best_logprob;
-  o.margin = sa.best_logprob - sa.second_logprob;
-  if (sa.best_id != sb.best_id || sa.best_logprob != sb.best_logprob) {
-    // Same prompt tokens and the same tokens before this step: the exact engine must have given
-    // the same distribution. It did not, so nothing it says here can be trusted.
-    o.note = "the exact engine gave two distributions for one context at this step (best " +
-             std::to_string(sa.best_id) + " vs " + std::to_string(sb.best_id) + "): report this as a detaudit bug";
-    o.logprob_a.reset();
-    o.logprob_b.reset();
-    return o;
-  }
-  for (const oracle_response* x : {oa, ob})
-    if (!x->note.empty()) o.note += (o.note.empty() ? "" : "; ") + std::string(x == oa ? "side A: " : "side B: ") + x->note;
-  const double gap_a = sa.best_logprob - sa.logprob, gap_b = sa.best_logprob - sb.logprob;
-  const bool a_top = gap_a <= ORACLE_EXACT_BOUND, b_top = gap_b <= ORACLE_EXACT_BOUND;
-  o.argmax_side = a_top && b_top ? "both" : a_top ? "a" : b_top ? "b" : "neither";
-  const bool off_a = gap_a > bound, off_b = gap_b > bound;
-  if (!off_a && !off_b) o.cls = "near-tie";
-  else if (off_a && off_b) o.cls = "both-off";
-  else if ((off_a && greedy(*row.a)) || (off_b && greedy(*row.b))) o.cls = "server-error";
-  else o.cls = "sampled";
+  judge_step(o, row, *oa, *ob, k);
   return o;
 }
 
@@ -196,6 +260,17 @@ std::string side_text(const sentence_style& st, const std::string& cond, const s
                       const std::optional<double>& lp, int rank) {
   return "under " + st.text(cond) + " " + st.token(token) + " (exact log-prob " + (lp ? num_text(*lp) : "?") + ", rank " +
          std::to_string(rank) + ")";
+}
+
+// Why one side is off, for the sentence: its exact gap when that exceeds the bound, else the
+// server's own numbers.
+std::string off_text(const row_oracle& o, bool a, const std::string& best, const sentence_style& st) {
+  const double gap = o.argmax_logprob - *(a ? o.logprob_a : o.logprob_b);
+  if (gap > o.bound) return "a token " + num_text(gap) + " nats below what exact math gives, " + best;
+  const std::optional<double>& own = a ? o.own_gap_a : o.own_gap_b;
+  return "a token its own log-probs put " + num_text(own ? *own : 0) + " nats below its top alternative " +
+         st.token(a ? o.own_best_a : o.own_best_b) + " (exact math puts it " + num_text(gap) + " nats below the best, " +
+         best + ")";
 }
 
 bool quiet_condition(const std::string& c) { return c == "alone" || c == "control" || c.rfind("control#", 0) == 0; }
@@ -212,20 +287,23 @@ oracle_bound_info bounds_from(const std::vector<record>& records,
   oracle_bound_info b;
   b.fixed = opt.near_tie;
   bool all_quiet = true;
+  // Half the largest spread (reports/oracle.h): the error left once each step's offset is removed.
   for (const auto& [label, acc] : any) {
     const auto q = quiet.find(label);
-    if (q != quiet.end() && q->second.n > 0) b.precision[label] = q->second.max;
-    else if (acc.n > 0) {
-      b.precision[label] = acc.max;
+    if (q != quiet.end() && q->second.spread_n > 0) b.precision[label] = q->second.spread_max / 2;
+    else if (acc.spread_n > 0) {
+      b.precision[label] = acc.spread_max / 2;
       all_quiet = false;
     }
   }
   for (const auto& [label, p] : b.precision)
     if (p > ORACLE_MAX_PRECISION) b.implausible.insert(label);
   if (b.fixed) b.source = "--near-tie";
-  else if (b.precision.empty()) b.source = "default: no log-prob the server reported could be compared with exact math";
+  else if (b.precision.empty())
+    b.source = "default: the server reported no step with two log-probs to compare with exact math";
   else
-    b.source = std::string("measured: each side's max |server - exact| log-prob ") +
+    b.source = std::string("measured: each side's largest error on a log-prob difference within a step (half of "
+                           "it: the step's offset removed) ") +
                (all_quiet ? "alone and in control" : "alone and in control where there are such responses, else in all");
   return b;
 }
@@ -266,8 +344,8 @@ row_oracle verdict(const pair_item& row, const oracle_response* oa, const oracle
       row_oracle no;
       no.bound = o.bound;
       no.note = "the server's log-probs are up to " + num_text(bi.precision.at(record_label(*side))) +
-                " nats from exact math even alone: --oracle is not the model it serves, or its log-probs are "
-                "of another kind; no verdict";
+                " nats from exact math even alone, once each step's offset is removed: --oracle is not the model it "
+                "serves, or its log-probs are of another kind; no verdict";
       return no;
     }
   return o;
@@ -308,6 +386,25 @@ row_oracle oracle_judge(const pair_item& row, const oracle_data& d, const oracle
   return verdict(row, a ? &*a : nullptr, b ? &*b : nullptr, bounds);
 }
 
+void oracle_step_fidelity(oracle_response& o, const std::vector<std::pair<double, double>>& server_exact) {
+  int64_t n = 0;
+  double lo = 0, hi = 0;
+  for (const auto& [server, exact] : server_exact) {
+    if (!usable_logprob(server)) continue;  // "-inf" written as a huge number
+    const double d = server - exact;
+    lo = n == 0 ? d : std::min(lo, d);
+    hi = n == 0 ? d : std::max(hi, d);
+    ++n;
+    ++o.fid_n;
+    o.fid_sum += std::fabs(d);
+    o.fid_max = std::max(o.fid_max, std::fabs(d));
+    if (server == exact) ++o.fid_equal;
+  }
+  if (n < 2) return;
+  ++o.spread_n;
+  o.spread_max = std::max(o.spread_max, hi - lo);
+}
+
 json oracle_to_json(const oracle_data& d) {
   json responses = json::array();
   for (const auto& [key, o] : d.responses) {
@@ -321,7 +418,8 @@ json oracle_to_json(const oracle_data& d) {
                          {"prompt_tokens", o.prompt_tokens},
                          {"steps", std::move(steps)},
                          {"fidelity", {{"n", o.fid_n}, {"sum", o.fid_sum}, {"max", o.fid_max}, {"equal", o.fid_equal},
-                                       {"kl_n", o.kl_n}, {"kl_sum", o.kl_sum}}}});
+                                       {"kl_n", o.kl_n}, {"kl_sum", o.kl_sum}, {"spread_n", o.spread_n},
+                                       {"spread_max", o.spread_max}}}});
   }
   return {{"schema", ORACLE_FILE_SCHEMA}, {"model", d.model},  {"cost", d.cost},
           {"notes", d.notes},            {"responses", std::move(responses)}};
@@ -331,9 +429,13 @@ oracle_data oracle_from_json(const json& j, const std::string& where) {
   if (!j.is_object()) throw input_error(where + ": expected a JSON object");
   if (!json_depth_within(j, JSON_MAX_DEPTH))
     throw input_error(where + ": nested deeper than " + std::to_string(JSON_MAX_DEPTH) + " levels");
-  if (integer(j, "schema", where) != ORACLE_FILE_SCHEMA)
-    throw input_error(where + ": oracle file schema " + std::to_string(integer(j, "schema", where)) +
-                      ", this detaudit reads " + std::to_string(ORACLE_FILE_SCHEMA));
+  const int64_t schema = integer(j, "schema", where);
+  if (schema == 1)
+    throw input_error(where + ": oracle file schema 1, written before the tie bound was measured on log-prob "
+                      "differences: recompute it with --oracle");
+  if (schema != ORACLE_FILE_SCHEMA)
+    throw input_error(where + ": oracle file schema " + std::to_string(schema) + ", this detaudit reads " +
+                      std::to_string(ORACLE_FILE_SCHEMA));
   oracle_data d;
   d.model = field(j, "model", where);
   d.cost = field(j, "cost", where);
@@ -345,25 +447,8 @@ oracle_data oracle_from_json(const json& j, const std::string& where) {
   if (!rs.is_array()) throw input_error(where + ": field 'responses' must be an array");
   for (size_t i = 0; i < rs.size(); ++i) {
     const std::string w = where + ": responses[" + std::to_string(i) + "]";
-    oracle_response o;
     const std::string key = str(rs[i], "key", w);
-    o.alignment = str(rs[i], "alignment", w);
-    o.skipped = str(rs[i], "skipped", w);
-    o.note = str(rs[i], "note", w);
-    o.prompt_hash = str(rs[i], "prompt_hash", w);
-    o.prompt_tokens = count_at(rs[i], "prompt_tokens", w);
-    const json& steps = field(rs[i], "steps", w);
-    if (!steps.is_array()) throw input_error(w + ": field 'steps' must be an array");
-    for (size_t k = 0; k < steps.size(); ++k) o.steps.push_back(step_from_json(steps[k], w + ".steps[" + std::to_string(k) + "]"));
-    const json& f = field(rs[i], "fidelity", w);
-    o.fid_n = count_at(f, "n", w + ".fidelity");
-    o.fid_sum = nonneg_at(f, "sum", w + ".fidelity");
-    o.fid_max = nonneg_at(f, "max", w + ".fidelity");
-    o.fid_equal = count_at(f, "equal", w + ".fidelity");
-    o.kl_n = count_at(f, "kl_n", w + ".fidelity");
-    o.kl_sum = num(f, "kl_sum", w + ".fidelity");
-    if (o.fid_equal > o.fid_n) throw input_error(w + ".fidelity: 'equal' exceeds 'n'");
-    d.responses[key] = std::move(o);
+    d.responses[key] = response_from_json(rs[i], w);
   }
   return d;
 }
@@ -485,8 +570,9 @@ void oracle_apply(report& r, const oracle_data& d, const oracle_apply_options& o
                     "judged (recompute with --oracle)");
   for (const auto& [label, p] : bi.precision)
     if (bi.implausible.count(label))
-      notes.push_back("target " + label + ": its log-probs are up to " + num_text(p) + " nats from exact math alone (more "
-                      "than " + num_text(ORACLE_MAX_PRECISION) + "): is --oracle the model file it serves? Its rows get no verdict");
+      notes.push_back("target " + label + ": its log-probs are up to " + num_text(p) + " nats from exact math alone, "
+                      "each step's offset removed (more than " + num_text(ORACLE_MAX_PRECISION) +
+                      "): is --oracle the model file it serves? Its rows get no verdict");
   if (d_b && json_str(d.model, "sha256") != json_str(d_b->model, "sha256"))
     notes.push_back("runs A and B were judged by different oracle models (" + json_str(d.model, "path") + ", " +
                     json_str(d_b->model, "path") + ")");
@@ -526,16 +612,16 @@ std::string oracle_sentence(const pair_item& row, const sentence_style& st) {
     return at + "the answers part on a near-tie: " + side_a + " and " + side_b + ", " +
            num_text(std::fabs(*o.logprob_a - *o.logprob_b)) + " nats apart, within the " + bound +
            ": a float engine may break it either way";
-  if (o.cls == "both-off")
+  const bool exact_a = o.argmax_logprob - *o.logprob_a > o.bound, exact_b = o.argmax_logprob - *o.logprob_b > o.bound;
+  if (o.cls == "both-off" && exact_a && exact_b)
     return at + "neither side picked what exact math gives, " + best + ": " + side_a + ", " + side_b + " (" + bound + ")";
-  const bool a_off = o.argmax_logprob - *o.logprob_a > o.bound;
-  const std::string off = a_off ? side_a : side_b, other = a_off ? side_b : side_a;
-  const double gap = o.argmax_logprob - (a_off ? *o.logprob_a : *o.logprob_b);
+  if (o.cls == "both-off")
+    return at + "both sides are off (" + bound + "): the server " + side_a + " picked " + off_text(o, true, best, st) +
+           "; the server " + side_b + " picked " + off_text(o, false, best, st);
+  const std::string off = o.off_a ? side_a : side_b, other = o.off_a ? side_b : side_a;
   if (o.cls == "sampled")
-    return at + "the server " + off + " sampled a token " + num_text(gap) + " nats below what exact math gives, " + best +
-           "; its request was not greedy; " + other;
-  return at + "the server " + off + " picked a token " + num_text(gap) + " nats below what exact math gives, " + best +
-         ": not a near-tie (" + bound + "); " + other;
+    return at + "the server " + off + " sampled " + off_text(o, o.off_a, best, st) + "; its request was not greedy; " + other;
+  return at + "the server " + off + " picked " + off_text(o, o.off_a, best, st) + ": not a near-tie (" + bound + "); " + other;
 }
 
 }  // namespace detaudit::reports

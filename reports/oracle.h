@@ -5,24 +5,36 @@
 // folder's oracle.json; this file owns their shape and what the reports make of them:
 //   - per divergent row, at the first token where the two sides' token ids part: each side's exact
 //     log-prob and rank, the exact argmax and its margin, which side equals the argmax, and a class
-//       near-tie      neither side's token is below the exact best by more than the tie bound
-//       server-error  one side is, at a step where its request was greedy (temperature 0)
+//       near-tie      neither side is off
+//       server-error  one side is off, at a step where its request was greedy (temperature 0)
 //       both-off      both sides are
 //       sampled       one side is, and its request was not greedy (sampling may pick it)
-//     and no class (with a note) when the row cannot be judged (other prompt tokens, no token on
-//     one side at that step, tokens that could not be mapped to the vocabulary);
+//     where a side is off when its token is below the exact best by more than the tie bound, or
+//     when the server's own numbers rank it lower: its reported log-prob of the token is below its
+//     best reported alternative's by more than the tie bound (pre-sampling log-probs, steps that map
+//     one to one to the server's tokens; a greedy server that picked a token its own log-probs put
+//     that far down did not pick its argmax, whatever exact math says of the two tokens); and no
+//     class (with a note) when the row cannot be judged (other prompt tokens, no token on one side
+//     at that step, tokens that could not be mapped to the vocabulary);
 //   - fidelity: |server log-prob - exact log-prob| over every log-prob the server reported for a
 //     token of the vocabulary (the chosen token's and each alternative's), pre-sampling only; mean
 //     and max per condition, per pair and per run; and a KL estimate D(exact || server) over the
 //     server's alternatives (reports/kld.h's coarsened form);
+//   - a step's spread: with d = server - exact over the values above at one step, max d - min d
+//     (a step with fewer than two values has none). It is the largest error the server makes on the
+//     difference of two log-probs of that step, and it ignores an offset the step's values share
+//     (unnormalised logits, a log-softmax shifted by a constant): such an offset changes no order,
+//     so it must not widen the bound. Half the spread is max |d - c| for the best offset c (the
+//     midrange of the step's d), the error left once the offset is removed;
 //   - the tie bound of a row: side A's target's precision plus side B's, a target's precision being
-//     its max |Δ| over its alone and control responses (the server at its quietest; a float engine
-//     whose log-probs are each within f of exact can order two tokens wrongly only when their exact
-//     gap is at most 2f, and a condition that pushes a server further from exact than that is what
-//     the verdict is to catch, so the conditions under test do not set it), never below
-//     ORACLE_EXACT_BOUND; ORACLE_DEFAULT_TIE / 2 for a target that reported no comparable
-//     log-probs; --near-tie instead of all of it. A target further than ORACLE_MAX_PRECISION from
-//     exact alone, or whose model_sha256 is not the oracle's, gets no verdicts.
+//     half the largest spread over its alone and control responses (the server at its quietest; a
+//     server whose log-prob differences within a step are each within 2p of exact can order two
+//     tokens wrongly only when their exact gap is at most 2p, and a condition that pushes a server
+//     further from exact than that is what the verdict is to catch, so the conditions under test do
+//     not set it), never below ORACLE_EXACT_BOUND; ORACLE_DEFAULT_TIE / 2 for a target that
+//     reported no step with two comparable log-probs; --near-tie instead of all of it. A target
+//     whose precision exceeds ORACLE_MAX_PRECISION alone, or whose model_sha256 is not the
+//     oracle's, gets no verdicts.
 // Non-goals: judging responses to prompts the oracle cannot rebuild (their count of prompt tokens
 // differs from the server's); post-sampling probabilities (a server's trimmed, renormalised list).
 #pragma once
@@ -47,12 +59,18 @@ inline constexpr double ORACLE_DEFAULT_TIE = 0.1;
 // A condition's fidelity is a finding when its mean |Δ| exceeds alone's by this factor and by at
 // least ORACLE_WORSE_ABS nats (two figures near zero are not told apart).
 inline constexpr double ORACLE_WORSE_RATIO = 1.5;
-// A target whose log-probs are further than this from exact even alone is not judged: the oracle
-// is not its model, or its log-probs are not the model's distribution (measured servers are
-// within 0.1 nats).
+// A target whose precision (half its largest spread) exceeds this even alone is not judged: the
+// oracle is not its model, or its log-probs are not the model's distribution (measured servers are
+// within 0.1 nats of exact, offset or not).
 inline constexpr double ORACLE_MAX_PRECISION = 1.0;
 inline constexpr double ORACLE_WORSE_ABS = 1e-4;
-inline constexpr int ORACLE_FILE_SCHEMA = 1;
+// 2: each response's fidelity carries the spread (spread_n, spread_max). A schema 1 file is refused
+// (recompute it with --oracle): its figures hold no spread, and its absolute max would put back the
+// offset-sized bound.
+inline constexpr int ORACLE_FILE_SCHEMA = 2;
+// Below this a reported log-prob stands for "impossible" (a server writing -inf as -1e308), not a
+// value to measure: no model gives a token e^-10000.
+inline constexpr double ORACLE_LOWEST_LOGPROB = -1e4;
 
 // One generated token teacher-forced: the exact distribution at that step, summarised.
 struct oracle_step {
@@ -81,9 +99,16 @@ struct oracle_response {
   int64_t fid_n = 0;
   double fid_sum = 0, fid_max = 0;
   int64_t fid_equal = 0;           // of fid_n, those equal to the exact value bit for bit
+  int64_t spread_n = 0;            // steps with at least two values
+  double spread_max = 0;           // the largest step spread (max d - min d, d = server - exact)
   int64_t kl_n = 0;
   double kl_sum = 0;
 };
+
+// Adds one step's reported log-probs to `o`'s fidelity: each (server, exact) pair to fid_*, the
+// step's spread to spread_* when two or more pairs count. A pair whose server value is not finite or
+// is below ORACLE_LOWEST_LOGPROB does not count.
+void oracle_step_fidelity(oracle_response& o, const std::vector<std::pair<double, double>>& server_exact);
 
 struct oracle_data {
   json model = json::object();  // {"spec", "path", "sha256", "numerics", "device"}
@@ -120,6 +145,12 @@ struct row_oracle {
   double margin = 0;        // exact best - exact second at that step
   std::string argmax_side;  // a | b | both | neither (ORACLE_EXACT_BOUND)
   double bound = 0;         // the tie bound applied
+  // The server's own numbers at that step: its best reported alternative's log-prob minus its
+  // reported log-prob of its token, and that alternative's text; nullopt when it reported no such
+  // pair (no alternatives, no log-prob of its token, post-sampling, steps retokenized).
+  std::optional<double> own_gap_a, own_gap_b;
+  std::string own_best_a, own_best_b;
+  bool off_a = false, off_b = false;  // the side is off (the rule above)
 };
 
 // The run-level summary, also the pair's fidelity (over the records of one side's condition).

@@ -48,6 +48,55 @@ void plant_divergence(const std::string& dir, const std::string& item, size_t k,
   test::write_file(path, out);
 }
 
+// Rewrites the records of `dir` as a server whose every log-prob is exact + `offset` would send
+// them, with item `item`'s control answer taking, at the first step k >= 1 that has one, the
+// alternative its alone answer lists 0.1 to 1.6 nats below the best (the answer cut after it: the
+// tokens after it were generated after another token). Returns that exact gap.
+double plant_offset_pick(const std::string& dir, const std::string& item, double offset) {
+  const std::string path = dir + "/records.jsonl";
+  std::vector<json> recs;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) recs.push_back(json::parse(line));
+  auto find = [&](const char* cond) -> json& {
+    for (json& j : recs)
+      if (j["item_id"] == item && j["condition"] == cond) return j;
+    FAIL("no " << cond << " answer for item " << item);
+    return recs.front();
+  };
+  const json& alone = find("alone");
+  json& control = find("control");
+  const std::shared_ptr<const model::model> m = model::model::load(stories());
+  double gap = -1;
+  for (size_t k = 1; k < alone["top_logprobs"].size() && gap < 0; ++k) {
+    const json& alts = alone["top_logprobs"][k];  // [id, token, log-prob], best first
+    for (size_t a = 1; a < alts.size() && gap < 0; ++a) {
+      const double g = alts[0][2].get<double>() - alts[a][2].get<double>();
+      if (g <= 0.1 || g >= 1.6) continue;
+      gap = g;
+      json& toks = control["tokens"];
+      toks[k] = {{"id", alts[a][0]}, {"text", tokenizer::token_to_piece(m->vocab(), alts[a][0].get<int32_t>(), true)},
+                 {"logprob", alts[a][2]}};
+      for (const char* f : {"tokens", "top_logprobs", "logit_hashes"})
+        if (control.contains(f) && control[f].is_array() && control[f].size() > k + 1)
+          control[f].get_ref<json::array_t&>().resize(k + 1);
+      std::string text;
+      for (const json& t : toks) text += t["text"].get<std::string>();
+      control["text"] = text;
+    }
+  }
+  REQUIRE(gap > 0);
+  std::string out;
+  for (json& j : recs) {
+    for (json& t : j["tokens"])
+      if (t.contains("logprob")) t["logprob"] = t["logprob"].get<double>() + offset;
+    for (json& step : j["top_logprobs"])
+      for (json& a : step) a[2] = a[2].get<double>() + offset;
+    out += j.dump() + "\n";
+  }
+  test::write_file(path, out);
+  return gap;
+}
+
 }  // namespace
 
 TEST_CASE("oracle cli: run --oracle against serve --numerics exact, then report, bundle, the gate and compare") {
@@ -178,7 +227,7 @@ TEST_CASE("oracle cli: an unreadable oracle.json does not hide the report, and t
   const test::cmd_result gate = test::run_cmd(test::detaudit_bin() + " report " + dir + "/run --fail-on server-error");
   CHECK(gate.exit_code == 1);
   CHECK(gate.err.find("--fail-on server-error: no oracle figures") != std::string::npos);
-  test::write_file(dir + "/run/oracle.json", "{\"schema\": 1, \"responses\": [{\"key\": 5}]}");
+  test::write_file(dir + "/run/oracle.json", "{\"schema\": 2, \"responses\": [{\"key\": 5}]}");
   const test::cmd_result rep = test::run_cmd(test::detaudit_bin() + " report " + dir + "/run");
   INFO(rep.err);
   CHECK(rep.exit_code == 0);
@@ -186,4 +235,39 @@ TEST_CASE("oracle cli: an unreadable oracle.json does not hide the report, and t
   CHECK(rep.out.find("alone vs control") != std::string::npos);
   // An explicit --near-tie needs the figures: then it is an error.
   CHECK(test::run_cmd(test::detaudit_bin() + " report " + dir + "/run --near-tie 0.1").exit_code == 2);
+}
+
+TEST_CASE("oracle cli: a server whose log-probs carry an offset gets the floor for a bound, and a pick 0.1 to 1.6 "
+          "below the best is a server error") {
+  const std::string dir = test::scratch_dir("oracle_cli_offset");
+  const std::string prompts = test::write_file(dir + "/p.txt", "Once upon a time\nThe cat sat on\nLily liked to play\n");
+  const std::string oracle = "engine:" + stories() + "?threads=1";
+  const test::cmd_result r = test::run_cmd(test::detaudit_bin() + " run --target '" + oracle + "' --prompts " + prompts +
+                                           " --raw -n 16 --n-probs 8 --fail-on none --out " + dir + "/run");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const double gap = plant_offset_pick(dir + "/run", "1", 0.875);
+  const test::cmd_result rep = test::run_cmd(test::detaudit_bin() + " report " + dir + "/run --oracle '" + oracle +
+                                             "' --format json --fail-on none");
+  INFO(rep.err);
+  REQUIRE(rep.exit_code == 0);
+  const json j = json::parse(rep.out);
+  // Every step's values are exact + 0.875: the spread is 0 (within a few 2^-53: the exact
+  // log-probs are floats), the precision with it; the bound is the floor, 0.05, not 2 x 0.875.
+  CHECK(j["oracle"]["precision"]["A"].get<double>() < 1e-12);
+  CHECK(j["oracle"]["bound"] == 0.05);
+  CHECK(j["oracle"]["fidelity"]["max"].get<double>() == doctest::Approx(0.875));  // the absolute figure stays
+  bool found = false;
+  for (const json& p : j["pairs"])
+    for (const json& row : p["rows"])
+      if (row["item_id"] == "1" && row["status"] == "differs") {
+        found = true;
+        CHECK(row["oracle"]["class"] == "server-error");  // gap > 0.05, greedy (a bound of 2 x 0.875 would call it a near-tie)
+        CHECK(row["oracle"]["bound"] == 0.05);
+        CHECK(row["oracle"]["argmax_side"] == "a");
+        CHECK(row["oracle"]["argmax_logprob"].get<double>() - row["oracle"]["logprob_b"].get<double>() ==
+              doctest::Approx(gap));
+        CHECK(row["oracle"]["own_gap_b"].get<double>() == doctest::Approx(gap));  // its own numbers say so too
+      }
+  CHECK(found);
 }

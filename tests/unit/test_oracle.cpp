@@ -20,6 +20,7 @@
 #include "runtime/generate.h"
 #include "runtime/score.h"
 #include "synth_util.h"
+#include "test_oracle_util.h"
 #include "test_reports_util.h"
 #include "test_util.h"
 #include "tokenizer/vocab.h"
@@ -31,40 +32,9 @@ using reports::oracle_data;
 using reports::oracle_response;
 using reports::oracle_step;
 using reports::record;
+using namespace detaudit::oracle_test;
 
 namespace {
-
-// An exact step: the chosen token's log-prob and rank, the best token's, the runner-up's.
-oracle_step st(int32_t id, double lp, int rank, int32_t best, double best_lp, double second_lp) {
-  oracle_step s;
-  s.id = id;
-  s.token = "t" + std::to_string(id);
-  s.logprob = lp;
-  s.rank = rank;
-  s.best_id = best;
-  s.best_token = "t" + std::to_string(best);
-  s.best_logprob = best_lp;
-  s.second_logprob = second_lp;
-  return s;
-}
-
-oracle_response resp(std::vector<oracle_step> steps, double fid_max = 0.01, const std::string& prompt = "p1") {
-  oracle_response o;
-  o.alignment = "ids";
-  o.prompt_hash = prompt;
-  o.prompt_tokens = 4;
-  o.steps = std::move(steps);
-  o.fid_n = 2;
-  o.fid_sum = fid_max;
-  o.fid_max = fid_max;
-  return o;
-}
-
-record greedy(record r) {
-  r.temperature = 0.0;
-  if (r.condition == "concurrent-8") r.evidence = {{"overlap", true}, {"batch_width", 8}};
-  return r;
-}
 
 // alone vs concurrent-8 over six items, each parting at token 1; the exact figures at that step
 // make t1 a near-tie, t2 a server error, t3 both off, t4 sampled (B not greedy), t5 two prompts,
@@ -106,20 +76,6 @@ std::pair<std::vector<record>, oracle_data> crafted() {
       v.push_back(c);
     }
   return {v, d};
-}
-
-const reports::pair_summary& pair_of(const reports::report& r, const std::string& cond_b) {
-  for (const reports::pair_summary& p : r.pairs)
-    if (p.cond_b == cond_b) return p;
-  FAIL("no pair with " << cond_b);
-  return r.pairs.front();
-}
-
-const reports::pair_item& row_of(const reports::pair_summary& p, const std::string& item) {
-  for (const reports::pair_item& row : p.rows)
-    if (row.item_id == item) return row;
-  FAIL("no row " << item);
-  return p.rows.front();
 }
 
 }  // namespace
@@ -184,7 +140,7 @@ TEST_CASE("oracle: the tie bound is --near-tie, else measured, else the document
     CHECK(rep.oracle["bound_source"] == "--near-tie");
     CHECK(row_of(pair_of(rep, "concurrent-8"), "t2").oracle->cls == "near-tie");
   }
-  for (auto& [k, o] : d.responses) o.fid_n = 0;  // the server reported nothing comparable
+  for (auto& [k, o] : d.responses) o.fid_n = 0, o.spread_n = 0;  // the server reported nothing comparable
   reports::report rep = reports::compare_run(recs);
   reports::oracle_apply(rep, d);
   CHECK(rep.oracle["bound"] == reports::ORACLE_DEFAULT_TIE);
@@ -323,6 +279,14 @@ TEST_CASE("oracle: the oracle file reads back as written, and a malformed one is
   json k = reports::oracle_to_json(d);
   k["schema"] = 99;
   CHECK_THROWS_WITH_AS(reports::oracle_from_json(k, "x.json"), doctest::Contains("schema 99"), input_error);
+  // Schema 1 holds no spread, and its absolute max would put the offset back into the bound.
+  k["schema"] = 1;
+  CHECK_THROWS_WITH_AS(reports::oracle_from_json(k, "x.json"), doctest::Contains("schema 1, written before"), input_error);
+  CHECK_THROWS_WITH_AS(reports::oracle_from_json(k, "x.json"), doctest::Contains("recompute it with --oracle"), input_error);
+  json no_spread = reports::oracle_to_json(d);
+  no_spread["responses"][0]["fidelity"].erase("spread_max");
+  CHECK_THROWS_WITH_AS(reports::oracle_from_json(no_spread, "x.json"), doctest::Contains("missing field 'spread_max'"),
+                       input_error);
   test::write_file(dir + "/oracle.json", "{\"schema\": 1, \"mod");
   CHECK_THROWS_WITH_AS(reports::oracle_read(dir), doctest::Contains("not valid JSON"), input_error);
 }
@@ -545,11 +509,42 @@ TEST_CASE("oracle engine: float responses are judged near-ties within a measured
   CHECK(f["values"].get<int64_t>() > 0);
   CHECK(f["max"].get<double>() > 0.0);    // float numerics are not exact
   CHECK(f["max"].get<double>() < reports::ORACLE_DEFAULT_TIE);  // but close (float rounds activations as llama.cpp does)
-  CHECK(rep.oracle["bound"].get<double>() == std::max(reports::ORACLE_EXACT_BOUND, 2 * f["max"].get<double>()));
+  // The precision is half the largest spread of server - exact within a step: above 0, and never
+  // above the largest |server - exact| (max d - min d <= 2 max |d|).
+  const double precision = rep.oracle["precision"]["A"].get<double>();
+  CHECK(precision > 0.0);
+  CHECK(precision <= f["max"].get<double>());
+  CHECK(rep.oracle["bound"].get<double>() == std::max(reports::ORACLE_EXACT_BOUND, 2 * precision));
   for (const reports::pair_summary& p : rep.pairs) {
     CHECK(p.server_error == 0);
     CHECK(p.both_off == 0);
   }
+}
+
+TEST_CASE("oracle engine: a server that adds one constant to every log-prob has a spread of 0 and the floor for a bound") {
+  std::vector<record> recs = engine_records("exact");
+  for (record& r : recs) {  // unnormalised: exact + 0.875 everywhere
+    for (reports::token_rec& t : r.tokens)
+      if (t.logprob) *t.logprob += 0.875;
+    for (auto& alts : r.top_logprobs)
+      for (reports::alt_rec& a : alts) a.logprob += 0.875;
+  }
+  const oracle_data d = evaluate(recs);
+  for (const record& r : recs) {
+    const oracle_response& o = d.responses.at(reports::record_key(r));
+    REQUIRE(o.skipped.empty());
+    CHECK(o.spread_n > 0);
+    // Each exact log-prob is a float: adding 0.875 in double is exact unless the float has bits
+    // below 2^-53 (|log-prob| < 2e-9), and then each d is within a few 2^-53 of 0.875.
+    CHECK(o.spread_max < 1e-12);
+    CHECK(o.fid_max == doctest::Approx(0.875));
+    CHECK(o.fid_equal == 0);
+  }
+  reports::report rep = reports::compare_run(recs);
+  reports::oracle_apply(rep, d);
+  CHECK(rep.oracle["precision"]["A"].get<double>() < 1e-12);
+  CHECK(rep.oracle["bound"] == reports::ORACLE_EXACT_BOUND);  // not 2 x 0.875
+  CHECK(rep.oracle["fidelity"]["max"].get<double>() == doctest::Approx(0.875));
 }
 
 TEST_CASE("oracle engine: a bad spec is an error naming it") {
@@ -625,7 +620,7 @@ TEST_CASE("oracle: figures from another model, figures that are not the record's
     CHECK(t2.note.find("do not match this response's tokens") != std::string::npos);
   }
   SUBCASE("the server is over a nat from exact even alone") {
-    for (auto& [k, o] : d.responses) o.fid_max = 32, o.fid_sum = 32;
+    for (auto& [k, o] : d.responses) o.fid_max = 32, o.fid_sum = 32, o.spread_max = 64;  // precision 64 / 2
     reports::report rep = reports::compare_run(recs);
     reports::oracle_apply(rep, d);
     const reports::row_oracle& t2 = *row_of(pair_of(rep, "concurrent-8"), "t2").oracle;
