@@ -1,6 +1,6 @@
-// `detaudit compare --kld`: the llama-perplexity statistics of a hand-made pair of score files, and
-// two quantizations of one synthetic model scored by `detaudit score` on the same tokens. The top-k
-// KL divergence of hand-made steps in-process: tests/unit/test_reports_kld.cpp.
+// `detaudit compare --kld`: the llama-perplexity statistics of hand-made pairs of score files (every
+// figure of the crafted pair of test_reports_util.h), and two quantizations of one synthetic model
+// scored by `detaudit score` on the same tokens. In-process: tests/unit/test_reports_kld.cpp.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -116,4 +116,28 @@ TEST_CASE("kld compare: scores of different tokens or a bad file are rejected wi
   const test::cmd_result r = test::run_cmd(bin() + " compare --kld " + a + " " + b + " --format md");
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--kld: --format: expected text or json") != std::string::npos);
+}
+
+TEST_CASE("kld compare cli: every llama-perplexity figure of the crafted pair of score files, by hand") {
+  const std::string dir = test::scratch_dir("kld_crafted");
+  const test::kld::crafted c = test::kld::crafted_pair();
+  const std::string a = write_score(dir + "/a.json", c.a), b = write_score(dir + "/b.json", c.b);
+  const test::cmd_result r = test::run_cmd(bin() + " compare --kld " + a + " " + b + " --format json");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const json j = json::parse(r.out);
+  REQUIRE(j["items"].size() == 2);
+  CHECK(j["items"][1]["item"] == 1);
+  CHECK(j["items"][1]["steps"] == 6);
+  CHECK(j["items"][1]["same_top"].get<double>() == doctest::Approx(5.0 / 6).epsilon(1e-12));  // X Y X U X W: all but Y
+  test::kld::check_crafted_overall(j["overall"]);
+  bool flips_note = false;
+  for (const json& n : j["notes"]) flips_note |= n.get<std::string>().find("no item-level flips") != std::string::npos;
+  CHECK(flips_note);
+
+  const test::cmd_result t = test::run_cmd(bin() + " compare --kld " + a + " " + b);
+  CHECK(t.exit_code == 0);
+  for (const char* block : {"====== Perplexity statistics ======", "====== KL divergence statistics ======",
+                            "====== Token probability statistics ======", "Mean PPL(Q)/PPL(base)         :   1.059463 \u00b1"})
+    CHECK_MESSAGE(t.out.find(block) != std::string::npos, block);
 }
