@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include "util/error.h"
 
@@ -158,6 +159,47 @@ kld_report kld_compare_files(const std::string& path_a, const std::string& path_
   r.path_a = path_a;
   r.path_b = path_b;
   return r;
+}
+
+namespace {
+
+// Step k of a generated response as a scored step: the sampled token, its log-prob (its own, else
+// its entry in the top list) and the top list; nullopt when a token id or that log-prob is missing.
+std::optional<kld_step_in> generated_step(const record& r, size_t k) {
+  if (k >= r.tokens.size() || k >= r.top_logprobs.size() || r.top_logprobs[k].empty()) return std::nullopt;
+  const token_rec& t = r.tokens[k];
+  if (t.id < 0) return std::nullopt;
+  kld_step_in s;
+  s.id = t.id;
+  std::optional<double> lp = t.logprob;
+  for (const alt_rec& e : r.top_logprobs[k]) {
+    if (e.id < 0) return std::nullopt;
+    s.top.push_back({e.id, e.logprob});
+    if (!lp && e.id == t.id) lp = e.logprob;
+  }
+  if (!lp) return std::nullopt;
+  s.logprob = *lp;
+  return s;
+}
+
+bool presampling_with_ids(const record& r) {
+  return r.error.empty() && r.logprobs_kind == "pre-sampling" && !r.tokens.empty() && r.tokens[0].id >= 0 &&
+         !r.top_logprobs.empty() && !r.top_logprobs[0].empty() && r.top_logprobs[0][0].id >= 0;
+}
+
+}  // namespace
+
+bool kld_points_shared(const record& a, const record& b, std::vector<kld_point>& out) {
+  if (!presampling_with_ids(a) || !presampling_with_ids(b)) return false;
+  for (size_t k = 0; k < a.tokens.size() && k < b.tokens.size(); ++k) {
+    const token_rec &ta = a.tokens[k], &tb = b.tokens[k];
+    // Where the sampled tokens part there is no common scored token, and no common context after.
+    if (ta.id != tb.id || ta.text != tb.text || ta.bytes != tb.bytes) break;
+    const std::optional<kld_step_in> sa = generated_step(a, k), sb = generated_step(b, k);
+    if (!sa || !sb) break;
+    out.push_back(kld_point_of(*sa, *sb));
+  }
+  return true;
 }
 
 }  // namespace detaudit::reports

@@ -113,6 +113,14 @@ std::vector<std::vector<kld_step_in>> kld_read(const std::string& path);
 kld_report kld_compare(const std::vector<std::vector<kld_step_in>>& a, const std::vector<std::vector<kld_step_in>>& b);
 kld_report kld_compare_files(const std::string& path_a, const std::string& path_b);
 
+// Two generated responses (a cross pair's row) as scored steps: from step 0, while both sides
+// sampled the same token (same id and bytes, so each step has the same context and the same scored
+// token on both sides) and both give pre-sampling top log-probs with token ids and the sampled
+// token's log-prob (its own, else its entry in the top list). The step where the tokens part is left
+// out: it has no common scored token. Appends one point per step to `out`; returns whether both
+// records give pre-sampling log-probs with ids at all (false: nothing to compare, nothing appended).
+bool kld_points_shared(const record& a, const record& b, std::vector<kld_point>& out);
+
 // A stats object's JSON: the keys docs/lm-eval.md lists ("steps", "kld_mean", ...).
 nlohmann::ordered_json kld_stats_json(const kld_stats& s);
 

@@ -1,12 +1,13 @@
 // The top-k KL divergence of hand-made steps, and every figure llama-perplexity's KL-divergence mode
-// prints on a crafted pair (test_reports_util.h), against values worked out by hand. `detaudit
-// compare --kld` on score files (the crafted pair, two quantizations of one synthetic model scored
-// by `detaudit score`): tests/e2e/test_reports_kld.cpp.
+// prints on a crafted pair (test_reports_util.h), against values worked out by hand; the same
+// summary on a cross pair's rows. `detaudit compare --kld` on score files (the crafted pair, two
+// quantizations of one synthetic model scored by `detaudit score`): tests/e2e/test_reports_kld.cpp.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "reports/compare.h"
 #include "reports/kld.h"
 #include "test_reports_util.h"
 
@@ -89,4 +90,47 @@ TEST_CASE("kld render: llama-perplexity's block, label for label, and the notes 
   CHECK(t.find("note: 12 step(s): llama-perplexity prints this summary only from 100 positions on") != std::string::npos);
   CHECK(t.find("note: no item-level flips or McNemar p") != std::string::npos);
   CHECK(t.find("10 steps or fewer") == std::string::npos);  // 12 steps: the uncertainties are there
+}
+
+TEST_CASE("kld cross pair: the distributions before the tokens part, from pre-sampling log-probs with ids") {
+  using namespace test::kld::hand;
+  // Target A and B answer item q alone. Steps 0 and 1 are the crafted shapes Y and V (B leaves its
+  // token's own log-prob out: it is read from its top list); at step 2 the tokens part.
+  auto make = [](const std::string& label, std::vector<std::vector<reports::alt_rec>> tops, bool own_logprob) {
+    reports::record r = test::rec("q", "alone", {{1, " a"}, {1, " a"}, {label == "A" ? 5 : 6, " z"}}, "", label);
+    r.logprobs_kind = "pre-sampling";
+    r.top_logprobs = std::move(tops);
+    for (size_t k = 0; k < 2 && own_logprob; ++k) r.tokens[k].logprob = r.top_logprobs[k][0].logprob;
+    return r;
+  };
+  const auto alt = [](int32_t id, double p) { return reports::alt_rec{id, "t", std::log(p)}; };
+  std::vector<reports::record> recs = {
+      make("A", {{alt(1, 0.5), alt(2, 0.25)}, {alt(1, 0.5), alt(2, 0.25)}, {alt(5, 0.9)}}, true),
+      make("B", {{alt(2, 0.5), alt(1, 0.25)}, {alt(2, 0.25), alt(1, 0.125)}, {alt(6, 0.9)}}, false)};
+  recs[1].tokens[0].logprob = std::log(0.25);  // B's own log-prob of step 0; step 1's comes from its list
+  const reports::report rep = reports::compare_run(recs);
+  REQUIRE(rep.pairs.size() == 1);
+  const reports::pair_summary& s = rep.pairs[0];
+  CHECK(s.probe == "cross");
+  REQUIRE(s.kld.has_value());
+  CHECK(s.kld_rows == 1);
+  CHECK(s.kld->n == 2);
+  CHECK(s.kld->kld_mean == doctest::Approx((K_Y + K_V) / 2).epsilon(1e-12));
+  CHECK(s.kld->kld_max == doctest::Approx(K_V).epsilon(1e-12));
+  CHECK(s.kld->dp_mean == doctest::Approx((-0.25 - 0.375) / 2).epsilon(1e-12));
+  CHECK(s.kld->same_top == 0.0);
+  CHECK(s.kld->ppl_ratio == doctest::Approx(std::pow(2.0, 1.5)).epsilon(1e-12));  // nll / ln 2: B 2, 3; A 1, 1
+  const nlohmann::json j = nlohmann::json::parse(reports::report_render(rep, "json"));
+  const nlohmann::json& k = j.at("pairs").at(0).at("kld");
+  CHECK(k.at("rows") == 1);
+  CHECK(k.at("steps") == 2);
+  CHECK(k.at("kld_max").get<double>() == doctest::Approx(K_V).epsilon(1e-12));
+  CHECK(reports::report_render(rep, "text").find("kld A:alone vs B:alone: 2 step(s) of 1 row(s) before the tokens part: mean KLD 0.318681") !=
+        std::string::npos);  // (K_Y + K_V) / 2 = (0.1732868 + 0.4640745) / 2
+
+  // Post-sampling log-probs (another distribution) on one side: no summary.
+  recs[1].logprobs_kind = "post-sampling";
+  const reports::report post = reports::compare_run(recs);
+  CHECK_FALSE(post.pairs[0].kld.has_value());
+  CHECK(nlohmann::json::parse(reports::report_render(post, "json")).at("pairs").at(0).at("kld").is_null());
 }
