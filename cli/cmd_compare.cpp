@@ -140,9 +140,11 @@ void setup_compare(CLI::App& app) {
                 "system prompt, stop strings, ...); the differences are listed at the top either way");
   sub->add_flag("--kld", opt->kld,
                 "A and B are 'detaudit score --json' outputs over the same tokens: report, per item and overall, "
-                "the KL divergence of B from A (mean, median, 99%, 99.9%, max), how often the top token is the "
-                "same, and the mean and RMS of dp (p_B - p_A of the scored token), as llama-perplexity's KL mode "
-                "does, from the top-k log-probs (the approximation is in docs/lm-eval.md); --format text or json");
+                "what llama-perplexity's KL-divergence mode prints (A its base, B its Q): PPL of each side, their "
+                "ratio and difference with uncertainties, the KL divergence of B from A (mean, percentiles from "
+                "99.9% to 0.1%, max, min), dp = p_B - p_A of the scored token (mean, percentiles, RMS) and how "
+                "often the top token is the same; KLD from the top-k log-probs (the approximation is in "
+                "docs/lm-eval.md); --format text or json");
   sub->footer(
       "Exit codes: 0 within --fail-on, 1 beyond it (each reason on stderr), 2 bad input or nothing comparable, 5\n"
       "nothing judged. The last line on stderr is the verdict: 'PASS: ...; exit 0', 'FAIL: ...; exit 1' or\n"

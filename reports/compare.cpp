@@ -6,7 +6,8 @@
 //   ordered by probe (repeat, concurrency, cache, batch, speculation, ...) then by name;
 //   seed: one pair "seed-fixed#0 vs seed-fixed#k" whose rows are every item and every k >= 1;
 //   seed-none: not a pair (answers are expected to differ): a note per item with its distinct answers;
-//   two or more labels: cross pairs, the first label against each other one, per shared condition.
+//   two or more labels: cross pairs, the first label against each other one, per shared condition,
+//   with the KL divergence of their distributions before the tokens part (reports/kld.h).
 // Non-goals: deciding pass/fail (fail_reasons), presentation (report_render).
 #include <algorithm>
 #include <map>
@@ -168,7 +169,16 @@ void notes_unpaired(report& rep, const run_index& ix, const std::string& label, 
   }
 }
 
-// The first label against each other one, on every condition both have (seed-none excepted).
+// The distributions of a cross pair's rows, compared step by step before the tokens part.
+void cross_kld(pair_summary& s) {
+  std::vector<kld_point> points;
+  for (const pair_item& row : s.rows)
+    if (row.a && row.b && kld_points_shared(*row.a, *row.b, points)) ++s.kld_rows;
+  if (!points.empty()) s.kld = kld_summarize(points);
+}
+
+// The first label against each other one, on every condition both have (seed-none excepted); each
+// with its KLD summary where both targets give pre-sampling log-probs with token ids.
 void pairs_cross(report& rep, const run_index& ix) {
   const std::string& ref = ix.labels.front();
   const auto& ref_conds = ix.by_label.at(ref);
@@ -203,6 +213,7 @@ void pairs_cross(report& rep, const run_index& ix) {
       if (one_sided)
         rep.notes.push_back("cross " + s.cond_a + " vs " + s.cond_b + ": " + std::to_string(one_sided) +
                             " response(s) on one side only were left out");
+      cross_kld(s);
       rep.pairs.push_back(std::move(s));
     }
   }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "reports/identity.h"
+#include "reports/kld.h"
 #include "reports/oracle.h"
 #include "reports/record.h"
 
@@ -149,6 +150,11 @@ struct pair_summary {
   std::optional<oracle_fidelity> fidelity, fidelity_a;
   bool fidelity_worse = false;
   int64_t near_tie = 0, server_error = 0, both_off = 0, sampled = 0, unjudged = 0;
+  // Cross pairs: llama-perplexity's KL-divergence summary of B from A over the steps each row's two
+  // responses share before their tokens part (kld_points_shared), and how many rows gave both sides'
+  // pre-sampling log-probs with ids; nullopt when no step qualifies.
+  std::optional<kld_stats> kld;
+  int64_t kld_rows = 0;
   std::vector<pair_item> rows;
 };
 

@@ -4,7 +4,7 @@
 //   {"schema": 1, "pairs": [{probe, cond_a, cond_b, control, one_target, items, differ, errors,
 //     not_exercised, retokenized, same_request, drifted, not_comparable, not_argmax, graded, correct_a, correct_b,
 //     right_to_wrong, wrong_to_right, wrong_to_other_wrong, differ_beyond_noise, noisy, p_vs_noise,
-//     mcnemar_p, accuracy_a, accuracy_b, fidelity_mean, ..., rows: [{item_id, status, ..., oracle}]}],
+//     mcnemar_p, accuracy_a, accuracy_b, fidelity_mean, ..., kld, rows: [{item_id, status, ..., oracle}]}],
 //    "noise": {repeat, items, noisy}, "oracle": {...} or null, "differences": [{field, a, b}],
 //    "probes_requested": [...], "notes": [...], "manifest": {...}}
 #include "reports/format_internal.h"
@@ -164,6 +164,14 @@ ojson pair_json(const pair_summary& s) {
     o["oracle_classes"] = std::move(c);
   } else {
     o["oracle_classes"] = nullptr;
+  }
+  if (s.kld) {
+    ojson k;
+    k["rows"] = s.kld_rows;
+    k.update(kld_stats_json(*s.kld));
+    o["kld"] = std::move(k);
+  } else {
+    o["kld"] = nullptr;
   }
   ojson rows = ojson::array();
   for (const pair_item& row : s.rows) rows.push_back(row_json(row));

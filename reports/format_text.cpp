@@ -11,6 +11,7 @@
 // it does not fail); DRIFTED: the same tokens, but logits (hash) or log-probs moved; MCNEMAR-P:
 // two-sided, on the flips.
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <sstream>
 #include <vector>
@@ -56,12 +57,30 @@ std::string summary_table(const report& r) {
   return table(rows);
 }
 
-// Accuracy per graded condition, and the noise model, under the summary table.
+// One line per cross pair with a KLD summary (B from A, before the tokens part).
+std::string kld_lines(const report& r) {
+  std::string out;
+  for (const pair_summary& s : r.pairs) {
+    if (!s.kld) continue;
+    const kld_stats& k = *s.kld;
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  ": %lld step(s) of %lld row(s) before the tokens part: mean KLD %.6f +- %.6f, 99%% %.6f, max %.6f; "
+                  "same top %.2f%%; RMS dp %.3f%%; PPL(B)/PPL(A) %.6f +- %.6f\n",
+                  static_cast<long long>(k.n), static_cast<long long>(s.kld_rows), k.kld_mean, k.kld_mean_unc, k.kld_p99,
+                  k.kld_max, 100 * k.same_top, 100 * k.dp_rms, k.ppl_ratio, k.ppl_ratio_unc);
+    out += "kld " + escape_line(s.cond_a + " vs " + s.cond_b) + buf;
+  }
+  return out;
+}
+
+// Accuracy per graded condition, the noise model and the cross pairs' KLD, under the summary table.
 std::string summary_extras(const report& r) {
   std::string out;
   const std::string noise = noise_text(r);
   if (!noise.empty()) out += noise + "\n";
   for (const std::string& l : oracle_lines(r)) out += escape_line(l) + "\n";
+  out += kld_lines(r);
   const auto acc = accuracy_lines(r);
   if (acc.empty()) return out;
   out += "accuracy (Wilson 95% interval, +- lm-eval's stderr, in points):\n";

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include "util/error.h"
 
@@ -24,48 +25,6 @@ std::map<int32_t, double> known_probs(const kld_step_in& s) {
   return out;
 }
 
-double percentile(const std::vector<double>& sorted, double q) {
-  if (sorted.empty()) return 0;
-  const double pos = q * double(sorted.size() - 1);
-  const size_t i = static_cast<size_t>(pos);
-  const double frac = pos - double(i);
-  const size_t j = std::min(i + 1, sorted.size() - 1);
-  return (1 - frac) * sorted[i] + frac * sorted[j];
-}
-
-struct accum {
-  std::vector<double> kld;
-  int64_t same_top = 0;
-  double dp_sum = 0, dp_sq = 0;
-
-  void add(const kld_step_in& a, const kld_step_in& b) {
-    kld.push_back(kld_step(a, b));
-    if (!a.top.empty() && !b.top.empty() && a.top[0].first == b.top[0].first) ++same_top;
-    const double dp = std::exp(b.logprob) - std::exp(a.logprob);
-    dp_sum += dp;
-    dp_sq += dp * dp;
-  }
-
-  kld_stats stats() const {
-    kld_stats s;
-    s.n = static_cast<int64_t>(kld.size());
-    if (s.n == 0) return s;
-    std::vector<double> v = kld;
-    std::sort(v.begin(), v.end());
-    double sum = 0;
-    for (double x : v) sum += x;
-    s.kld_mean = sum / double(s.n);
-    s.kld_median = percentile(v, 0.5);
-    s.kld_p99 = percentile(v, 0.99);
-    s.kld_p999 = percentile(v, 0.999);
-    s.kld_max = v.back();
-    s.same_top = double(same_top) / double(s.n);
-    s.dp_mean = dp_sum / double(s.n);
-    s.dp_rms = std::sqrt(dp_sq / double(s.n));
-    return s;
-  }
-};
-
 kld_step_in step_from_json(const json& j, const std::string& where) {
   if (!j.is_object()) throw input_error(where + ": expected a step object, found " + std::string(j.type_name()));
   auto id = j.find("id");
@@ -83,34 +42,6 @@ kld_step_in step_from_json(const json& j, const std::string& where) {
     s.top.push_back({t[0].get<int32_t>(), t[1].get<double>()});
   }
   return s;
-}
-
-json stats_json(const kld_stats& s) {
-  return {{"steps", s.n},           {"kld_mean", s.kld_mean}, {"kld_median", s.kld_median},
-          {"kld_p99", s.kld_p99},   {"kld_p99_9", s.kld_p999}, {"kld_max", s.kld_max},
-          {"same_top", s.same_top}, {"dp_mean", s.dp_mean},   {"dp_rms", s.dp_rms}};
-}
-
-std::string stats_row(const std::string& name, const kld_stats& s) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "%-8s %6lld %10.6f %10.6f %10.6f %10.6f %10.6f %8.2f%% %8.3f%% %8.3f%%\n",
-                name.c_str(), static_cast<long long>(s.n), s.kld_mean, s.kld_median, s.kld_p99, s.kld_p999,
-                s.kld_max, 100 * s.same_top, 100 * s.dp_mean, 100 * s.dp_rms);
-  return buf;
-}
-
-std::string render_text(const kld_report& r) {
-  std::string out = "KL divergence of B from A (nats, top-k approximation: see docs/lm-eval.md)\n";
-  out += "  A: " + r.path_a + "\n  B: " + r.path_b + "\n\n";
-  char head[256];
-  std::snprintf(head, sizeof head, "%-8s %6s %10s %10s %10s %10s %10s %9s %9s %9s\n", "item", "steps", "mean KLD",
-                "median", "99%", "99.9%", "max", "same top", "mean dp", "RMS dp");
-  out += head;
-  for (const kld_item& it : r.items) out += stats_row(std::to_string(it.index), it.stats);
-  out += stats_row("all", r.overall);
-  out += "\nsame top: the top-1 token agrees; dp: p_B - p_A of the scored token, in percentage points\n";
-  for (const std::string& n : r.notes) out += "note: " + n + "\n";
-  return out;
 }
 
 }  // namespace
@@ -141,6 +72,16 @@ double kld_step(const kld_step_in& a, const kld_step_in& b) {
   return kld;
 }
 
+kld_point kld_point_of(const kld_step_in& a, const kld_step_in& b) {
+  kld_point p;
+  p.kld = kld_step(a, b);
+  p.nll_a = -a.logprob;
+  p.nll_b = -b.logprob;
+  p.dp = std::exp(b.logprob) - std::exp(a.logprob);
+  p.same_top = !a.top.empty() && !b.top.empty() && a.top[0].first == b.top[0].first;
+  return p;
+}
+
 std::vector<std::vector<kld_step_in>> kld_read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw input_error("cannot open score file '" + path + "'");
@@ -169,30 +110,47 @@ std::vector<std::vector<kld_step_in>> kld_read(const std::string& path) {
   return out;
 }
 
+namespace {
+
+void compare_notes(kld_report& r, const std::vector<std::vector<kld_step_in>>& a) {
+  const int64_t n = r.overall.n;
+  if (n > 0 && !a.front().empty() && a.front().front().top.empty())
+    r.notes.push_back("A reports no top-k log-probs: KLD covers only the scored token and the rest");
+  if (n < KLD_MIN_STEPS_LLAMA)
+    r.notes.push_back(std::to_string(n) + " step(s): llama-perplexity prints this summary only from " +
+                      std::to_string(KLD_MIN_STEPS_LLAMA) + " positions on; these figures rest on few steps");
+  if (n <= 10)
+    r.notes.push_back("10 steps or fewer: the +- of the means, of RMS dp and of the perplexities are 0, as "
+                      "llama-perplexity's uncertainty gives them (it needs 11 positions)");
+  r.notes.push_back("no item-level flips or McNemar p: a score file holds scored tokens and log-probs, no answer "
+                    "or reference to grade; compare two graded runs or two lm-eval sample files for flips");
+}
+
+}  // namespace
+
 kld_report kld_compare(const std::vector<std::vector<kld_step_in>>& a, const std::vector<std::vector<kld_step_in>>& b) {
   if (a.size() != b.size())
     throw input_error("--kld: A has " + std::to_string(a.size()) + " item(s), B has " + std::to_string(b.size()) +
                       " (expected scores of the same items)");
   kld_report r;
-  accum all;
+  std::vector<kld_point> all;
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i].size() != b[i].size())
       throw input_error("--kld: item " + std::to_string(i) + ": A has " + std::to_string(a[i].size()) +
                         " steps, B has " + std::to_string(b[i].size()) + " (expected the same tokens)");
-    accum one;
+    std::vector<kld_point> one;
     for (size_t k = 0; k < a[i].size(); ++k) {
       if (a[i][k].id != b[i][k].id)
         throw input_error("--kld: item " + std::to_string(i) + " step " + std::to_string(k) + ": A scored token " +
                           std::to_string(a[i][k].id) + ", B token " + std::to_string(b[i][k].id) +
                           " (expected the same tokens)");
-      one.add(a[i][k], b[i][k]);
-      all.add(a[i][k], b[i][k]);
+      one.push_back(kld_point_of(a[i][k], b[i][k]));
     }
-    r.items.push_back({static_cast<int64_t>(i), one.stats()});
+    all.insert(all.end(), one.begin(), one.end());
+    r.items.push_back({static_cast<int64_t>(i), kld_summarize(one)});
   }
-  r.overall = all.stats();
-  if (r.overall.n > 0 && !a.front().empty() && a.front().front().top.empty())
-    r.notes.push_back("A reports no top-k log-probs: KLD covers only the scored token and the rest");
+  r.overall = kld_summarize(all);
+  compare_notes(r, a);
   return r;
 }
 
@@ -203,18 +161,45 @@ kld_report kld_compare_files(const std::string& path_a, const std::string& path_
   return r;
 }
 
-std::string kld_render(const kld_report& r, const std::string& format) {
-  if (format == "text") return render_text(r);
-  if (format != "json") throw input_error("--kld: --format: expected text or json, found '" + format + "'");
-  json items = json::array();
-  for (const kld_item& it : r.items) {
-    json j = stats_json(it.stats);
-    j["item"] = it.index;
-    items.push_back(std::move(j));
+namespace {
+
+// Step k of a generated response as a scored step: the sampled token, its log-prob (its own, else
+// its entry in the top list) and the top list; nullopt when a token id or that log-prob is missing.
+std::optional<kld_step_in> generated_step(const record& r, size_t k) {
+  if (k >= r.tokens.size() || k >= r.top_logprobs.size() || r.top_logprobs[k].empty()) return std::nullopt;
+  const token_rec& t = r.tokens[k];
+  if (t.id < 0) return std::nullopt;
+  kld_step_in s;
+  s.id = t.id;
+  std::optional<double> lp = t.logprob;
+  for (const alt_rec& e : r.top_logprobs[k]) {
+    if (e.id < 0) return std::nullopt;
+    s.top.push_back({e.id, e.logprob});
+    if (!lp && e.id == t.id) lp = e.logprob;
   }
-  json j = {{"a", r.path_a}, {"b", r.path_b}, {"kld_floor", KLD_FLOOR}, {"items", std::move(items)},
-            {"overall", stats_json(r.overall)}, {"notes", r.notes}};
-  return j.dump(2) + "\n";
+  if (!lp) return std::nullopt;
+  s.logprob = *lp;
+  return s;
+}
+
+bool presampling_with_ids(const record& r) {
+  return r.error.empty() && r.logprobs_kind == "pre-sampling" && !r.tokens.empty() && r.tokens[0].id >= 0 &&
+         !r.top_logprobs.empty() && !r.top_logprobs[0].empty() && r.top_logprobs[0][0].id >= 0;
+}
+
+}  // namespace
+
+bool kld_points_shared(const record& a, const record& b, std::vector<kld_point>& out) {
+  if (!presampling_with_ids(a) || !presampling_with_ids(b)) return false;
+  for (size_t k = 0; k < a.tokens.size() && k < b.tokens.size(); ++k) {
+    const token_rec &ta = a.tokens[k], &tb = b.tokens[k];
+    // Where the sampled tokens part there is no common scored token, and no common context after.
+    if (ta.id != tb.id || ta.text != tb.text || ta.bytes != tb.bytes) break;
+    const std::optional<kld_step_in> sa = generated_step(a, k), sb = generated_step(b, k);
+    if (!sa || !sb) break;
+    out.push_back(kld_point_of(*sa, *sb));
+  }
+  return true;
 }
 
 }  // namespace detaudit::reports

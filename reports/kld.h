@@ -23,10 +23,15 @@
 // distributions, which is never above the full-vocabulary KL divergence (merging outcomes cannot
 // increase it): the values are lower bounds, tighter with a larger --top-k.
 //
-// Non-goals: perplexity (the score file holds no full distribution); token sequences that differ.
+// The summary follows llama-perplexity's KL-divergence mode (docs/lm-eval.md, "Comparing
+// distributions", has every formula): A plays its "base", B its "Q". Its perplexities come from the
+// scored token's log-prob on each side, which a score file holds exactly.
+//
+// Non-goals: token sequences that differ; item-level flips (a score file holds nothing graded).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +41,8 @@
 namespace detaudit::reports {
 
 inline constexpr double KLD_FLOOR = 1e-10;
+// llama-perplexity prints its summary only from this many positions on.
+inline constexpr int64_t KLD_MIN_STEPS_LLAMA = 100;
 
 // One scored step: the scored token, its log-prob, and the top-k (id, log-prob) best first.
 struct kld_step_in {
@@ -47,14 +54,44 @@ struct kld_step_in {
 // The approximate KL divergence D(A || B) of one step, as described above.
 double kld_step(const kld_step_in& a, const kld_step_in& b);
 
-// llama-perplexity's summary of a set of steps. Percentiles interpolate linearly between the
-// sorted values (position q * (n - 1)). dp = p_B(scored token) - p_A(scored token).
+// What one step contributes to the summary. Both sides scored the same token.
+struct kld_point {
+  double kld = 0;           // kld_step(a, b)
+  double nll_a = 0, nll_b = 0;  // -log-prob of the scored token, A and B
+  double dp = 0;            // p_B - p_A of the scored token
+  bool same_top = false;    // both top-k lists are non-empty and start with the same token
+};
+kld_point kld_point_of(const kld_step_in& a, const kld_step_in& b);
+
+// llama-perplexity's summary of a set of steps. Percentiles interpolate linearly between the sorted
+// values at position q * (n - 1) (the median is the mean of the middle two when n is even). Every
+// *_unc is the uncertainty llama-perplexity prints after "±": the standard error of a mean is
+// sqrt(sum (x - mean)^2 / (n (n - 1))), and 0 unless n > 10. Fractions, not percent.
 struct kld_stats {
   int64_t n = 0;
-  double kld_mean = 0, kld_median = 0, kld_p99 = 0, kld_p999 = 0, kld_max = 0;
-  double same_top = 0;  // fraction of steps whose top-1 token is the same in A and B
-  double dp_mean = 0, dp_rms = 0;
+  double kld_mean = 0, kld_mean_unc = 0;
+  double kld_max = 0, kld_p999 = 0, kld_p99 = 0, kld_p95 = 0, kld_p90 = 0, kld_median = 0;
+  double kld_p10 = 0, kld_p5 = 0, kld_p1 = 0, kld_p01 = 0, kld_min = 0;
+  double dp_mean = 0, dp_mean_unc = 0;
+  double dp_max = 0, dp_p999 = 0, dp_p99 = 0, dp_p95 = 0, dp_p90 = 0, dp_p75 = 0, dp_median = 0;
+  double dp_p25 = 0, dp_p10 = 0, dp_p5 = 0, dp_p1 = 0, dp_p01 = 0, dp_min = 0;
+  double dp_rms = 0, dp_rms_unc = 0;  // sqrt(mean dp^2); unc = unc(mean dp^2) / (2 rms), 0 when rms is 0
+  double same_top = 0, same_top_unc = 0;  // share p of steps; unc = sqrt(p (1 - p) / (n - 1)), 0 when n < 2
+  // Perplexities of the scored tokens: exp(mean nll), unc = PPL * unc(mean nll).
+  double ppl_a = 0, ppl_a_unc = 0, ppl_b = 0, ppl_b_unc = 0;
+  // cov = sum (nll_a - mean)(nll_b - mean) / (n (n - 1)), 0 unless n > 10. Correlation:
+  // cov / (unc_a unc_b) of the mean nlls; nullopt when either uncertainty is 0.
+  double ln_ppl_cov = 0;
+  std::optional<double> ln_ppl_cor;
+  // ln(PPL_B / PPL_A) = mean nll_b - mean nll_a, unc = sqrt(unc_b^2 + unc_a^2 - 2 cov);
+  // the ratio is its exp, unc = ratio * that; the difference PPL_B - PPL_A has
+  // unc = sqrt(ppl_b_unc^2 + ppl_a_unc^2 - 2 PPL_B PPL_A cov). A square root of a negative
+  // rounding residue is 0.
+  double ln_ppl_ratio = 0, ln_ppl_ratio_unc = 0, ppl_ratio = 0, ppl_ratio_unc = 0, ppl_diff = 0, ppl_diff_unc = 0;
 };
+
+// The summary of these steps (all zero when there are none).
+kld_stats kld_summarize(const std::vector<kld_point>& points);
 
 struct kld_item {
   int64_t index = 0;
@@ -76,7 +113,19 @@ std::vector<std::vector<kld_step_in>> kld_read(const std::string& path);
 kld_report kld_compare(const std::vector<std::vector<kld_step_in>>& a, const std::vector<std::vector<kld_step_in>>& b);
 kld_report kld_compare_files(const std::string& path_a, const std::string& path_b);
 
-// "text" (a table, KLD in nats, dp in percentage points) or "json". Throws input_error otherwise.
+// Two generated responses (a cross pair's row) as scored steps: from step 0, while both sides
+// sampled the same token (same id and bytes, so each step has the same context and the same scored
+// token on both sides) and both give pre-sampling top log-probs with token ids and the sampled
+// token's log-prob (its own, else its entry in the top list). The step where the tokens part is left
+// out: it has no common scored token. Appends one point per step to `out`; returns whether both
+// records give pre-sampling log-probs with ids at all (false: nothing to compare, nothing appended).
+bool kld_points_shared(const record& a, const record& b, std::vector<kld_point>& out);
+
+// A stats object's JSON: the keys docs/lm-eval.md lists ("steps", "kld_mean", ...).
+nlohmann::ordered_json kld_stats_json(const kld_stats& s);
+
+// "text" (a table per item, then llama-perplexity's block over all steps, KLD in nats, dp and
+// same top in percent) or "json". Throws input_error otherwise.
 std::string kld_render(const kld_report& r, const std::string& format);
 
 }  // namespace detaudit::reports

@@ -141,6 +141,113 @@ inline reports::kld_step_in step(int32_t id, std::vector<std::pair<int32_t, doub
   return s;
 }
 
+// The crafted pair the llama-perplexity figures are checked on: A (base) and B (Q), two items of
+// six steps, each step one of six shapes. Every probability is a power of two, so each step's
+// figures are short sums of ln 2 and ln 3 (scored token 1 everywhere; dp = p_B - p_A of token 1;
+// nll in units of ln 2):
+//   shape  A top                B top                 KLD D(A||B)                  dp      nll A, B  same top
+//   X      1:1/2  2:1/4         1:1/2  2:1/4          0                            0       1, 1      yes
+//   Y      1:1/2  2:1/4         2:1/2  1:1/4          1/2 ln 2 + 1/4 ln 1/2        -1/4    1, 2      no
+//   Z      2:1/2  1:1/4         1:1/2  2:1/4          1/2 ln 2 + 1/4 ln 1/2        +1/4    2, 1      no
+//   W      1:1/2  2:1/4         1:1/2  3:1/4          1/4 ln 2 + 1/4 ln(1/4 / 3/8)  0       1, 1      yes
+//   V      1:1/2  2:1/4         2:1/4  1:1/8          1/2 ln 4 + 1/4 ln(1/4 / 5/8)  -3/8    1, 3      no
+//   U      2:1/2  1:1/8         2:1/2  1:1/4          1/8 ln 1/2 + 3/8 ln 3/2       +1/8    3, 2      yes
+// W: B does not list token 2, so P_B(2) = min(1/4, (1 - 3/4) / 2) = 1/8 and B's rest is 3/8.
+// V: both rests are 1/4 and 5/8. U: A's rest 3/8, B's 1/4.
+// Item 0 is X Y Z W V U; item 1 is X Y X U X W.
+struct crafted {
+  std::vector<std::vector<reports::kld_step_in>> a, b;
+};
+inline crafted crafted_pair() {
+  using s = reports::kld_step_in;
+  const std::pair<s, s> X{step(1, {{1, 0.5}, {2, 0.25}}), step(1, {{1, 0.5}, {2, 0.25}})};
+  const std::pair<s, s> Y{step(1, {{1, 0.5}, {2, 0.25}}), step(1, {{2, 0.5}, {1, 0.25}})};
+  const std::pair<s, s> Z{step(1, {{2, 0.5}, {1, 0.25}}), step(1, {{1, 0.5}, {2, 0.25}})};
+  const std::pair<s, s> W{step(1, {{1, 0.5}, {2, 0.25}}), step(1, {{1, 0.5}, {3, 0.25}})};
+  const std::pair<s, s> V{step(1, {{1, 0.5}, {2, 0.25}}), step(1, {{2, 0.25}, {1, 0.125}})};
+  const std::pair<s, s> U{step(1, {{2, 0.5}, {1, 0.125}}), step(1, {{2, 0.5}, {1, 0.25}})};
+  crafted c;
+  for (const auto& item : {std::vector{X, Y, Z, W, V, U}, std::vector{X, Y, X, U, X, W}}) {
+    c.a.emplace_back();
+    c.b.emplace_back();
+    for (const auto& [sa, sb] : item) {
+      c.a.back().push_back(sa);
+      c.b.back().push_back(sb);
+    }
+  }
+  return c;
+}
+
+// The crafted pair's figures over all 12 steps, written out by hand from the table above.
+namespace hand {
+inline const double LN2 = std::log(2.0);
+inline const double K_Y = 0.25 * LN2, K_W = 0.25 * std::log(4.0 / 3.0), K_V = LN2 + 0.25 * std::log(0.4),
+                    K_U = -0.125 * LN2 + 0.375 * std::log(1.5);
+}  // namespace hand
+
+// Every llama-perplexity figure of the crafted pair over all 12 steps, as a stats object's JSON
+// (reports::kld_stats_json, `compare --kld --format json`'s "overall").
+inline void check_crafted_overall(const nlohmann::json& all) {
+  using doctest::Approx;
+  using namespace hand;
+  const auto v = [&all](const char* key) { INFO(key); return all.at(key).get<double>(); };
+  CHECK(all.at("steps") == 12);
+  // KLD: 4 X (0), 2 U, 2 W, 3 Y or Z (K_Y), 1 V. Sorted: 0 0 0 0 U U W W Y Y Y V, position q * 11.
+  const double mean = (2 * K_U + 2 * K_W + 3 * K_Y + K_V) / 12;
+  const double sum_sq = 2 * K_U * K_U + 2 * K_W * K_W + 3 * K_Y * K_Y + K_V * K_V;
+  CHECK(v("kld_mean") == Approx(mean).epsilon(1e-12));
+  CHECK(v("kld_mean_unc") == Approx(std::sqrt((sum_sq - 12 * mean * mean) / (12 * 11))).epsilon(1e-12));
+  CHECK(v("kld_max") == Approx(K_V).epsilon(1e-12));
+  CHECK(v("kld_p99_9") == Approx(0.011 * K_Y + 0.989 * K_V).epsilon(1e-12));  // 10.989
+  CHECK(v("kld_p99") == Approx(0.11 * K_Y + 0.89 * K_V).epsilon(1e-12));     // 10.89
+  CHECK(v("kld_p95") == Approx(0.55 * K_Y + 0.45 * K_V).epsilon(1e-12));     // 10.45
+  CHECK(v("kld_p90") == Approx(K_Y).epsilon(1e-12));                         // 9.9: Y and Y
+  CHECK(v("kld_median") == Approx((K_U + K_W) / 2).epsilon(1e-12));           // 5.5: the middle two
+  for (const char* k : {"kld_p10", "kld_p5", "kld_p1", "kld_p0_1", "kld_min"}) CHECK(v(k) == Approx(0).epsilon(1e-12));
+  // dp sorted: -3/8, -1/4, -1/4, 0 x 6, 1/8, 1/8, 1/4. Sum -3/8: mean -1/32. sum dp^2 = 23/64, so
+  // sum (dp - mean)^2 = 23/64 - 12/1024 = 89/256; sum dp^4 = 131/4096, so
+  // sum (dp^2 - 23/768)^2 = 131/4096 - 12 (23/768)^2 = 1043/49152.
+  CHECK(v("dp_mean") == Approx(-1.0 / 32).epsilon(1e-12));
+  CHECK(v("dp_mean_unc") == Approx(std::sqrt(89.0 / 256 / 132)).epsilon(1e-12));
+  CHECK(v("dp_max") == Approx(0.25).epsilon(1e-12));
+  CHECK(v("dp_p99_9") == Approx(0.125 + 0.989 * 0.125).epsilon(1e-12));
+  CHECK(v("dp_p99") == Approx(0.125 + 0.89 * 0.125).epsilon(1e-12));
+  CHECK(v("dp_p95") == Approx(0.125 + 0.45 * 0.125).epsilon(1e-12));
+  CHECK(v("dp_p90") == Approx(0.125).epsilon(1e-12));          // 9.9
+  CHECK(v("dp_p75") == Approx(0.25 * 0.125).epsilon(1e-12));   // 8.25: between 0 and 1/8
+  CHECK(v("dp_median") == Approx(0).epsilon(1e-12));
+  CHECK(v("dp_p25") == Approx(-0.25 * 0.25).epsilon(1e-12));   // 2.75: between -1/4 and 0
+  CHECK(v("dp_p10") == Approx(-0.25).epsilon(1e-12));          // 1.1
+  CHECK(v("dp_p5") == Approx(-0.375 + 0.55 * 0.125).epsilon(1e-12));
+  CHECK(v("dp_p1") == Approx(-0.375 + 0.11 * 0.125).epsilon(1e-12));
+  CHECK(v("dp_p0_1") == Approx(-0.375 + 0.011 * 0.125).epsilon(1e-12));
+  CHECK(v("dp_min") == Approx(-0.375).epsilon(1e-12));
+  CHECK(v("dp_rms") == Approx(std::sqrt(23.0 / 768)).epsilon(1e-12));
+  CHECK(v("dp_rms_unc") == Approx(0.5 / std::sqrt(23.0 / 768) * std::sqrt(1043.0 / 49152 / 132)).epsilon(1e-12));
+  // Same top: X, W, U = 8 of 12.
+  CHECK(v("same_top") == Approx(2.0 / 3).epsilon(1e-12));
+  CHECK(v("same_top_unc") == Approx(std::sqrt(2.0 / 3 * (1.0 / 3) / 11)).epsilon(1e-12));
+  // nll / ln 2: B 1 x7, 2 x4, 3 x1 (sum 18, mean 3/2, sum of squared deviations 5); A 1 x9, 2, 3 x2
+  // (sum 17, squared deviations 31 - 17^2/12 = 83/12); sum A*B = 27, so sum of the products of
+  // deviations 27 - 17 * 18 / 12 = 3/2.
+  const double ua = LN2 * std::sqrt(83.0 / 12 / 132), ub = LN2 * std::sqrt(5.0 / 132), cov = LN2 * LN2 * 1.5 / 132;
+  CHECK(v("ppl_b") == Approx(std::pow(2.0, 1.5)).epsilon(1e-12));
+  CHECK(v("ppl_b_unc") == Approx(std::pow(2.0, 1.5) * ub).epsilon(1e-12));
+  CHECK(v("ppl_a") == Approx(std::pow(2.0, 17.0 / 12)).epsilon(1e-12));
+  CHECK(v("ppl_a_unc") == Approx(std::pow(2.0, 17.0 / 12) * ua).epsilon(1e-12));
+  CHECK(v("ln_ppl_cov") == Approx(cov).epsilon(1e-12));
+  CHECK(v("ln_ppl_cor") == Approx(cov / (ua * ub)).epsilon(1e-12));
+  // ln ratio: (18 - 17) / 12 ln 2; its unc from the differences B - A (0 x6, 1 x2, -1 x3, 2):
+  // sum (d - 1/12)^2 = 9 - 1/12 = 107/12.
+  CHECK(v("ln_ppl_ratio") == Approx(LN2 / 12).epsilon(1e-12));
+  CHECK(v("ln_ppl_ratio_unc") == Approx(LN2 * std::sqrt(107.0 / 12 / 132)).epsilon(1e-12));
+  CHECK(v("ppl_ratio") == Approx(std::pow(2.0, 1.0 / 12)).epsilon(1e-12));
+  CHECK(v("ppl_ratio_unc") == Approx(std::pow(2.0, 1.0 / 12) * LN2 * std::sqrt(107.0 / 12 / 132)).epsilon(1e-12));
+  const double pb = std::pow(2.0, 1.5), pa = std::pow(2.0, 17.0 / 12);
+  CHECK(v("ppl_diff") == Approx(pb - pa).epsilon(1e-12));
+  CHECK(v("ppl_diff_unc") == Approx(std::sqrt(pb * pb * ub * ub + pa * pa * ua * ua - 2 * pb * pa * cov)).epsilon(1e-12));
+}
+
 }  // namespace kld
 
 // lm-evaluation-harness sample files (tests/unit and tests/e2e test_reports_lmeval.cpp).

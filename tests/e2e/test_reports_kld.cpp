@@ -1,14 +1,17 @@
-// `detaudit compare --kld`: the llama-perplexity statistics of a hand-made pair of score files, and
-// two quantizations of one synthetic model scored by `detaudit score` on the same tokens. The top-k
-// KL divergence of hand-made steps in-process: tests/unit/test_reports_kld.cpp.
+// `detaudit compare --kld`: the llama-perplexity statistics of hand-made pairs of score files (every
+// figure of the crafted pair of test_reports_util.h), and two quantizations of one synthetic model
+// scored by `detaudit score` on the same tokens; `detaudit run --probe cross` on engine targets
+// carries the same summary per cross pair. In-process: tests/unit/test_reports_kld.cpp.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <map>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "model/synth.h"
 #include "reports/kld.h"
+#include "reports/record.h"
 #include "synth_util.h"
 #include "test_reports_util.h"
 #include "test_util.h"
@@ -116,4 +119,79 @@ TEST_CASE("kld compare: scores of different tokens or a bad file are rejected wi
   const test::cmd_result r = test::run_cmd(bin() + " compare --kld " + a + " " + b + " --format md");
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--kld: --format: expected text or json") != std::string::npos);
+}
+
+TEST_CASE("kld compare cli: every llama-perplexity figure of the crafted pair of score files, by hand") {
+  const std::string dir = test::scratch_dir("kld_crafted");
+  const test::kld::crafted c = test::kld::crafted_pair();
+  const std::string a = write_score(dir + "/a.json", c.a), b = write_score(dir + "/b.json", c.b);
+  const test::cmd_result r = test::run_cmd(bin() + " compare --kld " + a + " " + b + " --format json");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const json j = json::parse(r.out);
+  REQUIRE(j["items"].size() == 2);
+  CHECK(j["items"][1]["item"] == 1);
+  CHECK(j["items"][1]["steps"] == 6);
+  CHECK(j["items"][1]["same_top"].get<double>() == doctest::Approx(5.0 / 6).epsilon(1e-12));  // X Y X U X W: all but Y
+  test::kld::check_crafted_overall(j["overall"]);
+  bool flips_note = false;
+  for (const json& n : j["notes"]) flips_note |= n.get<std::string>().find("no item-level flips") != std::string::npos;
+  CHECK(flips_note);
+
+  const test::cmd_result t = test::run_cmd(bin() + " compare --kld " + a + " " + b);
+  CHECK(t.exit_code == 0);
+  for (const char* block : {"====== Perplexity statistics ======", "====== KL divergence statistics ======",
+                            "====== Token probability statistics ======", "Mean PPL(Q)/PPL(base)         :   1.059463 \u00b1"})
+    CHECK_MESSAGE(t.out.find(block) != std::string::npos, block);
+}
+
+TEST_CASE("kld cross: run --probe cross on engine targets carries the summary on every cross pair") {
+  const std::string dir = test::scratch_dir("kld_cross");
+  for (auto [name, type] : {std::pair{"q8", gguf::DTYPE_Q8_0}, std::pair{"q4", gguf::DTYPE_Q4_0}}) {
+    model::synth_options o = test::small_model(model::ARCH_LLAMA, type, 7, 256);
+    o.vocab_from = test::fixture("models/stories260K.gguf");
+    model::synth_write(o, dir + "/" + name + ".gguf");
+  }
+  const std::string prompts = test::write_file(dir + "/p.txt", "Once upon a time\nThe cat sat\nLily liked\n");
+  auto target = [&](const char* name) { return " --target 'engine:" + dir + "/" + name + ".gguf?threads=1'"; };
+  // A and B: the same model (the same distributions); C: its 4-bit quantization.
+  const test::cmd_result r = test::run_cmd(bin() + " run" + target("q8") + target("q8") + target("q4") + " --prompts " +
+                                           prompts + " --raw --n-predict 6 --n-probs 8 --probe cross --fail-on none --out " +
+                                           dir + "/run --format json");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const json rep = json::parse(r.out);
+  std::map<std::string, int64_t> n_tokens;  // "LABEL:condition item" -> tokens generated
+  for (const reports::record& x : reports::records_read(dir + "/run"))
+    n_tokens[x.target["label"].get<std::string>() + ":" + x.condition + " " + x.item_id] = static_cast<int64_t>(x.tokens.size());
+  int cross = 0;
+  for (const json& p : rep["pairs"]) {
+    if (p["probe"] != "cross") continue;
+    ++cross;
+    const std::string which = p["cond_a"].get<std::string>() + " vs " + p["cond_b"].get<std::string>();
+    INFO(which);
+    REQUIRE(p.contains("kld"));
+    REQUIRE(p["kld"].is_object());
+    CHECK(p["kld"]["rows"] == 3);
+    // The steps before the tokens part: each row's own divergence point, or all of its tokens.
+    int64_t steps = 0;
+    for (const json& row : p["rows"]) {
+      const int64_t at = row["token_index"].get<int64_t>();
+      steps += at >= 0 ? at : n_tokens.at(row["cond_a"].get<std::string>() + " " + row["item_id"].get<std::string>());
+    }
+    CHECK(p["kld"]["steps"] == steps);
+    const json& k = p["kld"];
+    if (p["cond_b"].get<std::string>().rfind("B:", 0) == 0) {  // the same model: nothing moved, to the bit
+      CHECK(k["kld_max"].get<double>() == 0.0);
+      CHECK(k["dp_rms"].get<double>() == 0.0);
+      CHECK(k["same_top"].get<double>() == 1.0);
+      CHECK(k["ppl_ratio"].get<double>() == 1.0);
+    } else {
+      CHECK(k["kld_mean"].get<double>() > 0);  // 4-bit weights move the distribution
+      CHECK(k["kld_max"].get<double>() >= k["kld_median"].get<double>());
+    }
+  }
+  CHECK(cross == 4);  // A vs B and A vs C, each on alone and control
+  const test::cmd_result t = test::run_cmd(bin() + " report " + dir + "/run");
+  CHECK(t.out.find("kld A:alone vs C:alone: ") != std::string::npos);
 }
