@@ -246,13 +246,29 @@ verdict_counts verdict_count(const report& r) {
   return c;
 }
 
+// The worst pair's subject. A pair with alone names the condition ("under concurrent-8"), unless the
+// oracle puts every error it found in that pair on alone's side: then alone's answers are the ones
+// that moved, and the line names both sides with the oracle's count.
+std::string worst_subject(const pair_summary& w) {
+  if (w.control) return " between alone and control (run-to-run noise)";
+  int64_t off_a = 0, off_b = 0;
+  for (const pair_item& row : w.rows)
+    if (row.status == STATUS_DIFFERS && row.oracle && !row.oracle->cls.empty()) {
+      off_a += row.oracle->off_a && !row.oracle->off_b;
+      off_b += row.oracle->off_b && !row.oracle->off_a;
+    }
+  if (!w.vs_alone || off_a == 0 || off_b > 0) return " under " + subject(w);
+  return " between " + escape_line(w.cond_a) + " and " + escape_line(w.cond_b) + " (the oracle finds " +
+         escape_line(w.cond_a) + "'s answer off exact math in " + std::to_string(off_a) + ", " + escape_line(w.cond_b) +
+         "'s in none)";
+}
+
 // "3 of 12 items differ (1 beyond noise) under concurrent-8 (p = 0.12)".
 std::string worst_text(const pair_summary& w) {
   const int64_t beyond = w.differ_beyond_noise;
   std::string out = std::to_string(w.differ) + " of " + std::to_string(pair_judged(w)) + " items differ" +
                     (beyond >= 0 && beyond != w.differ ? " (" + std::to_string(beyond) + " beyond noise)" : "") +
-                    (w.control ? " between alone and control (run-to-run noise)" : " under " + subject(w)) +
-                    same_request_text(w);
+                    worst_subject(w) + same_request_text(w);
   if (w.p_vs_noise) out += " (p = " + p_text(*w.p_vs_noise) + ")";
   return out;
 }

@@ -222,3 +222,48 @@ TEST_CASE("oracle bound: a real close call stays a near-tie") {
     CHECK(pair_of(rep, "concurrent-8").near_tie == 2);  // o2, and o5 (exact math only)
   }
 }
+
+namespace {
+
+// Issue 46.9: item m1 where only alone moved. At step 1 alone (and its control) picked token 16,
+// exact -1.875, rank 9, 1.625 below the best (7, -0.25); concurrent-8 picked 7, the best. The
+// server's log-probs are exact (c = 0), so the bound is the floor 0.05: alone's side is off, the
+// condition's is not.
+reports::report alone_moved() {
+  std::vector<record> v;
+  reports::oracle_data d;
+  const std::map<int32_t, double> e0 = {{5, -0.125}, {6, -2.5}}, e1 = {{7, -0.25}, {8, -1.0}, {16, -1.875}};
+  const served s0 = {-0.125, {{5, -0.125}, {6, -2.5}}};
+  const reports::oracle_step x0 = st(5, -0.125, 0, 5, -0.125, -2.5);
+  const record a = served_record("m1", "alone", 16, {s0, {-1.875, {{7, -0.25}, {8, -1.0}, {16, -1.875}}}});
+  record ctl = a;
+  ctl.condition = "control";
+  const record b = served_record("m1", "concurrent-8", 7, {s0, {-0.25, {{7, -0.25}, {8, -1.0}, {16, -1.875}}}});
+  for (const record* r : {&a, static_cast<const record*>(&ctl)})
+    d.responses[reports::record_key(*r)] = measured(*r, {x0, st(16, -1.875, 9, 7, -0.25, -1.0)}, {e0, e1});
+  d.responses[reports::record_key(b)] = measured(b, {x0, st(7, -0.25, 0, 7, -0.25, -1.0)}, {e0, e1});
+  v = {a, ctl, b};
+  reports::report rep = reports::compare_run(v);
+  reports::oracle_apply(rep, d);
+  return rep;
+}
+
+}  // namespace
+
+TEST_CASE("oracle verdict line: when only alone moved the headline names both sides, not the condition") {
+  const reports::report rep = alone_moved();
+  const reports::row_oracle& o = verdict_of(rep, "m1");
+  CHECK(o.off_a);
+  CHECK_FALSE(o.off_b);
+  const reports::fail_policy any = reports::fail_policy_parse("any");
+  const std::string line = reports::verdict_line(rep, any, reports::fail_reasons(rep, any), 1);
+  INFO(line);
+  CHECK(line.find("1 of 1 items differ between alone and concurrent-8 (the oracle finds alone's answer off exact math "
+                  "in 1, concurrent-8's in none)") != std::string::npos);
+  CHECK(line.find("under concurrent-8") == std::string::npos);
+  // The counterpart: in the offset run every error the oracle found is on concurrent-8's side.
+  const reports::report other = judged(0.0);
+  const std::string line_b = reports::verdict_line(other, any, reports::fail_reasons(other, any), 1);
+  INFO(line_b);
+  CHECK(line_b.find("items differ under concurrent-8") != std::string::npos);
+}
