@@ -108,7 +108,8 @@ TEST_CASE("audit_e2e_cli: bad input exits 2 with one line naming the problem") {
 TEST_CASE("audit_e2e_cli: --dataset gsm8k sends lm-eval's prompt, stop strings and raw completions, both filters reported") {
   const std::string dir = test::scratch_dir("audit_e2e_cli_gsm8k");
   const std::string data = test::fixture("data/test.jsonl");
-  // Two exemplars from the test file itself stand in for train.jsonl: the rendering is what counts.
+  // Two exemplars from the test file itself stand in for train.jsonl. The same file as the dataset is
+  // lm-eval's few-shot split being the test split: 3 drawn per document, the document itself dropped.
   const std::string cmd = test::detaudit_bin() + " run --target '" + engine_spec() + "' --dataset gsm8k:" + data +
                           ":3 --num-fewshot 2 --fewshot " + data + " --probe repeat -n 8 --fail-on none --format json --out ";
   const test::cmd_result r = test::run_cmd(cmd + dir + "/raw");
@@ -123,8 +124,11 @@ TEST_CASE("audit_e2e_cli: --dataset gsm8k sends lm-eval's prompt, stop strings a
   }
   const json req = recs.front().request;
   const std::string prompt = req["prompt"].get<std::string>();
-  CHECK(prompt.rfind("Question: Janet", 0) == 0);  // exemplar 1 is the file's first question
-  CHECK(prompt.find("\n\nQuestion: A robe takes") != std::string::npos);
+  // CPython's random.Random(1234).sample(range(1319), 3) is [902, 239, 15]: document 0's exemplars are
+  // lines 902 and 239 of the 1319-line test.jsonl.
+  CHECK(prompt.rfind("Question: The educational shop is selling notebook", 0) == 0);
+  CHECK(prompt.find("\n\nQuestion: The number of students in a school hall") != std::string::npos);
+  CHECK(prompt.find("\n\nQuestion: Janet") != std::string::npos);  // the document itself, last
   CHECK(prompt.substr(prompt.size() - 8) == "\nAnswer:");
   CHECK(req["stop"] == json::array({"Question:", "</s>", "<|im_end|>"}));
   const json rep = json::parse(r.out);
