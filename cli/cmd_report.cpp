@@ -29,7 +29,7 @@ void run_report(report_cmd_options& o) {
   reports::report rep = reports::compare_run(std::move(records), reports::run_manifest_read(o.dir));
   if (const std::optional<reports::oracle_data> d = oracle_load(rep.records, o.dir, o.oracle, /*save=*/true, "report"))
     reports::oracle_apply(rep, *d, o.oracle.apply());
-  report_finish(rep, o.format, o.output, policy, "report", "", o.gates.trim());
+  report_finish(rep, o.format, o.output, policy, "report", reports::report_incomplete(rep), o.gates.trim());
 }
 
 }  // namespace

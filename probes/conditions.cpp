@@ -316,7 +316,8 @@ burst burst_send(target& t, const std::vector<gen_request>& reqs) {
 // request ran; the item's own batch width comes with its response where the target reports it.
 // Each filler's time alone on this target, where known (null otherwise), for the queue test: an
 // item filler's from its alone and control records so far, a fixed filler's measured here once per
-// target (sent alone, no record written).
+// target (sent alone FILLER_SENDS times, the quickest kept, no record written).
+constexpr int FILLER_SENDS = 2;
 json filler_latencies(const item_ctx& c, const std::vector<filler>& fs) {
   json out = json::array();
   for (const filler& f : fs) {
@@ -330,10 +331,16 @@ json filler_latencies(const item_ctx& c, const std::vector<filler>& fs) {
       const auto key = std::make_pair(c.rt.label, f.fixed);
       auto it = c.st.filler_latency_ms.find(key);
       if (it == c.st.filler_latency_ms.end()) {
-        const double t0 = unix_now();
-        const reports::record r = c.rt.t->complete(request_for(*c.st.opt, c.rt, f.prompt));
-        const double took = (unix_now() - t0) * 1000.0;
-        it = c.st.filler_latency_ms.emplace(key, r.error.empty() ? took : 0.0).first;
+        // The quicker of two sends, as the item's own is the quicker of alone and control: one
+        // slow send (a cold server) must not widen the window the timing test reads.
+        double best = 0;
+        for (int k = 0; k < FILLER_SENDS; ++k) {
+          const double t0 = unix_now();
+          const reports::record r = c.rt.t->complete(request_for(*c.st.opt, c.rt, f.prompt));
+          const double took = (unix_now() - t0) * 1000.0;
+          if (r.error.empty() && (best == 0 || took < best)) best = took;
+        }
+        it = c.st.filler_latency_ms.emplace(key, best).first;
       }
       ms = it->second;
     }

@@ -100,7 +100,8 @@ std::vector<size_t> py_random::sample(size_t n, size_t k) {
   return out;
 }
 
-std::vector<std::vector<size_t>> fewshot_draws(size_t pool, size_t k, size_t n_docs, bool same_split, uint64_t seed) {
+std::vector<std::vector<size_t>> fewshot_draws(size_t pool, size_t k, size_t n_docs, bool same_split, uint64_t seed,
+                                               const std::function<bool(size_t, size_t)>& is_doc) {
   const size_t drawn = same_split ? k + 1 : k;
   if (drawn > pool)
     throw std::invalid_argument("the few-shot pool holds " + std::to_string(pool) + " exemplars, fewer than the " +
@@ -111,7 +112,7 @@ std::vector<std::vector<size_t>> fewshot_draws(size_t pool, size_t k, size_t n_d
   for (size_t d = 0; d < n_docs; ++d) {
     std::vector<size_t> picked;
     for (size_t i : rnd.sample(pool, drawn))
-      if (!(same_split && i == d) && picked.size() < k) picked.push_back(i);
+      if (!(same_split && (is_doc ? is_doc(d, i) : i == d)) && picked.size() < k) picked.push_back(i);
     out.push_back(std::move(picked));
   }
   return out;

@@ -14,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace detaudit::probes {
@@ -41,9 +42,11 @@ inline constexpr uint64_t LMEVAL_FEWSHOT_SEED = 1234;
 
 // The exemplars of n_docs documents, in document order: k indices into the few-shot pool (of
 // `pool` entries) each. same_split: the pool is the documents themselves (index d is document
-// d): k + 1 are drawn and document d's own index is dropped, keeping the first k. Throws
-// std::invalid_argument when the pool is too small.
+// d): k + 1 are drawn and every exemplar equal to document d is dropped (lm-eval's `x != doc`:
+// is_doc(d, i), by default i == d; a dataset holding a document twice has both dropped), keeping
+// the first k. Throws std::invalid_argument when the pool is too small.
 std::vector<std::vector<size_t>> fewshot_draws(size_t pool, size_t k, size_t n_docs, bool same_split,
-                                               uint64_t seed = LMEVAL_FEWSHOT_SEED);
+                                               uint64_t seed = LMEVAL_FEWSHOT_SEED,
+                                               const std::function<bool(size_t, size_t)>& is_doc = {});
 
 }  // namespace detaudit::probes

@@ -179,7 +179,9 @@ std::vector<std::string> gsm8k_contexts(const dataset_options& d, const std::str
   const bool same = std::filesystem::equivalent(d.fewshot_file, dataset_path, ec);
   std::vector<std::vector<size_t>> draws;
   try {
-    draws = fewshot_draws(pool.size(), static_cast<size_t>(k), n_docs, same);
+    // lm-eval drops an exemplar equal to the document itself, a duplicate line of it included.
+    draws = fewshot_draws(pool.size(), static_cast<size_t>(k), n_docs, same, LMEVAL_FEWSHOT_SEED,
+                          [&pool](size_t d, size_t i) { return pool[i] == pool[d]; });
   } catch (const std::invalid_argument& e) {
     throw input_error(d.fewshot_file + ": --num-fewshot " + std::to_string(k) + ": " + e.what());
   }

@@ -371,14 +371,15 @@ namespace {
 // chosen. Absent when no item is graded (as in runs made before it was recorded).
 json grading_identity(const std::vector<item>& items, const run_options& opt) {
   std::set<std::string> graders;
-  std::string key;
+  json key = json::array();  // [[id, grader, reference], ...]: JSON, so no text can pass for a separator
   for (const item& it : items) {
     if (it.grader.empty()) continue;
     graders.insert(it.grader);
-    key += it.id + '\0' + it.grader + '\0' + it.reference + '\n';
+    key.push_back({it.id, it.grader, it.reference});
   }
   if (graders.empty()) return json::object();
-  json g = {{"graders", std::vector<std::string>(graders.begin(), graders.end())}, {"answers_sha256", sha256_hex(key)}};
+  json g = {{"graders", std::vector<std::string>(graders.begin(), graders.end())},
+            {"answers_sha256", sha256_hex(key.dump(-1, ' ', false, json::error_handler_t::replace))}};
   if (opt.fewshot.is_object() && !opt.fewshot.empty()) g["fewshot"] = opt.fewshot;
   return g;
 }

@@ -83,7 +83,8 @@ void note_missing(report& rep, const pair_summary& s, size_t missing, const std:
 }
 
 // (alone, cond) for one label.
-void pairs_against_alone(report& rep, const run_index& ix, const std::string& label, const std::string& prefix) {
+void pairs_against_alone(report& rep, const run_index& ix, const std::string& label, const std::string& prefix,
+                         const row_rules& rules) {
   const auto& conds = ix.by_label.at(label);
   auto alone_it = conds.find("alone");
   std::vector<std::string> order;
@@ -116,7 +117,8 @@ void pairs_against_alone(report& rep, const run_index& ix, const std::string& la
           ++missing;
           continue;
         }
-        summary_add(s, row_make(*f->second, *rb, cond_name(ix, prefix, "alone", 0), cond_name(ix, prefix, c, key.second)));
+        summary_add(s, row_make(*f->second, *rb, cond_name(ix, prefix, "alone", 0), cond_name(ix, prefix, c, key.second),
+                                rules));
       }
       note_missing(rep, s, missing, "an 'alone'");
       rep.pairs.push_back(std::move(s));
@@ -309,6 +311,21 @@ std::vector<std::string> probes_requested(const report& rep) {
 
 }  // namespace
 
+std::string report_incomplete(const report& r) {
+  const json& m = r.manifest;
+  if (auto sh = m.find("shards"); sh != m.end() && sh->is_object())
+    if (auto missing = sh->find("missing"); missing != sh->end() && missing->is_array() && !missing->empty())
+      return "incomplete: shard(s) " + missing->dump() + " of the run are missing from this merge (--partial)";
+  const json want = m.contains("items_in_shard") ? m["items_in_shard"] : m.value("items", json());
+  if (!want.is_number_unsigned() && !want.is_number_integer()) return "";
+  std::set<std::string> items;
+  for (const record& rec : r.records) items.insert(rec.item_id);
+  const int64_t n = want.get<int64_t>();
+  if (static_cast<int64_t>(items.size()) >= n) return "";
+  return "incomplete: " + std::to_string(items.size()) + " of the run's " + std::to_string(n) +
+         " item(s) have records (the run stopped early; detaudit run --resume with the same flags completes it)";
+}
+
 report compare_run(std::vector<record> records, json manifest) {
   report rep;
   rep.manifest = manifest.is_object() ? std::move(manifest) : json::object();
@@ -323,9 +340,11 @@ report compare_run(std::vector<record> records, json manifest) {
   notes_fingerprints(rep);
   const run_index ix = index_build(rep.records);
   const bool multi = ix.labels.size() > 1;
+  const std::map<const record*, const record*> twins = requests_answered_twice(rep.records);
+  const row_rules rules{.judge = true, .one_vocab = true, .twins = &twins};
   for (const std::string& label : ix.labels) {
     const std::string prefix = multi ? label + ":" : "";
-    pairs_against_alone(rep, ix, label, prefix);
+    pairs_against_alone(rep, ix, label, prefix, rules);
     pairs_seed(rep, ix, label, prefix);
     notes_unpaired(rep, ix, label, prefix);
   }

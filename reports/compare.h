@@ -132,7 +132,7 @@ struct pair_summary {
   // token ids correspond, and a retokenized row is a changed token (--fail-on any fails on it).
   bool one_target = false;
   int64_t items = 0, differ = 0, errors = 0, not_exercised = 0;
-  int64_t same_request = 0;        // rows of differ and retokenized that are run-to-run noise (pair_item::same_request)
+  int64_t same_request = 0;        // rows of differ that answer a request answered otherwise too (pair_item::same_request)
   int64_t retokenized = 0, drifted = 0, not_comparable = 0, not_argmax = 0;
   int64_t graded = 0, correct_a = 0, correct_b = 0;
   // GSM8K rows graded by flexible-extract also scored by strict-match (lm-eval reports both).
@@ -188,6 +188,10 @@ struct report {
 // other condition; seed probe: repetitions against repetition 0; cross: target A vs target B on
 // each shared condition. Takes ownership of the records.
 report compare_run(std::vector<record> records, json manifest = json::object());
+// Why a run's report covers less than the run asked for, or "": fewer items have records than
+// run.json says the run (or shard) holds (a run that was stopped or killed), or shards missing from
+// a merge made with --partial. `detaudit report` then ends INCOMPLETE (exit 3), as `run` does.
+std::string report_incomplete(const report& r);
 struct compare_options {
   // --pair A=B: target label in run A, label in run B. Empty: the only label of each run when each
   // has one, else every label both runs have.

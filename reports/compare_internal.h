@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,13 @@ std::vector<record> records_dedupe(std::vector<record> in, const std::function<s
 struct row_rules {
   bool judge = true;
   bool one_vocab = true;
+  // Greedy records whose request (body and endpoint) another record of the same target and item
+  // carries byte for byte, answered otherwise: the record -> that other one (requests_answered_twice).
+  const std::map<const record*, const record*>* twins = nullptr;
 };
+// The twins of a run's records (row_rules::twins): per target, item, endpoint and request body, the
+// greedy responses that differ from another of the same group.
+std::map<const record*, const record*> requests_answered_twice(const std::vector<record>& records);
 // One row: divergence, error, exercised, same request (pair_item::same_request), status, grades
 // (both sides by A's grader), flip and not-argmax steps. a and b must outlive the row.
 pair_item row_make(const record& a, const record& b, const std::string& cond_a, const std::string& cond_b,

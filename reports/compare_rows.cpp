@@ -126,23 +126,36 @@ bool request_same(const record& a, const record& b) {
   return !a.request.empty() && a.request == b.request && a.endpoint == b.endpoint && record_label(a) == record_label(b);
 }
 
-// Both sides graded by one grader, A's: B's record is graded by it as well when B's own grader is
-// another (a resumed or compared run graded otherwise) and B's reference is A's; with another
-// reference B is not graded. A flip is a flip of one grader's reading, never of two.
+// Both sides graded by one grader and one answer key, A's: B's record is graded by A's grader
+// against A's reference whenever its own grader or reference is another (a resumed or compared run
+// graded otherwise). A flip is a flip of one reading, never of two.
 void row_grade(pair_item& row) {
   const record& a = *row.a;
   const record& b = *row.b;
   row.correct_a = grade(a);
-  if (b.grader == a.grader) {
-    row.correct_b = grade(b);
-  } else if (!a.grader.empty() && b.reference == a.reference) {
-    row.correct_b = grade(a.grader, final_answer(b.text), b.reference);
-  }
+  if (b.grader == a.grader && b.reference == a.reference) row.correct_b = grade(b);
+  else if (!a.grader.empty()) row.correct_b = grade(a.grader, final_answer(b.text), a.reference);
   if ((row.exercised || row.same_request) && row.correct_a && row.correct_b)
     row.flip = flip_of(a.grader, a, b, *row.correct_a, *row.correct_b);
 }
 
 }  // namespace
+
+std::map<const record*, const record*> requests_answered_twice(const std::vector<record>& records) {
+  std::map<std::string, std::vector<const record*>> groups;
+  for (const record& r : records) {
+    if (!r.error.empty() || r.request.empty() || !r.temperature || *r.temperature > 0) continue;
+    const std::string key = record_label(r) + '\x1f' + r.item_id + '\x1f' + r.endpoint + '\x1f' +
+                            r.request.dump(-1, ' ', false, json::error_handler_t::replace);
+    groups[key].push_back(&r);
+  }
+  std::map<const record*, const record*> out;
+  for (const auto& [key, rs] : groups)
+    for (const record* x : rs)
+      for (const record* y : rs)
+        if (x != y && !out.count(x) && !diverge(*x, *y, /*one_vocab=*/true).identical) out[x] = y;
+  return out;
+}
 
 pair_item row_make(const record& a, const record& b, const std::string& cond_a, const std::string& cond_b,
                    const row_rules& rules) {
@@ -159,9 +172,16 @@ pair_item row_make(const record& a, const record& b, const std::string& cond_a, 
   if (!why.empty()) {
     row.exercised = false;
     row.reason = why;
+    const record* twin = nullptr;
+    if (rules.twins)
+      if (const auto it = rules.twins->find(&b); it != rules.twins->end()) twin = it->second;
     if (rules.judge && !row.d.identical && request_same(a, b)) {
       row.same_request = true;
       row.reason += "; but the request was alone's own, byte for byte: two answers to one request are run-to-run noise";
+    } else if (rules.judge && !row.d.identical && twin) {
+      row.same_request = true;
+      row.reason += "; but the same request, byte for byte, was answered otherwise under " + twin->condition +
+                    ": two answers to one request are run-to-run noise";
     }
   }
   row.status = status_of(row);
@@ -181,7 +201,7 @@ void summary_add(pair_summary& s, pair_item row) {
   } else {
     s.differ += row.status == STATUS_DIFFERS;
     s.retokenized += row.status == STATUS_RETOKENIZED;
-    s.same_request += row.same_request;
+    s.same_request += row.same_request && row.status == STATUS_DIFFERS;
     s.drifted += row.status == STATUS_DRIFTED;
     if (row.correct_a && row.correct_b) {
       ++s.graded;

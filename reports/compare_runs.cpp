@@ -71,29 +71,31 @@ bool one_model(const record& a, const record& b) {
 struct pair_counts {
   size_t only_a = 0, only_b = 0, comparable = 0, prompts_differ = 0, settings_differ = 0;
   size_t unpaired = 0;  // responses of conditions that are never paired (seed-none)
-  // Rows whose two sides were graded by different graders: graded here by A's (same reference),
-  // or not graded (another reference); the grader pairs seen, "A's vs B's".
-  size_t regraded = 0, ungraded = 0;
+  // Rows whose two sides were graded otherwise (another grader or answer key): graded here by A's
+  // grader and key (A has a grader), or not graded; the grader pairs seen, "A's vs B's".
+  size_t regraded = 0, ungraded = 0, other_key = 0;
   std::set<std::string> grader_pairs;
 };
 
 void grading_count(const record& ra, const record& rb, pair_counts& n) {
-  if (ra.grader == rb.grader) return;
-  ((!ra.grader.empty() && ra.reference == rb.reference) ? n.regraded : n.ungraded) += 1;
-  n.grader_pairs.insert("'" + ra.grader + "' vs '" + rb.grader + "'");
+  if (ra.grader == rb.grader && ra.reference == rb.reference) return;
+  (ra.grader.empty() ? n.ungraded : n.regraded) += 1;
+  n.other_key += ra.reference != rb.reference;
+  if (ra.grader != rb.grader) n.grader_pairs.insert("'" + ra.grader + "' vs '" + rb.grader + "'");
 }
 
-// What a compare says when the runs graded an item with different graders.
+// What a compare says when the runs graded an item otherwise.
 void notes_grading(report& rep, const pair_counts& n) {
   if (n.regraded + n.ungraded == 0) return;
   std::string pairs;
   for (const std::string& g : n.grader_pairs) pairs += (pairs.empty() ? "" : ", ") + g;
-  std::string text = "the runs grade with different graders (" + pairs + ", A's vs B's): ";
-  if (n.regraded) text += std::to_string(n.regraded) + " row(s) graded on both sides by run A's grader";
-  if (n.ungraded)
-    text += std::string(n.regraded ? "; " : "") + std::to_string(n.ungraded) +
-            " row(s) not graded (another reference in B, or no grader in A)";
-  rep.notes.push_back(text + "; no flip compares two graders' readings");
+  std::string text = "the runs grade otherwise (";
+  if (!pairs.empty()) text += "graders " + pairs + ", A's vs B's" + (n.other_key ? "; " : "");
+  if (n.other_key) text += std::to_string(n.other_key) + " row(s) with another reference";
+  text += "): ";
+  if (n.regraded) text += std::to_string(n.regraded) + " row(s) graded on both sides by run A's grader and answer key";
+  if (n.ungraded) text += std::string(n.regraded ? "; " : "") + std::to_string(n.ungraded) + " row(s) not graded (no grader in A)";
+  rep.notes.push_back(text + "; no flip compares two readings");
 }
 
 bool never_paired(const record& r) {

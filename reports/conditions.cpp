@@ -52,6 +52,9 @@ void burst_of(const record& base, const json& e, std::vector<double>& ends, std:
       if ((*it)[k].is_number()) singles[k + 1] = (*it)[k].get<double>();
 }
 
+// The end times decide where they can be read (the timing test, conditions.h): a server's word that
+// slots were busy cannot overrule end times that do not show two requests processed together, and a
+// slot count below 2 is evidence of its own. Busy slots decide only where there are no end times to read.
 std::string judge_concurrent(const record& base, const record& r) {
   const json& e = r.evidence;
   if (is_false(e, "overlap")) return "the requests did not overlap in time";
@@ -61,19 +64,21 @@ std::string judge_concurrent(const record& base, const record& r) {
   burst_of(base, e, ends, singles);
   const bool timed = ends.size() >= 2 && singles[0] > 0;
   const burst_timing timing = timed ? concurrency_timing(ends, singles) : TIMING_UNKNOWN;
-  if (std::optional<double> s = num(e, "slots_busy_max")) {
-    const std::string source = e.value("slots_source", std::string("the server"));
-    if (*s < 2) return "at most one slot was busy at a time while the requests ran (" + source + ")";
-    if (timing == TIMING_QUEUE)
-      return "the end times form a queue (no request ended within another's time alone) although " + source +
-             " showed " + count_text(*s) + " slots busy: the end times decide";
-    return "";
-  }
+  const std::optional<double> slots = num(e, "slots_busy_max");
+  const std::string source = e.value("slots_source", std::string("the server"));
+  if (slots && *slots < 2) return "at most one slot was busy at a time while the requests ran (" + source + ")";
   if (timing == TIMING_OVERLAP) return "";
-  if (timed)
-    return "the server may have answered the requests one after another (a queue): no request ended within "
-           "half another's time alone before that one's end";
-  return "no evidence that the requests shared forward steps (no batch width, busy slots or end times)";
+  if (!timed) return slots ? "" : "no evidence that the requests shared forward steps (no batch width, busy slots or end times)";
+  const std::string overruled = slots ? " although " + source + " showed " + count_text(*slots) + " slots busy: the end times decide" : "";
+  if (timing == TIMING_QUEUE)
+    return (slots ? "the end times form a queue (no request ended within another's time alone)"
+                  : "the server may have answered the requests one after another (a queue): no request ended within "
+                    "half another's time alone before that one's end") +
+           overruled;
+  const auto unknown = std::count_if(singles.begin(), singles.end(), [](double l) { return !(l > 0) || !std::isfinite(l); });
+  return "the end times do not show two requests processed together (no request ended within half another's time "
+         "alone; the time alone of " + std::to_string(unknown) + " request(s) is unknown, so a queue is not ruled out either)" +
+         overruled;
 }
 
 std::string judge_cache_off(const record&, const record& r) {

@@ -46,6 +46,8 @@ ojson oracle_row_json(const pair_item& row) {
   o["own_gap_b"] = opt_num(r.own_gap_b);
   o["own_best_a"] = r.own_best_a;
   o["own_best_b"] = r.own_best_b;
+  o["own_unlisted_a"] = r.own_unlisted_a;
+  o["own_unlisted_b"] = r.own_unlisted_b;
   o["sentence"] = oracle_sentence(row);
   return o;
 }

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "reports/compare.h"
+#include "reports/compare_internal.h"
 #include "reports/utf8.h"
 #include "util/error.h"
 
@@ -56,31 +57,44 @@ std::string same_request_text(const pair_summary& s) {
          " run-to-run noise: the same request as alone's, answered otherwise)";
 }
 
-// Every probe the run asked for must judge at least one row of its pairs (the control pair is the
-// noise baseline, not the probe's). A probe whose rows were all not exercised passed nothing.
+// Every probe the run asked for must judge at least one row of its pairs on every target (the
+// control pair is the noise baseline, not the probe's; cross pairs count once, for the pair of
+// targets). A probe whose rows were all not exercised passed nothing.
+struct probe_tally {
+  int64_t rows = 0, judged = 0, not_exercised = 0, errors = 0;
+  std::map<std::string, int64_t> reasons;
+};
+
 void unjudged_probes(const report& r, std::vector<fail_finding>& out) {
+  std::set<std::string> labels;
+  for (const record& rec : r.records) labels.insert(json_str(rec.target, "label"));
   for (const std::string& probe : r.probes_requested) {
-    int64_t rows = 0, judged = 0, not_exercised = 0, errors = 0;
-    std::map<std::string, int64_t> reasons;
+    std::map<std::string, probe_tally> per;  // target label ("" for cross pairs) -> tally
     for (const pair_summary& s : r.pairs) {
       if (s.control || s.probe != probe) continue;
-      rows += s.items;
-      judged += pair_judged(s);
-      not_exercised += s.not_exercised;
-      errors += s.errors;
-      for (const pair_item& row : s.rows)
-        if (row.status == STATUS_NOT_EXERCISED) ++reasons[row.reason];
+      for (const pair_item& row : s.rows) {
+        probe_tally& t = per[probe == "cross" || !row.b ? std::string() : json_str(row.b->target, "label")];
+        ++t.rows;
+        t.judged += row.status != STATUS_ERROR && row.status != STATUS_NOT_EXERCISED && row.status != STATUS_NOT_COMPARABLE;
+        t.not_exercised += row.status == STATUS_NOT_EXERCISED;
+        t.errors += row.status == STATUS_ERROR;
+        if (row.status == STATUS_NOT_EXERCISED) ++t.reasons[row.reason];
+      }
     }
-    if (judged > 0) continue;
-    std::string why = rows == 0 ? "no pair of its conditions has responses"
-                                : std::to_string(rows) + " row(s): " + std::to_string(not_exercised) + " not exercised, " +
-                                      std::to_string(errors) + " failed";
-    if (!reasons.empty()) {
-      const auto top = std::max_element(reasons.begin(), reasons.end(),
-                                        [](const auto& x, const auto& y) { return x.second < y.second; });
-      why += " (" + escape_line(top->first) + ")";
+    if (per.empty())
+      out.push_back({"unjudged", "probe " + escape_line(probe) + " judged nothing: no pair of its conditions has responses", true});
+    for (const auto& [label, t] : per) {
+      if (t.judged > 0) continue;
+      std::string why = std::to_string(t.rows) + " row(s): " + std::to_string(t.not_exercised) + " not exercised, " +
+                        std::to_string(t.errors) + " failed";
+      if (!t.reasons.empty()) {
+        const auto top = std::max_element(t.reasons.begin(), t.reasons.end(),
+                                          [](const auto& x, const auto& y) { return x.second < y.second; });
+        why += " (" + escape_line(top->first) + ")";
+      }
+      const std::string where = labels.size() > 1 && !label.empty() ? " on target " + escape_line(label) : "";
+      out.push_back({"unjudged", "probe " + escape_line(probe) + " judged nothing" + where + ": " + why, true});
     }
-    out.push_back({"unjudged", "probe " + escape_line(probe) + " judged nothing: " + why, true});
   }
 }
 
@@ -258,9 +272,8 @@ std::string worst_subject(const pair_summary& w) {
       off_b += row.oracle->off_b && !row.oracle->off_a;
     }
   if (!w.vs_alone || off_a == 0 || off_b > 0) return " under " + subject(w);
-  return " between " + escape_line(w.cond_a) + " and " + escape_line(w.cond_b) + " (the oracle finds " +
-         escape_line(w.cond_a) + "'s answer off exact math in " + std::to_string(off_a) + ", " + escape_line(w.cond_b) +
-         "'s in none)";
+  return " between " + escape_line(w.cond_a) + " and " + escape_line(w.cond_b) + " (the oracle puts the error on " +
+         escape_line(w.cond_a) + "'s side in " + std::to_string(off_a) + ", on " + escape_line(w.cond_b) + "'s in none)";
 }
 
 // "3 of 12 items differ (1 beyond noise) under concurrent-8 (p = 0.12)".

@@ -1,6 +1,7 @@
 #include "reports/kld.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -25,21 +26,37 @@ std::map<int32_t, double> known_probs(const kld_step_in& s) {
   return out;
 }
 
+// A token id of the vocabulary: an integer 0 .. 2^31 - 1 (a larger one would wrap when stored).
+int32_t id_from_json(const json& v, const std::string& where) {
+  const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= INT32_MAX
+                    : v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= INT32_MAX;
+  if (!fits)
+    throw input_error(where + ": expected a token id (an integer 0 to 2147483647), found " + v.dump());
+  return static_cast<int32_t>(v.get<int64_t>());
+}
+
+// A log-prob: finite and not above 0 (a probability above 1 is no distribution), beyond rounding.
+double logprob_from_json(const json& v, const std::string& where) {
+  const double x = v.is_number() ? v.get<double>() : std::nan("");
+  if (!std::isfinite(x) || x > KLD_LOGPROB_SLACK)
+    throw input_error(where + ": expected a log-prob (a finite number <= 0), found " + v.dump());
+  return std::min(x, 0.0);
+}
+
 kld_step_in step_from_json(const json& j, const std::string& where) {
   if (!j.is_object()) throw input_error(where + ": expected a step object, found " + std::string(j.type_name()));
   auto id = j.find("id");
   auto lp = j.find("logprob");
   auto top = j.find("top");
-  if (id == j.end() || !id->is_number_integer()) throw input_error(where + ".id: expected a token id");
-  if (lp == j.end() || !lp->is_number()) throw input_error(where + ".logprob: expected a number");
+  if (id == j.end()) throw input_error(where + ".id: expected a token id");
+  if (lp == j.end()) throw input_error(where + ".logprob: expected a number");
   if (top == j.end() || !top->is_array()) throw input_error(where + ".top: expected a list of [id, logprob]");
   kld_step_in s;
-  s.id = id->get<int32_t>();
-  s.logprob = lp->get<double>();
+  s.id = id_from_json(*id, where + ".id");
+  s.logprob = logprob_from_json(*lp, where + ".logprob");
   for (const json& t : *top) {
-    if (!t.is_array() || t.size() != 2 || !t[0].is_number_integer() || !t[1].is_number())
-      throw input_error(where + ".top: expected [id, logprob] pairs, found " + t.dump());
-    s.top.push_back({t[0].get<int32_t>(), t[1].get<double>()});
+    if (!t.is_array() || t.size() != 2) throw input_error(where + ".top: expected [id, logprob] pairs, found " + t.dump());
+    s.top.push_back({id_from_json(t[0], where + ".top"), logprob_from_json(t[1], where + ".top")});
   }
   return s;
 }
@@ -96,6 +113,7 @@ std::vector<std::vector<kld_step_in>> kld_read(const std::string& path) {
   if (!j.is_object() || items == j.end() || !items->is_array())
     throw input_error(path + ": expected {\"items\": [...]} as 'detaudit score --json' writes it");
   std::vector<std::vector<kld_step_in>> out;
+  size_t n_steps = 0;
   for (size_t i = 0; i < items->size(); ++i) {
     const std::string where = path + ": items[" + std::to_string(i) + "]";
     const json& it = (*items)[i];
@@ -105,8 +123,11 @@ std::vector<std::vector<kld_step_in>> kld_read(const std::string& path) {
     std::vector<kld_step_in> v;
     for (size_t k = 0; k < steps->size(); ++k)
       v.push_back(step_from_json((*steps)[k], where + ".steps[" + std::to_string(k) + "]"));
+    n_steps += v.size();
     out.push_back(std::move(v));
   }
+  if (n_steps == 0)
+    throw input_error(path + ": no scored step (an empty 'items' list, or items without steps): nothing to compare");
   return out;
 }
 

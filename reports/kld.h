@@ -41,6 +41,8 @@
 namespace detaudit::reports {
 
 inline constexpr double KLD_FLOOR = 1e-10;
+// A log-prob above 0 by more than this is refused (a probability above 1); up to it, read as 0.
+inline constexpr double KLD_LOGPROB_SLACK = 1e-6;
 // llama-perplexity prints its summary only from this many positions on.
 inline constexpr int64_t KLD_MIN_STEPS_LLAMA = 100;
 
@@ -105,7 +107,8 @@ struct kld_report {
   std::vector<std::string> notes;
 };
 
-// Reads one score file's items. Throws input_error naming the file and field.
+// Reads one score file's items. Throws input_error naming the file and field: a token id outside
+// 0 .. 2^31 - 1, a log-prob that is not finite or is above 0 (beyond KLD_LOGPROB_SLACK), no step at all.
 std::vector<std::vector<kld_step_in>> kld_read(const std::string& path);
 
 // Item by item and over all steps. Throws input_error when the two sides differ in items, steps

@@ -284,6 +284,13 @@ std::string python_float(double v) {
   return out + (exp < 0 ? "e-" : "e+") + (a < 10 ? "0" : "") + std::to_string(a);
 }
 
+// An integer too large for 64 bits, kept as its digits: JSON allows it and Python reads it exactly,
+// so lm-eval hashes its digits. Held as a string with this prefix while the document is an
+// ordered_json, written back as the bare digits (python_dumps, sample lines).
+constexpr const char* BIG_INT = "\x01" "detaudit-big-int:";
+
+bool big_int_text(const std::string& s) { return s.rfind(BIG_INT, 0) == 0; }
+
 void python_dumps(const ordered_json& j, int depth, std::string& out) {
   const std::string pad(static_cast<size_t>(2 * (depth + 1)), ' '), close(static_cast<size_t>(2 * depth), ' ');
   if (j.is_object() || j.is_array()) {
@@ -304,7 +311,9 @@ void python_dumps(const ordered_json& j, int depth, std::string& out) {
     }
     out += "\n" + close + (j.is_object() ? "}" : "]");
   } else if (j.is_string()) {
-    python_string(j.get_ref<const std::string&>(), out);
+    const std::string& v = j.get_ref<const std::string&>();
+    if (big_int_text(v)) out += v.substr(std::string(BIG_INT).size());
+    else python_string(v, out);
   } else if (j.is_boolean()) {
     out += j.get<bool>() ? "true" : "false";
   } else if (j.is_null()) {
@@ -316,13 +325,66 @@ void python_dumps(const ordered_json& j, int depth, std::string& out) {
   }
 }
 
+// Builds an ordered_json as nlohmann's own parser does, but an integer literal that does not fit 64
+// bits becomes a BIG_INT string instead of a rounded double.
+struct doc_sax : nlohmann::json_sax<ordered_json> {
+  ordered_json root;
+  std::vector<ordered_json*> stack;
+  std::string pending_key;
+  bool refused = false;
+
+  void put(ordered_json v) {
+    if (stack.empty()) root = std::move(v);
+    else if (stack.back()->is_array()) stack.back()->push_back(std::move(v));
+    else (*stack.back())[pending_key] = std::move(v);  // a repeated key: the last value, at the first place, as Python's dict
+  }
+  bool open(ordered_json v) {
+    put(std::move(v));
+    ordered_json* at = stack.empty() ? &root : stack.back()->is_array() ? &stack.back()->back() : &(*stack.back())[pending_key];
+    stack.push_back(at);
+    return true;
+  }
+  bool null() override { put(nullptr); return true; }
+  bool boolean(bool v) override { put(v); return true; }
+  bool number_integer(number_integer_t v) override { put(v); return true; }
+  bool number_unsigned(number_unsigned_t v) override { put(v); return true; }
+  bool number_float(number_float_t v, const string_t& lexeme) override {
+    if (lexeme.find_first_of(".eE") == std::string::npos) put(std::string(BIG_INT) + lexeme);
+    else put(v);
+    return true;
+  }
+  bool string(string_t& v) override {
+    refused = refused || big_int_text(v);
+    put(v);
+    return true;
+  }
+  bool binary(binary_t&) override { return false; }
+  bool start_object(std::size_t) override { return open(ordered_json::object()); }
+  bool key(string_t& k) override { pending_key = k; return true; }
+  bool end_object() override { stack.pop_back(); return true; }
+  bool start_array(std::size_t) override { return open(ordered_json::array()); }
+  bool end_array() override { stack.pop_back(); return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+};
+
 // The item's document: its dataset line in the line's own key order, else {"question": prompt}.
 ordered_json doc_of(const lmeval_doc& d) {
   if (!d.doc.empty()) {
-    ordered_json j = ordered_json::parse(d.doc, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object()) return j;
+    doc_sax sax;
+    if (ordered_json::sax_parse(d.doc, &sax) && !sax.refused && sax.root.is_object()) return sax.root;
   }
   return {{"question", d.prompt}};
+}
+
+// A sample line as JSON text, BIG_INT strings written back as their digits.
+std::string sample_line(const ordered_json& j) {
+  std::string text = j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+  const std::string quoted = "\"\\u0001detaudit-big-int:";
+  for (size_t at = text.find(quoted); at != std::string::npos; at = text.find(quoted, at)) {
+    const size_t end = text.find('"', at + quoted.size());
+    text.replace(at, end + 1 - at, text.substr(at + quoted.size(), end - at - quoted.size()));
+  }
+  return text;
 }
 
 }  // namespace
@@ -407,7 +469,7 @@ std::vector<std::string> lmeval_export(const std::vector<record>& records, const
   for (const auto& [name, lines] : files) {
     const std::string path = (std::filesystem::path(dir) / name).string();
     std::string text;
-    for (const auto& [key, j] : lines) text += j.dump(-1, ' ', false, ordered_json::error_handler_t::replace) + "\n";
+    for (const auto& [key, j] : lines) text += sample_line(j) + "\n";
     text_file_write(path, text, "--export lm-eval");
     written.push_back(path);
   }

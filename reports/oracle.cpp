@@ -14,6 +14,7 @@
 #include "reports/compare.h"
 #include "reports/compare_internal.h"
 #include "reports/file_write.h"
+#include "reports/steps.h"
 #include "reports/utf8.h"
 #include "util/error.h"
 
@@ -157,31 +158,46 @@ std::string num_text(double v) {
 bool usable_logprob(double v) { return std::isfinite(v) && v >= ORACLE_LOWEST_LOGPROB; }
 
 // The server's own numbers at step k of `r`: its best reported alternative's log-prob minus its
-// reported log-prob of its token, and that alternative's text (row_oracle::own_gap_a). Only where
-// step k is the server's token k (not retokenized) and its log-probs are pre-sampling.
-std::optional<std::pair<double, std::string>> own_gap(const record& r, const oracle_response& o, size_t k) {
+// reported log-prob of its token, and that alternative's text (row_oracle::own_gap_a). Its token's
+// log-prob is the one it reported, else that of the alternative naming its token (by id, else by
+// text); a token it left out of its own list of alternatives is below every one of them, so the gap
+// is at least the best minus the last listed (`unlisted`). Only where step k is the server's token k
+// (not retokenized) and its log-probs are pre-sampling.
+struct own_numbers {
+  double gap = 0;
+  std::string best;
+  bool unlisted = false;
+};
+std::optional<own_numbers> own_gap(const record& r, const oracle_response& o, size_t k) {
   if (o.alignment == "retokenized" || r.logprobs_kind != "pre-sampling" || k >= r.tokens.size() ||
       k >= r.top_logprobs.size())
     return std::nullopt;
-  const std::optional<double>& chosen = r.tokens[k].logprob;
-  if (!chosen || !usable_logprob(*chosen)) return std::nullopt;
-  const alt_rec* best = nullptr;
-  for (const alt_rec& a : r.top_logprobs[k])
-    if (usable_logprob(a.logprob) && (!best || a.logprob > best->logprob)) best = &a;
+  const token_rec& t = r.tokens[k];
+  const alt_rec *best = nullptr, *last = nullptr, *self = nullptr;
+  for (const alt_rec& a : r.top_logprobs[k]) {
+    if (!usable_logprob(a.logprob)) continue;
+    if (!best || a.logprob > best->logprob) best = &a;
+    if (!last || a.logprob < last->logprob) last = &a;
+    if (!self && ((t.id >= 0 && a.id >= 0) ? a.id == t.id : a.token == t.text)) self = &a;
+  }
   if (!best) return std::nullopt;
-  return std::make_pair(best->logprob - *chosen, best->token);
+  if (t.logprob && usable_logprob(*t.logprob)) return own_numbers{best->logprob - *t.logprob, best->token, false};
+  if (self) return own_numbers{best->logprob - self->logprob, best->token, false};
+  return own_numbers{best->logprob - last->logprob, best->token, true};
 }
 
 // Each side's exact gap and own gap against the bound, then the class (reports/oracle.h).
 void classify(row_oracle& o, const pair_item& row, const oracle_response& oa, const oracle_response& ob) {
   const size_t k = static_cast<size_t>(o.step);
   if (const auto g = own_gap(*row.a, oa, k)) {
-    o.own_gap_a = g->first;
-    o.own_best_a = g->second;
+    o.own_gap_a = g->gap;
+    o.own_best_a = g->best;
+    o.own_unlisted_a = g->unlisted;
   }
   if (const auto g = own_gap(*row.b, ob, k)) {
-    o.own_gap_b = g->first;
-    o.own_best_b = g->second;
+    o.own_gap_b = g->gap;
+    o.own_best_b = g->best;
+    o.own_unlisted_b = g->unlisted;
   }
   const double gap_a = o.argmax_logprob - *o.logprob_a, gap_b = o.argmax_logprob - *o.logprob_b;
   const bool a_top = gap_a <= ORACLE_EXACT_BOUND, b_top = gap_b <= ORACLE_EXACT_BOUND;
@@ -268,7 +284,9 @@ std::string off_text(const row_oracle& o, bool a, const std::string& best, const
   const double gap = o.argmax_logprob - *(a ? o.logprob_a : o.logprob_b);
   if (gap > o.bound) return "a token " + num_text(gap) + " nats below what exact math gives, " + best;
   const std::optional<double>& own = a ? o.own_gap_a : o.own_gap_b;
-  return "a token its own log-probs put " + num_text(own ? *own : 0) + " nats below its top alternative " +
+  const bool unlisted = a ? o.own_unlisted_a : o.own_unlisted_b;
+  return std::string(unlisted ? "a token its own list of alternatives leaves out, at least " : "a token its own log-probs put ") +
+         num_text(own ? *own : 0) + " nats below its top alternative " +
          st.token(a ? o.own_best_a : o.own_best_b) + " (exact math puts it " + num_text(gap) + " nats below the best, " +
          best + ")";
 }
@@ -308,6 +326,27 @@ oracle_bound_info bounds_from(const std::vector<record>& records,
   return b;
 }
 
+// Whether the oracle's steps are the record's tokens: one per token, the same id where the record
+// has one; where a token has no id, all the tokens' bytes joined must be the steps' pieces joined
+// (a piece can hold part of a character another token finishes, so they are compared whole).
+bool steps_match(const record& rec, const oracle_response& o) {
+  if (o.steps.size() != rec.tokens.size()) return false;
+  bool ids = true;
+  for (size_t k = 0; k < o.steps.size(); ++k) {
+    if (rec.tokens[k].id >= 0 && rec.tokens[k].id != o.steps[k].id) return false;
+    ids = ids && rec.tokens[k].id >= 0;
+  }
+  if (ids) return true;
+  std::string bytes, pieces;
+  for (size_t k = 0; k < o.steps.size(); ++k) {
+    const std::optional<std::string> b = token_bytes(rec.tokens[k]);
+    if (!b) return true;  // a token whose bytes are lost: nothing more to compare
+    bytes += *b;
+    pieces += o.steps[k].token;
+  }
+  return bytes == pieces;
+}
+
 // A record's figures, checked against it: the oracle's model must be the one the target says it
 // serves, and the steps must be the record's tokens (an oracle.json of another run, or edited by
 // hand, is not believed). nullopt when the file has no figures for the record.
@@ -322,10 +361,7 @@ std::optional<oracle_response> vet(const record& rec, const oracle_data& d, int6
                 want.substr(0, 12) + "...)";
     if (other_model) ++*other_model;
   } else if (o.skipped.empty() && o.alignment != "retokenized") {
-    bool same = o.steps.size() == rec.tokens.size();
-    for (size_t k = 0; same && k < o.steps.size(); ++k)
-      if (rec.tokens[k].id >= 0 && rec.tokens[k].id != o.steps[k].id) same = false;
-    if (!same) {
+    if (!steps_match(rec, o)) {
       o = oracle_response{};
       o.skipped = "the oracle's figures do not match this response's tokens (oracle.json of another run?): "
                   "recompute them with --oracle";

@@ -150,6 +150,9 @@ struct row_oracle {
   // pair (no alternatives, no log-prob of its token, post-sampling, steps retokenized).
   std::optional<double> own_gap_a, own_gap_b;
   std::string own_best_a, own_best_b;
+  // The token is not among the server's own alternatives and its log-prob was not reported: the
+  // own gap is a lower bound (the best minus the last listed).
+  bool own_unlisted_a = false, own_unlisted_b = false;
   bool off_a = false, off_b = false;  // the side is off (the rule above)
 };
 

@@ -156,8 +156,11 @@ void reports_and_bundles(transcript& tr, const scene& s) {
     for (const char* r : {"run1", "run2", "run4"}) {
       const std::string name = std::string("report ") + r + " " + f;
       const std::string cmd = s.bin + " report " + s.dir + "/" + r + " --format " + f + " --fail-on none";
-      CHECK_MESSAGE(tr.run(name, cmd).exit_code == 0, name);
-      CHECK_MESSAGE(tr.run(name + " -o", cmd + " -o " + s.dir + "/report-" + r + "." + f).exit_code == 0, name);
+      // run4 stopped at its first request (401): its report covers fewer items than the run holds
+      // and ends INCOMPLETE (exit 3) even with --fail-on none.
+      const int want = std::string(r) == "run4" ? 3 : 0;
+      CHECK_MESSAGE(tr.run(name, cmd).exit_code == want, name);
+      CHECK_MESSAGE(tr.run(name + " -o", cmd + " -o " + s.dir + "/report-" + r + "." + f).exit_code == want, name);
     }
   }
   const test::cmd_result b1 = tr.run("bundle item 1", s.bin + " bundle " + s.dir + "/run1 --item 1 -o " + s.dir + "/bundle1");

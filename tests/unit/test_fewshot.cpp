@@ -67,3 +67,24 @@ TEST_CASE("fewshot: --dataset gsm8k with a 7473-line pool gives document 0 train
   CHECK(items[1].prompt.rfind("Question: train question 7462?\nAnswer: #### 7462\n\n", 0) == 0);
   CHECK(items[0].doc == "{\"question\": \"first?\", \"answer\": \"#### 1\"}");
 }
+
+// lm-eval drops every exemplar equal to the document (`x != doc`), so a dataset that holds a
+// document twice, used as its own few-shot pool, never shows a document its own answer. Lines: 0
+// "A?", 1 "B?", 2 "C?", 3 a second "A?". CPython's Random(1234).sample(range(4), 3) is [3, 0, 2]:
+// document 0 drops 3 (its duplicate) and 0 (itself) and keeps [2]: one exemplar of the two asked
+// for, as lm-eval's [x for x in fewshotex if x != doc][:2] keeps.
+TEST_CASE("fewshot: a document's duplicate in its own few-shot pool is dropped as lm-eval drops it") {
+  const std::filesystem::path dir = detaudit::test::process_scratch_dir("fewshot_dup");
+  const std::string data = (dir / "dup.jsonl").string();
+  {
+    std::ofstream f(data);
+    f << "{\"question\": \"A?\", \"answer\": \"#### 1\"}\n{\"question\": \"B?\", \"answer\": \"#### 2\"}\n"
+         "{\"question\": \"C?\", \"answer\": \"#### 3\"}\n{\"question\": \"A?\", \"answer\": \"#### 1\"}\n";
+  }
+  detaudit::probes::dataset_options d;
+  d.fewshot_file = data;
+  d.num_fewshot = 2;
+  const auto items = detaudit::probes::items_load_dataset("gsm8k:" + data + ":1", d);
+  REQUIRE(items.size() == 1);
+  CHECK(items[0].prompt == "Question: C?\nAnswer: #### 3\n\nQuestion: A?\nAnswer:");
+}

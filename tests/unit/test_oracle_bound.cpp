@@ -258,12 +258,55 @@ TEST_CASE("oracle verdict line: when only alone moved the headline names both si
   const reports::fail_policy any = reports::fail_policy_parse("any");
   const std::string line = reports::verdict_line(rep, any, reports::fail_reasons(rep, any), 1);
   INFO(line);
-  CHECK(line.find("1 of 1 items differ between alone and concurrent-8 (the oracle finds alone's answer off exact math "
-                  "in 1, concurrent-8's in none)") != std::string::npos);
+  CHECK(line.find("1 of 1 items differ between alone and concurrent-8 (the oracle puts the error on alone's side in 1, "
+                  "on concurrent-8's in none)") != std::string::npos);
   CHECK(line.find("under concurrent-8") == std::string::npos);
   // The counterpart: in the offset run every error the oracle found is on concurrent-8's side.
   const reports::report other = judged(0.0);
   const std::string line_b = reports::verdict_line(other, any, reports::fail_reasons(other, any), 1);
   INFO(line_b);
   CHECK(line_b.find("items differ under concurrent-8") != std::string::npos);
+}
+
+// A greedy pick the server left out of its own list of alternatives, without its own log-prob (as
+// llama.cpp's older shape gives a token outside its top-n): it is below every listed alternative,
+// so at least best - last listed below its own top. Item u1: exact math calls the pick a close call
+// (9 at -0.53125 against 7 at -0.5, within the 0.05 bound), but the server listed 7 at -0.5 and 8
+// at -2 and not 9: at least 1.5 nats below its own top -> off, server-error, the gap a lower bound.
+TEST_CASE("oracle bound: a greedy pick missing from the server's own alternatives is below them all") {
+  const std::map<int32_t, double> e0 = {{5, -0.125}, {6, -2.5}}, e1 = {{7, -0.5}, {8, -2.0}, {9, -0.53125}};
+  const served s0 = {-0.125, {{5, -0.125}, {6, -2.5}}};
+  const reports::oracle_step x0 = st(5, -0.125, 0, 5, -0.125, -2.5);
+  const record a = served_record("u1", "alone", 7, {s0, {-0.5, {{7, -0.5}, {8, -2.0}}}});
+  record ctl = a;
+  ctl.condition = "control";
+  record b = served_record("u1", "concurrent-8", 9, {s0, {-0.53125, {{7, -0.5}, {8, -2.0}}}});
+  reports::oracle_data d;
+  for (const record* r : {&a, static_cast<const record*>(&ctl)})
+    d.responses[reports::record_key(*r)] = measured(*r, {x0, st(7, -0.5, 0, 7, -0.5, -0.53125)}, {e0, e1});
+  d.responses[reports::record_key(b)] = measured(b, {x0, st(9, -0.53125, 1, 7, -0.5, -0.53125)}, {e0, e1});
+  b.tokens[1].logprob.reset();  // the server did not report its pick's log-prob
+  reports::report rep = reports::compare_run({a, ctl, b});
+  reports::oracle_apply(rep, d);
+  const reports::row_oracle& o = verdict_of(rep, "u1");
+  CHECK(o.own_gap_b == 1.5);
+  CHECK(o.own_unlisted_b);
+  CHECK(o.off_b);
+  CHECK(o.cls == "server-error");
+  CHECK(reports::oracle_sentence(row_of(pair_of(rep, "concurrent-8"), "u1")).find("its own list of alternatives leaves out, at least 1.5") !=
+        std::string::npos);
+}
+
+// oracle.json figures are believed only for the tokens they were computed for: a record without
+// ids whose tokens' bytes (" x", " y16") are not the oracle's pieces ("t5", "t16") is not judged.
+TEST_CASE("oracle bound: figures whose pieces are not an id-less record's tokens are not believed") {
+  auto [recs, d] = offset_run(0.0);
+  for (record& r : recs)
+    for (reports::token_rec& t : r.tokens) t.id = -1;
+  reports::report rep = reports::compare_run(recs);
+  reports::oracle_apply(rep, d);
+  const reports::pair_item& row = row_of(pair_of(rep, "concurrent-8"), "o1");
+  REQUIRE(row.oracle.has_value());
+  CHECK(row.oracle->cls.empty());
+  CHECK(row.oracle->note.find("do not match this response's tokens") != std::string::npos);
 }

@@ -203,3 +203,17 @@ TEST_CASE("probes_run: lint finds request settings that make runs differ") {
   r.extra = {{"top_p", 0.5}};  // extra fields win over the typed ones
   CHECK(codes_for(probes::lint(none, r), "") == std::vector<std::string>{"temp0-top-p"});
 }
+
+// The answer key's hash cannot be fooled by a reference that spells a separator: item q1 of set A
+// holds "4\nq2\0exact\04" (and q2 is ungraded), set B holds "4" for both. Hashed as text
+// "ID\0GRADER\0REF\n" per item the two keys were the same bytes; hashed as JSON they differ.
+TEST_CASE("probes_run: the grading identity tells apart answer keys that spell each other's separators") {
+  using namespace std::string_literals;
+  std::vector<item> a = {{"q1", "p1", "4\nq2\0exact\0"s "4", "exact", ""}, {"q2", "p2", "", "", ""}};
+  std::vector<item> b = {{"q1", "p1", "4", "exact", ""}, {"q2", "p2", "4", "exact", ""}};
+  const probes::run_options opt;
+  const json ia = probes::run_identity({}, {}, a, opt), ib = probes::run_identity({}, {}, b, opt);
+  REQUIRE(ia.contains("grading"));
+  CHECK(ia["grading"]["graders"] == ib["grading"]["graders"]);
+  CHECK(ia["grading"]["answers_sha256"] != ib["grading"]["answers_sha256"]);
+}

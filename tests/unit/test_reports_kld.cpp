@@ -10,6 +10,7 @@
 #include "reports/compare.h"
 #include "reports/kld.h"
 #include "test_reports_util.h"
+#include "util/error.h"
 
 using namespace detaudit;
 using test::kld::step;
@@ -133,4 +134,24 @@ TEST_CASE("kld cross pair: the distributions before the tokens part, from pre-sa
   const reports::report post = reports::compare_run(recs);
   CHECK_FALSE(post.pairs[0].kld.has_value());
   CHECK(nlohmann::json::parse(reports::report_render(post, "json")).at("pairs").at(0).at("kld").is_null());
+}
+
+// Score files that hold no distribution are refused, naming the file and field: no step at all,
+// a log-prob above 0 (a probability above 1), one that is not finite, a token id past 2^31 - 1.
+TEST_CASE("kld read: files with nothing to compare or impossible values are refused") {
+  const std::string dir = test::scratch_dir("kld_refused");
+  auto refused = [&dir](const std::string& name, const std::string& text, const std::string& why) {
+    const std::string path = test::write_file(dir + "/" + name, text);
+    CAPTURE(name);
+    CHECK_THROWS_WITH_AS(reports::kld_read(path), doctest::Contains(why.c_str()), detaudit::input_error);
+  };
+  refused("empty.json", R"({"items": []})", "no scored step");
+  refused("no_steps.json", R"({"items": [{"steps": []}]})", "no scored step");
+  refused("above_one.json", R"({"items": [{"steps": [{"id": 1, "logprob": 3.0, "top": [[1, 3.0]]}]}]})",
+          "steps[0].logprob: expected a log-prob (a finite number <= 0), found 3.0");
+  refused("huge.json", R"({"items": [{"steps": [{"id": 1, "logprob": -0.5, "top": [[1, 1e308]]}]}]})",
+          "steps[0].top: expected a log-prob");
+  refused("big_id.json", R"({"items": [{"steps": [{"id": 4294967297, "logprob": -0.5, "top": []}]}]})",
+          "steps[0].id: expected a token id (an integer 0 to 2147483647), found 4294967297");
+  refused("neg_id.json", R"({"items": [{"steps": [{"id": -3, "logprob": -0.5, "top": []}]}]})", "expected a token id");
 }

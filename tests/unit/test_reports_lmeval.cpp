@@ -172,3 +172,21 @@ TEST_CASE("lmeval doc_hash: documents are dumped as Python's json.dumps(indent=2
         "    {}\n  ],\n  \"c\": \"x\\u0001y\\\"\\\\\xc3\xa9\xe2\x80\xa8\",\n  \"d\": {\n    \"e\": []\n  }\n}");
   CHECK(reports::lmeval_doc_hash(doc) == "4afe1b803cc51e46136b7646b4a7b572fb406103744270b68c572bcc3d55e9db");
 }
+
+// Integers beyond 64 bits are valid JSON and exact in Python: lm-eval hashes their digits. The
+// expected hash is CPython's for the same line (json.loads, then json.dumps(indent=2,
+// ensure_ascii=False)); the exported doc keeps the digits.
+TEST_CASE("lmeval doc_hash: an integer beyond 64 bits is hashed and exported as its digits") {
+  const std::string dir = test::scratch_dir("lmeval_bigint");
+  reports::record r = test::rec("q1", "alone", test::words("x"));
+  const std::string line = R"({"q": "x", "n": 123456789012345678901234567890, "neg": -9223372036854775809, "f": 2.5})";
+  const std::vector<reports::lmeval_doc> docs = {{"q1", "x", line}};
+  const std::vector<std::string> files = reports::lmeval_export({r}, docs, dir);
+  REQUIRE(files.size() == 1);
+  const std::string text = test::file_text(files[0]);
+  CHECK(text.find("\"n\":123456789012345678901234567890") != std::string::npos);
+  CHECK(text.find("\"neg\":-9223372036854775809") != std::string::npos);
+  const std::vector<reports::lmeval_sample> s = reports::lmeval_read(files[0]);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].doc_hash == "5daff0f5fe57997b7d36eb47bd81007f74bfc3cfebe21c0ae24a6fca6628a275");
+}

@@ -227,7 +227,14 @@ TEST_CASE("verdicts conditions: the timing test proves overlap from intervals, n
   const record slots_unknown_fillers = with_evidence(
       rec("q", "concurrent-4", words("a")),
       {{"overlap", true}, {"end_ms", {300, 100, 200, 400}}, {"slots_busy_max", 4}, {"slots_source", "/slots"}});
-  CHECK(condition_not_exercised(alone, slots_unknown_fillers).empty());
+  // With end times and no proof in them, busy slots do not earn "exercised" either: the end times
+  // decide whenever they are there, and here they show nothing processed together.
+  CHECK(condition_not_exercised(alone, slots_unknown_fillers).find("the end times do not show two requests processed together") !=
+        std::string::npos);
+  // Without end times, the slots decide.
+  const record slots_only = with_evidence(rec("q", "concurrent-4", words("a")),
+                                          {{"overlap", true}, {"slots_busy_max", 4}, {"slots_source", "/slots"}});
+  CHECK(condition_not_exercised(alone, slots_only).empty());
 }
 
 // The fillers' times alone come from their own items' records when the report is made.

@@ -210,3 +210,45 @@ TEST_CASE("verdicts llamacpp: a /slots that answers too late to poll does not en
   const json& row = r.row("alone", "concurrent-4");
   CHECK(row.value("reason", "").find("/slots") == std::string::npos);  // no slot reading was taken
 }
+
+// Planted answers for one of the fixed filler prompts (probes/conditions.cpp FILLERS), which is no
+// item of the run.
+void filler_case(planted& p, const std::string& prompt, const std::vector<answer>& answers) {
+  json a = json::array();
+  for (const answer& x : answers) a.push_back(x.to_json(p.d()));
+  p.case_field(prompt, "answers", a);
+  if (p.d().ids) p.case_field(prompt, "auto_ids", true);
+}
+
+// Rule (busy slots cannot stand in for end times that do not show overlap; hostile review): a
+// serial server whose /slots says every slot is busy, and whose first fixed filler fails both sends
+// that measure its time alone (HTTP 500), then answers in the burst. That filler's time alone is
+// unknown; no window holds another end: not shown to overlap, and /slots does not decide: not
+// exercised, the reason naming the unknown time alone and the overruled slots.
+TEST_CASE("verdicts llamacpp: a lying /slots does not decide when a filler's time alone is unknown") {
+  planted p(LLAMACPP);
+  p.server("concurrency", "serial").server("delay_ms", 150).server("slots", "all");
+  p.item("lying slots unknown", {YES});
+  const answer fail = answer({" ok"}).error(500, "planted");
+  filler_case(p, "Write a short story about a lighthouse keeper.", {fail, fail, answer({" ok"})});
+  const outcome r = run_planted(p, PROBE);
+  const json& row = r.row("alone", "concurrent-4");
+  CHECK(row.value("exercised", true) == false);
+  CHECK(row.value("reason", "").find("the time alone of 1 request(s) is unknown") != std::string::npos);
+  CHECK(row.value("reason", "").find("slots busy: the end times decide") != std::string::npos);
+}
+
+// Rule (a fixed filler's time alone is the quicker of two sends; hostile review): a serial server
+// whose fixed fillers each take 600 ms the first time they are sent (a cold path) and 20 ms after.
+// One slow sample would give them 300 ms windows reaching back over the fillers ended just before;
+// the quicker of two (20 ms) keeps the burst a queue: not exercised.
+TEST_CASE("verdicts openai-chat: one slow send of a fixed filler does not make a queue look batched") {
+  planted p(OPENAI_CHAT);
+  p.server("concurrency", "serial").server("delay_ms", 20);
+  p.item("cold fillers", {YES}, {{"delay_ms", 100}});
+  for (const char* f : {"Write a short story about a lighthouse keeper.", "List five facts about octopuses.",
+                        "Explain how a hash table handles collisions."})
+    filler_case(p, f, {answer({" ok"}).set("delay_ms", 600), answer({" ok"})});
+  const outcome r = run_planted(p, PROBE);
+  check_verdict(r.row("alone", "concurrent-4"), not_exercised("one after another (a queue)"));
+}

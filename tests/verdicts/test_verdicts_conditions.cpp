@@ -276,4 +276,25 @@ TEST_CASE("verdicts llamacpp: the same bytes under other ids on two targets are 
   CHECK(r.exit_code == 0);
 }
 
+// Rule (every probe judges something on every target; hostile review): target A answers the
+// burst in parallel (exercised), target B one request at a time (a queue, not exercised): the
+// concurrency probe judged nothing on B -> UNJUDGED, exit 5, naming the target.
+TEST_CASE("verdicts openai-chat: a probe that judged nothing on one of two targets is UNJUDGED") {
+  planted pa(OPENAI_CHAT), pb(OPENAI_CHAT);
+  pa.server("delay_ms", 150);
+  pb.server("concurrency", "serial").server("delay_ms", 150);
+  pa.item("two targets", {CACHED});
+  pb.item("two targets", {CACHED});
+  verdict_server a(pa.cases()), b(pb.cases());
+  const std::string dir = fresh_dir();
+  const std::string prompts = prompts_write(dir, pa.prompts());
+  const outcome r = outcome_of(detaudit_cli("run --target " + a.url() + " --target " + b.url() + " " + pa.api_flags() +
+                                            " --prompts " + prompts + " " + run_flags(dir + "/run") +
+                                            " --probe concurrency --concurrency 4"));
+  check_verdict(r.row("A:alone", "A:concurrent-4"), {.status = "identical"});
+  check_verdict(r.row("B:alone", "B:concurrent-4"), not_exercised("one after another (a queue)"));
+  CHECK(r.err.find("probe concurrency judged nothing on target B") != std::string::npos);
+  CHECK(r.exit_code == 5);
+}
+
 }  // namespace

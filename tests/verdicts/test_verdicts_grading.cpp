@@ -83,7 +83,7 @@ TEST_CASE("verdicts: compare of a flexible-graded run with a strict-graded one r
   bool listed = false;
   for (const json& d : r.report.value("differences", json::array())) listed = listed || d.value("field", "") == "grading.graders";
   CHECK(listed);
-  CHECK(r.report.dump().find("different graders") != std::string::npos);
+  CHECK(r.report.dump().find("graded on both sides by run A's grader and answer key") != std::string::npos);
   CHECK(r.err.find("flips") == std::string::npos);
   CHECK(r.exit_code == 0);
 }
@@ -110,6 +110,31 @@ TEST_CASE("verdicts: two thinking answers whose final answers differ are a wrong
   const outcome r = b.run("run", "--grader strict");
   const json& row = r.row("alone", "control", "gsm8k-0");
   check_verdict(row, {.status = "differs", .token_index = 3, .char_offset = 22, .flip = "wrong-to-other-wrong"});
+}
+
+// Rule (the answer key is part of the reading; hostile review): the same grader (exact), another
+// reference: run A's item says 42, run B's 41, and the server answers "42" both times. Graded by
+// A's grader against A's key on both sides: right -> right, no flip (by B's own key B would be wrong,
+// a phantom right-to-wrong); a note says the runs grade otherwise. Exit 0 under --fail-on flips.
+TEST_CASE("verdicts: compare of runs with another answer key grades both sides by run A's key") {
+  planted p(OPENAI_CHAT);
+  p.item("answer please", {answer({"42"})});
+  verdict_server srv(p.cases());
+  const std::string dir = fresh_dir();
+  auto run = [&](const std::string& name, const std::string& ref) {
+    const std::string prompts = file_write(
+        dir, name + ".jsonl", R"({"id": "q1", "prompt": "answer please", "answer": ")" + ref + R"(", "grader": "exact"})" "\n");
+    return detaudit_cli("run --target " + srv.url() + " " + p.api_flags() + " --prompts " + prompts + " " +
+                        run_flags(dir + "/" + name, 16, "none") + " --probe repeat");
+  };
+  REQUIRE(run("a", "42").exit_code == 0);
+  REQUIRE(run("b", "41").exit_code == 0);
+  const outcome r = outcome_of(detaudit_cli("compare " + dir + "/a " + dir + "/b --format json --fail-on flips"));
+  const json& row = r.row("A:alone", "B:alone", "q1");
+  check_verdict(row, {.status = "identical"});
+  CHECK(row.value("correct_b", json()) == json(true));
+  CHECK(r.report.dump().find("3 row(s) with another reference") != std::string::npos);  // alone, control, repeat
+  CHECK(r.exit_code == 0);
 }
 
 }  // namespace

@@ -55,18 +55,40 @@ TEST_CASE("verdicts openai-chat: a queued concurrent request answered otherwise 
 // Rule (the boundary): llama.cpp's cache-on carries cache_prompt true where alone sent false, so its
 // request is not alone's. It reports 0 cached tokens (not exercised: "no tokens were served from
 // the cache") and answers otherwise: still not exercised, not counted in differ; the divergence is
-// shown (token 1, byte 4). Requests in order: alone, control, cache-off, cache-on, cache-warm.
+// shown (token 1, byte 4). cache-warm, the same body as cache-on, answers as cache-on did (no request
+// was answered two ways) and reports 8 cached tokens: exercised, a counted difference from alone,
+// exit 1. Requests in order: alone, control, cache-off, cache-on, cache-warm.
 TEST_CASE("verdicts llamacpp: a different answer to another request that was not exercised stays not exercised") {
   planted p(LLAMACPP);
   p.item("other request", {ONE, ONE, answer(ONE).set("cached_tokens", 0), answer(TWO).set("cached_tokens", 0),
-                           answer(ONE).set("cached_tokens", 8)});
+                           answer(TWO).set("cached_tokens", 8)});
   const outcome r = run_planted(p, "--probe cache");
   const json& row = r.row("alone", "cache-on");
   check_verdict(row, {.status = "not_exercised", .token_index = 1, .char_offset = 4, .margin_a = 1.25, .margin_b = 0.25,
                       .exercised = false, .reason = "no tokens were served from the cache"});
   CHECK(row.value("same_request", true) == false);
   check_counts(r.pair("alone", "cache-on"), 1, 0, 0, 1);
-  CHECK(r.exit_code == 0);  // cache-off and cache-warm were judged, identical
+  check_verdict(r.row("alone", "cache-warm"), {.status = "differs", .token_index = 1, .char_offset = 4, .margin_a = 1.25,
+                                               .margin_b = 0.25});
+  CHECK(r.exit_code == 1);
+}
+
+// Rule (a request answered twice need not be alone's; hostile review): on llama.cpp cache-on and
+// cache-warm carry the same body (cache_prompt true, the same slot), different from alone's. The
+// server reports 0 cached tokens throughout (neither exercised); cache-on answers as alone does,
+// cache-warm otherwise. cache-warm's request was answered otherwise under cache-on: noise, counted
+// (token 1, byte 4); cache-on's row is identical and stays not exercised. Requests in order: alone,
+// control, cache-off, cache-on, cache-warm. Exit 1.
+TEST_CASE("verdicts llamacpp: cache-on and cache-warm answering one request two ways is noise, not a pass") {
+  planted p(LLAMACPP);
+  const answer one = answer(ONE).set("cached_tokens", 0);
+  p.item("twin requests", {one, one, one, one, answer(TWO).set("cached_tokens", 0)});
+  const outcome r = run_planted(p, "--probe cache");
+  check_verdict(r.row("alone", "cache-warm"), {.status = "differs", .token_index = 1, .char_offset = 4, .margin_a = 1.25,
+                                               .margin_b = 0.25, .exercised = false,
+                                               .reason = "was answered otherwise under cache-on"});
+  check_verdict(r.row("alone", "cache-on"), not_exercised("no tokens were served from the cache"));
+  CHECK(r.exit_code == 1);
 }
 
 }  // namespace

@@ -99,14 +99,14 @@ TEST_CASE("verdicts openai-chat: graded items flip right-to-wrong, wrong-to-righ
 
 // Rule (flips only on judged rows): on llama.cpp cache-warm carries cache_prompt true (not alone's
 // request), reports 0 cached tokens (not exercised), and its answer turns a right "#### 72" wrong
-// ("#### 71"). Not exercised -> flip "none" and no right-to-wrong in the pair, so --fail-on flips
-// passes: exit 0. The divergence is still shown. Requests: alone, control, cache-off, cache-on,
-// cache-warm.
+// ("#### 71"), as does cache-on, the same body (so no request was answered two ways). Not exercised
+// -> flip "none" and no right-to-wrong in the pair, so --fail-on flips passes: exit 0. The divergence
+// is still shown. Requests: alone, control, cache-off, cache-on, cache-warm.
 TEST_CASE("verdicts llamacpp: a right-to-wrong answer on a row not exercised is no flip") {
   planted p(LLAMACPP);
   const answer right = answer({"####", " 72"}).set("cached_tokens", 8);
-  p.item("flip unexercised", {right, right, answer(right).set("cached_tokens", 0), right,
-                              answer({"####", " 71"}).set("cached_tokens", 0)});
+  const answer wrong = answer({"####", " 71"}).set("cached_tokens", 0);
+  p.item("flip unexercised", {right, right, answer(right).set("cached_tokens", 0), wrong, wrong});
   verdict_server srv(p.cases());
   const std::string dir = fresh_dir();
   const std::string prompts = file_write(dir, "items.jsonl",
@@ -232,4 +232,25 @@ TEST_CASE("verdicts openai-chat: a first item refused on its own is that item's 
   int asked_fine = 0;  // alone, control and repeat, and the one-token request that told the two apart
   for (const json& q : r.requests) asked_fine += q.value("prompt", "") == "fine";
   CHECK(asked_fine == 4);
+}
+
+// Rule (a report of part of a run is no PASS; hostile review): a run of two items whose records of
+// the second item are lost (as when the run is killed before it): run.json says the run holds 2
+// items, the records hold 1. `detaudit report` ends INCOMPLETE, exit 3, saying how to go on.
+TEST_CASE("verdicts: report on a run folder with items missing is INCOMPLETE, exit 3") {
+  planted p(OPENAI_CHAT);
+  p.item("first item", {FINE}).item("second item", {FINE});
+  const outcome r = run_planted(p, "--probe repeat");
+  REQUIRE(r.exit_code == 0);
+  const std::string records = r.run_dir + "/records.jsonl";
+  std::string kept;
+  std::istringstream in(test::file_text(records));
+  for (std::string line; std::getline(in, line);)
+    if (json::parse(line).value("item_id", "") == "1") kept += line + "\n";
+  file_write(r.run_dir, "records.jsonl", kept);
+  const test::cmd_result rep = detaudit_cli("report " + r.run_dir + " --fail-on any");
+  INFO(rep.err);
+  CHECK(rep.exit_code == 3);
+  CHECK(rep.err.find("incomplete: 1 of the run's 2 item(s) have records") != std::string::npos);
+  CHECK(rep.err.find("INCOMPLETE: ") != std::string::npos);
 }
