@@ -4,10 +4,14 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <unistd.h>
+#include <vector>
 
+#include "gguf/gguf.h"
 #include "model/synth.h"
 #include "test_util.h"
 
@@ -60,6 +64,26 @@ inline std::string byte_token_model() {
     return p;
   }();
   return path;
+}
+
+// stories260K with every output_norm weight 3e38: in float numerics the forward overflows and the
+// logits are infinite or NaN (exact numerics refuse nothing here: they are not asked). Written
+// into `dir`; returns the path.
+inline std::string overflow_model(const std::string& dir) {
+  const std::string path = dir + "/overflow.gguf";
+  std::filesystem::copy_file(fixture("models/stories260K.gguf"), path, std::filesystem::copy_options::overwrite_existing);
+  const gguf::file f = gguf::file::open(path);
+  for (const gguf::tensor_info& t : f.tensors()) {
+    if (t.name != "output_norm.weight") continue;
+    if (t.type != gguf::DTYPE_F32) throw std::runtime_error("overflow_model: output_norm.weight is not F32");
+    const std::vector<float> huge(t.n_elements, 3e38f);
+    std::fstream out(path, std::ios::in | std::ios::out | std::ios::binary);
+    out.seekp(static_cast<std::streamoff>(f.data_offset() + t.offset));
+    out.write(reinterpret_cast<const char*>(huge.data()), static_cast<std::streamsize>(huge.size() * sizeof(float)));
+    if (!out.good()) throw std::runtime_error("overflow_model: cannot write " + path);
+    return path;
+  }
+  throw std::runtime_error("overflow_model: no output_norm.weight");
 }
 
 // The small Q8_0 model (n_embd 256, 2 layers, 4 heads, 2 KV heads, head_dim 64), written once per

@@ -1,6 +1,8 @@
 #include "runtime/sampling.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -102,22 +104,34 @@ void check_finite(float v, const char* name) {
   if (v - v != 0.0f) throw input_error(std::string("sampling: ") + name + " must be a finite number");
 }
 
+std::string show(float v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", static_cast<double>(v));
+  return b;
+}
+
 }  // namespace
 
 void sampling_check_params(const sampling_params& p) {
-  check_finite(p.temp, "temperature");
-  check_finite(p.top_p, "top-p");
-  check_finite(p.min_p, "min-p");
-  check_finite(p.repeat_penalty, "repeat-penalty");
-  check_finite(p.presence_penalty, "presence-penalty");
-  check_finite(p.frequency_penalty, "frequency-penalty");
+  check_finite(p.temp, "'temperature' (--temp)");
+  check_finite(p.top_p, "'top_p' (--top-p)");
+  check_finite(p.min_p, "'min_p' (--min-p)");
+  check_finite(p.repeat_penalty, "'repeat_penalty' (--repeat-penalty)");
+  check_finite(p.presence_penalty, "'presence_penalty' (--presence-penalty)");
+  check_finite(p.frequency_penalty, "'frequency_penalty' (--frequency-penalty)");
   auto bad = [](const std::string& what) { throw input_error("sampling: " + what); };
-  if (p.temp < 0.0f) bad("temperature must be >= 0 (0 is greedy), found " + std::to_string(p.temp));
-  if (p.top_k < 0) bad("top-k must be >= 0 (0 is off), found " + std::to_string(p.top_k));
-  if (p.top_p < 0.0f || p.top_p > 1.0f) bad("top-p must lie in [0, 1] (1 is off), found " + std::to_string(p.top_p));
-  if (p.min_p < 0.0f || p.min_p > 1.0f) bad("min-p must lie in [0, 1] (0 is off), found " + std::to_string(p.min_p));
-  if (p.repeat_penalty <= 0.0f) bad("repeat-penalty must be > 0 (1 is off), found " + std::to_string(p.repeat_penalty));
-  if (p.penalty_last_n < -1) bad("repeat-last-n must be >= -1 (-1 is all tokens), found " + std::to_string(p.penalty_last_n));
+  if (p.temp < 0.0f) bad("'temperature' (--temp) must be >= 0 (0 is greedy), found " + show(p.temp));
+  if (p.top_k < 0) bad("'top_k' (--top-k) must be >= 0 (0 is off), found " + std::to_string(p.top_k));
+  if (p.top_p < 0.0f || p.top_p > 1.0f) bad("'top_p' (--top-p) must lie in [0, 1] (1 is off), found " + show(p.top_p));
+  if (p.min_p < 0.0f || p.min_p > 1.0f) bad("'min_p' (--min-p) must lie in [0, 1] (0 is off), found " + show(p.min_p));
+  if (!(p.repeat_penalty >= SAMPLING_REPEAT_PENALTY_MIN && p.repeat_penalty <= SAMPLING_REPEAT_PENALTY_MAX))
+    bad("'repeat_penalty' (--repeat-penalty) must lie in [1/1024, 1024] (1 is off), found " + show(p.repeat_penalty));
+  if (!(std::fabs(p.presence_penalty) <= SAMPLING_PENALTY_ABS_MAX))
+    bad("'presence_penalty' (--presence-penalty) must lie in [-1e6, 1e6] (0 is off), found " + show(p.presence_penalty));
+  if (!(std::fabs(p.frequency_penalty) <= SAMPLING_PENALTY_ABS_MAX))
+    bad("'frequency_penalty' (--frequency-penalty) must lie in [-1e6, 1e6] (0 is off), found " + show(p.frequency_penalty));
+  if (p.penalty_last_n < -1)
+    bad("'repeat_last_n' (--repeat-last-n) must be >= -1 (-1 is all tokens), found " + std::to_string(p.penalty_last_n));
 }
 
 uint64_t sampling_rng_u64(uint64_t seed, uint64_t step) {
@@ -142,9 +156,14 @@ void sampling_apply_penalties(std::span<float> logits, std::span<const int32_t> 
   for (const auto& [id, c] : counts) {
     float& l = logits[static_cast<size_t>(id)];
     // IEEE division on the host is correctly rounded everywhere; sampling never runs on a GPU.
+    const float before = l;
     l = numerics::flush(l <= 0.0f ? l * p.repeat_penalty : l / p.repeat_penalty);
     const float freq = static_cast<float>(c) * p.frequency_penalty;
     l = numerics::flush(l - numerics::flush(freq + p.presence_penalty));
+    if (before - before == 0.0f && l - l != 0.0f)
+      throw input_error("sampling: the penalties turn token " + std::to_string(id) + "'s logit " + show(before) +
+                        " into a non-finite number (repeat_penalty " + show(p.repeat_penalty) + ", presence_penalty " +
+                        show(p.presence_penalty) + ", frequency_penalty " + show(p.frequency_penalty) + ")");
   }
 }
 

@@ -42,8 +42,16 @@ struct sampling_params {
   int32_t penalty_last_n = 64;     // tokens of history the penalties look at; -1: all; 0: none
 };
 
-// Throws input_error naming the parameter when a value is out of range or not finite:
-// temp < 0, top_k < 0, top_p or min_p outside [0, 1], repeat_penalty <= 0, penalty_last_n < -1.
+// The penalties' range: wide enough for every value people use (llama.cpp's 1.1, OpenAI's [-2, 2])
+// and narrow enough that a penalised logit stays finite for any logit a model gives (|l| < 2^100):
+// a repeat penalty of 1e-45 or a presence penalty of -3e38 would turn a logit into inf.
+constexpr float SAMPLING_REPEAT_PENALTY_MIN = 1.0f / 1024.0f, SAMPLING_REPEAT_PENALTY_MAX = 1024.0f;
+constexpr float SAMPLING_PENALTY_ABS_MAX = 1.0e6f;  // |presence_penalty|, |frequency_penalty|
+
+// Throws input_error naming the parameter (its JSON name, then its command-line flag) when a
+// value is out of range or not finite: temp < 0, top_k < 0, top_p or min_p outside [0, 1],
+// repeat_penalty outside [1/1024, 1024], |presence_penalty| or |frequency_penalty| above 1e6,
+// penalty_last_n < -1.
 void sampling_check_params(const sampling_params& p);
 
 // The counter-based RNG: the step-th output (step 0 first) of the SplitMix64 sequence whose state
@@ -58,7 +66,8 @@ int32_t sample_greedy(std::span<const float> logits);
 // Applies repeat / presence / frequency penalties in place, as llama.cpp does: for each token that
 // occurs c > 0 times in the last penalty_last_n entries of `history`, a logit l becomes
 // (l <= 0 ? l * repeat_penalty : l / repeat_penalty) - (c * frequency_penalty + presence_penalty).
-// Ids outside [0, logits.size()) in history are ignored.
+// Ids outside [0, logits.size()) in history are ignored. Throws input_error when a finite logit
+// becomes infinite or NaN (a logit beyond what the penalties' range is made for).
 void sampling_apply_penalties(std::span<float> logits, std::span<const int32_t> history, const sampling_params& p);
 
 struct sampling_candidate {

@@ -90,6 +90,13 @@ token_step::token_step(const tokenizer::vocab& v, std::span<const int32_t> promp
 
 bool token_step::add(const std::vector<float>& logits, int64_t evaluated_len, int64_t n_ctx) {
   const uint64_t step = out_.tokens.size();
+  // A forward that overflowed (float numerics on a hostile or broken model) is the model's fault,
+  // told as such: no token is drawn from NaN or infinite logits.
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (logits[i] - logits[i] != 0.0f)
+      throw input_error("the model's logit for token " + std::to_string(i) + " at generated token " + std::to_string(step) +
+                        " is " + (logits[i] != logits[i] ? "NaN" : "infinite") +
+                        " (its forward overflowed: a broken model, or float numerics out of range)");
   generated_token t;
   t.logit_hash = logit_hash(logits);
   chain_.add(t.logit_hash);

@@ -173,7 +173,11 @@ struct scheduler::impl {
   void draft_propose(std::vector<batch_part>& parts, const std::vector<size_t>& want);
   std::vector<runtime::token_in> step_batch(std::vector<batch_part>& parts) const;
   void step_continue(batch_part& part, const std::vector<std::vector<float>>& out);
+  void step_part(batch_part& part, const std::vector<std::vector<float>>& out, clock_type::time_point t0,
+                 clock_type::time_point t1);
   void fail_all(const std::string& msg);
+  // Ends s's request with `msg` (HTTP `status`) and empties its slot's cache; the other slots go on.
+  void fail_one(slot& s, const std::string& msg, int status);
   // Processes one position's logits for s's request; returns true when the request is finished.
   bool process_logits(slot& s, const std::vector<float>& logits, int64_t evaluated_len);
   void finish(slot& s, int64_t keep_len);
@@ -285,7 +289,24 @@ void scheduler::impl::admit() {
     res.http_status = r.status;
     if (r.q.cb.on_done) r.q.cb.on_done(res);
   }
-  for (auto& [s, q] : starting) start(*s, std::move(q));
+  for (auto& [s, q] : starting) {
+    request_callbacks cb = q.cb;  // start() takes q; a request it cannot start still gets its answer
+    try {
+      start(*s, std::move(q));
+    } catch (const std::exception& e) {
+      if (s->req) {
+        fail_one(*s, std::string("the request could not start: ") + e.what(), 500);
+      } else {
+        request_result res;
+        res.error = std::string("the request could not start: ") + e.what();
+        res.http_status = 500;
+        try {
+          if (cb.on_done) cb.on_done(res);
+        } catch (const std::exception&) {  // the client's side of the answer failed: nothing more to tell it
+        }
+      }
+    }
+  }
 }
 
 bool scheduler::impl::process_logits(slot& s, const std::vector<float>& logits, int64_t evaluated_len) {
@@ -452,36 +473,54 @@ void scheduler::impl::step() {
     met.max_seqs_in_step = std::max(met.max_seqs_in_step, ctx->max_seqs_in_step());
     met.max_tokens_in_step = std::max(met.max_tokens_in_step, ctx->max_tokens_in_step());
   }
+  // One request's failure (a sampler refusing a non-finite logit, a callback that throws) ends
+  // that request only: the other parts of the step go on.
   for (batch_part& part : parts) {
     slot& s = *part.s;
-    active& a = *s.req;
-    a.res.max_seqs_in_step = std::max(a.res.max_seqs_in_step, ctx->last_seqs_in_step(s.seq));
-    if (ctx->params().trace_hashes)
-      for (const runtime::token_trace& t : ctx->last_traces())
-        if (t.seq == s.seq) a.res.gen.traces.push_back(t);
-    if (a.prefilled) {
-      step_continue(part, out);
-      continue;
-    }
-    a.prefilled = true;
-    a.res.gen.timings.prompt_ms = ms_between(t0, t1);
-    a.t_gen = t1;
-    if (a.req.n_predict == 0) {  // the prompt is evaluated (and cached); no token is drawn
-      finish(s, ctx->seq_len(s.seq));
-    } else if (process_logits(s, out[part.first_logits], ctx->seq_len(s.seq))) {
-      finish(s, ctx->seq_len(s.seq));
+    try {
+      step_part(part, out, t0, t1);
+    } catch (const std::exception& e) {
+      const size_t at = s.req ? s.req->res.gen.tokens.size() : 0;
+      fail_one(s, "generation failed after " + std::to_string(at) + " token(s): " + e.what(), 500);
     }
   }
 }
 
+void scheduler::impl::step_part(batch_part& part, const std::vector<std::vector<float>>& out, clock_type::time_point t0,
+                                clock_type::time_point t1) {
+  slot& s = *part.s;
+  active& a = *s.req;
+  a.res.max_seqs_in_step = std::max(a.res.max_seqs_in_step, ctx->last_seqs_in_step(s.seq));
+  if (ctx->params().trace_hashes)
+    for (const runtime::token_trace& t : ctx->last_traces())
+      if (t.seq == s.seq) a.res.gen.traces.push_back(t);
+  if (a.prefilled) {
+    step_continue(part, out);
+    return;
+  }
+  a.prefilled = true;
+  a.res.gen.timings.prompt_ms = ms_between(t0, t1);
+  a.t_gen = t1;
+  if (a.req.n_predict == 0) {  // the prompt is evaluated (and cached); no token is drawn
+    finish(s, ctx->seq_len(s.seq));
+  } else if (process_logits(s, out[part.first_logits], ctx->seq_len(s.seq))) {
+    finish(s, ctx->seq_len(s.seq));
+  }
+}
+
 void scheduler::impl::fail_all(const std::string& msg) {
-  for (slot& s : slots) {
-    if (!s.req) continue;
-    s.req->res.error = msg;
-    s.req->res.http_status = 500;
+  for (slot& s : slots) fail_one(s, msg, 500);
+}
+
+void scheduler::impl::fail_one(slot& s, const std::string& msg, int status) {
+  if (!s.req) return;
+  s.req->res.error = msg;
+  s.req->res.http_status = status;
+  std::unique_ptr<active> done = std::move(s.req);
+  try {
     ctx->seq_truncate(s.seq, 0);
-    std::unique_ptr<active> done = std::move(s.req);
     if (done->cb.on_done) done->cb.on_done(done->res);
+  } catch (const std::exception&) {  // the answer could not be delivered: the request is over anyway
   }
 }
 
@@ -507,10 +546,15 @@ void scheduler::impl::loop() {
       cv.wait(lk, [&] { return stopping || !tasks.empty() || any_active() || (!queue.empty() && any_free()); });
       todo.swap(tasks);
     }
-    for (auto& fn : todo) fn();
-    admit();
-    step();
-    publish();
+    // The last net: nothing one request does may end the thread every request depends on.
+    try {
+      for (auto& fn : todo) fn();
+      admit();
+      step();
+      publish();
+    } catch (const std::exception& e) {
+      fail_all(std::string("internal error: ") + e.what());
+    }
     std::lock_guard<std::mutex> lk(mu);
     if (stopping && !any_active() && queue.empty() && tasks.empty()) {
       exited = true;

@@ -171,3 +171,31 @@ TEST_CASE("audit_e2e_cli: a target that cannot be reached ends with an INCOMPLET
   CHECK(r.err.substr(r.err.rfind('\n', r.err.size() - 2) + 1) ==
         "INCOMPLETE: the target became unreachable, nothing was judged; exit 3\n");
 }
+
+// Issue 47.1: a --request penalty that would overflow a logit used to abort the process mid-run.
+// It is refused at the first request (exit 2, the field named, nothing half-written); a model whose
+// float forward overflows fails each request with its cause recorded, and the run goes on to its
+// end (INCOMPLETE, exit 3) with every record line whole.
+TEST_CASE("audit_e2e_cli: an overflowing penalty is refused by name, an overflowing model fails its requests and the run goes on") {
+  const std::string dir = test::scratch_dir("audit_e2e_cli_overflow");
+  const std::string prompts = test::write_file(dir + "/p.txt", "Once upon a time\nThe cat sat\n");
+  const std::string run = test::detaudit_bin() + " run --raw -n 4 --prompts " + prompts;
+  const test::cmd_result bad = test::run_cmd(run + " --target " + test::shell_quote(engine_spec()) +
+                                             " --request '{\"repeat_penalty\":1e-45,\"temperature\":1}' --out " + dir + "/bad");
+  INFO(bad.err);
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("'repeat_penalty'") != std::string::npos);
+  CHECK(bad.err.find("internal error") == std::string::npos);
+
+  const std::string model = test::overflow_model(dir);
+  const test::cmd_result nan = test::run_cmd(run + " --target " + test::shell_quote("engine:" + model + "?threads=1&np=2&numerics=float") +
+                                             " --out " + dir + "/nan");
+  INFO(nan.err);
+  CHECK(nan.exit_code == 3);
+  const std::vector<reports::record> recs = reports::records_read(dir + "/nan");
+  CHECK(recs.size() == 6);  // 2 items x (alone, control, concurrent-8): every request answered, with its error
+  for (const reports::record& r : recs) {
+    CHECK(r.http_status == 500);
+    CHECK(r.error.find("overflowed") != std::string::npos);
+  }
+}

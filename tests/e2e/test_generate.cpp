@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/cpu.h"
 #include "runtime/hashes.h"
+#include "synth_util.h"
 #include "test_util.h"
 
 using detaudit::test::run_cmd;
@@ -116,6 +117,8 @@ TEST_CASE("generate: usage and input errors exit 2 with one line") {
       "-p x --chat --chat-template vicuna",
       "-p x -n -2",
       "-p x --stop ''",
+      "-p x --temp 1 --repeat-penalty 1e-45",  // would turn a logit into inf (issue 47.1)
+      "-p x --presence-penalty -3e38",
   };
   for (const std::string& args : bad) {
     CAPTURE(args);
@@ -124,6 +127,11 @@ TEST_CASE("generate: usage and input errors exit 2 with one line") {
     CHECK(count_lines(r.err) == 1);
     CHECK(r.err.rfind("detaudit", 0) == 0);
   }
+  // A model whose float forward overflows is bad input too: exit 2 naming the cause, not 4.
+  const std::string overflow = detaudit::test::overflow_model(detaudit::test::scratch_dir("generate_overflow"));
+  auto nan = run_cmd(bin() + " generate -m " + overflow + " -p x -n 2 --numerics float");
+  CHECK(nan.exit_code == 2);
+  CHECK(nan.err.find("overflowed") != std::string::npos);
   // An explicit family works when the file has no template (test_chat_fallback.cpp: without one).
   auto ok = run_cmd(bin() + " generate -m " + stories() + " -p x --chat --chat-template chatml -n 2 -v");
   CHECK(ok.exit_code == 0);

@@ -238,3 +238,33 @@ TEST_CASE("serve_hostile: slot files at the name length limit, onto a directory,
   CHECK(fs::is_directory(slots + "/a-directory"));
   CHECK(srv.stop() == 0);
 }
+
+// Issue 47.1: a penalty that would turn a logit into inf used to throw on the scheduler thread and
+// end the process. Each route refuses it with a 400 naming the field, and the server lives on.
+TEST_CASE("serve_hostile: penalties that could overflow a logit are a 400 naming the field on every route") {
+  test::serve_child srv({"-np", "2", "-c", "256", "--chat-template", "chatml"});
+  const int port = srv.port;
+  const std::vector<std::pair<const char*, double>> cases = {
+      {"repeat_penalty", 1e-45}, {"presence_penalty", -3e38}, {"frequency_penalty", -3e38}, {"repeat_penalty", 1e30}};
+  for (const auto& [field, value] : cases) {
+    CAPTURE(field);
+    CAPTURE(value);
+    json b = {{"prompt", "Once upon a time"}, {"n_predict", 4}, {"temperature", 1}};
+    b[field] = value;
+    expect_400(port, "/completion", b.dump(), field);
+    json c = {{"messages", user_chat("Once upon a time")}, {"max_tokens", 4}, {"temperature", 1}};
+    c[field] = value;
+    expect_400(port, "/v1/chat/completions", c.dump(), field);
+    json g = {{"prompt", "Once upon a time"}, {"raw", true}, {"stream", false}, {"options", {{"num_predict", 4}, {"temperature", 1}}}};
+    g["options"][field] = value;
+    expect_400(port, "/api/generate", g.dump(), field);
+    // Streamed, the refusal comes before any event.
+    b["stream"] = true;
+    expect_400(port, "/completion", b.dump(), field);
+  }
+  // The server still answers, with penalties at their range's ends.
+  const json ok = test::post_json(port, "/completion", {{"prompt", "Once upon a time"}, {"n_predict", 4}, {"temperature", 1},
+                                                       {"repeat_penalty", 1024.0}, {"presence_penalty", -1e6}, {"seed", 3}});
+  CHECK(ok["tokens_predicted"] == 4);
+  CHECK(srv.stop() == 0);
+}

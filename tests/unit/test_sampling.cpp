@@ -258,3 +258,48 @@ TEST_CASE("sampling: parameters out of range are input errors") {
   bad([](sampling_params& p) { p.presence_penalty = std::numeric_limits<float>::quiet_NaN(); });
   CHECK_NOTHROW(sampling_check_params(sampling_params{}));
 }
+
+// Issue 47.1: penalties that turn a logit into inf (and so end the process on the scheduler thread)
+// are refused by name; the range's ends are accepted.
+TEST_CASE("sampling: penalties that could overflow a logit are refused, naming the field") {
+  auto refused = [](auto set, const char* field) {
+    sampling_params p;
+    set(p);
+    const std::string want = std::string("'") + field + "'";
+    CAPTURE(want);
+    CHECK_THROWS_WITH_AS(sampling_check_params(p), doctest::Contains(want.c_str()), detaudit::input_error);
+  };
+  refused([](sampling_params& p) { p.repeat_penalty = 1e-45f; }, "repeat_penalty");
+  refused([](sampling_params& p) { p.repeat_penalty = 5e-4f; }, "repeat_penalty");
+  refused([](sampling_params& p) { p.repeat_penalty = 2000.0f; }, "repeat_penalty");
+  refused([](sampling_params& p) { p.presence_penalty = -3e38f; }, "presence_penalty");
+  refused([](sampling_params& p) { p.frequency_penalty = -3e38f; }, "frequency_penalty");
+  refused([](sampling_params& p) { p.frequency_penalty = 1.5e6f; }, "frequency_penalty");
+  refused([](sampling_params& p) { p.top_p = 2.0f; }, "top_p");
+  for (float rp : {SAMPLING_REPEAT_PENALTY_MIN, SAMPLING_REPEAT_PENALTY_MAX, 1.1f}) {
+    sampling_params p;
+    p.repeat_penalty = rp;
+    p.presence_penalty = -SAMPLING_PENALTY_ABS_MAX;
+    p.frequency_penalty = SAMPLING_PENALTY_ABS_MAX;
+    CHECK_NOTHROW(sampling_check_params(p));
+  }
+}
+
+TEST_CASE("sampling: a penalty that would make a finite logit infinite throws instead of sampling inf") {
+  sampling_params p;
+  p.repeat_penalty = SAMPLING_REPEAT_PENALTY_MIN;  // in range: a logit of 1e37 / (1/1024) is not
+  std::vector<float> l = {1e37f, 1.0f, -2.0f};
+  const std::vector<int32_t> history = {0};
+  CHECK_THROWS_WITH_AS(sampling_apply_penalties(l, history, p), doctest::Contains("non-finite"), detaudit::input_error);
+  // An ordinary logit under the same penalty stays finite: 1 / (1/1024) = 1024 exactly.
+  std::vector<float> ok = {1.0f, 0.5f};
+  sampling_apply_penalties(ok, history, p);
+  CHECK(ok[0] == 1024.0f);
+  // The smallest temperature a float holds: 1/temp is inf in float, and the best token still wins.
+  p = sampling_params{};
+  p.temp = 1e-45f;
+  const std::vector<float> logits = {0.5f, 2.0f, 1.0f};
+  const std::vector<sampling_candidate> c = sampling_candidates(logits, p);
+  REQUIRE(c.size() == 1);
+  CHECK(c[0].id == 1);
+}

@@ -8,15 +8,20 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
 #include <future>
 #include <map>
 #include <mutex>
 #include <thread>
 
+#include "gguf/gguf.h"
 #include "model/model.h"
 #include "model/synth.h"
 #include "runtime/generate.h"
 #include "serve/scheduler.h"
+#include "synth_util.h"
 #include "test_util.h"
 #include "util/error.h"
 
@@ -458,6 +463,54 @@ TEST_CASE("serve scheduler: bad requests fail alone with 400") {
   CHECK(full.error == "");
   if (full.gen.stop == runtime::STOP_CONTEXT)
     CHECK(static_cast<int64_t>(r.prompt.size() + full.gen.tokens.size()) == s.slot_n_ctx() + 1);
+}
+
+// Issue 47.1: an exception in one request's step (here its token callback throws, as a sampler's
+// refusal would) ends that request with a 500 naming the cause; the request sharing its steps
+// finishes bit for bit as alone, and the scheduler goes on serving.
+TEST_CASE("serve scheduler: an exception in one request ends it alone with 500, and the server goes on") {
+  auto m = stories();
+  serve::scheduler s(m, sched_params(2, 512));
+  const serve::request other = make_request(*m, TEXTS[1], 12);
+  const serve::request_result other_alone = run_alone(s, other);
+  REQUIRE(other_alone.error.empty());
+
+  collector c;
+  blocker b;
+  b.submit(s, c, -1);
+  serve::request_callbacks bad = c.callbacks(0);
+  int seen = 0;
+  bad.on_token = [&seen](const serve::token_event&) -> bool {
+    if (++seen == 3) throw std::runtime_error("crafted failure in token 3");
+    return true;
+  };
+  REQUIRE(s.submit(make_request(*m, TEXTS[0], 12), bad));
+  REQUIRE(s.submit(other, c.callbacks(1)));
+  b.release();
+  const serve::request_result failed = c.get(0), fine = c.get(1);
+  CHECK(failed.http_status == 500);
+  CHECK(failed.error.find("crafted failure in token 3") != std::string::npos);
+  CHECK(failed.error.find("generation failed after 3 token(s)") != std::string::npos);
+  CHECK(fine.error.empty());
+  CHECK(fine.max_seqs_in_step >= 2);  // it did share steps with the failing request
+  CHECK(diff(other_alone.gen, fine.gen) == "");
+  // The slot the failed request held serves again, and its cache was emptied, not left half-filled.
+  const serve::request_result again = run_alone(s, make_request(*m, TEXTS[0], 12));
+  CHECK(again.error.empty());
+  CHECK(again.gen.tokens.size() == 12);
+  c.wait(-1);
+}
+
+// A model whose float forward overflows (a norm weight of 3e38) gives infinite or NaN logits: the
+// request fails with a 500 that says so, instead of a sampler exception on the scheduler thread.
+TEST_CASE("serve scheduler: non-finite logits from a float forward end the request, not the server") {
+  const std::string path = test::overflow_model(test::scratch_dir("sched_nan_model"));
+  auto m = std::shared_ptr<const model::model>(model::model::load(path));
+  serve::scheduler s(m, sched_params(2, 256, runtime::NUMERICS_FLOAT));
+  const serve::request_result r = run_alone(s, make_request(*m, TEXTS[0], 4));
+  CHECK(r.http_status == 500);
+  CHECK(r.error.find("overflowed") != std::string::npos);
+  CHECK(run_alone(s, make_request(*m, TEXTS[1], 4)).http_status == 500);  // still answering
 }
 
 TEST_CASE("serve scheduler: two queued requests for the same free slot run one after the other on it") {
