@@ -16,6 +16,7 @@
 #include "reports/compare_internal.h"
 #include "reports/file_write.h"
 #include "reports/redact.h"
+#include "reports/utf8.h"
 #include "util/error.h"
 
 extern char** environ;
@@ -123,6 +124,23 @@ void side_fill(bundle_side& side, const record& r, bool labelled) {
   side.path = r.endpoint;
 }
 
+// A URL or endpoint from a record goes into repro.sh and repro.py: anything but an http(s) URL and
+// a path (printable ASCII, no space) is refused, so that no recorded string can reach curl or
+// urllib as an option, a local file or a second argument.
+bool url_chars_ok(const std::string& s) {
+  return std::all_of(s.begin(), s.end(), [](char ch) { return ch > 0x20 && ch < 0x7f && ch != '\\'; });
+}
+
+void side_target_check(const bundle_side& side) {
+  const std::string& u = side.url;
+  if (!(starts_with(u, "http://") || starts_with(u, "https://")) || u.size() <= 8 || !url_chars_ok(u))
+    throw input_error("bundle: side " + side.name + "'s recorded target URL '" + escape_line(u) +
+                      "' is not an http(s) URL; the reproducer would pass it to curl");
+  if (!starts_with(side.path, "/") || !url_chars_ok(side.path))
+    throw input_error("bundle: side " + side.name + "'s recorded endpoint '" + escape_line(side.path) +
+                      "' is not a path on the server (it must start with '/', printable ASCII without spaces)");
+}
+
 // The item's prompt as the runner had it: the request's "prompt", or its last user message.
 std::string prompt_of(const record& r) {
   if (r.request.contains("prompt") && r.request["prompt"].is_string()) return r.request["prompt"];
@@ -192,22 +210,32 @@ void engine_args_make(bundle_ctx& c) {
   const record& ra = *c.a.rec;
   const record& rb = *c.b.rec;
   c.engine_spec = json_str(ra.target, "base_spec", json_str(ra.target, "spec"));
-  if (label_of(ra) != label_of(rb)) a = {"--target", json_str(rb.target, "base_spec", json_str(rb.target, "spec"))};
+  if (!starts_with(c.engine_spec, "engine:"))
+    throw input_error("bundle: the recorded engine spec '" + escape_line(c.engine_spec) + "' does not start with 'engine:'");
+  // Every option is one argument, --flag=value: no recorded value can be read as an option of its own.
+  const auto opt_arg = [&a](const std::string& flag, const std::string& v) { a.push_back(flag + "=" + v); };
+  if (label_of(ra) != label_of(rb)) {
+    const std::string other = json_str(rb.target, "base_spec", json_str(rb.target, "spec"));
+    if (!starts_with(other, "engine:"))
+      throw input_error("bundle: the recorded engine spec '" + escape_line(other) + "' does not start with 'engine:'");
+    opt_arg("--target", other);
+  }
   a.push_back(opt.value("chat", !ra.request.contains("prompt")) ? "--chat" : "--raw");
   const std::pair<const char*, const char*> flags[] = {
       {"n_predict", "--n-predict"}, {"temperature", "--temperature"}, {"n_probs", "--n-probs"},
       {"concurrency", "--concurrency"}, {"seed", "--seed"}, {"seed_k", "--seed-k"},
       {"seed_temperature", "--seed-temperature"}, {"top_p", "--top-p"}, {"top_k", "--top-k"}, {"repeat", "--repeat"}};
   for (const auto& [key, flag] : flags)
-    if (opt.contains(key) && opt[key].is_number()) a.insert(a.end(), {flag, number_text(opt[key])});
-  if (!opt.contains("n_predict") && ra.request.contains("n_predict")) a.insert(a.end(), {"--n-predict", number_text(ra.request["n_predict"])});
+    if (opt.contains(key) && opt[key].is_number()) opt_arg(flag, number_text(opt[key]));
+  if (!opt.contains("n_predict") && ra.request.contains("n_predict") && ra.request["n_predict"].is_number())
+    opt_arg("--n-predict", number_text(ra.request["n_predict"]));
   if (c.a.n_concurrent + c.b.n_concurrent > 0 && !opt.contains("concurrency"))
-    a.insert(a.end(), {"--concurrency", std::to_string(std::max(c.a.n_concurrent, c.b.n_concurrent))});
-  if (opt.contains("request") && opt["request"].is_object()) a.insert(a.end(), {"--request", redact_json(opt["request"], "").dump()});
-  if (opt.contains("system") && opt["system"].is_string()) a.insert(a.end(), {"--system", opt["system"].get<std::string>()});
+    opt_arg("--concurrency", std::to_string(std::max(c.a.n_concurrent, c.b.n_concurrent)));
+  if (opt.contains("request") && opt["request"].is_object()) opt_arg("--request", redact_json(opt["request"], "").dump());
+  if (opt.contains("system") && opt["system"].is_string()) opt_arg("--system", opt["system"].get<std::string>());
   if (opt.contains("stop") && opt["stop"].is_array())
     for (const json& s : opt["stop"])
-      if (s.is_string()) a.insert(a.end(), {"--stop", s.get<std::string>()});
+      if (s.is_string()) opt_arg("--stop", s.get<std::string>());
   std::vector<std::string> probes;
   for (const record* r : {&ra, &rb})
     if (r->probe != "base" && !r->probe.empty() && std::find(probes.begin(), probes.end(), r->probe) == probes.end())
@@ -215,8 +243,8 @@ void engine_args_make(bundle_ctx& c) {
   if (label_of(ra) != label_of(rb)) probes.push_back("cross");
   std::string probe_list = probes.empty() ? "repeat" : "";
   for (const std::string& p : probes) probe_list += (probe_list.empty() ? "" : ",") + p;
-  a.insert(a.end(), {"--probe", probe_list});
-  if (c.item_lines.size() > 1) a.insert(a.end(), {"--shard", "1/" + std::to_string(c.item_lines.size())});
+  opt_arg("--probe", probe_list);
+  if (c.item_lines.size() > 1) opt_arg("--shard", "1/" + std::to_string(c.item_lines.size()));
   a.insert(a.end(), {"--fail-on", "none", "--format", "json"});
 }
 
@@ -343,6 +371,8 @@ bundle_result bundle_write(const std::string& run_dir, const bundle_options& o) 
   if (o.oracle && c.row.status == STATUS_DIFFERS && !c.row.error)
     c.row.oracle = oracle_judge(c.row, *o.oracle, oracle_bound(all, *o.oracle, o.oracle_opt));
   c.engine = json_str(c.a.rec->target, "dialect") == "engine";
+  if (!c.engine)
+    for (const bundle_side* side : {&c.a, &c.b}) side_target_check(*side);
   ctx_target(c);
   frequency_count(c, all);
   if (c.a.n_concurrent > 0 || c.b.n_concurrent > 0) fillers_make(c, all, c.b.n_concurrent > 0 ? c.b : c.a);

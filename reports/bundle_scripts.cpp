@@ -55,6 +55,10 @@ def load(name):
 
 
 def post(url, path, body, key, timeout):
+    if not url.startswith(("http://", "https://")):
+        raise ValueError("not an http(s) URL: %r" % url)
+    if not path.startswith("/"):
+        raise ValueError("not a path on the server: %r" % path)
     req = urllib.request.Request(url.rstrip("/") + path, data=json.dumps(body).encode("utf-8"),
                                  headers={"Content-Type": "application/json"})
     if key:
@@ -163,8 +167,8 @@ def records_of(run_dir):
 def engine_once(meta, args):
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = os.path.join(tmp, "run")
-        cmd = [args.detaudit, "run", "--target", args.target, "--prompts", os.path.join(HERE, meta["item_file"])]
-        cmd += meta["engine_args"] + ["--out", run_dir]
+        cmd = [args.detaudit, "run", "--target=" + args.target, "--prompts=" + os.path.join(HERE, meta["item_file"])]
+        cmd += meta["engine_args"] + ["--out=" + run_dir]
         p = subprocess.run(cmd, capture_output=True, text=True)
         if p.returncode not in (0, 1):
             raise OSError("detaudit run exited %d: %s" % (p.returncode, p.stderr.strip()[-400:]))
@@ -243,15 +247,21 @@ const char* const REPRO_SH_HTTP = R"SH(
 set -u
 cd "$(dirname "$0")" || exit 2
 if [ $# -ge 1 ]; then URL_A=$1; URL_B=$1; fi
+for u in "$URL_A" "$URL_B"; do
+  case $u in
+    http://*|https://*) ;;
+    *) echo "error: not an http(s) URL: $u" >&2; exit 2 ;;
+  esac
+done
 tmp=$(mktemp -d) || exit 2
 trap 'rm -rf "$tmp"' EXIT
 
 post() {  # URL PATH BODY_FILE OUT_FILE
   if [ -n "${DETAUDIT_REPRO_KEY:-}" ]; then
-    curl -sS -f -H 'Content-Type: application/json' -H "Authorization: Bearer $DETAUDIT_REPRO_KEY" \
-      --data-binary @"$3" -o "$4" "$1$2"
+    curl -sS -f --proto =http,https -H 'Content-Type: application/json' -H "Authorization: Bearer $DETAUDIT_REPRO_KEY" \
+      --data-binary @"$3" -o "$4" -- "$1$2"
   else
-    curl -sS -f -H 'Content-Type: application/json' --data-binary @"$3" -o "$4" "$1$2"
+    curl -sS -f --proto =http,https -H 'Content-Type: application/json' --data-binary @"$3" -o "$4" -- "$1$2"
   fi
 }
 
@@ -378,9 +388,9 @@ std::string bundle_repro_sh(const bundle_ctx& c) {
                     escape_line(c.b.name) + ". README.md says more.\n";
   if (c.engine) {
     out += "ITEM=" + sq(c.item_id) + "\nCOND_A=" + sq(c.a.report_name) + "\nCOND_B=" + sq(c.b.report_name) + "\n";
-    out += "run_it() {  # BINARY OUT_DIR\n  \"$1\" run --target " + sq(c.engine_spec) + " --prompts \"$HERE/item.jsonl\"";
+    out += "run_it() {  # BINARY OUT_DIR\n  \"$1\" run --target=" + sq(c.engine_spec) + " --prompts=\"$HERE/item.jsonl\"";
     for (const std::string& a : c.engine_args) out += " " + sq(a);
-    out += " --out \"$2\"\n}\n";
+    out += " --out=\"$2\"\n}\n";
     return out + REPRO_SH_ENGINE;
   }
   out += "URL_A=" + sq(c.a.url) + "\nURL_B=" + sq(c.b.url) + "\nPATH_A=" + sq(c.a.path) + "\nPATH_B=" + sq(c.b.path) + "\n";

@@ -231,3 +231,104 @@ TEST_CASE("bundle: engine targets, the reproducers run detaudit: float vs exact 
   CHECK(not_bundle.exit_code == 2);
   CHECK(not_bundle.err.find("without bundle.json") != std::string::npos);
 }
+
+namespace {
+
+// Rewrites every record of a run folder with `edit`.
+template <class F>
+void records_edit(const std::string& run_dir, F&& edit) {
+  for (const fs::directory_entry& e : fs::directory_iterator(run_dir)) {
+    if (e.path().extension() != ".jsonl") continue;
+    std::istringstream in(test::file_text(e.path().string()));
+    std::string out, line;
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      json r = json::parse(line);
+      edit(r);
+      out += r.dump() + "\n";
+    }
+    test::write_file(e.path().string(), out);
+  }
+}
+
+}  // namespace
+
+// Issue 47.2: a run folder whose records say url "-K" and endpoint "README.md" made repro.sh pass
+// them to curl as options (curl then read README.md as its config). Bundle refuses any URL that is
+// not http(s) and any endpoint that is not a path; the scripts refuse a non-http(s) URL given on
+// their command line and pass the URL after "--".
+TEST_CASE("bundle: recorded URLs and endpoints never reach curl or urllib as options or local files") {
+  test::serve_child srv({"-np", "2"});
+  const std::string dir = test::scratch_dir("bundle_hostile_url");
+  const test::cmd_result run = test::run_cmd(test::detaudit_bin() + " run --target " + srv.url() + " --prompts " +
+                                             prompts_file(dir, 2, "Once upon a time") + " --raw --n-predict 4 --out " + dir + "/run");
+  INFO(run.err);
+  REQUIRE(run.exit_code == 0);
+  const std::string good = dir + "/good";
+  REQUIRE(bundle(dir + "/run", "1", good).exit_code == 0);
+  const std::string sh = test::file_text(good + "/repro.sh");
+  CHECK(sh.find("-- \"$1$2\"") != std::string::npos);
+  CHECK(sh.find("--proto =http,https") != std::string::npos);
+  // A URL given to the scripts must be http(s) too: nothing is sent otherwise.
+  for (const char* bad : {"-K", "file:///etc/passwd"}) {
+    CAPTURE(bad);
+    const test::cmd_result s = test::run_cmd("sh " + good + "/repro.sh " + test::shell_quote(bad));
+    CHECK(s.exit_code == 2);
+    CHECK(s.err.find("not an http(s) URL") != std::string::npos);
+    const test::cmd_result p = test::run_cmd("python3 " + good + "/repro.py --url=" + test::shell_quote(bad));
+    CHECK(p.exit_code == 2);
+    CHECK(p.err.find("http(s)") != std::string::npos);
+  }
+
+  struct hostile {
+    const char* url;
+    const char* endpoint;
+    const char* says;
+  };
+  const hostile cases[] = {{"-K", "/completion", "is not an http(s) URL"},
+                           {"file:///etc", "/passwd", "is not an http(s) URL"},
+                           {"http://127.0.0.1:1 -K README.md", "/completion", "is not an http(s) URL"},
+                           {"http://127.0.0.1:1", "README.md", "is not a path on the server"},
+                           {"http://127.0.0.1:1", "/completion -o /tmp/x", "is not a path on the server"}};
+  for (const hostile& h : cases) {
+    CAPTURE(h.url);
+    CAPTURE(h.endpoint);
+    const std::string copy = dir + "/run-hostile";
+    fs::remove_all(copy);
+    fs::copy(dir + "/run", copy, fs::copy_options::recursive);
+    records_edit(copy, [&](json& r) {
+      r["target"]["url"] = h.url;
+      r["endpoint"] = h.endpoint;
+    });
+    const test::cmd_result b = bundle(copy, "1", dir + "/hostile-out");
+    CHECK(b.exit_code == 2);
+    CHECK(b.err.find(h.says) != std::string::npos);
+    CHECK_FALSE(fs::exists(dir + "/hostile-out/repro.sh"));
+  }
+}
+
+// Recorded options go to `detaudit run` as one --flag=value argument each, so a system prompt or a
+// stop string that looks like an option stays a value.
+TEST_CASE("bundle: an engine bundle passes each recorded option as one --flag=value argument") {
+  const std::string dir = test::scratch_dir("bundle_engine_args");
+  const std::string spec = "'engine:" + test::fixture("models/stories260K.gguf") + "?threads=1'";
+  const test::cmd_result run = test::run_cmd(test::detaudit_bin() + " run --target " + spec + " --prompts " + prompts_file(dir, 2, "Once upon a time") +
+                                             " --raw --n-predict 6 --stop=--out=/tmp/owned --out " + dir + "/run");
+  INFO(run.err);
+  REQUIRE(run.exit_code == 0);
+  const test::cmd_result b = bundle(dir + "/run", "1", dir + "/b");
+  INFO(b.err);
+  REQUIRE(b.exit_code == 0);
+  const json meta = json::parse(test::file_text(dir + "/b/bundle.json"));
+  bool stop_seen = false;
+  for (const json& a : meta["engine_args"]) {
+    CHECK(a != "--stop");  // never a flag and its value as two arguments
+    if (a == "--stop=--out=/tmp/owned") stop_seen = true;
+  }
+  CHECK(stop_seen);
+  const test::cmd_result sh = test::run_cmd("sh " + dir + "/b/repro.sh " + test::detaudit_bin());
+  INFO(sh.out << sh.err);
+  CHECK(sh.exit_code == 0);
+  CHECK(sh.out == "identical\n");
+  CHECK_FALSE(fs::exists("/tmp/owned"));
+}
