@@ -131,12 +131,15 @@ bool url_chars_ok(const std::string& s) {
   return std::all_of(s.begin(), s.end(), [](char ch) { return ch > 0x20 && ch < 0x7f && ch != '\\'; });
 }
 
+// A URL the records do not give is left for the user to pass (`sh repro.sh URL`, `repro.py --url`);
+// one they give must be http(s), and an endpoint a path, so that curl and urllib read them as a URL
+// and nothing else (an absent endpoint posts to the URL itself).
 void side_target_check(const bundle_side& side) {
   const std::string& u = side.url;
-  if (!(starts_with(u, "http://") || starts_with(u, "https://")) || u.size() <= 8 || !url_chars_ok(u))
+  if (!u.empty() && (!(starts_with(u, "http://") || starts_with(u, "https://")) || u.size() <= 8 || !url_chars_ok(u)))
     throw input_error("bundle: side " + side.name + "'s recorded target URL '" + escape_line(u) +
                       "' is not an http(s) URL; the reproducer would pass it to curl");
-  if (!starts_with(side.path, "/") || !url_chars_ok(side.path))
+  if (!side.path.empty() && (!starts_with(side.path, "/") || !url_chars_ok(side.path)))
     throw input_error("bundle: side " + side.name + "'s recorded endpoint '" + escape_line(side.path) +
                       "' is not a path on the server (it must start with '/', printable ASCII without spaces)");
 }

@@ -12,16 +12,10 @@ namespace {
 bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
 
 // `'text'` on one line, as an inline code span that survives backticks in the text.
-std::string code(const std::string& s) {
-  const std::string body = "'" + escape_line(s, '\'') + "'";
-  return body.find('`') == std::string::npos ? "`" + body + "`" : "`` " + body + " ``";
-}
+std::string code(const std::string& s) { return md_code_line("'" + escape_line(s, '\'') + "'"); }
 
 // `text` on one line, for values (specs, settings) where quotes would only be noise.
-std::string value_code(const std::string& s) {
-  const std::string body = escape_line(s);
-  return body.find('`') == std::string::npos ? "`" + body + "`" : "`` " + body + " ``";
-}
+std::string value_code(const std::string& s) { return s.empty() ? "" : md_code(s); }
 
 std::string scalar_text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 
@@ -57,8 +51,9 @@ std::string condition_words(const bundle_side& s, const json& options) {
   return "condition " + code(c);
 }
 
+// A table row: `key` is detaudit's own words or md_escape'd, `value` Markdown already (a code span).
 void row_add(std::string& out, const std::string& key, const std::string& value) {
-  if (!value.empty()) out += "| " + key + " | " + value + " |\n";
+  if (!value.empty()) out += "| " + md_cell(key) + " | " + md_cell(value) + " |\n";
 }
 
 // The scalar settings of the server's /props (or the engine's settings), nested keys joined by ".".
@@ -72,7 +67,7 @@ void settings_rows(std::string& out, const json& o, const std::string& prefix, i
       // An absolute path (a model file on the server or this machine) is named, not located.
       if (v.is_string() && text.size() > 1 && text[0] == '/' && text.find('/', 1) != std::string::npos)
         text = ".../" + text.substr(text.find_last_of('/') + 1);
-      row_add(out, "server settings: " + prefix + k, value_code(text.size() > 120 ? text.substr(0, 120) + "..." : text));
+      row_add(out, "server settings: " + md_escape(prefix + k), value_code(text.size() > 120 ? text.substr(0, 120) + "..." : text));
       ++shown;
     }
   }
@@ -83,19 +78,20 @@ std::string section_target(const bundle_ctx& c) {
   const json caps = c.target_entry.value("capabilities", json::object());
   std::string out = "## Target\n\n| | |\n|---|---|\n";
   row_add(out, "spec", value_code(spec_public(json_str(t, "spec"))));
-  row_add(out, "dialect", json_str(t, "dialect"));
-  row_add(out, "URL", json_str(t, "url"));
-  row_add(out, "model", json_str(t, "model", json_str(caps, "model")));
-  row_add(out, "model sha256", json_str(t, "model_sha256", json_str(caps, "model_sha256")));
-  row_add(out, "server build", json_str(t, "build", json_str(caps, "build")));
-  row_add(out, "fingerprint", json_str(t, "fingerprint", json_str(caps, "fingerprint")));
-  if (caps.contains("n_slots")) row_add(out, "slots", scalar_text(caps["n_slots"]));
+  // Every value here is what the server or the run folder said: a code span, never markup.
+  row_add(out, "dialect", value_code(json_str(t, "dialect")));
+  row_add(out, "URL", value_code(json_str(t, "url")));
+  row_add(out, "model", value_code(json_str(t, "model", json_str(caps, "model"))));
+  row_add(out, "model sha256", value_code(json_str(t, "model_sha256", json_str(caps, "model_sha256"))));
+  row_add(out, "server build", value_code(json_str(t, "build", json_str(caps, "build"))));
+  row_add(out, "fingerprint", value_code(json_str(t, "fingerprint", json_str(caps, "fingerprint"))));
+  if (caps.contains("n_slots")) row_add(out, "slots", value_code(scalar_text(caps["n_slots"])));
   for (const char* k : {"token_ids", "cache_control", "logit_hashes", "logprobs_kind", "seed"})
-    if (caps.contains(k)) row_add(out, k, scalar_text(caps[k]));
+    if (caps.contains(k)) row_add(out, k, value_code(scalar_text(caps[k])));
   if (c.a.rec->request.contains("engine")) row_add(out, "engine settings", value_code(c.a.rec->request["engine"].dump()));
   if (c.a.rec->target != c.b.rec->target && json_str(c.b.rec->target, "spec") != json_str(t, "spec"))
     row_add(out, "side B's target",
-            value_code(spec_public(json_str(c.b.rec->target, "spec"))) + " " + json_str(c.b.rec->target, "fingerprint"));
+            value_code(spec_public(json_str(c.b.rec->target, "spec"))) + " " + value_code(json_str(c.b.rec->target, "fingerprint")));
   if (!c.engine)
     out += "\nHow the server was started (fill in before filing; the flags decide batching, caching and slots):\n\n"
            "```\n<the command that started the server, e.g. llama-server -m MODEL.gguf -np 8 -c 4096 --port 8080>\n```\n";
@@ -112,8 +108,8 @@ std::string section_target(const bundle_ctx& c) {
          "`target.json`.\n\n";
   const json& m = c.manifest;
   if (m.is_object() && !m.empty()) {
-    out += "Run `" + json_str(m, "run_id") + "`, detaudit " + json_str(m, "tool_version") + ", started " + json_str(m, "started") +
-           ", options `" + m.value("options", json::object()).dump() + "`.\n\n";
+    out += "Run " + md_code(json_str(m, "run_id")) + ", detaudit " + md_code(json_str(m, "tool_version")) + ", started " +
+           md_code(json_str(m, "started")) + ", options " + md_code(m.value("options", json::object()).dump()) + ".\n\n";
   }
   return out;
 }
@@ -121,21 +117,22 @@ std::string section_target(const bundle_ctx& c) {
 std::string section_pair(const bundle_ctx& c) {
   const json options = c.manifest.value("options", json::object());
   std::string out = "## The pair\n\n| side | condition | what was sent |\n|---|---|---|\n";
-  out += "| A | " + value_code(c.a.name) + " | " + condition_words(c.a, options) + " |\n";
-  out += "| B | " + value_code(c.b.name) + " | " + condition_words(c.b, options) + " |\n\n";
+  out += "| A | " + md_cell(value_code(c.a.name)) + " | " + md_cell(condition_words(c.a, options)) + " |\n";
+  out += "| B | " + md_cell(value_code(c.b.name)) + " | " + md_cell(condition_words(c.b, options)) + " |\n\n";
   out += "Both bodies are in `request-A.json` and `request-B.json`, the responses (detaudit's records, docs/records.md) "
          "in `response-A.json` and `response-B.json`.\n";
   if (!c.fillers.empty())
-    out += "The " + std::to_string(c.fillers.size()) + " other requests were not recorded: " + c.filler_note +
+    out += "The " + std::to_string(c.fillers.size()) + " other requests were not recorded: " + md_escape(c.filler_note) +
            ". Their bodies are in `fillers/`.\n";
   return out + "\n";
 }
 
 std::string section_context(const divergence& d) {
-  std::string out = "Context (up to 40 characters before and 60 after; `⟦` marks the first difference):\n\n````\n";
-  out += "A: " + escape_line(d.before_a) + "⟦" + escape_line(d.after_a) + "\n";
-  out += "B: " + escape_line(d.before_b) + "⟦" + escape_line(d.after_b) + "\n````\n\n";
-  return out;
+  const std::string body = "A: " + escape_line(d.before_a) + "⟦" + escape_line(d.after_a) + "\n" + "B: " + escape_line(d.before_b) +
+                           "⟦" + escape_line(d.after_b) + "\n";
+  const std::string fence = md_fence(body + "````");  // at least four, more than any run in the texts
+  return "Context (up to 40 characters before and 60 after; `⟦` marks the first difference):\n\n" + fence + "\n" + body + fence +
+         "\n\n";
 }
 
 std::string grade_words(const std::optional<bool>& g) { return !g ? "not graded" : *g ? "right" : "wrong"; }
@@ -167,13 +164,13 @@ std::string section_result(const bundle_ctx& c) {
                             : "- Logit hashes: identical at every step\n";
   else
     out += "- Logit hashes: not available from this target\n";
-  if (!d.note.empty()) out += "- Note: " + escape_line(d.note) + "\n";
+  if (!d.note.empty()) out += "- Note: " + md_escape(d.note) + "\n";
   const record& a = *c.a.rec;
   const record& b = *c.b.rec;
   out += "- Generated: A " + std::to_string(a.tokens.size()) + " tokens (finish " + code(a.finish_reason) + "), B " +
          std::to_string(b.tokens.size()) + " tokens (finish " + code(b.finish_reason) + ")\n";
   if (!a.grader.empty())
-    out += "- Graded with `" + a.grader + "` against " + code(a.reference.substr(0, 200)) + ": A " + grade_words(c.row.correct_a) +
+    out += "- Graded with " + value_code(a.grader) + " against " + code(a.reference.substr(0, 200)) + ": A " + grade_words(c.row.correct_a) +
            ", B " + grade_words(c.row.correct_b) + ", flip " + flip_name(c.row.flip) + "\n";
   out += "\n";
   if (!d.identical && !c.row.error) out += section_context(d);
@@ -185,22 +182,31 @@ std::string section_repro(const bundle_ctx& c) {
   if (c.engine) {
     out += "The target is detaudit's built-in engine, so the reproducers run `detaudit run` on `item.jsonl` and read its JSON "
            "report (`detaudit` on PATH, or give its path):\n\n```\npython3 repro.py --detaudit /path/to/detaudit\n"
-           "sh repro.sh /path/to/detaudit\n```\n\nwhich run\n\n```\ndetaudit run --target '" + spec_public(c.engine_spec) +
-           "' --prompts item.jsonl";
+           "sh repro.sh /path/to/detaudit\n```\n\nwhich run\n\n";
+    // Shell words on one line, each single-quoted where it needs it; the fence outlasts any backticks.
+    const auto word = [](const std::string& raw) {
+      const std::string a = escape_line(raw);
+      if (a.find_first_of(" {}\"'*?&;|$`<>()\\") == std::string::npos) return a;
+      std::string q = "'";
+      for (char ch : a) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+      return q + "'";
+    };
+    std::string cmd = "detaudit run " + word("--target=" + spec_public(c.engine_spec)) + " --prompts=item.jsonl";
     for (const std::string& arg : c.engine_args) {
-      const std::string a = spec_public(arg);
-      out += " " + (a.find_first_of(" {}\"'*?&;|") == std::string::npos ? a : "'" + a + "'");
+      const size_t eq = arg.find('=');
+      cmd += " " + word(eq != std::string::npos && starts_with(arg, "--target=") ? "--target=" + spec_public(arg.substr(eq + 1)) : arg);
     }
-    out += "\n```\n\n";
+    const std::string fence = md_fence(cmd);
+    out += fence + "\n" + cmd + "\n" + fence + "\n\n";
     if (c.item_lines.size() > 1)
       out += "`item.jsonl` holds the item, then the prompts that were sent beside it; `--shard 1/" + std::to_string(c.item_lines.size()) +
              "` runs the first line only, and the others are its fillers, as in the original run.\n";
     out += "The reproducers use the model path the run used (in `bundle.json`); this text names the file only. Pass "
            "`--target SPEC` to repro.py where the model lives elsewhere.\n\n";
   } else {
-    out += "Against the server the run used (`" + c.a.url + "`) or another URL:\n\n```\npython3 repro.py [--url http://HOST:PORT] [--tries N]\n"
+    out += "Against the server the run used (" + value_code(c.a.url) + ") or another URL:\n\n```\npython3 repro.py [--url http://HOST:PORT] [--tries N]\n"
            "sh repro.sh [http://HOST:PORT]\n```\n\n";
-    out += "Side A (" + value_code(c.a.name) + ") is sent first, then side B (" + value_code(c.b.name) + "), each as recorded, to `" + c.a.path + "`";
+    out += "Side A (" + value_code(c.a.name) + ") is sent first, then side B (" + value_code(c.b.name) + "), each as recorded, to " + value_code(c.a.path);
     if (c.a.n_concurrent + c.b.n_concurrent > 0)
       out += "; the concurrent side is released together with the bodies in `fillers/` from separate threads (repro.sh: background curl jobs)";
     if (c.a.warm || c.b.warm) out += "; the cache-warm side is sent once before, to fill the prompt cache";

@@ -1,4 +1,5 @@
 // report_render and the helpers every format shares.
+#include <algorithm>
 #include <cstdio>
 
 #include "reports/compare_internal.h"
@@ -282,6 +283,53 @@ std::string oracle_pair_text(const pair_summary& s) {
   if (s.unjudged) parts.push_back(std::to_string(s.unjudged) + " not judged");
   for (size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];
   return out;
+}
+
+std::string md_escape(const std::string& s) {
+  std::string out;
+  const std::string line = escape_line(s);
+  size_t digits = 0;  // a leading "12." or "12)" would start an ordered list: its '.' or ')' is escaped
+  while (digits < line.size() && line[digits] >= '0' && line[digits] <= '9') ++digits;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    const bool markup = std::string("\\`*_[]<>|#!&~").find(c) != std::string::npos;
+    const bool leading = (i == 0 && (c == '-' || c == '+' || c == '=')) || (digits > 0 && i == digits && (c == '.' || c == ')'));
+    if (markup || leading) out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+std::string md_code_line(const std::string& s) {
+  if (s.empty()) return "*(empty)*";
+  size_t run = 0, longest = 0;
+  for (char c : s) {
+    run = c == '`' ? run + 1 : 0;
+    longest = std::max(longest, run);
+  }
+  const std::string fence(longest + 1, '`');
+  const bool pad = s.front() == '`' || s.back() == '`' || s.front() == ' ' || s.back() == ' ';
+  return fence + (pad ? " " : "") + s + (pad ? " " : "") + fence;
+}
+
+std::string md_code(const std::string& raw) { return md_code_line(escape_line(raw)); }
+
+std::string md_cell(const std::string& t) {
+  std::string out;
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i] == '|' && (i == 0 || t[i - 1] != '\\')) out += '\\';
+    out += t[i];
+  }
+  return out;
+}
+
+std::string md_fence(const std::string& text) {
+  size_t run = 0, longest = 0;
+  for (char c : text) {
+    run = c == '`' ? run + 1 : 0;
+    longest = std::max(longest, run);
+  }
+  return std::string(std::max<size_t>(3, longest + 1), '`');
 }
 
 }  // namespace detaudit::reports

@@ -61,6 +61,24 @@ std::string manifest_line(const json& manifest);
 // "greedy side A sampled below its top alternative at step 3" for the sides that did, "" otherwise.
 std::string not_argmax_text(const pair_item& row);
 
+// Markdown, for every string a record, run.json or an audited server supplied (report --format md,
+// a bundle's README.md): such a string is data, never markup.
+// md_escape: text for a paragraph, list item or table cell: on one line (escape_line), with every
+// character Markdown or HTML would read as markup backslash-escaped (\ ` * _ [ ] < > | # ! & ~),
+// and a leading -, +, = or the '.' / ')' after leading digits escaped, so that the text cannot
+// start a list or underline a heading.
+std::string md_escape(const std::string& s);
+// md_code: a code span showing s exactly on one line (escape_line), fenced with more backticks
+// than s holds in a row; "*(empty)*" for "". md_code_line: the same for text already on one line.
+std::string md_code(const std::string& raw);
+std::string md_code_line(const std::string& line);
+// md_cell: a table cell's text with each '|' not already escaped written as "\|" (GFM splits cells
+// on a '|' even inside a code span).
+std::string md_cell(const std::string& cell_text);
+// md_fence: the fence for a fenced code block holding `text`: three backticks, or more than the
+// longest run of backticks in it.
+std::string md_fence(const std::string& text);
+
 // --oracle: the run-level lines ("oracle: exact engine on FILE; tie bound ...", fidelity overall
 // and per condition, classes, cost), empty without an oracle.
 std::vector<std::string> oracle_lines(const report& r);

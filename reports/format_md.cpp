@@ -9,30 +9,6 @@
 namespace detaudit::reports {
 namespace {
 
-// Text safe in a Markdown paragraph or table cell.
-std::string md_escape(const std::string& s) {
-  std::string out;
-  for (char c : escape_line(s)) {
-    if (std::string("\\`*_[]<>|#!").find(c) != std::string::npos) out += '\\';
-    out += c;
-  }
-  return out;
-}
-
-// A code span that shows s exactly (one line), fenced with more backticks than s holds in a row.
-std::string md_code(const std::string& raw) {
-  const std::string s = escape_line(raw);
-  if (s.empty()) return "*(empty)*";
-  size_t run = 0, longest = 0;
-  for (char c : s) {
-    run = c == '`' ? run + 1 : 0;
-    longest = std::max(longest, run);
-  }
-  const std::string fence(longest + 1, '`');
-  const bool pad = s.front() == '`' || s.back() == '`' || s.front() == ' ' || s.back() == ' ';
-  return fence + (pad ? " " : "") + s + (pad ? " " : "") + fence;
-}
-
 void summary(std::ostringstream& os, const report& r) {
   os << "| probe | pair | differ | noise | beyond noise | p vs noise | retokenized | drifted | errors | not exercised | score A -> B "
         "| flips -r/+w | net | McNemar p |\n"

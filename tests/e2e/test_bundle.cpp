@@ -215,7 +215,7 @@ TEST_CASE("bundle: engine targets, the reproducers run detaudit: float vs exact 
         "{\"id\":\"3\",\"prompt\":\"Tell me story number 2\"}\n{\"id\":\"4\",\"prompt\":\"Tell me story number 3\"}\n"
         "{\"id\":\"5\",\"prompt\":\"Tell me story number 4\"}\n{\"id\":\"6\",\"prompt\":\"Tell me story number 5\"}\n"
         "{\"id\":\"7\",\"prompt\":\"Tell me story number 6\"}\n{\"id\":\"8\",\"prompt\":\"Tell me story number 7\"}\n");
-  CHECK(test::file_text(dir + "/conc/repro.sh").find("'--shard' '1/8'") != std::string::npos);
+  CHECK(test::file_text(dir + "/conc/repro.sh").find("'--shard=1/8'") != std::string::npos);
   const test::cmd_result pc = test::run_cmd("python3 " + dir + "/conc/repro.py --detaudit " + test::detaudit_bin());
   INFO(pc.out << pc.err);
   CHECK(((pc.exit_code == 0 && pc.out == "identical\n") ||
@@ -331,4 +331,101 @@ TEST_CASE("bundle: an engine bundle passes each recorded option as one --flag=va
   CHECK(sh.exit_code == 0);
   CHECK(sh.out == "identical\n");
   CHECK_FALSE(fs::exists("/tmp/owned"));
+}
+
+namespace {
+
+// The '|' of a Markdown line that GFM reads as cell separators (not preceded by a backslash).
+int table_pipes(const std::string& line) {
+  int n = 0;
+  for (size_t i = 0; i < line.size(); ++i)
+    if (line[i] == '|' && (i == 0 || line[i - 1] != '\\')) ++n;
+  return n;
+}
+
+// Markup a hostile string would smuggle in (`needle`) appears only inside code spans on its line,
+// or with its first character backslash-escaped
+// (CommonMark: a span opens with a run of N backticks and closes at the next run of exactly N).
+bool only_in_code(const std::string& text, const std::string& needle) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<bool> in_code(line.size(), false);
+    size_t open = std::string::npos, open_len = 0;
+    for (size_t i = 0; i < line.size();) {
+      if (line[i] != '`' || (i > 0 && line[i - 1] == '\\' && open == std::string::npos)) {
+        if (open != std::string::npos) in_code[i] = true;
+        ++i;
+        continue;
+      }
+      size_t j = i;
+      while (j < line.size() && line[j] == '`') ++j;
+      if (open == std::string::npos) {
+        open = i;
+        open_len = j - i;
+      } else if (j - i == open_len) {
+        open = std::string::npos;
+      } else {
+        for (size_t k = i; k < j; ++k) in_code[k] = true;
+      }
+      i = j;
+    }
+    for (size_t at = line.find(needle); at != std::string::npos; at = line.find(needle, at + 1))
+      if (!in_code[at] && !(at > 0 && line[at - 1] == '\\')) return false;  // a code span, or the markup escaped
+  }
+  return true;
+}
+
+}  // namespace
+
+// Issue 47.3: the Target table's model, server build, fingerprint and dialect rows were written
+// raw, so a newline in /props injected headings, links, images and HTML into text meant for an
+// issue. Every server-supplied string is now a code span on one line (pipes escaped in tables), in
+// the bundle README and in report --format md.
+TEST_CASE("bundle: what the server says cannot inject Markdown or HTML into README.md or report --format md") {
+  test::serve_child srv({"-np", "2"});
+  const std::string dir = test::scratch_dir("bundle_md_inject");
+  const test::cmd_result run = test::run_cmd(test::detaudit_bin() + " run --target " + srv.url() + " --prompts " +
+                                             prompts_file(dir, 2, "Once upon a time") + " --raw --n-predict 4 --out " + dir + "/run");
+  INFO(run.err);
+  REQUIRE(run.exit_code == 0);
+  const std::string evil = "m\n# Injected heading\n![img](http://evil.example/x.png) <img src=x onerror=alert(1)> "
+                           "[link](http://evil.example) | cell ``` fence ```` <script>";
+  records_edit(dir + "/run", [&](json& r) {
+    for (const char* k : {"model", "build", "fingerprint"}) r["target"][k] = evil;
+    r["text"] = evil;
+  });
+  json manifest = json::parse(test::file_text(dir + "/run/run.json"));
+  json& caps = manifest["targets"][0]["capabilities"];
+  for (const char* k : {"model", "build", "fingerprint", "logprobs_kind"}) caps[k] = evil;
+  caps["raw"]["props"][evil] = evil;
+  test::write_file(dir + "/run/run.json", manifest.dump());
+
+  const test::cmd_result b = bundle(dir + "/run", "1", dir + "/b", " --conditions alone,control");
+  INFO(b.err);
+  REQUIRE(b.exit_code == 0);
+  const std::string readme = test::file_text(dir + "/b/README.md");
+  const test::cmd_result md = test::run_cmd(test::detaudit_bin() + " report " + dir + "/run --format md --fail-on none");
+  REQUIRE(md.exit_code == 0);
+  for (const std::string& text : {readme, md.out}) {
+    CHECK(text.find("\n# Injected") == std::string::npos);
+    for (const std::string needle : {"![img](", "<img", "[link](", "<script>"}) {
+      CAPTURE(needle);
+      CHECK(only_in_code(text, needle));
+    }
+  }
+  CHECK(readme.find("Injected heading") != std::string::npos);  // shown, as data
+  // Every row of README's tables has exactly its own separators: 3 for "| key | value |".
+  std::istringstream in(readme);
+  std::string line;
+  bool in_fence = false;
+  int rows = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("```", 0) == 0) in_fence = !in_fence;
+    if (in_fence || line.rfind("|", 0) != 0) continue;
+    CAPTURE(line);
+    CHECK((table_pipes(line) == 3 || table_pipes(line) == 4));  // key/value tables, or side/condition/what
+    ++rows;
+  }
+  CHECK(rows > 10);
 }
