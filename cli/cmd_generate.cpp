@@ -61,7 +61,7 @@ void run_generate(const generate_cmd_options& o) {
   std::string prompt_text = text;
   if (o.chat) {
     prompt_text = runtime::generate_render_chat(*m, {o.system, text, o.chat_template, !o.no_thinking});
-    if (auto f = chat::chat_fallback_family(o.chat_template, m->vocab().chat_template()))
+    if (auto f = chat::chat_fallback_family(o.chat_template, m->chat_template()))
       std::cerr << "generate: " << o.model << " has no chat template; --chat renders the prompt with "
                 << chat::template_family_name(*f) << ", as llama-server does\n";
   }

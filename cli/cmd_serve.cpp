@@ -77,7 +77,7 @@ void run_serve(const serve_cmd_options& o) {
   // A bad DETAUDIT_CHAT_DATE is the server's configuration, not a client's mistake: refuse it now.
   if (std::getenv("DETAUDIT_CHAT_DATE")) chat::chat_current_date();
   auto m = model::model::load(o.model);
-  if (auto f = chat::chat_fallback_family(hp.chat_template, m->vocab().chat_template()))
+  if (auto f = chat::chat_fallback_family(hp.chat_template, m->chat_template()))
     std::cerr << "serve: " << o.model << " has no chat template; chat requests are rendered with "
               << chat::template_family_name(*f) << ", as llama-server does\n";
   const serve::scheduler_params sp = scheduler_params_make(o);

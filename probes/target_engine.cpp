@@ -166,7 +166,7 @@ capabilities engine_target::probe() {
   c.model = std::filesystem::path(s_.path).filename().string();
   c.model_sha256 = m_->sha256();
   c.n_slots = s_.np;
-  if (chat::chat_fallback_family(s_.chat_template, m_->vocab().chat_template())) c.chat_template_fallback = "chatml";
+  if (chat::chat_fallback_family(s_.chat_template, m_->chat_template())) c.chat_template_fallback = "chatml";
   c.chat_template = std::string(m_->vocab().chat_template());
   if (const int32_t eos = m_->vocab().ids().eos; eos >= 0 && eos < m_->vocab().size()) c.eos_token = m_->vocab().token_text(eos);
   c.raw = settings_json();

@@ -9,10 +9,12 @@
 //   llama2       meta-llama/Llama-2-7b-chat-hf tokenizer_config.json
 //   phi3         microsoft/Phi-3.5-mini-instruct tokenizer_config.json
 //   gemma        google/gemma-2-2b-it (as llama.cpp's models/templates keeps it) and Gemma 3's
-//                published template: roles alternate user/model; Gemma 2's raises on a system
-//                message, Gemma 3's writes it before the first user turn's text, and so does this
+//                published template: roles alternate user/model; Gemma 3's writes a system message
+//                before the first user turn's text, and so does this; Gemma 2's raises on one, and
+//                llama-server merges it into the first user message (chat_options::system_role)
 //   gpt-oss      openai/gpt-oss-120b's chat_template.jinja (harmony; llama.cpp's
 //                models/templates/openai-gpt-oss-120b.jinja), no tools and no "thinking" field
+#include <algorithm>
 #include <cstdlib>
 #include <ctime>
 #include <optional>
@@ -53,10 +55,21 @@ std::string_view after_last(std::string_view s, std::string_view sep) {
   return p == std::string_view::npos ? s : s.substr(p + sep.size());
 }
 
-void check_roles(const std::vector<chat_message>& messages) {
-  for (const chat_message& m : messages)
+// The conversation as the family's template sees it, as llama-server hands it over: a "developer"
+// message is a system message, and where the template refuses the system role, a leading system
+// message is merged into the next one (joined by "\n") or dropped when nothing follows.
+std::vector<chat_message> messages_prepare(const std::vector<chat_message>& messages, const chat_options& opt) {
+  std::vector<chat_message> ms = messages;
+  for (chat_message& m : ms) {
+    if (m.role == "developer") m.role = "system";
     if (m.role != "system" && m.role != "user" && m.role != "assistant")
-      throw input_error("chat: role '" + m.role + "' is not supported (system, user, assistant)");
+      throw input_error("chat: role '" + m.role + "' is not supported (system, developer, user, assistant)");
+  }
+  if (!opt.system_role && !ms.empty() && ms[0].role == "system") {
+    if (ms.size() > 1) ms[1].content = ms[0].content + "\n" + ms[1].content;
+    ms.erase(ms.begin());
+  }
+  return ms;
 }
 
 const char* const IM_START = "<|im_start|>";
@@ -138,6 +151,12 @@ std::string render_llama3(const std::vector<chat_message>& ms, bool gen, const c
   return out;
 }
 
+// Llama 2: the first system message opens the first turn in <<SYS>> tags; the turns after it
+// must alternate user, assistant, user, ... counting every message, as the template checks them.
+// A later system message is what the template makes of it under llama-server (its default Jinja
+// path): where a user turn is due the template raises, and so does this; where an assistant turn
+// is due it passes the check and writes nothing, and so does this. (llama.cpp's older built-in
+// renderer, --no-jinja, folded it into the next turn instead; the model's own template decides.)
 std::string render_llama2(const std::vector<chat_message>& ms, const chat_options& opt) {
   const bool has_system = !ms.empty() && ms[0].role == "system";
   std::string out;
@@ -145,11 +164,11 @@ std::string render_llama2(const std::vector<chat_message>& ms, const chat_option
     const chat_message& m = ms[i];
     if ((m.role == "user") != (k % 2 == 0))
       throw input_error("chat: llama2 template: conversation roles must alternate user/assistant/user/... "
-                        "(after an optional first system message)");
+                        "(after an optional first system message; message " + std::to_string(i) + " is '" + m.role + "')");
     std::string content = m.content;
     if (k == 0 && has_system) content = "<<SYS>>\n" + ms[0].content + "\n<</SYS>>\n\n" + content;
     if (m.role == "user") out += (k == 0 && !opt.leading_bos ? "" : opt.bos_token) + "[INST] " + strip(content) + " [/INST]";
-    else out += " " + strip(content) + " " + opt.eos_token;
+    else if (m.role == "assistant") out += " " + strip(content) + " " + opt.eos_token;
   }
   return out;
 }
@@ -220,23 +239,84 @@ std::string render_gpt_oss(const std::vector<chat_message>& ms, bool gen, const 
   return out;
 }
 
-// The literal text of a Jinja string up to `end`, with its escapes resolved; nullopt when the
-// text is not a plain literal (it contains a quote, an expression or a concatenation).
-std::optional<std::string> jinja_literal(std::string_view src, size_t from, std::string_view end) {
-  const size_t stop = src.find(end, from);
-  if (stop == std::string_view::npos) return std::nullopt;
+// The literal text of a Jinja string from `from` up to the first `end`, with its escapes
+// resolved; no text when it is not a plain literal (it holds a quote, an expression or a
+// concatenation) or `end` never comes. `stop` is where the scan ended (the offending character, or
+// `end`; npos when `end` never comes), `scanned` counts the characters it examined.
+struct literal_scan {
+  std::optional<std::string> text;
+  size_t stop = std::string_view::npos;
+};
+
+literal_scan jinja_literal(std::string_view src, size_t from, std::string_view end, size_t& scanned) {
+  literal_scan r;
   std::string out;
-  for (size_t i = from; i < stop; ++i) {
+  for (size_t i = from; i < src.size(); ++i) {
+    ++scanned;
+    if (src.compare(i, end.size(), end) == 0) {
+      r.text = std::move(out);
+      r.stop = i;
+      return r;
+    }
     const char c = src[i];
-    if (c == '\'' || c == '"' || c == '{' || c == '}' || c == '+') return std::nullopt;
-    if (c == '\\' && i + 1 < stop) {
+    if (c == '\'' || c == '"' || c == '{' || c == '}' || c == '+') {
+      r.stop = i;
+      return r;
+    }
+    if (c == '\\' && i + 1 < src.size() && src.compare(i + 1, end.size(), end) != 0) {
       const char e = src[++i];
       out += e == 'n' ? '\n' : e == 't' ? '\t' : e;
       continue;
     }
     out += c;
   }
-  return out;
+  return r;
+}
+
+// chat_options_from_template, counting the characters examined in `scanned`. Every search runs
+// once over the text, so a template costs time linear in its size: the default system message's
+// heads are scanned each from where the last scan stopped (a head before that point would read the
+// same characters to the same end).
+chat_options options_read(std::string_view jinja, size_t& scanned) {
+  chat_options opt;
+  const std::string_view head = "<|im_start|>system\\n";
+  size_t resume = 0;
+  for (size_t p = jinja.find(head); p != std::string_view::npos; p = jinja.find(head, std::max(p + 1, resume))) {
+    scanned += head.size();
+    const literal_scan lit = jinja_literal(jinja, p + head.size(), "<|im_end|>", scanned);
+    if (lit.text && !lit.text->empty()) {
+      opt.default_system = *lit.text;
+      break;
+    }
+    if (lit.stop == std::string_view::npos) break;  // no "<|im_end|>" after here: no later head has one either
+    resume = lit.stop;
+  }
+  // Gemma 2's template raises on a system message; llama-server then merges it into the next one.
+  if (jinja.find("System role not supported") != std::string_view::npos) opt.system_role = false;
+  if (jinja.find("<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>") != std::string_view::npos)
+    opt.open_think = jinja.find("<\xef\xbd\x9c" "Assistant\xef\xbd\x9c><think>") != std::string_view::npos;
+  // gpt-oss: the identity, knowledge cutoff and default reasoning level the file's template sets
+  // (its build_system_message), when they are plain string literals.
+  auto quoted_after = [&](std::string_view marker) -> std::optional<std::string> {
+    const size_t p = jinja.find(marker);
+    if (p == std::string_view::npos) return std::nullopt;
+    size_t q = p + marker.size();
+    while (q < jinja.size() && jinja[q] == ' ') ++q;
+    if (q >= jinja.size() || (jinja[q] != '"' && jinja[q] != '\'')) return std::nullopt;
+    const char quote = jinja[q];
+    const size_t end = jinja.find(quote, q + 1);
+    if (end == std::string_view::npos) return std::nullopt;
+    const std::string_view lit = jinja.substr(q + 1, end - q - 1);
+    if (lit.find('\\') != std::string_view::npos) return std::nullopt;  // escapes: keep the default
+    return std::string(lit);
+  };
+  if (auto v = quoted_after("set model_identity =")) opt.model_identity = *v;
+  if (auto v = quoted_after("set reasoning_effort =")) opt.reasoning_effort = *v;
+  if (const size_t p = jinja.find("Knowledge cutoff: "); p != std::string_view::npos) {
+    const size_t e = jinja.find_first_of("\\\"'", p);
+    if (e != std::string_view::npos) opt.knowledge_cutoff = std::string(jinja.substr(p + 18, e - p - 18));
+  }
+  return opt;
 }
 
 }  // namespace
@@ -271,55 +351,40 @@ std::string chat_current_date() {
 }
 
 chat_options chat_options_from_template(std::string_view jinja) {
-  chat_options opt;
-  const std::string_view head = "<|im_start|>system\\n";
-  for (size_t p = jinja.find(head); p != std::string_view::npos; p = jinja.find(head, p + 1)) {
-    std::optional<std::string> lit = jinja_literal(jinja, p + head.size(), "<|im_end|>");
-    if (lit && !lit->empty()) {
-      opt.default_system = *lit;
-      break;
-    }
-  }
-  if (jinja.find("<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>") != std::string_view::npos)
-    opt.open_think = jinja.find("<\xef\xbd\x9c" "Assistant\xef\xbd\x9c><think>") != std::string_view::npos;
-  // gpt-oss: the identity, knowledge cutoff and default reasoning level the file's template sets
-  // (its build_system_message), when they are plain string literals.
-  auto quoted_after = [&](std::string_view marker) -> std::optional<std::string> {
-    const size_t p = jinja.find(marker);
-    if (p == std::string_view::npos) return std::nullopt;
-    size_t q = p + marker.size();
-    while (q < jinja.size() && jinja[q] == ' ') ++q;
-    if (q >= jinja.size() || (jinja[q] != '"' && jinja[q] != '\'')) return std::nullopt;
-    const char quote = jinja[q];
-    const size_t end = jinja.find(quote, q + 1);
-    if (end == std::string_view::npos) return std::nullopt;
-    const std::string_view lit = jinja.substr(q + 1, end - q - 1);
-    if (lit.find('\\') != std::string_view::npos) return std::nullopt;  // escapes: keep the default
-    return std::string(lit);
-  };
-  if (auto v = quoted_after("set model_identity =")) opt.model_identity = *v;
-  if (auto v = quoted_after("set reasoning_effort =")) opt.reasoning_effort = *v;
-  if (const size_t p = jinja.find("Knowledge cutoff: "); p != std::string_view::npos) {
-    const size_t e = jinja.find_first_of("\\\"'", p);
-    if (e != std::string_view::npos) opt.knowledge_cutoff = std::string(jinja.substr(p + 18, e - p - 18));
-  }
-  return opt;
+  size_t scanned = 0;
+  return options_read(jinja, scanned);
+}
+
+chat_template_info chat_template_parse(std::string_view jinja) {
+  chat_template_info t;
+  t.present = !jinja.empty();
+  t.bytes = jinja.size();
+  t.too_large = t.bytes > CHAT_TEMPLATE_MAX_BYTES;
+  if (t.too_large) return t;
+  t.family = chat_detect_family(jinja);
+  t.options = options_read(jinja, t.scanned);
+  return t;
 }
 
 std::string chat_render(template_family f, const std::vector<chat_message>& messages, bool add_generation_prompt,
                         const chat_options& opt) {
-  check_roles(messages);
+  const std::vector<chat_message> ms = messages_prepare(messages, opt);
   switch (f) {
-    case TEMPLATE_CHATML: return render_chatml(messages, add_generation_prompt, opt);
-    case TEMPLATE_QWEN3: return render_qwen3(messages, add_generation_prompt, opt);
-    case TEMPLATE_DEEPSEEK_R1: return render_deepseek_r1(messages, add_generation_prompt, opt);
-    case TEMPLATE_LLAMA3: return render_llama3(messages, add_generation_prompt, opt);
-    case TEMPLATE_LLAMA2: return render_llama2(messages, opt);
-    case TEMPLATE_PHI3: return render_phi3(messages, add_generation_prompt, opt);
-    case TEMPLATE_GEMMA: return render_gemma(messages, add_generation_prompt, opt);
-    case TEMPLATE_GPT_OSS: return render_gpt_oss(messages, add_generation_prompt, opt);
+    case TEMPLATE_CHATML: return render_chatml(ms, add_generation_prompt, opt);
+    case TEMPLATE_QWEN3: return render_qwen3(ms, add_generation_prompt, opt);
+    case TEMPLATE_DEEPSEEK_R1: return render_deepseek_r1(ms, add_generation_prompt, opt);
+    case TEMPLATE_LLAMA3: return render_llama3(ms, add_generation_prompt, opt);
+    case TEMPLATE_LLAMA2: return render_llama2(ms, opt);
+    case TEMPLATE_PHI3: return render_phi3(ms, add_generation_prompt, opt);
+    case TEMPLATE_GEMMA: return render_gemma(ms, add_generation_prompt, opt);
+    case TEMPLATE_GPT_OSS: return render_gpt_oss(ms, add_generation_prompt, opt);
   }
   throw std::logic_error("chat_render: unknown template family");
+}
+
+std::optional<template_family> chat_fallback_family(std::string_view override_name, const chat_template_info& t) {
+  if (override_name.empty() && !t.present) return TEMPLATE_CHATML;
+  return std::nullopt;
 }
 
 std::optional<template_family> chat_fallback_family(std::string_view override_name, std::string_view jinja) {
@@ -327,17 +392,27 @@ std::optional<template_family> chat_fallback_family(std::string_view override_na
   return std::nullopt;
 }
 
-family_choice chat_choose_family(std::string_view override_name, std::string_view jinja, const std::string& origin) {
+family_choice chat_choose_family(std::string_view override_name, const chat_template_info& t, const std::string& origin) {
   const char* const choices = "chatml|qwen3|deepseek-r1|llama3|llama2|phi3|gemma|gpt-oss";
   if (!override_name.empty()) {
     std::optional<template_family> f = template_family_from_name(override_name);
     if (!f) throw input_error("unknown chat template '" + std::string(override_name) + "'; expected " + choices);
     return {*f, false};
   }
-  if (std::optional<template_family> f = chat_fallback_family(override_name, jinja)) return {*f, true};
-  std::optional<template_family> f = chat_detect_family(jinja);
-  if (!f) throw input_error(origin + ": chat template not recognised; pass --chat-template " + choices);
-  return {*f, false};
+  if (std::optional<template_family> f = chat_fallback_family(override_name, t)) return {*f, true};
+  if (t.too_large)
+    throw input_error(origin + ": chat template is " + std::to_string(t.bytes) + " bytes, more than the " +
+                      std::to_string(CHAT_TEMPLATE_MAX_BYTES) + " detaudit reads; pass --chat-template " + choices);
+  if (!t.family) throw input_error(origin + ": chat template not recognised; pass --chat-template " + choices);
+  return {*t.family, false};
+}
+
+family_choice chat_choose_family(std::string_view override_name, std::string_view jinja, const std::string& origin) {
+  return chat_choose_family(override_name, chat_template_parse(jinja), origin);
+}
+
+template_family chat_resolve_family(std::string_view override_name, const chat_template_info& t, const std::string& origin) {
+  return chat_choose_family(override_name, t, origin).family;
 }
 
 template_family chat_resolve_family(std::string_view override_name, std::string_view jinja, const std::string& origin) {

@@ -5,6 +5,7 @@
 // turns). Non-goals: a Jinja interpreter, tool calls, multimodal content.
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -33,7 +34,7 @@ std::optional<template_family> chat_detect_family(std::string_view jinja);
 // ---- rendering (chat_render.cpp): each family's template re-implemented, no Jinja ----
 
 struct chat_message {
-  std::string role;  // "system", "user" or "assistant"
+  std::string role;  // "system", "user" or "assistant" ("developer" is read as "system")
   std::string content;
 };
 
@@ -64,6 +65,10 @@ struct chat_options {
   // template's values; chat_options_from_template reads a file's own).
   std::string model_identity = "You are ChatGPT, a large language model trained by OpenAI.";
   std::string knowledge_cutoff = "2024-06";
+  // false for a template that refuses a system message (Gemma 2's raises "System role not
+  // supported"): a leading system message is then merged into the next message, joined by "\n",
+  // or dropped when nothing follows, as llama-server's chat workarounds do.
+  bool system_role = true;
 };
 
 // The date a gpt-oss conversation renders with opt.current_date empty: DETAUDIT_CHAT_DATE or
@@ -80,14 +85,36 @@ chat_options chat_options_from_template(std::string_view jinja);
 // Renders a conversation as the family's template does (the source of each is named in
 // chat_render.cpp). add_generation_prompt appends the assistant header (llama2 has none: its text
 // always ends with " [/INST]" after a user turn). Throws input_error for a role other than system,
-// user and assistant, and for llama2 when user and assistant turns do not alternate.
+// developer, user and assistant, and where the family's template raises (llama2 and gemma when
+// user and assistant turns do not alternate). tests/unit/test_chat_llamacpp.cpp holds every
+// family to llama.cpp's rendering of the same messages.
 std::string chat_render(template_family f, const std::vector<chat_message>& messages, bool add_generation_prompt,
                         const chat_options& opt = {});
+
+// The most template text the engine reads: published templates are a few kB (the largest, with
+// tool-call branches, around 20 kB); a file whose template is larger is refused for chat (naming
+// its size and --chat-template) rather than scanned on every request.
+constexpr size_t CHAT_TEMPLATE_MAX_BYTES = size_t{1} << 20;
+
+// A model's template, read once (at model load): whether the file has one, its family and the
+// options it implies. Reading costs time linear in the template's size, and is skipped past
+// CHAT_TEMPLATE_MAX_BYTES.
+struct chat_template_info {
+  bool present = false;    // the file has a non-empty tokenizer.chat_template
+  size_t bytes = 0;        // its size
+  bool too_large = false;  // bytes > CHAT_TEMPLATE_MAX_BYTES: not read, no family, default options
+  std::optional<template_family> family;  // chat_detect_family's answer
+  chat_options options;                   // chat_options_from_template's answer
+  size_t scanned = 0;  // characters examined while reading the options (the tests hold it linear)
+};
+
+chat_template_info chat_template_parse(std::string_view jinja);
 
 // The fallback, as llama-server's (its CHATML_TEMPLATE_SRC): chatml when no override is named and
 // the file has no template at all (`jinja` empty); nullopt otherwise, when the override or the
 // file's own template decides. The one place that says when the fallback applies. Never throws.
 std::optional<template_family> chat_fallback_family(std::string_view override_name, std::string_view jinja);
+std::optional<template_family> chat_fallback_family(std::string_view override_name, const chat_template_info& t);
 
 struct family_choice {
   template_family family = TEMPLATE_CHATML;
@@ -98,10 +125,13 @@ struct family_choice {
 // fallback when the file has no template, else the one detected in `jinja`. Throws input_error
 // for an unknown override name, and, naming `origin` (the model file), for a template that is
 // present but fits no family: "model.gguf: chat template not recognised; pass
-// --chat-template chatml|qwen3|deepseek-r1|llama3|llama2|phi3|gemma|gpt-oss".
+// --chat-template chatml|qwen3|deepseek-r1|llama3|llama2|phi3|gemma|gpt-oss", and for one larger
+// than CHAT_TEMPLATE_MAX_BYTES (unless an override names the family).
 family_choice chat_choose_family(std::string_view override_name, std::string_view jinja, const std::string& origin);
+family_choice chat_choose_family(std::string_view override_name, const chat_template_info& t, const std::string& origin);
 
 // chat_choose_family(...).family, for callers that need not know whether it was the fallback.
 template_family chat_resolve_family(std::string_view override_name, std::string_view jinja, const std::string& origin);
+template_family chat_resolve_family(std::string_view override_name, const chat_template_info& t, const std::string& origin);
 
 }  // namespace detaudit::chat

@@ -134,10 +134,9 @@ json vocab_info(const gguf::file& f) {
 
 json chat_info(const gguf::file& f) {
   if (!f.find("tokenizer.chat_template")) return {{"present", false}};
-  std::string tmpl = f.get_string("tokenizer.chat_template");
-  auto fam = chat::chat_detect_family(tmpl);
-  return {{"present", true}, {"family", fam ? json(chat::template_family_name(*fam)) : json(nullptr)},
-          {"bytes", tmpl.size()}};
+  const chat::chat_template_info t = chat::chat_template_parse(f.get_string("tokenizer.chat_template"));
+  return {{"present", true}, {"family", t.family ? json(chat::template_family_name(*t.family)) : json(nullptr)},
+          {"bytes", t.bytes}, {"too_large", t.too_large}};
 }
 
 // "N of L layers attend through a sliding window of W positions (layer l slides when l % P < P-1)".
@@ -315,8 +314,10 @@ std::string inspect_to_text(const json& info) {
                                           : str(t["id"]) + (t.contains("piece") ? " " + safe_dump(t["piece"]) : ""));
   }
   const json& c = info["chat_template"];
-  line("chat template", !c["present"].get<bool>() ? "(none)" : c["family"].is_null() ? "present, family not recognised"
-                                                                                      : str(c["family"]));
+  line("chat template", !c["present"].get<bool>()         ? "(none)"
+                       : c.value("too_large", false)      ? str(c["bytes"]) + " bytes, too large to read (chat needs --chat-template)"
+                       : c["family"].is_null()            ? "present, family not recognised"
+                                                          : str(c["family"]));
   std::string types;
   for (auto& [k, n] : info["tensor_types"].items()) types += (types.empty() ? "" : ", ") + k + " x" + str(n);
   line("tensors", types.empty() ? "(none)" : types);

@@ -208,9 +208,13 @@ model::model(gguf::file f) : file_(std::move(f)) {
   hp_ = hparams_from_gguf(file_);
   arch_check_tensors(file_, hp_);
   vocab_ = tokenizer::vocab_load(file_);
-  if (vocab_.size() < hp_.n_vocab)  // the sampler may pick any row: each must be a token
-    throw input_error(path_ + ": key 'tokenizer.ggml.tokens' holds " + std::to_string(vocab_.size()) + " tokens, fewer than the " +
-                      std::to_string(hp_.n_vocab) + " rows of tensor 'token_embd.weight' (one row per token)");
+  chat_template_ = chat::chat_template_parse(vocab_.chat_template());
+  // One row per token, as llama.cpp checks it: the sampler may pick any row, so each must be a
+  // token, and a token without a row could be in a prompt or a record but never embedded.
+  if (vocab_.size() != hp_.n_vocab)
+    throw input_error(path_ + ": key 'tokenizer.ggml.tokens' holds " + std::to_string(vocab_.size()) + " tokens, " +
+                      (vocab_.size() < hp_.n_vocab ? "fewer" : "more") + " than the " + std::to_string(hp_.n_vocab) +
+                      " rows of tensor 'token_embd.weight' (one row per token)");
   tok_embd = tensor_get_matrix(file_, "token_embd.weight", hp_.n_embd, hp_.n_vocab);
   output = hp_.tied_output ? tok_embd : tensor_get_matrix(file_, "output.weight", hp_.n_embd, hp_.n_vocab);
   output_norm = tensor_get_vector(file_, "output_norm.weight", hp_.n_embd);

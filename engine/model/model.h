@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/chat_template.h"
 #include "gguf/gguf.h"
 #include "model/arch.h"
 #include "tokenizer/vocab.h"
@@ -69,6 +70,8 @@ class model {
   const std::string& path() const { return path_; }
   const hparams& hp() const { return hp_; }
   const tokenizer::vocab& vocab() const { return vocab_; }
+  // tokenizer.chat_template, read once at load: family, options, size (chat_template_parse).
+  const chat::chat_template_info& chat_template() const { return chat_template_; }
   const gguf::file& file() const { return file_; }
   // SHA-256 of the file, computed on first call (reads the whole file). Thread-safe.
   const std::string& sha256() const;
@@ -86,6 +89,7 @@ class model {
   std::string path_;
   hparams hp_;
   tokenizer::vocab vocab_;
+  chat::chat_template_info chat_template_;
   mutable std::string sha256_;
   mutable std::once_flag sha_once_;
 };

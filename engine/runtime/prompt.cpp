@@ -15,7 +15,7 @@ namespace {
 
 chat::chat_options chat_options_for(const model::model& m, bool enable_thinking) {
   const tokenizer::vocab& v = m.vocab();
-  chat::chat_options opt = chat::chat_options_from_template(v.chat_template());
+  chat::chat_options opt = m.chat_template().options;
   opt.enable_thinking = enable_thinking;
   if (v.ids().bos != tokenizer::TOKEN_NONE) opt.bos_token = v.token_text(v.ids().bos);
   if (v.ids().eos != tokenizer::TOKEN_NONE) opt.eos_token = v.token_text(v.ids().eos);
@@ -26,7 +26,7 @@ chat::chat_options chat_options_for(const model::model& m, bool enable_thinking)
 }  // namespace
 
 std::string generate_render_chat(const model::model& m, const chat_request& req) {
-  const chat::template_family f = chat::chat_resolve_family(req.template_name, m.vocab().chat_template(), m.path());
+  const chat::template_family f = chat::chat_resolve_family(req.template_name, m.chat_template(), m.path());
   std::vector<chat::chat_message> msgs;
   if (!req.system.empty()) msgs.push_back({"system", req.system});
   msgs.push_back({"user", req.user});
@@ -36,7 +36,7 @@ std::string generate_render_chat(const model::model& m, const chat_request& req)
 std::vector<int32_t> generate_chat_tokens(const model::model& m, const std::vector<chat::chat_message>& msgs,
                                           const std::string& template_name, bool enable_thinking,
                                           const std::string& reasoning_effort) {
-  const chat::template_family f = chat::chat_resolve_family(template_name, m.vocab().chat_template(), m.path());
+  const chat::template_family f = chat::chat_resolve_family(template_name, m.chat_template(), m.path());
   chat::chat_options opt = chat_options_for(m, enable_thinking);
   if (!reasoning_effort.empty()) opt.reasoning_effort = reasoning_effort;
   return generate_tokenize(m.vocab(), chat::chat_render(f, msgs, /*add_generation_prompt=*/true, opt));

@@ -170,7 +170,7 @@ void handle_props(http_state& st, const httplib::Request&, httplib::Response& re
             {"bos_token", special_text(s.model().vocab(), s.model().vocab().ids().bos)},
             {"eos_token", special_text(s.model().vocab(), s.model().vocab().ids().eos)},
             {"speculative", s.params().spec != SPEC_NONE}};
-  if (auto f = chat::chat_fallback_family(st.params.chat_template, s.model().vocab().chat_template()))
+  if (auto f = chat::chat_fallback_family(st.params.chat_template, s.model().chat_template()))
     j["chat_template_fallback"] = chat::template_family_name(*f);
   json_send(res, j);
 }

@@ -215,3 +215,42 @@ TEST_CASE("chat: the family comes from an override name, the template, or chatml
   CHECK_THROWS_AS(chat_resolve_family("", "{{ messages }}", "model.gguf"), detaudit::input_error);
   CHECK_THROWS_AS(chat_resolve_family("vicuna", "", "m.gguf"), detaudit::input_error);
 }
+
+// Issue 47.4: a 2 MB template still detected as chatml cost 27 s of CPU per chat request (the
+// default-system search ran to the end of the text from every "<|im_start|>system\n"). A template
+// is read once, at model load, in time linear in its size; past CHAT_TEMPLATE_MAX_BYTES it is not
+// read at all, and chat without --chat-template is refused naming its size.
+TEST_CASE("chat: a template is read in linear time, and one past the cap is refused for chat, naming its size") {
+  // Heads of the default system message, each followed by an expression, and the end marker only
+  // at the very end: each head's search for that end used to run to the end of the text.
+  std::string worst;
+  while (worst.size() + 64 < CHAT_TEMPLATE_MAX_BYTES) worst += "<|im_start|>system\\n{{ x }}";
+  worst += "<|im_end|>";
+  const chat_template_info t = chat_template_parse(worst);
+  CHECK(t.present);
+  CHECK_FALSE(t.too_large);
+  CHECK(t.family == TEMPLATE_CHATML);
+  CHECK(t.options.default_system.empty());  // no head is followed by a literal
+  CHECK(t.scanned <= 2 * worst.size());
+  // The same answer as on a template of two heads (the scans agree with a scan from each head).
+  CHECK(chat_options_from_template("<|im_start|>system\\n{{ x }}<|im_end|><|im_start|>system\\nHello\\n<|im_end|>").default_system ==
+        "Hello\n");
+  CHECK(chat_options_from_template("<|im_start|>system\\n<|im_end|><|im_start|>system\\nA\\<|im_end|>").default_system == "A\\");
+
+  const std::string big = std::string(2 * 1000 * 1000, ' ') + "<|im_start|>x<|im_end|>";
+  const chat_template_info b = chat_template_parse(big);
+  CHECK(b.present);
+  CHECK(b.too_large);
+  CHECK(b.bytes == big.size());
+  CHECK_FALSE(b.family.has_value());
+  CHECK(b.scanned == 0);
+  CHECK_FALSE(chat_fallback_family("", b).has_value());  // present: never the no-template fallback
+  try {
+    chat_choose_family("", b, "big.gguf");
+    FAIL("expected an input_error");
+  } catch (const detaudit::input_error& e) {
+    CHECK(std::string(e.what()) == "big.gguf: chat template is 2000023 bytes, more than the 1048576 detaudit reads; pass "
+                                   "--chat-template chatml|qwen3|deepseek-r1|llama3|llama2|phi3|gemma|gpt-oss");
+  }
+  CHECK(chat_choose_family("chatml", b, "big.gguf").family == TEMPLATE_CHATML);
+}

@@ -13,6 +13,7 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "runtime/context.h"
+#include "runtime/prompt.h"
 #include "tokenizer/vocab.h"
 #include "test_util.h"
 #include "util/error.h"
@@ -226,6 +227,40 @@ TEST_CASE("model_hostile: a vocabulary smaller than the embedding rows is refuse
   }, no_shape);
   CHECK_THROWS_WITH_AS(model::model::load(path), doctest::Contains("'tokenizer.ggml.tokens' holds 500 tokens"), input_error);
   CHECK_THROWS_WITH_AS(model::model::load(path), doctest::Contains("512 rows of tensor 'token_embd.weight'"), input_error);
+}
+
+// stories260K's vocabulary grown to 520 entries over its 512 embedding rows: a prompt or a
+// record could hold a token the model has no row for, and `report --oracle` aborted on one.
+// Refused at load, as llama.cpp refuses it.
+TEST_CASE("model_hostile: a vocabulary larger than the embedding rows is refused at load, naming both sizes") {
+  const std::string path = rewritten("long_vocab", [](gguf::kv& e) {
+    if (e.val.type != gguf::VALUE_ARRAY || e.key.rfind("tokenizer.ggml.", 0) != 0 || e.val.arr.size() != 512) return;
+    for (int k = 0; k < 8; ++k)
+      e.val.arr.push_back(e.key == "tokenizer.ggml.tokens" ? gguf::value::of_string("<extra_" + std::to_string(k) + ">")
+                                                           : e.val.arr.back());
+  }, no_shape);
+  CHECK_THROWS_WITH_AS(model::model::load(path), doctest::Contains("'tokenizer.ggml.tokens' holds 520 tokens, more than the 512 rows"),
+                       input_error);
+}
+
+// A chat template past CHAT_TEMPLATE_MAX_BYTES: the model loads (raw prompts need no template),
+// the template is not read, and a chat prompt is refused naming its size unless --chat-template
+// names a family.
+TEST_CASE("model_hostile: a 2 MB chat template loads, is not read, and chat without --chat-template is refused") {
+  const std::string path = rewritten("big_template", [](gguf::kv&) {}, no_shape);
+  const gguf::file f = gguf::file::open(path);
+  gguf::writer w(f.alignment());
+  for (const gguf::kv& e : f.metadata())
+    if (e.key != "general.alignment") w.set(e.key, e.val);
+  w.set("tokenizer.chat_template", gguf::value::of_string(std::string(2 * 1000 * 1000, ' ') + "<|im_start|>x<|im_end|>"));
+  for (const gguf::tensor_info& t : f.tensors()) w.add_tensor(t.name, t.type, t.ne, f.tensor_data(t), t.n_bytes);
+  const std::string big = path + ".big.gguf";
+  w.write(big);
+  const auto m = model::model::load(big);
+  CHECK(m->chat_template().too_large);
+  CHECK_THROWS_WITH_AS(runtime::generate_chat_tokens(*m, {{"user", "Hi"}}, "", true, ""),
+                       doctest::Contains("chat template is 2000023 bytes, more than the 1048576 detaudit reads"), input_error);
+  CHECK_FALSE(runtime::generate_chat_tokens(*m, {{"user", "Hi"}}, "chatml", true, "").empty());
 }
 
 // Numbers that passed the loader and failed later (inf or 0 inside RoPE or RMSNorm, a server

@@ -482,7 +482,17 @@ TEST_CASE("oracle engine: tokens without ids are aligned by their bytes, then by
   record prompt_count = recs[0];
   prompt_count.condition = "prompt-count";
   prompt_count.usage["prompt_tokens"] = 99;
-  const oracle_data d = evaluate({no_ids, text_only, lost, other_vocab, prompt_count}, stories);
+  // Ids the model has no row for (issue 47.5: one aborted report --oracle): skipped, with why.
+  record big_id = recs[0];
+  big_id.condition = "big-id";
+  big_id.tokens[1].id = 512;  // stories260K has 512 tokens, one row each
+  record big_prompt = recs[0];
+  big_prompt.condition = "big-prompt";
+  big_prompt.request = {{"prompt", json::array({1, 70000})}};
+  big_prompt.usage = json::object();
+  const oracle_data d = evaluate({no_ids, text_only, lost, other_vocab, prompt_count, big_id, big_prompt}, stories);
+  CHECK(d.responses.at(reports::record_key(big_id)).skipped.find("token 1 has id 512, outside this vocabulary (512 tokens)") == 0);
+  CHECK(d.responses.at(reports::record_key(big_prompt)).skipped == "its prompt holds token id 70000, outside this vocabulary");
   const oracle_response& a = with_ids.responses.at(reports::record_key(recs[0]));
   const oracle_response& b = d.responses.at(reports::record_key(no_ids));
   CHECK(b.alignment == "pieces");
