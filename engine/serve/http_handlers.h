@@ -76,6 +76,10 @@ int64_t field_n_predict(const http_state& st, const json& b, const char* key, in
 // min_keep > 1, n_indent, t_max_*_ms, post_sampling_probs, lora, tools, a non-text
 // response_format, a samplers order other than llama.cpp's default). sampling_parse() calls it.
 void fields_reject_unsupported(const json& b);
+// A chat message's tool fields (tool_calls, function_call, tool_call_id): the templates here
+// render no tools, so a message that carries one is refused (400 naming
+// 'messages[i].FIELD') on every chat route, never rendered without it.
+void message_tools_refuse(const json& m, size_t i);
 // Sampling fields shared by all completion endpoints (temperature, top_k, top_p, min_p, seed,
 // repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty), checked.
 void sampling_parse(const json& b, runtime::sampling_params& s);

@@ -310,6 +310,15 @@ void samplers_check(const json& b) {
 
 }  // namespace
 
+void message_tools_refuse(const json& m, size_t i) {
+  for (const char* key : {"tool_calls", "function_call", "tool_call_id"}) {
+    auto it = m.find(key);
+    if (it == m.end() || it->is_null() || ((it->is_array() || it->is_object() || it->is_string()) && it->empty())) continue;
+    throw http_error(400, "field 'messages[" + std::to_string(i) + "]." + key +
+                              "' is not supported: detaudit serve renders no tool calls (the message would be sent without it)");
+  }
+}
+
 void fields_reject_unsupported(const json& b) {
   for (const unsupported_field& f : UNSUPPORTED) {
     auto it = b.find(f.key);

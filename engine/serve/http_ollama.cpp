@@ -74,7 +74,7 @@ std::vector<chat::chat_message> messages_parse(const json& b) {
     const std::string where = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) throw http_error(400, "field '" + where + "': expected an object");
     reject_if_set(m, "images");
-    reject_if_set(m, "tool_calls");
+    message_tools_refuse(m, i);
     const std::string role = field_string(m, "role", "");
     if (role != "system" && role != "user" && role != "assistant")
       throw http_error(400, "field '" + where + ".role': expected system, user or assistant, found " + text_quote(role));

@@ -191,6 +191,7 @@ std::vector<int32_t> chat_prompt(const http_state& st, const json& b) {
     if (role != "system" && role != "user" && role != "assistant")
       throw http_error(400, "field 'messages[" + std::to_string(i) + "].role': expected system, developer, user or assistant, found " +
                                 text_quote(role));
+    message_tools_refuse(m, i);
     msgs.push_back({role, message_content(m, i)});
   }
   bool thinking = true;

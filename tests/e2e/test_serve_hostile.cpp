@@ -268,3 +268,33 @@ TEST_CASE("serve_hostile: penalties that could overflow a logit are a 400 naming
   CHECK(ok["tokens_predicted"] == 4);
   CHECK(srv.stop() == 0);
 }
+
+// Issue 47.7: a message's tool_calls was dropped without a word by /v1/chat/completions (the turn
+// rendered as if it had none) while /api/chat refused it. One rule on every chat route: a message
+// carrying a tool field is a 400 naming messages[i].FIELD; empty or null ones change nothing.
+TEST_CASE("serve_hostile: a message's tool_calls, function_call or tool_call_id is a 400 naming it on every chat route") {
+  test::serve_child srv({"-np", "1", "-c", "256", "--chat-template", "chatml"});
+  const int port = srv.port;
+  const json call = json::array({{{"id", "c1"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", "{}"}}}}});
+  const std::vector<std::pair<const char*, json>> fields = {
+      {"tool_calls", call}, {"function_call", {{"name", "f"}, {"arguments", "{}"}}}, {"tool_call_id", "c1"}};
+  for (const auto& [field, value] : fields) {
+    CAPTURE(field);
+    json msgs = json::array({{{"role", "user"}, {"content", "Hi"}}, {{"role", "assistant"}, {"content", ""}}, {{"role", "user"}, {"content", "Go"}}});
+    msgs[1][field] = value;
+    const std::string named = std::string("messages[1].") + field;
+    expect_400(port, "/v1/chat/completions", json{{"messages", msgs}, {"max_tokens", 2}}.dump(), named);
+    expect_400(port, "/api/chat", json{{"messages", msgs}, {"stream", false}, {"options", {{"num_predict", 2}}}}.dump(), named);
+  }
+  // Empty or null tool fields, as clients send them, render the conversation as before.
+  json msgs = json::array({{{"role", "user"}, {"content", "Hi"}},
+                           {{"role", "assistant"}, {"content", "Hello"}, {"tool_calls", json::array()}, {"function_call", nullptr}},
+                           {{"role", "user"}, {"content", "Go"}}});
+  const json a = test::post_json(port, "/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 2}, {"temperature", 0}});
+  msgs[1].erase("tool_calls");
+  msgs[1].erase("function_call");
+  const json b = test::post_json(port, "/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 2}, {"temperature", 0}});
+  CHECK(a["usage"]["prompt_tokens"] == b["usage"]["prompt_tokens"]);
+  CHECK(a["choices"][0]["message"]["content"] == b["choices"][0]["message"]["content"]);
+  CHECK(srv.stop() == 0);
+}
