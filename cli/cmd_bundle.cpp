@@ -51,9 +51,11 @@ void run_bundle(bundle_cmd_options& o) {
   using reports::escape_line;  // names from the run's records and the command line, onto one terminal line
   std::cout << "bundle " << escape_line(r.dir) << (r.tarball.empty() ? "" : " and " + escape_line(r.tarball)) << ": item "
             << escape_line(o.item) << ", " << escape_line(r.cond_a) << " vs " << escape_line(r.cond_b) << ": "
-            << (r.error       ? std::string("a side has no usable response (see README.md)")
-                : r.identical ? std::string("identical")
-                              : "differ from token " + std::to_string(r.token_index))
+            << (r.error         ? std::string("a side has no usable response (see README.md)")
+                : r.no_response ? std::string("a side was not exercised and has no response (see README.md)")
+                : r.identical   ? std::string("identical")
+                : r.token_index >= 0 ? "differ from token " + std::to_string(r.token_index)
+                                     : std::string("differ (compared on the texts; see README.md)"))
             << "\n";
 }
 

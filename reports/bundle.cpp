@@ -371,6 +371,8 @@ bundle_result bundle_write(const std::string& run_dir, const bundle_options& o) 
   side_fill(c.a, side_find(c, sa), labelled);
   side_fill(c.b, side_find(c, sb), labelled);
   c.row = row_make(*c.a.rec, *c.b.rec, c.a.name, c.b.name, {.judge = !labelled, .one_vocab = !labelled});
+  const auto empty = [](const record& r) { return r.tokens.empty() && r.text.empty(); };
+  c.no_response = !c.row.error && !c.row.exercised && (empty(*c.a.rec) || empty(*c.b.rec));
   if (o.oracle && c.row.status == STATUS_DIFFERS && !c.row.error)
     c.row.oracle = oracle_judge(c.row, *o.oracle, oracle_bound(all, *o.oracle, o.oracle_opt));
   c.engine = json_str(c.a.rec->target, "dialect") == "engine";
@@ -390,6 +392,7 @@ bundle_result bundle_write(const std::string& run_dir, const bundle_options& o) 
   res.cond_b = c.b.name;
   res.identical = c.row.d.identical;
   res.error = c.row.error;
+  res.no_response = c.no_response;
   res.token_index = c.row.d.token_index;
   if (o.tarball) res.tarball = tarball_write(out);
   return res;

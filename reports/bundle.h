@@ -48,6 +48,7 @@ struct bundle_result {
   std::string cond_a, cond_b;  // the pair chosen, as named in the README
   bool identical = true;  // the two recorded responses agree token for token
   bool error = false;     // a side has no usable response (its record carries an error)
+  bool no_response = false;  // a side's condition was not exercised and it holds no response
   int64_t token_index = -1;
 };
 

@@ -28,6 +28,9 @@ struct bundle_ctx {
   json target_entry;            // run.json's entry for side A's target (may be empty)
   bundle_side a, b;
   pair_item row;                // the pair's divergence, grades and flip
+  // A side of a condition that was not exercised holds no response at all (no tokens, no text):
+  // the pair is then not a comparison, neither "identical" nor "differs".
+  bool no_response = false;
   int64_t compared = 0, differed = 0;  // over the item's records for the two conditions
   std::vector<json> fillers;    // concurrency: the N-1 bodies sent beside the item
   std::string filler_note;      // how the fillers were chosen

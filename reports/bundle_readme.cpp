@@ -4,6 +4,7 @@
 #include "reports/bundle_internal.h"
 #include "reports/compare_internal.h"
 #include "reports/format_internal.h"
+#include "reports/redact.h"
 #include "reports/utf8.h"
 
 namespace detaudit::reports {
@@ -45,8 +46,8 @@ std::string condition_words(const bundle_side& s, const json& options) {
   if (c == "spec-ngram") return "the same request with n-gram speculative decoding on";
   if (c == "spec-off") return "the same request with speculative decoding off";
   if (c == "seed-fixed")
-    return "the request at temperature " + scalar_text(options.value("seed_temperature", json("?"))) + " with seed " +
-           scalar_text(options.value("seed", json("?"))) + ", repetition " + std::to_string(s.rec->repetition);
+    return "the request at temperature " + value_code(scalar_text(options.value("seed_temperature", json("?")))) + " with seed " +
+           value_code(scalar_text(options.value("seed", json("?")))) + ", repetition " + std::to_string(s.rec->repetition);
   if (c == "seed-none") return "the request at a temperature above 0 without a seed, repetition " + std::to_string(s.rec->repetition);
   return "condition " + code(c);
 }
@@ -109,7 +110,8 @@ std::string section_target(const bundle_ctx& c) {
   const json& m = c.manifest;
   if (m.is_object() && !m.empty()) {
     out += "Run " + md_code(json_str(m, "run_id")) + ", detaudit " + md_code(json_str(m, "tool_version")) + ", started " +
-           md_code(json_str(m, "started")) + ", options " + md_code(m.value("options", json::object()).dump()) + ".\n\n";
+           md_code(json_str(m, "started")) + ", options " +
+           md_code(redact_json(m.value("options", json::object()), "").dump(-1, ' ', false, json::error_handler_t::replace)) + ".\n\n";
   }
   return out;
 }
@@ -142,13 +144,18 @@ std::string section_result(const bundle_ctx& c) {
   std::string out = "## Result\n\nSide A is " + value_code(c.a.name) + ", side B " + value_code(c.b.name) + " (what each sent: \"The pair\", below).\n\n";
   for (const auto& [side, r] : {std::pair{"A", c.a.rec}, std::pair{"B", c.b.rec}})
     if (!r->error.empty()) out += "Side " + std::string(side) + " has no usable response: " + code(r->error) + "\n\n";
-  if (!c.row.exercised) out += "Condition not exercised: " + c.row.reason + ". Its responses are shown for information only.\n\n";
-  if (!c.row.error)
+  if (!c.row.exercised) out += "Condition not exercised: " + md_escape(c.row.reason) + ". Its responses are shown for information only.\n\n";
+  if (c.no_response)
+    out += "A side has no response to compare (its condition was not exercised): the pair says nothing about determinism.\n\n";
+  else if (!c.row.error)
     out += d.identical ? "The two responses are **identical** token for token.\n\n"
-                       : "The two responses **differ** from generated token " + std::to_string(d.token_index) + ".\n\n";
+           : d.token_index >= 0
+               ? "The two responses **differ** from generated token " + std::to_string(d.token_index) + ".\n\n"
+               : "The two responses **differ** from byte " + std::to_string(d.char_offset) +
+                     " of their texts (compared on the texts: a side reported no tokens).\n\n";
   out += "How often: over this item's records for the two conditions, " + std::to_string(c.differed) + " of " +
          std::to_string(c.compared) + " comparison(s) differ.\n\n";
-  if (!d.identical && !c.row.error) {
+  if (!d.identical && !c.row.error && !c.no_response && d.token_index >= 0) {
     out += "- First differing token: index " + std::to_string(d.token_index) + " (byte " + std::to_string(d.char_offset) + " of the text): A " +
            code(d.token_a) + " (id " + std::to_string(d.id_a) + ") vs B " + code(d.token_b) + " (id " + std::to_string(d.id_b) + ")\n";
     out += "- Margin at that step (top-1 minus top-2 log-prob): A " + margin_text(d.margin_a) + ", B " + margin_text(d.margin_b) +
@@ -173,7 +180,7 @@ std::string section_result(const bundle_ctx& c) {
     out += "- Graded with " + value_code(a.grader) + " against " + code(a.reference.substr(0, 200)) + ": A " + grade_words(c.row.correct_a) +
            ", B " + grade_words(c.row.correct_b) + ", flip " + flip_name(c.row.flip) + "\n";
   out += "\n";
-  if (!d.identical && !c.row.error) out += section_context(d);
+  if (!d.identical && !c.row.error && !c.no_response) out += section_context(d);
   return out;
 }
 
@@ -223,8 +230,10 @@ std::string section_repro(const bundle_ctx& c) {
 }  // namespace
 
 std::string bundle_readme(const bundle_ctx& c) {
-  const char* verb = c.row.error ? "has a failed request under" : c.row.d.identical ? "is identical under" : "differs between";
-  const char* gave = c.row.error ? "did not give two responses." : c.row.d.identical ? "gave the same tokens." : "gave different tokens.";
+  const bool none = c.row.error || c.no_response;
+  const char* verb = c.row.error ? "has a failed request under" : c.no_response ? "has a side without a response under"
+                     : c.row.d.identical ? "is identical under" : "differs between";
+  const char* gave = none ? "did not give two responses." : c.row.d.identical ? "gave the same tokens." : "gave different tokens.";
   // Names from records are escaped onto one line: a newline or control byte cannot break the title.
   std::string out = "# detaudit: item " + value_code(c.item_id) + " " + verb + " " + value_code(c.a.name) + " and " +
                     value_code(c.b.name) + "\n\n";

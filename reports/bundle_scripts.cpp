@@ -258,10 +258,10 @@ trap 'rm -rf "$tmp"' EXIT
 
 post() {  # URL PATH BODY_FILE OUT_FILE
   if [ -n "${DETAUDIT_REPRO_KEY:-}" ]; then
-    curl -sS -f --proto =http,https -H 'Content-Type: application/json' -H "Authorization: Bearer $DETAUDIT_REPRO_KEY" \
+    curl -sS -f -g --proto =http,https -H 'Content-Type: application/json' -H "Authorization: Bearer $DETAUDIT_REPRO_KEY" \
       --data-binary @"$3" -o "$4" -- "$1$2"
   else
-    curl -sS -f --proto =http,https -H 'Content-Type: application/json' --data-binary @"$3" -o "$4" -- "$1$2"
+    curl -sS -f -g --proto =http,https -H 'Content-Type: application/json' --data-binary @"$3" -o "$4" -- "$1$2"
   fi
 }
 

@@ -261,7 +261,7 @@ TEST_CASE("bundle: recorded URLs and endpoints never reach curl or urllib as opt
   test::serve_child srv({"-np", "2"});
   const std::string dir = test::scratch_dir("bundle_hostile_url");
   const test::cmd_result run = test::run_cmd(test::detaudit_bin() + " run --target " + srv.url() + " --prompts " +
-                                             prompts_file(dir, 2, "Once upon a time") + " --raw --n-predict 4 --out " + dir + "/run");
+                                             prompts_file(dir, 2, "Once upon a time") + " --raw --n-predict 4 --fail-on none --out " + dir + "/run");
   INFO(run.err);
   REQUIRE(run.exit_code == 0);
   const std::string good = dir + "/good";
@@ -305,6 +305,28 @@ TEST_CASE("bundle: recorded URLs and endpoints never reach curl or urllib as opt
     CHECK(b.err.find(h.says) != std::string::npos);
     CHECK_FALSE(fs::exists(dir + "/hostile-out/repro.sh"));
   }
+
+  // curl's URL globbing is off: a recorded endpoint "/completio{n}" is that one path (404 here),
+  // not the recorded path's expansion (with globbing it was /completion, and a "[1-999999]" was
+  // a million requests).
+  const std::string glob = dir + "/run-glob";
+  fs::remove_all(glob);
+  fs::copy(dir + "/run", glob, fs::copy_options::recursive);
+  std::string endpoint;
+  records_edit(glob, [&](json& r) {
+    endpoint = r["endpoint"].get<std::string>();
+    r["endpoint"] = endpoint.substr(0, endpoint.size() - 1) + "{" + endpoint.back() + "}";
+  });
+  REQUIRE(endpoint.size() > 2);
+  const test::cmd_result gb = bundle(glob, "1", dir + "/glob-out", " --conditions alone,control");
+  INFO(gb.err);
+  REQUIRE(gb.exit_code == 0);
+  const test::cmd_result gsh = test::run_cmd("sh " + dir + "/glob-out/repro.sh");
+  INFO(gsh.out << gsh.err);
+  CHECK(gsh.exit_code == 2);
+  CHECK(gsh.err.find("404") != std::string::npos);
+  const test::cmd_result gpy = test::run_cmd("python3 " + dir + "/glob-out/repro.py");
+  CHECK(gpy.exit_code == 2);
 }
 
 // Recorded options go to `detaudit run` as one --flag=value argument each, so a system prompt or a
@@ -386,7 +408,7 @@ TEST_CASE("bundle: what the server says cannot inject Markdown or HTML into READ
   test::serve_child srv({"-np", "2"});
   const std::string dir = test::scratch_dir("bundle_md_inject");
   const test::cmd_result run = test::run_cmd(test::detaudit_bin() + " run --target " + srv.url() + " --prompts " +
-                                             prompts_file(dir, 2, "Once upon a time") + " --raw --n-predict 4 --out " + dir + "/run");
+                                             prompts_file(dir, 2, "Once upon a time") + " --raw --n-predict 4 --fail-on none --out " + dir + "/run");
   INFO(run.err);
   REQUIRE(run.exit_code == 0);
   const std::string evil = "m\n# Injected heading\n![img](http://evil.example/x.png) <img src=x onerror=alert(1)> "
@@ -428,4 +450,47 @@ TEST_CASE("bundle: what the server says cannot inject Markdown or HTML into READ
     ++rows;
   }
   CHECK(rows > 10);
+}
+
+// The hostile review of issue 47: a failed seed check's reason (a server's error body, newlines
+// and markup included), run.json's seed options and --request (secrets) reached README.md raw, and
+// a side with no response was said to "differ from generated token -1".
+TEST_CASE("bundle: a not-exercised side's reason, run options and secrets are data in README.md, and no response is not a difference") {
+  test::serve_child srv({"-np", "2"});
+  const std::string dir = test::scratch_dir("bundle_reason_inject");
+  const test::cmd_result run = test::run_cmd(test::detaudit_bin() + " run --target " + srv.url() + " --prompts " +
+                                             prompts_file(dir, 2, "Once upon a time") + " --raw --n-predict 4 --fail-on none --out " + dir + "/run");
+  INFO(run.err);
+  REQUIRE(run.exit_code == 0);
+  const std::string evil = "HTTP 500: x</details>\n\n# PWNED <img src=https://evil.example/p.png> [click](https://evil.example) | a | b |";
+  records_edit(dir + "/run", [&](json& r) {
+    if (r["condition"] != "control") return;
+    r["condition"] = "seed-fixed";  // what a failed seed check records: no response, and why
+    r["evidence"] = {{"exercised", false}, {"reason", "the seed check failed: " + evil}};
+    r["tokens"] = json::array();
+    r["text"] = "";
+  });
+  json manifest = json::parse(test::file_text(dir + "/run/run.json"));
+  manifest["options"]["seed_temperature"] = "0.7 <img src=https://evil.example/x.png> [click](https://evil.example) | x |";
+  manifest["options"]["seed"] = "42\n\n# INJECTED HEADING";
+  manifest["options"]["request"] = {{"api_key", "sk-LEAKME-123456"}, {"Authorization", "Bearer sk-LEAKME2-123456"}};
+  test::write_file(dir + "/run/run.json", manifest.dump());
+
+  const test::cmd_result b = bundle(dir + "/run", "1", dir + "/b", " --conditions alone,seed-fixed --no-tar");
+  INFO(b.err);
+  REQUIRE(b.exit_code == 0);
+  CHECK(b.out.find("not exercised and has no response") != std::string::npos);
+  CHECK(b.out.find("token -1") == std::string::npos);
+  const std::string readme = test::file_text(dir + "/b/README.md");
+  CHECK(readme.find("\n# PWNED") == std::string::npos);
+  CHECK(readme.find("\n# INJECTED") == std::string::npos);
+  for (const std::string needle : {"<img", "[click](", "x</details>"}) {
+    CAPTURE(needle);
+    CHECK(only_in_code(readme, needle));
+  }
+  CHECK(readme.find("PWNED") != std::string::npos);  // shown, as data
+  CHECK(readme.find("LEAKME") == std::string::npos);
+  CHECK(readme.find("**differ**") == std::string::npos);
+  CHECK(readme.find("token -1") == std::string::npos);
+  CHECK(readme.find("A side has no response to compare") != std::string::npos);
 }
