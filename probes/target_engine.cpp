@@ -9,6 +9,7 @@
 // Non-goals: HTTP; a model other than the one file in the spec (variants share the loaded model).
 #include "probes/target_engine.h"
 
+#include "reports/redact.h"
 #include "reports/steps.h"
 
 #include <charconv>
@@ -267,6 +268,9 @@ reports::record engine_target::complete(const gen_request& r) {
   const double t_start = unix_now();
   rec.timings = {{"t_start", t_start}};
   auto finish = [&rec, t_start]() {
+    // A credential field of --request (api_key, Authorization, ...) is never recorded, here as on
+    // an HTTP target (docs/records.md, "Secrets"); the engine has no key of its own to look for.
+    rec.request = reports::redact_json(rec.request, "");
     const double t_end = unix_now();
     rec.timings["t_end"] = t_end;
     rec.timings["latency_ms"] = (t_end - t_start) * 1000.0;

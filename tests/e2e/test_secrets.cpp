@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "serve_util.h"
+#include "synth_util.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -354,4 +355,24 @@ TEST_CASE("secrets: a server echoing the key lower-cased and cut short leaves no
   const std::vector<std::string> found = leaks(tr.texts, {key});
   for (const std::string& f : found) FAIL_CHECK(f);
   CHECK(found.empty());
+}
+
+// The hostile review of issue 47: an engine target recorded --request's credential fields in clear
+// (run.json was redacted; records.jsonl was not).
+TEST_CASE("secrets: an engine target records --request's credential fields as [REDACTED]") {
+  const std::string dir = test::scratch_dir("secrets_engine_request");
+  test::write_file(dir + "/p.txt", "Once upon a time\n");
+  const std::string key = random_key("ENGINEKEY");
+  const test::cmd_result run = test::run_cmd(
+      test::detaudit_bin() + " run --target 'engine:" + test::narrow_model() + "?threads=1' --prompts " + dir +
+      "/p.txt --probe repeat --n-predict 4 --raw --out " + dir + "/run --request " +
+      test::shell_quote(json({{"api_key", key}, {"Authorization", "Bearer " + key}}).dump()));
+  INFO(run.err);
+  REQUIRE(run.exit_code == 0);
+  for (const char* f : {"/run/run.json", "/run/records.jsonl"}) {
+    CAPTURE(f);
+    const std::string text = test::file_text(dir + f);
+    CHECK(text.find("ENGINEKEY") == std::string::npos);
+  }
+  CHECK(test::file_text(dir + "/run/records.jsonl").find("[REDACTED]") != std::string::npos);
 }
