@@ -1,4 +1,7 @@
+#include <charconv>
+#include <filesystem>
 #include <fstream>
+#include <limits>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -37,10 +40,13 @@ struct generate_cmd_options {
 };
 
 std::string read_prompt_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw input_error(path + ": is a folder, not a prompt file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw input_error(path + ": cannot open the prompt file");
   std::stringstream ss;
   ss << in.rdbuf();
+  if (in.bad()) throw input_error(path + ": cannot read the prompt file");
   return ss.str();
 }
 
@@ -120,8 +126,20 @@ void setup_generate(CLI::App& app) {
   sub->add_option("--ubatch", opt->ubatch, "Most tokens evaluated in one forward step (-ub)")->capture_default_str();
   sub->add_option("-c,--ctx-size", opt->ctx_size, "Context length; 0: the model's trained context")->capture_default_str();
   sub->add_option("--temp", s.temp, "Temperature; 0 is greedy (ties go to the lowest token id)")->capture_default_str();
-  sub->add_option("-s,--seed", s.seed, "Seed of the sampler; a seeded request samples the same tokens however it is batched")
-      ->capture_default_str();
+  // As the server reads "seed": 0 to 2^63-1, and -1 is seed 0 (llama.cpp's -1 draws a random one).
+  // Read here, not by CLI11, which takes 99999999999999999999 for the largest int64.
+  sub->add_option_function<std::string>(
+         "-s,--seed",
+         [&s](const std::string& text) {
+           int64_t v = 0;
+           const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+           if (ec != std::errc() || end != text.data() + text.size() || v < -1)
+             throw CLI::ValidationError("-s", "expected an integer from -1 to 9223372036854775807, found '" + text + "'");
+           s.seed = v < 0 ? 0 : static_cast<uint64_t>(v);
+         },
+         "Seed of the sampler, 0 to 2^63-1 (-1: 0, as the server reads it); a seeded request samples the same tokens "
+         "however it is batched (default 0)")
+      ->type_name("N");
   sub->add_option("--top-k", s.top_k, "Keep the K most probable tokens; 0: off")->capture_default_str();
   sub->add_option("--top-p", s.top_p, "Keep the most probable tokens up to this total probability; 1: off")->capture_default_str();
   sub->add_option("--min-p", s.min_p, "Keep tokens at least this fraction as probable as the best; 0: off")->capture_default_str();

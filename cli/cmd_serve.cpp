@@ -143,6 +143,12 @@ void setup_serve(CLI::App& app) {
                   "Largest request body in bytes: a larger Content-Length is 413 before the body is read; a body "
                   "needs a Content-Length (411 without, or chunked)")
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30))->capture_default_str()->type_name("BYTES");
+  sub->add_option_function<size_t>(
+         "--max-body-memory", [opt](size_t mib) { opt->http.max_body_memory = mib << 20; },
+         "MiB of memory the parsed request bodies being handled may take together (a JSON body of many small "
+         "values takes about 20 times its size parsed): a body that would take more than all of it is 413, one "
+         "that does not fit beside the others now 503 (default 1024)")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20))->type_name("MIB");
   sub->add_option("--timeout", opt->http.timeout_s,
                   "Seconds each read of a request body, and each write of an answer, may wait (the connection closes "
                   "after)")

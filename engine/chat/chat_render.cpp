@@ -273,6 +273,17 @@ literal_scan jinja_literal(std::string_view src, size_t from, std::string_view e
   return r;
 }
 
+// What a template may set, at most: a default system message (Qwen 2.5's is 78 bytes), and one
+// line for gpt-oss's identity, reasoning level and knowledge cutoff. A longer text is not what a
+// published template says, and it would be in every prompt: the default is kept.
+constexpr size_t MAX_DEFAULT_SYSTEM_BYTES = 4096;
+constexpr size_t MAX_LINE_BYTES = 512;
+constexpr size_t MAX_CUTOFF_BYTES = 32;
+
+bool one_short_line(std::string_view s) {
+  return s.size() <= MAX_LINE_BYTES && s.find_first_of("\n\r") == std::string_view::npos;
+}
+
 // chat_options_from_template, counting the characters examined in `scanned`. Every search runs
 // once over the text, so a template costs time linear in its size: the default system message's
 // heads are scanned each from where the last scan stopped (a head before that point would read the
@@ -284,7 +295,7 @@ chat_options options_read(std::string_view jinja, size_t& scanned) {
   for (size_t p = jinja.find(head); p != std::string_view::npos; p = jinja.find(head, std::max(p + 1, resume))) {
     scanned += head.size();
     const literal_scan lit = jinja_literal(jinja, p + head.size(), "<|im_end|>", scanned);
-    if (lit.text && !lit.text->empty()) {
+    if (lit.text && !lit.text->empty() && lit.text->size() <= MAX_DEFAULT_SYSTEM_BYTES) {
       opt.default_system = *lit.text;
       break;
     }
@@ -308,13 +319,15 @@ chat_options options_read(std::string_view jinja, size_t& scanned) {
     if (end == std::string_view::npos) return std::nullopt;
     const std::string_view lit = jinja.substr(q + 1, end - q - 1);
     if (lit.find('\\') != std::string_view::npos) return std::nullopt;  // escapes: keep the default
+    if (!one_short_line(lit)) return std::nullopt;
     return std::string(lit);
   };
   if (auto v = quoted_after("set model_identity =")) opt.model_identity = *v;
   if (auto v = quoted_after("set reasoning_effort =")) opt.reasoning_effort = *v;
   if (const size_t p = jinja.find("Knowledge cutoff: "); p != std::string_view::npos) {
     const size_t e = jinja.find_first_of("\\\"'", p);
-    if (e != std::string_view::npos) opt.knowledge_cutoff = std::string(jinja.substr(p + 18, e - p - 18));
+    if (e != std::string_view::npos && e - p - 18 <= MAX_CUTOFF_BYTES && one_short_line(jinja.substr(p + 18, e - p - 18)))
+      opt.knowledge_cutoff = std::string(jinja.substr(p + 18, e - p - 18));
   }
   return opt;
 }

@@ -1,5 +1,6 @@
 #include "runtime/prompt.h"
 
+#include <filesystem>
 #include <limits>
 
 #include "tokenizer/vocab.h"
@@ -36,7 +37,9 @@ std::string generate_render_chat(const model::model& m, const chat_request& req)
 std::vector<int32_t> generate_chat_tokens(const model::model& m, const std::vector<chat::chat_message>& msgs,
                                           const std::string& template_name, bool enable_thinking,
                                           const std::string& reasoning_effort) {
-  const chat::template_family f = chat::chat_resolve_family(template_name, m.chat_template(), m.path());
+  // Named by its file name: a server's 400 says nothing of where its files are (docs/serve-api.md).
+  const chat::template_family f =
+      chat::chat_resolve_family(template_name, m.chat_template(), std::filesystem::path(m.path()).filename().string());
   chat::chat_options opt = chat_options_for(m, enable_thinking);
   if (!reasoning_effort.empty()) opt.reasoning_effort = reasoning_effort;
   return generate_tokenize(m.vocab(), chat::chat_render(f, msgs, /*add_generation_prompt=*/true, opt));

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -21,12 +22,54 @@ namespace detaudit::serve {
 
 using json = nlohmann::json;
 
+// Parsed request bodies held in memory at once. A JSON body of many small values costs about 20
+// times its bytes once parsed ({"x":[{},{},...]} of 8 MiB: about 180 MB), and a handler holds its
+// parsed body until it answers, so with 256 connections the bodies alone could ask for tens of GB.
+// Each body takes its estimated parsed size from the budget (--max-body-memory) for as long as its
+// handler holds it: a body larger than the whole budget is 413, one that does not fit beside the
+// others now is 503 (retry). Thread-safe.
+class body_budget {
+ public:
+  class ticket {
+   public:
+    ticket() = default;
+    ticket(body_budget* b, int64_t n) : b_(b), n_(n) {}
+    ticket(ticket&& o) noexcept : b_(o.b_), n_(o.n_) { o.b_ = nullptr; }
+    ticket& operator=(ticket&& o) noexcept {
+      if (this != &o) {
+        if (b_) b_->give_back(n_);
+        b_ = o.b_;
+        n_ = o.n_;
+        o.b_ = nullptr;
+      }
+      return *this;
+    }
+    ticket(const ticket&) = delete;
+    ~ticket() {
+      if (b_) b_->give_back(n_);
+    }
+
+   private:
+    body_budget* b_ = nullptr;
+    int64_t n_ = 0;
+  };
+  // Takes `bytes` of a budget of `limit`; throws http_error 413 / 503 as above.
+  ticket take(int64_t bytes, int64_t limit);
+  int64_t held() const;
+
+ private:
+  void give_back(int64_t bytes);
+  mutable std::mutex mu_;
+  int64_t held_ = 0;
+};
+
 struct http_state {
   scheduler& sched;
   http_server_params params;
   std::string model_id;     // the model file's name
   std::string fingerprint;  // system_fingerprint
   std::atomic<int64_t> next_id{1};
+  body_budget bodies;
 };
 
 // ---- http_json.cpp ----
@@ -50,16 +93,26 @@ std::string text_quote(std::string_view s);
 
 // The deepest nesting of arrays and objects a request body may have.
 inline constexpr int MAX_BODY_DEPTH = 64;
-// The request body as a JSON object, whatever its Content-Type. Throws http_error 400 for
-// malformed JSON, nesting deeper than MAX_BODY_DEPTH, or a non-object.
-json body_parse(const httplib::Request& req);
+// The request body as a JSON object, whatever its Content-Type, with its share of st.bodies, held
+// as long as the parsed_body lives. Throws http_error 400 for malformed JSON, nesting deeper than
+// MAX_BODY_DEPTH, or a non-object; 413 / 503 from body_budget::take.
+struct parsed_body {
+  json j;
+  body_budget::ticket t;
+};
+parsed_body body_parse(body_budget& budget, size_t limit, const httplib::Request& req);
+inline parsed_body body_parse(http_state& st, const httplib::Request& req) {
+  return body_parse(st.bodies, st.params.max_body_memory, req);
+}
 // Field readers: the default when the key is absent or null; http_error 400 naming the key when
 // the value has the wrong type or lies outside [lo, hi].
 int64_t field_int(const json& b, const char* key, int64_t dflt, int64_t lo, int64_t hi);
 double field_number(const json& b, const char* key, double dflt);
 bool field_bool(const json& b, const char* key, bool dflt);
 std::string field_string(const json& b, const char* key, const std::string& dflt);
-// A string or an array of strings.
+// A string or an array of strings: at most MAX_STOP_STRINGS, each 1 to MAX_STOP_BYTES bytes.
+inline constexpr size_t MAX_STOP_STRINGS = 64;
+inline constexpr size_t MAX_STOP_BYTES = 128;
 std::vector<std::string> field_stop(const json& b, const char* key);
 // Token ids: a string (tokenized as a plain prompt), an array of ids, or a one-element array
 // holding either. Ids are checked against the vocabulary.

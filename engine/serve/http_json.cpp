@@ -24,9 +24,16 @@ const char* error_type(int status) {
   throw http_error(400, std::string("field '") + key + "': expected " + expected + ", found " + value_quote(v));
 }
 
-// True when arrays and objects in `text` nest deeper than `max_depth` (brackets inside strings do
-// not count). Linear, no recursion: it runs before the parser.
-bool nesting_exceeds(std::string_view text, int max_depth) {
+// One pass over a body before the parser (linear, no recursion; brackets and commas inside strings
+// do not count): whether its arrays and objects nest deeper than `max_depth`, and how many JSON
+// values it holds, at most (each ',', '[', '{' and ':' starts one).
+struct body_shape {
+  bool too_deep = false;
+  int64_t values = 1;
+};
+
+body_shape body_scan(std::string_view text, int max_depth) {
+  body_shape out;
   int depth = 0;
   bool in_string = false, escaped = false;
   for (const char c : text) {
@@ -37,12 +44,15 @@ bool nesting_exceeds(std::string_view text, int max_depth) {
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return true;
+      ++out.values;
+      if (++depth > max_depth) out.too_deep = true;
     } else if (c == ']' || c == '}') {
       --depth;
+    } else if (c == ',' || c == ':') {
+      ++out.values;
     }
   }
-  return false;
+  return out;
 }
 
 }  // namespace
@@ -78,15 +88,42 @@ void error_send(httplib::Response& res, int status, const std::string& message) 
 
 std::string sse_event(const json& j) { return "data: " + json_text(j) + "\n\n"; }
 
-json body_parse(const httplib::Request& req) {
-  if (nesting_exceeds(req.body, MAX_BODY_DEPTH))
+body_budget::ticket body_budget::take(int64_t bytes, int64_t limit) {
+  const auto mib = [](int64_t n) { return std::to_string((n + (1 << 20) - 1) >> 20) + " MiB"; };
+  if (bytes > limit)
+    throw http_error(413, "request body: parsed, it would take about " + mib(bytes) + " of memory, more than the " + mib(limit) +
+                              " the server holds for request bodies (--max-body-memory)");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (held_ + bytes > limit)
+    throw http_error(503, "server busy: the request bodies being handled hold " + mib(held_) + " of the " + mib(limit) +
+                              " allowed (--max-body-memory), and this one needs about " + mib(bytes) + "; retry later");
+  held_ += bytes;
+  return ticket(this, bytes);
+}
+
+int64_t body_budget::held() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return held_;
+}
+
+void body_budget::give_back(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  held_ -= bytes;
+}
+
+parsed_body body_parse(body_budget& budget, size_t limit, const httplib::Request& req) {
+  const body_shape shape = body_scan(req.body, MAX_BODY_DEPTH);
+  if (shape.too_deep)
     throw http_error(400, "request body: arrays and objects nested deeper than " + std::to_string(MAX_BODY_DEPTH) + " levels");
-  json b = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (b.is_discarded())
+  parsed_body out;
+  // Its parsed size, charged before parsing: its bytes twice, and 80 bytes for each JSON value.
+  out.t = budget.take(2 * static_cast<int64_t>(req.body.size()) + 80 * shape.values, static_cast<int64_t>(limit));
+  out.j = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (out.j.is_discarded())
     throw http_error(400, "request body: not valid JSON (the body is one JSON object, whatever its Content-Type; form fields "
                           "are not accepted)");
-  if (!b.is_object()) throw http_error(400, std::string("request body: expected a JSON object, found ") + b.type_name());
-  return b;
+  if (!out.j.is_object()) throw http_error(400, std::string("request body: expected a JSON object, found ") + out.j.type_name());
+  return out;
 }
 
 int64_t field_int(const json& b, const char* key, int64_t dflt, int64_t lo, int64_t hi) {
@@ -139,8 +176,17 @@ std::vector<std::string> field_stop(const json& b, const char* key) {
   } else {
     field_fail(key, "a string or an array of strings", *it);
   }
-  for (const std::string& s : out)
+  // Every generated token is checked against every stop string on the scheduler thread all
+  // requests share: their number and length are bounded (OpenAI takes 4).
+  if (out.size() > MAX_STOP_STRINGS)
+    throw http_error(400, std::string("field '") + key + "': " + std::to_string(out.size()) + " stop strings, more than the " +
+                              std::to_string(MAX_STOP_STRINGS) + " accepted");
+  for (const std::string& s : out) {
     if (s.empty()) throw http_error(400, std::string("field '") + key + "': empty stop string");
+    if (s.size() > MAX_STOP_BYTES)
+      throw http_error(400, std::string("field '") + key + "': a stop string of " + std::to_string(s.size()) + " bytes, more than the " +
+                                std::to_string(MAX_STOP_BYTES) + " accepted: " + text_quote(s));
+  }
   return out;
 }
 
@@ -313,7 +359,9 @@ void samplers_check(const json& b) {
 void message_tools_refuse(const json& m, size_t i) {
   for (const char* key : {"tool_calls", "function_call", "tool_call_id"}) {
     auto it = m.find(key);
-    if (it == m.end() || it->is_null() || ((it->is_array() || it->is_object() || it->is_string()) && it->empty())) continue;
+    const bool empty = it == m.end() || it->is_null() || ((it->is_array() || it->is_object()) && it->empty()) ||
+                       (it->is_string() && it->get_ref<const std::string&>().empty());
+    if (empty) continue;
     throw http_error(400, "field 'messages[" + std::to_string(i) + "]." + key +
                               "' is not supported: detaudit serve renders no tool calls (the message would be sent without it)");
   }

@@ -93,7 +93,8 @@ json completion_json(const http_state& st, const llamacpp_options& o, const requ
 }
 
 void handle_completion(http_state& st, const httplib::Request& req, httplib::Response& res) {
-  const json b = body_parse(req);
+  const parsed_body body = body_parse(st, req);
+  const json& b = body.j;
   llamacpp_options o;
   request r = completion_parse(st, b, o);
   if (!o.stream) {
@@ -115,7 +116,8 @@ void handle_completion(http_state& st, const httplib::Request& req, httplib::Res
 }
 
 void handle_tokenize(http_state& st, const httplib::Request& req, httplib::Response& res) {
-  const json b = body_parse(req);
+  const parsed_body body = body_parse(st, req);
+  const json& b = body.j;
   const std::string content = field_string(b, "content", "");
   const bool add_special = field_bool(b, "add_special", false);
   const bool with_pieces = field_bool(b, "with_pieces", false);
@@ -134,7 +136,8 @@ void handle_tokenize(http_state& st, const httplib::Request& req, httplib::Respo
 }
 
 void handle_detokenize(http_state& st, const httplib::Request& req, httplib::Response& res) {
-  const json b = body_parse(req);
+  const parsed_body body = body_parse(st, req);
+  const json& b = body.j;
   auto it = b.find("tokens");
   std::vector<int32_t> ids;
   if (it != b.end() && !it->is_null()) {
@@ -191,7 +194,8 @@ void handle_slot_action(http_state& st, const httplib::Request& req, httplib::Re
   const int64_t id = id_text.size() > 9 ? INT64_MAX : std::stoll(id_text);
   if (id >= st.sched.params().n_slots) throw http_error(404, "slot " + std::to_string(id) + " does not exist");
   const std::string action = req.get_param_value("action");
-  const json b = req.body.empty() ? json::object() : body_parse(req);
+  const parsed_body body = req.body.empty() ? parsed_body{json::object(), {}} : body_parse(st, req);
+  const json& b = body.j;
   const int slot = static_cast<int>(id);
   const auto t0 = std::chrono::steady_clock::now();
   json out = {{"id_slot", slot}};

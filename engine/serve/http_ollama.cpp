@@ -143,7 +143,8 @@ void respond(http_state& st, request r, const ollama_options& o, httplib::Respon
 }
 
 void handle_generate(http_state& st, const httplib::Request& req, httplib::Response& res) {
-  const json b = body_parse(req);
+  const parsed_body body = body_parse(st, req);
+  const json& b = body.j;
   ollama_options o;
   o.kind = OLLAMA_GENERATE;
   request r = common_parse(st, b, o);
@@ -168,7 +169,8 @@ void handle_generate(http_state& st, const httplib::Request& req, httplib::Respo
 }
 
 void handle_chat(http_state& st, const httplib::Request& req, httplib::Response& res) {
-  const json b = body_parse(req);
+  const parsed_body body = body_parse(st, req);
+  const json& b = body.j;
   ollama_options o;
   o.kind = OLLAMA_CHAT;
   request r = common_parse(st, b, o);

@@ -149,7 +149,8 @@ void respond(http_state& st, request r, const openai_options& o, httplib::Respon
 }
 
 void handle_completions(http_state& st, const httplib::Request& req, httplib::Response& res) {
-  const json b = body_parse(req);
+  const parsed_body body = body_parse(st, req);
+  const json& b = body.j;
   openai_options o;
   o.kind = API_COMPLETION;
   o.id = "cmpl-" + std::to_string(st.next_id++);
@@ -169,7 +170,9 @@ std::string message_content(const json& m, size_t i) {
   if (!it->is_array()) throw http_error(400, where + ": expected a string or an array of text parts");
   std::string text;
   for (const json& part : *it) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+    const auto type = part.is_object() ? part.find("type") : part.end();
+    if (!part.is_object() || type == part.end() || !type->is_string() || *type != "text" || !part.contains("text") ||
+        !part["text"].is_string())
       throw http_error(400, where + ": only {\"type\": \"text\", \"text\": ...} parts are supported");
     text += part["text"].get<std::string>();
   }
@@ -196,27 +199,40 @@ std::vector<int32_t> chat_prompt(const http_state& st, const json& b) {
   }
   bool thinking = true;
   std::string effort;
-  if (auto k = b.find("chat_template_kwargs"); k != b.end() && k->is_object()) {
-    thinking = field_bool(*k, "enable_thinking", true);
-    // gpt-oss's reasoning level, passed to its template as llama-server passes it
-    if (auto e = k->find("reasoning_effort"); e != k->end()) {
-      if (!e->is_string() || e->get<std::string>().empty() || e->get<std::string>().size() > 64 ||
-          e->get<std::string>().find_first_of("\n\r") != std::string::npos)
-        throw http_error(400, "field 'chat_template_kwargs.reasoning_effort': expected a one-line string of 1 to 64 bytes "
-                              "(low, medium or high)");
-      effort = e->get<std::string>();
+  // gpt-oss's reasoning level, passed to its template as llama-server passes it: from
+  // chat_template_kwargs, else OpenAI's own top-level reasoning_effort.
+  const auto effort_read = [&effort](const json& v, const char* name) {
+    if (!v.is_string() || v.get_ref<const std::string&>().empty() || v.get_ref<const std::string&>().size() > 64 ||
+        v.get_ref<const std::string&>().find_first_of("\n\r") != std::string::npos)
+      throw http_error(400, std::string("field '") + name + "': expected a one-line string of 1 to 64 bytes (low, medium or high)");
+    effort = v.get<std::string>();
+  };
+  if (auto k = b.find("chat_template_kwargs"); k != b.end() && !k->is_null()) {
+    if (!k->is_object()) throw http_error(400, "field 'chat_template_kwargs': expected an object, found " + value_quote(*k));
+    if (auto t = k->find("enable_thinking"); t != k->end() && !t->is_null()) {
+      if (!t->is_boolean())
+        throw http_error(400, "field 'chat_template_kwargs.enable_thinking': expected true or false, found " + value_quote(*t));
+      thinking = t->get<bool>();
     }
+    if (auto e = k->find("reasoning_effort"); e != k->end()) effort_read(*e, "chat_template_kwargs.reasoning_effort");
   }
+  if (auto e = b.find("reasoning_effort"); effort.empty() && e != b.end() && !e->is_null()) effort_read(*e, "reasoning_effort");
   return runtime::generate_chat_tokens(st.sched.model(), msgs, st.params.chat_template, thinking, effort);
 }
 
 void handle_chat(http_state& st, const httplib::Request& req, httplib::Response& res) {
-  const json b = body_parse(req);
+  const parsed_body body = body_parse(st, req);
+  const json& b = body.j;
   openai_options o;
   o.kind = API_CHAT;
   o.id = "chatcmpl-" + std::to_string(st.next_id++);
-  request r = common_parse(st, b, o, b.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens");
-  if (field_bool(b, "logprobs", false)) o.n_logprobs = static_cast<int>(field_int(b, "top_logprobs", 0, 0, 20));
+  // max_completion_tokens where it is given (not null), else max_tokens; both are checked, and a
+  // null is absent (clients that serialise unset fields send one beside the key they set).
+  const auto given = [&b](const char* k) { return b.contains(k) && !b[k].is_null(); };
+  (void)field_n_predict(st, b, "max_tokens", -1);
+  request r = common_parse(st, b, o, given("max_completion_tokens") ? "max_completion_tokens" : "max_tokens");
+  const int top_logprobs = static_cast<int>(field_int(b, "top_logprobs", 0, 0, 20));  // checked even unused
+  if (field_bool(b, "logprobs", false)) o.n_logprobs = top_logprobs;
   r.n_probs = std::max(o.n_logprobs, o.n_logprobs >= 0 ? 1 : 0);
   r.prompt = chat_prompt(st, b);
   respond(st, std::move(r), o, res);

@@ -128,7 +128,7 @@ void completion_stream(http_state& st, request r, stream_format fmt, httplib::Re
 struct http_server::impl {
   http_state st;
   conn_server srv;
-  impl(scheduler& s, const http_server_params& p) : st{s, p, {}, {}, {1}}, srv(conn_params_of(p)) {}
+  impl(scheduler& s, const http_server_params& p) : st{s, p, {}, {}, {1}, {}}, srv(conn_params_of(p)) {}
 
   static conn_params conn_params_of(const http_server_params& p) {
     conn_params c;

@@ -28,6 +28,7 @@ struct http_server_params {
   int port = 8080;                              // 0: any free port (bind() returns it)
   std::string api_key;                          // "" = no key; else every route but /health needs it
   size_t max_body = 8u << 20;                   // --max-body: larger request bodies get 413
+  size_t max_body_memory = size_t{1} << 30;     // --max-body-memory: parsed bodies held at once (http_handlers.h)
   int timeout_s = 600;                          // socket read / write timeout
   int header_timeout_s = 5;                     // --header-timeout: a whole request head from its first byte; idle
   int max_connections = 256;                    // --max-connections: open at once (503 beyond)

@@ -119,6 +119,9 @@ TEST_CASE("generate: usage and input errors exit 2 with one line") {
       "-p x --stop ''",
       "-p x --temp 1 --repeat-penalty 1e-45",  // would turn a logit into inf (issue 47.1)
       "-p x --presence-penalty -3e38",
+      "-f /etc",                       // a folder, not a prompt file (it gave an empty prompt)
+      "-p x -s 99999999999999999999",  // past the server's range (it was clamped)
+      "-p x -s -2",
   };
   for (const std::string& args : bad) {
     CAPTURE(args);
@@ -275,4 +278,18 @@ TEST_CASE("generate: --trace-hashes names the first position and layer where two
   while (i < f1.size() && f1[i] == f2[i]) ++i;
   const size_t line = f1.rfind('\n', i) + 1;
   CHECK(f1.compare(line, 6, "trace ") == 0);
+}
+
+// A seed means the same on the command line as in a request to detaudit serve: -1 is seed 0 on
+// both (it was 2^64-1 here), so `generate -s -1` and a request with "seed": -1 sample alike.
+TEST_CASE("generate: --seed -1 is seed 0, as the server reads it") {
+  const std::string common = " generate -m " + stories() + " -p 'Once upon a time' -n 12 --temp 3 --min-p 0 --top-k 0 --top-p 1";
+  const auto minus_one = run_cmd(bin() + common + " -s -1");
+  const auto zero = run_cmd(bin() + common + " -s 0");
+  const auto seven = run_cmd(bin() + common + " -s 7");
+  REQUIRE(minus_one.exit_code == 0);
+  REQUIRE(zero.exit_code == 0);
+  REQUIRE(seven.exit_code == 0);
+  CHECK(minus_one.out == zero.out);
+  CHECK(seven.out != zero.out);  // the seed is used at all
 }

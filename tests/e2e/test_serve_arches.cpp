@@ -89,11 +89,14 @@ TEST_CASE("serve arches: gemma2 with its template renders model turns on /v1/cha
   CHECK(srv.stop() == 0);
 }
 
+// The template is Gemma 2's, which raises on a system message: llama-server merges the system text
+// into the first user message, joined by one newline (tests/data/llamacpp-2026-08/chat-renders.json,
+// gemma/system-user), and so does detaudit serve.
 TEST_CASE("serve arches: gemma3 puts the system text in the first user turn, as /completion answers that text") {
   const std::string path = synth_with_template(model::ARCH_GEMMA3, GEMMA2_JINJA);
   test::serve_child srv({"-np", "2", "-c", "512"}, path);
   const json messages = {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}};
-  const char* rendered = "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n";
+  const char* rendered = "<start_of_turn>user\nBe brief.\nHi<end_of_turn>\n<start_of_turn>model\n";
   const json plain = test::post_json(srv.port, "/completion", {{"prompt", rendered}, {"n_predict", 12}, {"temperature", 0}});
   const json chat = test::post_json(srv.port, "/v1/chat/completions", {{"messages", messages}, {"max_tokens", 12}, {"temperature", 0}});
   REQUIRE(chat.contains("choices"));

@@ -4,10 +4,13 @@
 // damaged file, the Bearer scheme in any case and form-encoded bodies.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include "serve_util.h"
@@ -288,13 +291,111 @@ TEST_CASE("serve_hostile: a message's tool_calls, function_call or tool_call_id 
   }
   // Empty or null tool fields, as clients send them, render the conversation as before.
   json msgs = json::array({{{"role", "user"}, {"content", "Hi"}},
-                           {{"role", "assistant"}, {"content", "Hello"}, {"tool_calls", json::array()}, {"function_call", nullptr}},
+                           {{"role", "assistant"}, {"content", "Hello"}, {"tool_calls", json::array()}, {"function_call", nullptr},
+                            {"tool_call_id", ""}},
                            {{"role", "user"}, {"content", "Go"}}});
   const json a = test::post_json(port, "/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 2}, {"temperature", 0}});
   msgs[1].erase("tool_calls");
   msgs[1].erase("function_call");
+  msgs[1].erase("tool_call_id");
   const json b = test::post_json(port, "/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 2}, {"temperature", 0}});
   CHECK(a["usage"]["prompt_tokens"] == b["usage"]["prompt_tokens"]);
   CHECK(a["choices"][0]["message"]["content"] == b["choices"][0]["message"]["content"]);
+  CHECK(srv.stop() == 0);
+}
+
+// The hostile review of issue 47: max_tokens was ignored beside "max_completion_tokens": null (471
+// tokens for 3), fields went unchecked when another one made them unused, a content part's
+// numeric type gave a parser message naming no field, and a million stop strings held the
+// scheduler thread every request shares for 25 s.
+TEST_CASE("serve_hostile: max_tokens beside a null max_completion_tokens, unused fields checked, stop strings bounded") {
+  test::serve_child srv({"-np", "1", "-c", "512", "--chat-template", "chatml"});
+  const int port = srv.port;
+  const json msgs = user_chat("Once upon a time");
+  const json a = test::post_json(port, "/v1/chat/completions",
+                                 {{"messages", msgs}, {"max_tokens", 3}, {"max_completion_tokens", nullptr}, {"temperature", 0}});
+  CHECK(a["usage"]["completion_tokens"] == 3);
+  const json c = test::post_json(port, "/v1/chat/completions",
+                                 {{"messages", msgs}, {"max_tokens", 9}, {"max_completion_tokens", 2}, {"temperature", 0}});
+  CHECK(c["usage"]["completion_tokens"] == 2);
+  expect_400(port, "/v1/chat/completions", json{{"messages", msgs}, {"max_tokens", "x"}, {"max_completion_tokens", 2}}.dump(), "max_tokens");
+  expect_400(port, "/v1/chat/completions", json{{"messages", msgs}, {"top_logprobs", "x"}, {"max_tokens", 2}}.dump(), "top_logprobs");
+  expect_400(port, "/v1/chat/completions", json{{"messages", msgs}, {"top_logprobs", 500}, {"max_tokens", 2}}.dump(), "top_logprobs");
+  expect_400(port, "/v1/chat/completions", json{{"messages", msgs}, {"chat_template_kwargs", "x"}, {"max_tokens", 2}}.dump(),
+             "chat_template_kwargs");
+  expect_400(port, "/v1/chat/completions",
+             json{{"messages", msgs}, {"chat_template_kwargs", {{"enable_thinking", "no"}}}, {"max_tokens", 2}}.dump(),
+             "chat_template_kwargs.enable_thinking");
+  expect_400(port, "/v1/chat/completions", json{{"messages", msgs}, {"reasoning_effort", 5}, {"max_tokens", 2}}.dump(), "reasoning_effort");
+  const json part = json::array({{{"role", "user"}, {"content", json::array({{{"type", 5}, {"text", "a"}}})}}});
+  expect_400(port, "/v1/chat/completions", json{{"messages", part}, {"max_tokens", 2}}.dump(), "messages[0].content");
+
+  json many = json::array();
+  for (int i = 0; i < 65; ++i) many.push_back("s" + std::to_string(i));
+  for (const char* path : {"/completion", "/v1/completions"}) {
+    CAPTURE(path);
+    expect_400(port, path, json{{"prompt", "a"}, {"stop", many}, {"max_tokens", 2}, {"n_predict", 2}}.dump(), "stop");
+    expect_400(port, path, json{{"prompt", "a"}, {"stop", std::string(129, 'x')}, {"max_tokens", 2}, {"n_predict", 2}}.dump(), "stop");
+  }
+  many.erase(many.size() - 1);  // 64: accepted
+  const json ok = test::post_json(port, "/completion", {{"prompt", "Once"}, {"stop", many}, {"n_predict", 3}});
+  CHECK(ok.contains("content"));
+  CHECK(srv.stop() == 0);
+}
+
+// The hostile review of issue 47: a legal 8 MiB body of [{},{},...] takes about 180 MB parsed, and
+// a handler holds it until it answers; 48 of them at once took 8.8 GB. Parsed bodies share
+// --max-body-memory: one larger than all of it is 413, one that does not fit beside those being
+// handled is 503, and the server goes on.
+TEST_CASE("serve_hostile: parsed request bodies share --max-body-memory: 413 alone, 503 beside others") {
+  test::serve_child srv({"-np", "1", "--queue", "1", "-c", "65536", "--max-body-memory", "16"});
+  const int port = srv.port;
+  const auto padded = [](size_t n_values, int n_predict) {
+    std::string pad = "[";
+    for (size_t i = 0; i < n_values; ++i) pad += i ? ",{}" : "{}";
+    pad += "]";
+    return "{\"prompt\": \"Once upon a time\", \"n_predict\": " + std::to_string(n_predict) + ", \"x\": " + pad + "}";
+  };
+  // 300,000 values: charged about 46 MiB (each "{}" and its comma), more than all 16.
+  {
+    const auto [status, j] = post_raw(port, "/completion", padded(300000, 2));
+    CHECK(status == 413);
+    REQUIRE(test::is_error_object(j, 413));
+    CHECK(j["error"]["message"].get<std::string>().find("--max-body-memory") != std::string::npos);
+  }
+  // 60,000 values (about 9.5 MiB) fit alone. A streamed generation that would run for hours holds
+  // the one slot; a padded body then waits in the queue, its handler holding its share; a second
+  // padded body does not fit beside it (503). When the stream's client leaves, the queued one runs.
+  const int holder = test::connect_loopback(port);
+  const std::string long_body = json{{"prompt", "Once upon a time"}, {"n_predict", -1}, {"stream", true}}.dump();
+  REQUIRE(test::raw_send(holder, "POST /completion HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
+                                     std::to_string(long_body.size()) + "\r\n\r\n" + long_body));
+  REQUIRE(test::wait_until(30, [&] { return test::metric_of(port, "requests_active") == 1; }));
+  int queued_status = 0;  // set by the thread (no doctest assertion off the main thread)
+  const std::string queued_body = padded(60000, 2);
+  std::thread t([&] {
+    auto c = test::http_client(port);
+    const auto r = c.Post("/completion", queued_body, "application/json");
+    queued_status = r ? r->status : -1;
+  });
+  struct joiner {  // a failed REQUIRE below must not leave the thread unjoined (std::terminate)
+    std::thread& t;
+    int fd;
+    ~joiner() {
+      if (t.joinable()) {
+        ::close(fd);
+        t.join();
+      }
+    }
+  } join_guard{t, holder};
+  REQUIRE(test::wait_until(30, [&] { return test::metric_of(port, "requests_waiting") == 1; }));
+  const auto [status2, j2] = post_raw(port, "/completion", padded(60000, 2));
+  CHECK(status2 == 503);
+  if (status2 == 503) CHECK(j2["error"]["message"].get<std::string>().find("server busy") != std::string::npos);
+  ::close(holder);  // the stream's client leaves: its generation is cancelled, the queued request runs
+  t.join();
+  CHECK(queued_status == 200);
+  // With both answered, the same body fits again.
+  CHECK(post_raw(port, "/completion", padded(60000, 2)).first == 200);
   CHECK(srv.stop() == 0);
 }

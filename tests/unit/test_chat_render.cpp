@@ -254,3 +254,20 @@ TEST_CASE("chat: a template is read in linear time, and one past the cap is refu
   }
   CHECK(chat_choose_family("chatml", b, "big.gguf").family == TEMPLATE_CHATML);
 }
+
+// The hostile review of issue 47: a template's "Knowledge cutoff: " or default system message ran
+// to the next quote or end marker, 900 KB long, and every chat prompt then held it.
+TEST_CASE("chat: what a template sets is bounded: a long or multi-line value keeps the default") {
+  const chat_options dflt;
+  const std::string long_cutoff = "{{- \"Knowledge cutoff: " + std::string(900 * 1000, 'x') + "\\n\" }}";
+  CHECK(chat_options_from_template(long_cutoff).knowledge_cutoff == dflt.knowledge_cutoff);
+  CHECK(chat_options_from_template("{{- \"Knowledge cutoff: 2025-01\\n\" }}").knowledge_cutoff == "2025-01");
+  CHECK(chat_options_from_template("{{- \"Knowledge cutoff: 2025\n-01\" }}").knowledge_cutoff == dflt.knowledge_cutoff);
+  const std::string long_system = "<|im_start|>system\\n" + std::string(5000, 'y') + "<|im_end|>";
+  CHECK(chat_options_from_template(long_system).default_system.empty());
+  CHECK(chat_options_from_template("<|im_start|>system\\n" + std::string(4000, 'y') + "<|im_end|>").default_system ==
+        std::string(4000, 'y'));
+  const std::string long_identity = "{%- set model_identity = \"" + std::string(600, 'z') + "\" %}";
+  CHECK(chat_options_from_template(long_identity).model_identity == dflt.model_identity);
+  CHECK(chat_options_from_template("{%- set reasoning_effort = \"high\" %}").reasoning_effort == "high");
+}

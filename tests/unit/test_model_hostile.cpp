@@ -4,6 +4,8 @@
 // allocates is refused, or loads and runs within the engine's own cap.
 #include <doctest/doctest.h>
 
+#include <filesystem>
+
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -261,6 +263,15 @@ TEST_CASE("model_hostile: a 2 MB chat template loads, is not read, and chat with
   CHECK_THROWS_WITH_AS(runtime::generate_chat_tokens(*m, {{"user", "Hi"}}, "", true, ""),
                        doctest::Contains("chat template is 2000023 bytes, more than the 1048576 detaudit reads"), input_error);
   CHECK_FALSE(runtime::generate_chat_tokens(*m, {{"user", "Hi"}}, "chatml", true, "").empty());
+  // The message names the file, not where it lives: a server sends it to its clients.
+  try {
+    runtime::generate_chat_tokens(*m, {{"user", "Hi"}}, "", true, "");
+    FAIL("expected an input_error");
+  } catch (const input_error& e) {
+    const std::string msg = e.what();
+    CHECK(msg.rfind(std::filesystem::path(big).filename().string() + ": chat template is", 0) == 0);
+    CHECK(msg.find('/') == std::string::npos);
+  }
 }
 
 // Numbers that passed the loader and failed later (inf or 0 inside RoPE or RMSNorm, a server
