@@ -22,19 +22,6 @@ using inl::scale_pow2;
 using inl::SIGN_BIT;
 using inl::two_prod;
 
-// 1/sqrt(m) for m in [1, 4): a bit-trick seed, four Newton steps y*(1.5 - (h*y)*y) with
-// h = m/2, and one step with the exact residual 1 - m*y*y: y + y*(e/2).
-float rsqrt_unit(float m) {
-  float y = bits_f(0x5F3759DFu - (f_bits(m) >> 1));
-  const float h = 0.5f * m;
-  for (int i = 0; i < 4; ++i) y = y * (1.5f - (h * y) * y);
-  float s, sl, p, pl;
-  two_prod(y, y, &s, &sl);
-  two_prod(m, s, &p, &pl);
-  const float e = ((1.0f - p) - pl) - m * sl;
-  return y + y * (0.5f * e);
-}
-
 }  // namespace
 
 float exp_f32(float x) { return inl::exp(x); }
@@ -76,22 +63,7 @@ float log_f32(float x) {
 
 float recip_f32(float x) { return inl::recip(x); }
 
-float rsqrt_f32(float x) {
-  x = flush(x);
-  if (x != x) return x;
-  const uint32_t b = f_bits(x);
-  const uint32_t ex = (b & EXP_MASK) >> 23;
-  if (ex == 0) return bits_f((b & SIGN_BIT) | EXP_MASK);  // 1/sqrt(+-0) = +-inf
-  if (b & SIGN_BIT) return bits_f(0x7fc00000u);
-  if (ex == 255) return 0.0f;
-  int e = static_cast<int>(ex) - 127;
-  float m = bits_f((b & FRAC_MASK) | 0x3f800000u);  // [1, 2)
-  if (e & 1) {
-    m = m + m;  // [2, 4)
-    e -= 1;
-  }
-  return rsqrt_unit(m) * pow2_f32(-e / 2);  // -e/2 in [-63, 63]: exact, normal
-}
+float rsqrt_f32(float x) { return inl::rsqrt(x); }
 
 float silu_f32(float x) { return inl::silu(x); }
 

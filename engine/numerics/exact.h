@@ -14,15 +14,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "numerics/contract.h"
+
 namespace detaudit::numerics {
 
-// The version of docs/precision-contract.md this header implements; run records and `generate
-// --json` carry it, so outputs of two contract versions are never taken for comparable.
-constexpr const char* PRECISION_CONTRACT_VERSION = "1";
-
-constexpr int QBLOCK = 32;           // elements per activation / KV block
-constexpr int EXP_ZERO = -32768;     // exponent recorded for an all-zero block
-constexpr int QMAX = 32767;          // int16 block values lie in [-QMAX, QMAX]
+// PRECISION_CONTRACT_VERSION, QBLOCK, EXP_ZERO, QMAX and the grids' bit widths: contract.h.
 
 // ---- integer helpers ----
 

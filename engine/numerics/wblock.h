@@ -58,8 +58,8 @@ double wblock_value(const wblock& w, int i);
 
 // ---- the exact dot product (docs/precision-contract.md, "matmul") ----
 
-constexpr int DOT_TERM_BITS = 44;  // every block term T satisfies |T| < 2^44 (proved per type)
-constexpr int ACC_BITS = 62;       // the int64 accumulator's sum stays below 2^62
+// DOT_TERM_BITS (every block term T satisfies |T| < 2^44, proved per type) and ACC_BITS (the
+// int64 accumulator's sum stays below 2^62): contract.h.
 
 // The two integer terms of activation block (a, e_a) against weight block w:
 //   t1 = d_mant * (scale[0] * sum_{i<16} q_i a_i + scale[1] * sum_{i>=16} q_i a_i)  at 2^p1

@@ -26,8 +26,8 @@ namespace {
 
 constexpr int SCORE_SHIFT_CONST = numerics::ACC_BITS - numerics::DOT_TERM_BITS;  // 18
 constexpr uint32_t EXP_MASK = 0x7f800000u;
-constexpr int WEIGHT_BITS = 30;  // softmax weights on a 2^-30 grid (attention_ref.cpp)
-constexpr int VALUE_BITS = 15;   // |v| <= 32767 < 2^15
+constexpr int WEIGHT_BITS = numerics::ATT_WEIGHT_BITS;
+constexpr int VALUE_BITS = numerics::ATT_VALUE_BITS;
 
 // sum_i a_i b_i over one block (|sum| < 2^35).
 inline int64_t dot_block(const int16_t* a, const int16_t* b) {

@@ -176,7 +176,7 @@ void rms_norm_f32_cpu(isa i, const float* x, const float* w, int64_t n, float ep
   }
   float ss = 0.0f;
   if (field != 0) {
-    const int32_t g = 2 * (static_cast<int32_t>(field) - 150) + 48 + numerics::ceil_log2(n) - 62;
+    const int32_t g = 2 * (static_cast<int32_t>(field) - 150) + numerics::SQUARE_BITS + numerics::ceil_log2(n) - numerics::ACC_BITS;
     ss = numerics::fixed_to_f32(sum_squares(i, x, n, g), g);
   }
   const float inv_n = static_cast<float>(1.0 / static_cast<double>(n));

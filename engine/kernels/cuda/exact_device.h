@@ -1,11 +1,15 @@
-// The per-thread arithmetic of the CUDA backend, written once for the device and the host.
+// The CUDA backend's per-thread arithmetic, written once for the device and the host.
 //
-// Goals: every function here is the bit-exact twin of its numerics/ or kernels/ref counterpart
-// (docs/precision-contract.md): the .cu kernels only map threads to these functions and sum their
-// integer results, and tests/unit/test_kernels_cuda_portable.cpp calls the same functions on the
-// host (compiled by the ordinary C++ compiler) and compares them with kernels/ref by memcmp.
-// Device intrinsics (__clzll, __float_as_uint, __fmul_rn, __dp4a and the PTX dp4a.s32.u32, ...)
-// have host twins below, so the code around them is tested on the host too.
+// Goals: the .cu kernels only map threads to these functions and sum their integer results. The
+// contract's arithmetic itself (flush, exp, 1/x, 1/sqrt(x), silu, the fixed-point conversions,
+// activation quantization) is numerics/exact_inline.h's, the same lines numerics and the CPU
+// kernels run, and the constants are numerics/contract.h's; this header adds the per-op pieces
+// (RMS norm, RoPE, the weight-block decode, the exact dot product, attention), each the bit-exact
+// twin of its numerics/ or kernels/ref counterpart (docs/precision-contract.md).
+// tests/unit/test_kernels_cuda_portable.cpp calls these functions on the host (compiled by the
+// ordinary C++ compiler) and compares them with kernels/ref by memcmp. Device intrinsics (__clzll,
+// __float_as_uint, __fmul_rn, __dp4a and the PTX dp4a.s32.u32, ...) have host twins, so the code
+// around them is tested on the host too.
 // Non-goals: input validation. Callers guarantee finite inputs where the reference would throw
 // (the device checks them on the host before a call) and valid shapes; nothing here throws.
 //
@@ -18,245 +22,55 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define DETAUDIT_HD __host__ __device__ __forceinline__
-#else
-#define DETAUDIT_HD inline
-#endif
+#include "gguf/dtype.h"
+#include "numerics/contract.h"
+#include "numerics/exact_inline.h"
 
 namespace detaudit::kernels::cuda::xd {
 
-constexpr int QBLOCK = 32;
-constexpr int EXP_ZERO = -32768;
-constexpr int QMAX = 32767;
-constexpr int DOT_TERM_BITS = 44;
-constexpr int ACC_BITS = 62;
-constexpr int ATT_WEIGHT_BITS = 30;
-constexpr int ATT_VALUE_BITS = 15;
+using numerics::ACC_BITS;
+using numerics::ATT_VALUE_BITS;
+using numerics::ATT_WEIGHT_BITS;
+using numerics::DOT_TERM_BITS;
+using numerics::EXP_ZERO;
+using numerics::QBLOCK;
+using numerics::QMAX;
+using numerics::SQUARE_BITS;
 
-// gguf dtype ids (gguf/dtype.h), repeated so that this header needs no project include.
-enum wtype : int32_t {
-  W_F32 = 0, W_F16 = 1, W_Q4_0 = 2, W_Q4_1 = 3, W_Q5_0 = 6, W_Q5_1 = 7, W_Q8_0 = 8,
-  W_Q2_K = 10, W_Q3_K = 11, W_Q4_K = 12, W_Q5_K = 13, W_Q6_K = 14, W_BF16 = 30
-};
+// The weight types the kernels decode, as the int32 the launches carry (gguf's ids).
+constexpr int32_t W_F32 = static_cast<int32_t>(gguf::DTYPE_F32);
+constexpr int32_t W_F16 = static_cast<int32_t>(gguf::DTYPE_F16);
+constexpr int32_t W_BF16 = static_cast<int32_t>(gguf::DTYPE_BF16);
+constexpr int32_t W_Q4_0 = static_cast<int32_t>(gguf::DTYPE_Q4_0);
+constexpr int32_t W_Q4_1 = static_cast<int32_t>(gguf::DTYPE_Q4_1);
+constexpr int32_t W_Q5_0 = static_cast<int32_t>(gguf::DTYPE_Q5_0);
+constexpr int32_t W_Q5_1 = static_cast<int32_t>(gguf::DTYPE_Q5_1);
+constexpr int32_t W_Q8_0 = static_cast<int32_t>(gguf::DTYPE_Q8_0);
+constexpr int32_t W_Q2_K = static_cast<int32_t>(gguf::DTYPE_Q2_K);
+constexpr int32_t W_Q3_K = static_cast<int32_t>(gguf::DTYPE_Q3_K);
+constexpr int32_t W_Q4_K = static_cast<int32_t>(gguf::DTYPE_Q4_K);
+constexpr int32_t W_Q5_K = static_cast<int32_t>(gguf::DTYPE_Q5_K);
+constexpr int32_t W_Q6_K = static_cast<int32_t>(gguf::DTYPE_Q6_K);
 
-// ---- bit-level helpers and their host twins ----
+// ---- the contract's arithmetic: numerics/exact_inline.h ----
 
-DETAUDIT_HD uint32_t f2u(float f) {
-#ifdef __CUDA_ARCH__
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-#endif
-}
+using numerics::inl::ceil_log2;
+using numerics::inl::decompose;
+using numerics::inl::fadd;
+using numerics::inl::fixed_to_f32;
+using numerics::inl::flush;
+using numerics::inl::fmul;
+using numerics::inl::fsub;
+using numerics::inl::quantize_block;
+using numerics::inl::round_shift;
 
-DETAUDIT_HD float u2f(uint32_t u) {
-#ifdef __CUDA_ARCH__
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-#endif
-}
-
-// Leading zeros of a nonzero 64-bit value.
-DETAUDIT_HD int clz64(uint64_t a) {
-#ifdef __CUDA_ARCH__
-  return __clzll(static_cast<long long>(a));
-#else
-  return __builtin_clzll(a);
-#endif
-}
-
-DETAUDIT_HD float fmul(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-
-DETAUDIT_HD float fadd(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-
-DETAUDIT_HD float fsub(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-
-// numerics::ceil_log2.
-DETAUDIT_HD int ceil_log2(int64_t v) {
-  if (v <= 1) return 0;
-  return 64 - clz64(static_cast<uint64_t>(v - 1));
-}
-
-DETAUDIT_HD float flush(float x) {
-  const uint32_t b = f2u(x);
-  return (b & 0x7f800000u) == 0 ? u2f(b & 0x80000000u) : x;
-}
-
-// numerics::f32_decompose for a finite x.
-DETAUDIT_HD void decompose(float x, int32_t* m, int* e) {
-  const uint32_t b = f2u(x);
-  const uint32_t ex = (b >> 23) & 0xffu;
-  const uint32_t frac = b & 0x007fffffu;
-  int32_t mag;
-  if (ex == 0) {
-    mag = static_cast<int32_t>(frac);
-    *e = frac ? -149 : 0;
-  } else {
-    mag = static_cast<int32_t>(frac | 0x00800000u);
-    *e = static_cast<int>(ex) - 150;
-  }
-  *m = (b & 0x80000000u) ? -mag : mag;
-}
-
-// a / 2^s rounded half to even, s >= 1.
-DETAUDIT_HD uint64_t rne_shift_right(uint64_t a, int s) {
-  if (s >= 64) return 0;
-  const uint64_t q = a >> s;
-  const uint64_t r = a & ((uint64_t(1) << s) - 1);
-  const uint64_t half = uint64_t(1) << (s - 1);
-  return (r > half || (r == half && (q & 1))) ? q + 1 : q;
-}
-
-// numerics::round_shift; a left shift must fit (the grids guarantee it).
-DETAUDIT_HD int64_t round_shift(int64_t v, int shift) {
-  if (v == 0) return 0;
-  if (shift >= 0) return static_cast<int64_t>(static_cast<uint64_t>(v) << shift);
-  const bool neg = v < 0;
-  const uint64_t a = neg ? uint64_t(0) - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
-  const uint64_t r = rne_shift_right(a, -shift);
-  return neg ? -static_cast<int64_t>(r) : static_cast<int64_t>(r);
-}
-
-// numerics::fixed_to_f32: integer operations only.
-DETAUDIT_HD float fixed_to_f32(int64_t v, int e) {
-  if (v == 0) return 0.0f;
-  const bool neg = v < 0;
-  uint64_t a = neg ? uint64_t(0) - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
-  const int bits = 64 - clz64(a);
-  int64_t ex = e;
-  if (bits > 24) {
-    a = rne_shift_right(a, bits - 24);
-    ex += bits - 24;
-    if (a == (uint64_t(1) << 24)) {
-      a >>= 1;
-      ex += 1;
-    }
-  } else {
-    a <<= (24 - bits);
-    ex -= (24 - bits);
-  }
-  const int64_t biased = ex + 150;
-  const uint32_t sign = neg ? 0x80000000u : 0u;
-  if (biased < 1) return u2f(sign);
-  if (biased > 254) return u2f(sign | 0x7f800000u);
-  return u2f(sign | static_cast<uint32_t>(biased) << 23 | (static_cast<uint32_t>(a) & 0x007fffffu));
-}
-
-// 2^k, k in [-126, 127].
-DETAUDIT_HD float pow2_f32(int k) { return u2f(static_cast<uint32_t>(k + 127) << 23); }
-
-// ---- element-wise functions (numerics/elementwise.cpp, the same sequences) ----
-
-DETAUDIT_HD float scale_pow2(float y, int k) {
-  if (k > 127) return fmul(fmul(y, pow2_f32(127)), pow2_f32(k - 127));
-  if (k < -126 || (k == -126 && y < 1.0f)) return 0.0f;
-  return fmul(y, pow2_f32(k));
-}
-
-DETAUDIT_HD void two_prod(float a, float b, float* hi, float* lo) {
-  const float split = 4097.0f;
-  const float ca = fmul(split, a);
-  const float ah = fsub(ca, fsub(ca, a));
-  const float al = fsub(a, ah);
-  const float cb = fmul(split, b);
-  const float bh = fsub(cb, fsub(cb, b));
-  const float bl = fsub(b, bh);
-  const float p = fmul(a, b);
-  *hi = p;
-  *lo = fadd(fadd(fadd(fsub(fmul(ah, bh), p), fmul(ah, bl)), fmul(al, bh)), fmul(al, bl));
-}
-
-DETAUDIT_HD float exp_f32(float x) {
-  if (x != x) return x;
-  if (x > 100.0f) return u2f(0x7f800000u);
-  if (x < -104.0f) return 0.0f;
-  const float magic = 12582912.0f;
-  const float kf = fsub(fadd(fmul(x, 1.44269504088896341f), magic), magic);
-  const float r = fsub(fsub(x, fmul(kf, 0.693359375f)), fmul(kf, -2.12194440e-4f));
-  const float z = fmul(r, r);
-  float p = 1.9875691500e-4f;
-  p = fadd(fmul(p, r), 1.3981999507e-3f);
-  p = fadd(fmul(p, r), 8.3334519073e-3f);
-  p = fadd(fmul(p, r), 4.1665795894e-2f);
-  p = fadd(fmul(p, r), 1.6666665459e-1f);
-  p = fadd(fmul(p, r), 5.0000001201e-1f);
-  const float y = fadd(fadd(fmul(p, z), r), 1.0f);
-  return scale_pow2(y, static_cast<int>(kf));
-}
-
-DETAUDIT_HD float recip_f32(float x) {
-  x = flush(x);
-  if (x != x) return x;
-  const uint32_t b = f2u(x);
-  const uint32_t sign = b & 0x80000000u;
-  const uint32_t ex = (b >> 23) & 0xffu;
-  if (ex == 0) return u2f(sign | 0x7f800000u);
-  if (ex == 255) return u2f(sign);
-  const float m = u2f((b & 0x007fffffu) | 0x3f800000u);
-  float y = u2f(0x7EF311C3u - f2u(m));
-  for (int i = 0; i < 4; ++i) y = fmul(y, fsub(2.0f, fmul(m, y)));
-  float p, pl;
-  two_prod(m, y, &p, &pl);
-  const float e = fsub(fsub(1.0f, p), pl);
-  y = fadd(y, fmul(y, e));
-  const float r = scale_pow2(y, 127 - static_cast<int>(ex));
-  return u2f(f2u(r) | sign);
-}
-
-DETAUDIT_HD float rsqrt_f32(float x) {
-  x = flush(x);
-  if (x != x) return x;
-  const uint32_t b = f2u(x);
-  const uint32_t ex = (b >> 23) & 0xffu;
-  if (ex == 0) return u2f((b & 0x80000000u) | 0x7f800000u);
-  if (b & 0x80000000u) return u2f(0x7fc00000u);
-  if (ex == 255) return 0.0f;
-  int e = static_cast<int>(ex) - 127;
-  float m = u2f((b & 0x007fffffu) | 0x3f800000u);
-  if (e & 1) {
-    m = fadd(m, m);
-    e -= 1;
-  }
-  float y = u2f(0x5F3759DFu - (f2u(m) >> 1));
-  const float h = fmul(0.5f, m);
-  for (int i = 0; i < 4; ++i) y = fmul(y, fsub(1.5f, fmul(fmul(h, y), y)));
-  float s, sl, p, pl;
-  two_prod(y, y, &s, &sl);
-  two_prod(m, s, &p, &pl);
-  const float er = fsub(fsub(fsub(1.0f, p), pl), fmul(m, sl));
-  y = fadd(y, fmul(y, fmul(0.5f, er)));
-  return fmul(y, pow2_f32(-e / 2));
-}
-
-DETAUDIT_HD float silu_f32(float x) {
-  x = flush(x);
-  const float d = flush(fadd(1.0f, exp_f32(u2f(f2u(x) ^ 0x80000000u))));
-  return flush(fmul(x, recip_f32(d)));
-}
+DETAUDIT_HD uint32_t f2u(float f) { return numerics::inl::f_bits(f); }
+DETAUDIT_HD float u2f(uint32_t u) { return numerics::inl::bits_f(u); }
+DETAUDIT_HD float pow2_f32(int k) { return numerics::inl::pow2(k); }
+DETAUDIT_HD float exp_f32(float x) { return numerics::inl::exp(x); }
+DETAUDIT_HD float recip_f32(float x) { return numerics::inl::recip(x); }
+DETAUDIT_HD float rsqrt_f32(float x) { return numerics::inl::rsqrt(x); }
+DETAUDIT_HD float silu_f32(float x) { return numerics::inl::silu(x); }
 
 // ---- element-wise ops (kernels/ref/elementwise_ref.cpp, one element) ----
 
@@ -277,7 +91,7 @@ DETAUDIT_HD int rms_exp(float x) {
   decompose(flush(x), &m, &e);
   return m != 0 ? e : EXP_ZERO;
 }
-DETAUDIT_HD int rms_grid(int maxe, int64_t n) { return 2 * maxe + 48 + ceil_log2(n) - 62; }
+DETAUDIT_HD int rms_grid(int maxe, int64_t n) { return 2 * maxe + SQUARE_BITS + ceil_log2(n) - ACC_BITS; }
 DETAUDIT_HD int64_t rms_term(float x, int g) {
   int32_t m;
   int e;
@@ -302,30 +116,6 @@ DETAUDIT_HD void rope_pair(float* x0p, float* x1p, float c, float s) {
   const float x1 = flush(*x1p);
   *x0p = flush(fsub(flush(fmul(x0, c)), flush(fmul(x1, s))));
   *x1p = flush(fadd(flush(fmul(x0, s)), flush(fmul(x1, c))));
-}
-
-// ---- activation blocks ----
-
-// numerics::quantize_block for n (0..32) finite values; q gets 32 entries (zero-padded).
-DETAUDIT_HD int32_t quantize_block(const float* x, int n, int16_t* q) {
-  uint32_t amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const uint32_t a = f2u(x[i]) & 0x7fffffffu;
-    if (a >= 0x00800000u && a > amax) amax = a;
-  }
-  for (int i = 0; i < QBLOCK; ++i) q[i] = 0;
-  if (amax == 0) return EXP_ZERO;
-  const int32_t bexp = static_cast<int32_t>(amax >> 23) - 127 - 14;
-  for (int i = 0; i < n; ++i) {
-    int32_t m;
-    int e;
-    decompose(flush(x[i]), &m, &e);
-    int64_t v = round_shift(m, e - bexp);
-    if (v > QMAX) v = QMAX;
-    if (v < -QMAX) v = -QMAX;
-    q[i] = static_cast<int16_t>(v);
-  }
-  return bexp;
 }
 
 // ---- weight blocks (numerics/wblock.cpp) ----

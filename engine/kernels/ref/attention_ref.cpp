@@ -16,8 +16,8 @@ using numerics::QBLOCK;
 
 namespace {
 
-constexpr int WEIGHT_BITS = 30;  // softmax weights on a 2^-30 grid; W_max = 2^30
-constexpr int VALUE_BITS = 15;   // |v| <= 32767 < 2^15
+constexpr int WEIGHT_BITS = numerics::ATT_WEIGHT_BITS;  // softmax weights on a 2^-30 grid; W_max = 2^30
+constexpr int VALUE_BITS = numerics::ATT_VALUE_BITS;    // |v| <= 32767 < 2^15
 
 // round-half-even(w * 2^30) for w in [0, 1], from the float bits.
 int64_t weight_fixed(float w) {

@@ -23,7 +23,7 @@ void rms_norm_f32_ref(const float* x, const float* w, int64_t n, float eps, floa
   }
   float ss = 0.0f;
   if (maxe != numerics::EXP_ZERO) {
-    const int g = 2 * maxe + 48 + numerics::ceil_log2(n) - 62;
+    const int g = 2 * maxe + numerics::SQUARE_BITS + numerics::ceil_log2(n) - numerics::ACC_BITS;
     int64_t acc = 0;
     for (int64_t i = 0; i < n; ++i) {
       const int64_t mi = m[static_cast<size_t>(i)];

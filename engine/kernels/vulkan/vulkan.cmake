@@ -16,6 +16,21 @@ file(GLOB vk_host_sources CONFIGURE_DEPENDS ${vk_dir}/*.cpp)
 file(GLOB vk_shader_sources CONFIGURE_DEPENDS ${vk_dir}/shaders/*.comp)
 file(GLOB vk_shader_headers CONFIGURE_DEPENDS ${vk_dir}/shaders/*.glsl)
 
+# contract.glsl: the precision contract's constants and the weight type ids, written by a host
+# tool from numerics/contract.h and gguf/dtype.h (exact.glsl and wblock.glsl include it), so the
+# shaders hold no copy of them.
+add_executable(detaudit_glsl_constants ${vk_dir}/gen/glsl_constants.cpp)
+target_include_directories(detaudit_glsl_constants PRIVATE ${DETAUDIT_LAYER_INCLUDE}/numerics
+                           ${DETAUDIT_LAYER_INCLUDE}/gguf)
+target_link_libraries(detaudit_glsl_constants PRIVATE detaudit_options)
+set(vk_contract ${vk_out}/contract.glsl)
+add_custom_command(
+  OUTPUT ${vk_contract}
+  COMMAND detaudit_glsl_constants ${vk_contract}
+  DEPENDS detaudit_glsl_constants
+  COMMENT "writing the contract's constants into contract.glsl"
+  VERBATIM)
+
 # Every shader depends on every header (they all include exact.glsl). Shader warnings are errors
 # in -DDETAUDIT_WERROR=ON builds, like the C++ ones.
 set(vk_glslc_flags --target-env=vulkan1.2 -O)
@@ -28,8 +43,8 @@ foreach(comp ${vk_shader_sources})
   set(spv ${vk_out}/${name}.spv)
   add_custom_command(
     OUTPUT ${spv}
-    COMMAND ${DETAUDIT_GLSLC} ${vk_glslc_flags} -I ${vk_dir}/shaders ${comp} -o ${spv}
-    DEPENDS ${comp} ${vk_shader_headers}
+    COMMAND ${DETAUDIT_GLSLC} ${vk_glslc_flags} -I ${vk_dir}/shaders -I ${vk_out} ${comp} -o ${spv}
+    DEPENDS ${comp} ${vk_shader_headers} ${vk_contract}
     COMMENT "glslc ${name}.comp"
     VERBATIM)
   list(APPEND vk_spv_files ${spv})

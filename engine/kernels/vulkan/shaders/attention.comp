@@ -71,7 +71,7 @@ void pass_scores(uint rh, uint t) {
   const int mx = qmax[rh];
   float dot = 0.0;
   if (mx != EXP_ZERO && ek_max != EXP_ZERO) {
-    const int grid = mx + ek_max + 44 + clog2(int64_t(2u * pc.nb)) - 62;
+    const int grid = mx + ek_max + DOT_TERM_BITS + clog2(int64_t(2u * pc.nb)) - ACC_BITS;
     int64_t acc = 0;
     for (uint b = 0u; b < pc.nb; ++b) {
       const int eq = qe[rh * pc.nb + b];
@@ -113,7 +113,7 @@ void pass_softmax(uint rh, uint lid) {
     int mw;
     int ew;
     f32_decompose(exp_f32(flush_f(d)), mw, ew);
-    const int64_t w = round_shift(int64_t(mw), ew + 30);
+    const int64_t w = round_shift(int64_t(mw), ew + ATT_WEIGHT_BITS);
     score[base + t] = uint(w);
     tot += w;
   }
@@ -135,7 +135,7 @@ void pass_accum(uint rh, uint d) {
   for (uint t = 0u; t < n; ++t) ev_max = max(ev_max, cell_exp(t, g, b, true, pc.n_head_kv, pc.nb));
   float o = 0.0;
   if (ev_max != EXP_ZERO) {
-    const int gv = ev_max + 30 + 15 + clog2(int64_t(n)) - 62;
+    const int gv = ev_max + ATT_WEIGHT_BITS + ATT_VALUE_BITS + clog2(int64_t(n)) - ACC_BITS;
     int64_t acc = 0;
     for (uint t = 0u; t < n; ++t) {
       const int64_t w = int64_t(score[rh * pc.n_cells + t]);

@@ -29,8 +29,9 @@
 // OpExecutionMode RoundingModeRTE (4462) for 32-bit floats, capability RoundingModeRTE (4467).
 spirv_execution_mode(extensions = ["SPV_KHR_float_controls"], capabilities = [4467], 4462, 32);
 
-const int EXP_ZERO = -32768;
-const int QMAX = 32767;
+// QBLOCK, EXP_ZERO, QMAX, the grids' bit widths and the weight type ids: numerics/contract.h and
+// gguf/dtype.h, written into the build's contract.glsl.
+#include "contract.glsl"
 
 const uint F32_SIGN = 0x80000000u;
 const uint F32_ABS = 0x7fffffffu;

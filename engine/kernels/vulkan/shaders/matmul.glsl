@@ -119,7 +119,7 @@ void main() {
   const uint t0 = pc.tok0 + gl_WorkGroupID.y * TILE;
   const uint nt = min(TILE, pc.n_tok - t0);
   const int ew = row_bound[r];
-  const int shift_c = 44 + clog2(int64_t(2u * pc.nb)) - 62;
+  const int shift_c = DOT_TERM_BITS + clog2(int64_t(2u * pc.nb)) - ACC_BITS;
   int g[TILE];
   bool live[TILE];
   int64_t acc[TILE];

@@ -62,7 +62,7 @@ void main() {
       if (m != 0 && e > maxe) maxe = e;
     }
     maxe = reduce_max(tid, maxe);
-    const int g = 2 * maxe + 48 + clog2(int64_t(n)) - 62;
+    const int g = 2 * maxe + SQUARE_BITS + clog2(int64_t(n)) - ACC_BITS;
     int64_t acc = 0l;
     if (maxe != EXP_ZERO) {
       for (uint i = tid; i < n; i += WG) {

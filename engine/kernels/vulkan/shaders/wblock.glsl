@@ -10,19 +10,7 @@
 // The including shader defines `uint wb_word(uint i)`, word i of the weight bytes, before
 // including this file, and includes exact.glsl first.
 
-const int WT_F32 = 0;
-const int WT_F16 = 1;
-const int WT_Q4_0 = 2;
-const int WT_Q4_1 = 3;
-const int WT_Q5_0 = 6;
-const int WT_Q5_1 = 7;
-const int WT_Q8_0 = 8;
-const int WT_Q2_K = 10;
-const int WT_Q3_K = 11;
-const int WT_Q4_K = 12;
-const int WT_Q5_K = 13;
-const int WT_Q6_K = 14;
-const int WT_BF16 = 30;
+// WT_F32 ... WT_BF16 (gguf's type ids): contract.glsl, included by exact.glsl.
 
 // w[i] = d_mant * 2^d_exp * scale[i / 16] * q[i] + m_mant * 2^m_exp * mcoef[i / 16]
 struct wblock {
