@@ -6,7 +6,7 @@
 //     (matmul on the integer block types, rms_norm, swiglu, add, kv cells, attention; add_bias and
 //     rope have no kernels/cpu twin: the CPU backend calls kernels/ref for them),
 //   - CUDA's per-thread arithmetic on the host: tests/unit/test_kernels_cuda_portable.cpp,
-//   - CUDA's kernels on host threads: tests/unit/test_kernels_cuda_portable_emu.cpp,
+//   - CUDA's kernels on host threads: tests/slow/test_kernels_cuda_portable_emu.cpp,
 //   - the Vulkan and CUDA devices: tests/backend/test_gpu_{matmul,elementwise,attention}.cpp,
 //   - kernels/ref itself split into row ranges: tests/unit/test_kernels_ref.cpp.
 // Each compares with first_difference: bits, never a tolerance; on a mismatch it names the first

@@ -10,7 +10,7 @@
 #include <cstdint>
 
 // A kernel launch on the default stream: kernel<<<grid, block>>>(args). The host emulation of the
-// kernels (tests/unit/test_kernels_cuda_portable_emu.cpp) defines it first, to run them on threads.
+// kernels (tests/slow/test_kernels_cuda_portable_emu.cpp) defines it first, to run them on threads.
 #ifndef DETAUDIT_LAUNCH
 #define DETAUDIT_LAUNCH(kernel, grid, block) kernel<<<(grid), (block)>>>
 #endif
