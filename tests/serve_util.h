@@ -1,6 +1,6 @@
 // The real `detaudit serve` as a child process on 127.0.0.1 with a free port (--port 0), for every
-// test that talks HTTP to it. The port is read from its first stdout line; stderr goes to a file
-// (err_path), one per child.
+// test that talks HTTP to it (child_process.h's serve_process). The port is read from its first
+// stdout line; stderr goes to a file (err_path), one per child.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <poll.h>
 #include <string>
 #include <sys/wait.h>
@@ -23,20 +24,10 @@
 #include <utility>
 #include <vector>
 
+#include "child_process.h"
 #include "test_util.h"
 
 namespace detaudit::test {
-
-// SIGTERM to a child, then its exit status (128+N when killed by signal N); pid becomes -1.
-// -1 when there is no child.
-inline int stop_child(pid_t& pid) {
-  if (pid < 0) return -1;
-  ::kill(pid, SIGTERM);
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  pid = -1;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
 
 // A TCP connection to 127.0.0.1:port (for tests that write raw HTTP).
 inline int connect_loopback(int port) {
@@ -51,9 +42,10 @@ inline int connect_loopback(int port) {
 }
 
 struct serve_child {
-  pid_t pid = -1;
-  int port = 0;
   std::string err_path;  // the child's stderr
+  std::optional<serve_process> proc;
+  int port = 0;
+  pid_t pid = -1;  // while it runs
 
   // `detaudit serve -m MODEL --host 127.0.0.1 --port 0 -t 1 EXTRA...` (MODEL: stories260K when
   // empty), with `env` set in the child only (how API keys reach it: never through argv).
@@ -61,32 +53,15 @@ struct serve_child {
                        const std::vector<std::pair<std::string, std::string>>& env = {}) {
     static int n_children = 0;  // each child its own file: scratch_dir() empties a reused one
     err_path = scratch_dir("serve_child_" + std::to_string(::getpid()) + "_" + std::to_string(n_children++)) + "/stderr";
-    std::vector<std::string> args = {detaudit_bin(), "serve", "-m", model.empty() ? fixture("models/stories260K.gguf") : model,
-                                     "--host", "127.0.0.1", "--port", "0", "-t", "1"};
+    std::vector<std::string> args = {"-t", "1"};
     args.insert(args.end(), extra.begin(), extra.end());
-    int fds[2];
-    REQUIRE(::pipe(fds) == 0);
-    pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      ::dup2(fds[1], 1);
-      const int e = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (e >= 0) ::dup2(e, 2);
-      ::close(fds[0]);
-      for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
+    try {
+      proc.emplace(detaudit_bin(), model.empty() ? fixture("models/stories260K.gguf") : model, args, err_path, env);
+    } catch (const std::exception& e) {
+      FAIL(e.what());
     }
-    ::close(fds[1]);
-    const std::string out = read_first_line(fds[0], 120);
-    ::close(fds[0]);
-    const std::string prefix = "listening on http://127.0.0.1:";
-    INFO("server stdout: " << out);
-    REQUIRE(out.rfind(prefix, 0) == 0);
-    port = std::stoi(out.substr(prefix.size()));
+    port = proc->port;
+    pid = proc->proc.pid();
   }
   serve_child(const serve_child&) = delete;
   serve_child& operator=(const serve_child&) = delete;
@@ -94,15 +69,15 @@ struct serve_child {
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port); }
 
   // SIGTERM, then the exit status (a clean shutdown is 0).
-  int stop() { return stop_child(pid); }
+  int stop() {
+    pid = -1;
+    return proc->proc.stop();
+  }
   // SIGKILL: a server that dies mid-run.
   void kill9() {
-    if (pid <= 0) return;
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
     pid = -1;
+    proc->proc.kill9();
   }
-  ~serve_child() { kill9(); }
 };
 
 // A client for 127.0.0.1:port with a read timeout long enough for a slow (sanitizer) build.

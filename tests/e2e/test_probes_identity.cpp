@@ -17,6 +17,7 @@
 #include "probes/runner.h"
 #include "reports/record.h"
 #include "synth_util.h"
+#include "child_process.h"
 #include "test_util.h"
 
 using namespace detaudit;
@@ -186,28 +187,19 @@ TEST_CASE("probes_identity: Ctrl-C stops the run cleanly with exit 130, the reco
   const std::string prompts = test::write_file(dir + "/p.txt", lines);
   const std::string out = dir + "/run";
   const std::string err_path = dir + "/stderr";
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    const int e = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(e, 2);
-    const int n = ::open("/dev/null", O_WRONLY);
-    ::dup2(n, 1);
-    const std::string bin = test::detaudit_bin(), spec = stories();
-    ::execl(bin.c_str(), bin.c_str(), "run", "--target", spec.c_str(), "--prompts", prompts.c_str(), "--raw", "--n-predict", "4",
-            "--probe", "repeat", "--out", out.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
+  test::child_spec spec;
+  spec.argv = {test::detaudit_bin(), "run", "--target", stories(), "--prompts", prompts, "--raw", "--n-predict", "4",
+               "--probe", "repeat", "--out", out};
+  spec.stderr_path = err_path;
+  test::child_process run(std::move(spec));
   const std::string records = out + "/records.jsonl";
   for (int i = 0; i < 600 && !(std::filesystem::exists(records) && std::filesystem::file_size(records) > 0); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ::kill(pid, SIGINT);
-  int st = 0;
-  ::waitpid(pid, &st, 0);
+  const int rc = run.signal_and_wait(SIGINT);
   const std::string err = test::file_text(err_path);
   INFO(err);
-  REQUIRE(WIFEXITED(st));
-  CHECK(WEXITSTATUS(st) == 130);
+  REQUIRE(run.exited_normally());
+  CHECK(rc == 130);
   CHECK(err.find("interrupted:") != std::string::npos);
   CHECK(err.find("--resume --out " + out) != std::string::npos);
   const std::vector<reports::record> kept = reports::records_read_file(records);

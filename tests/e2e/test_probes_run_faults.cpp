@@ -22,6 +22,7 @@
 
 #include "reports/record.h"
 #include "serve_util.h"
+#include "child_process.h"
 #include "test_util.h"
 
 using namespace detaudit;
@@ -260,32 +261,17 @@ TEST_CASE("probes_run_faults: a run killed with SIGKILL at random moments leaves
     // whatever point of its next one the process then is.
     const int changes = static_cast<int>(rng.range(1, 6));
     const bool resume = std::filesystem::exists(run_dir + "/run.json");
-    const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      const std::string line = "exec " + cmd + (resume ? " --resume" : "") + " >/dev/null 2>&1";
-      ::execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
+    test::child_process run(test::shell_spec(cmd + (resume ? " --resume" : "") + " >/dev/null 2>&1"));
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     uintmax_t size = file_size(records);
-    int st = 0;
-    bool reaped = false;
-    for (int seen = 0; seen < changes && std::chrono::steady_clock::now() < deadline;) {
-      if (::waitpid(pid, &st, WNOHANG) == pid) {
-        reaped = true;
-        break;
-      }
+    for (int seen = 0; seen < changes && std::chrono::steady_clock::now() < deadline && run.alive();) {
       const uintmax_t now = file_size(records);
       if (now != size) ++seen;
       size = now;
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
-    if (!reaped) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &st, 0);
-    }
-    if (WIFSIGNALED(st)) ++killed_mid_run;
+    run.kill9();  // no-op when it had ended
+    if (!run.exited_normally()) ++killed_mid_run;
     const std::string text = test::file_text(records);
     CHECK((text.empty() || text.back() == '\n'));
     for (const auto& [key, n] : usable_per_key(run_dir)) CHECK(n == 1);

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <sys/wait.h>
@@ -40,29 +41,19 @@ namespace {
 // `detaudit serve` with its stdout and stderr both kept in files (everything it ever prints),
 // the key in its environment only.
 struct logged_server {
-  pid_t pid = -1;
+  std::optional<test::child_process> proc;
   std::string url;
   std::string out_path, err_path;
 
   logged_server(const std::string& dir, const std::vector<std::string>& extra, const std::string& env_name, const std::string& key)
       : out_path(dir + "/serve.stdout"), err_path(dir + "/serve.stderr") {
-    std::vector<std::string> args = {test::detaudit_bin(), "serve", "-m", test::fixture("models/stories260K.gguf"), "--port", "0", "-t", "1"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      const int o = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      const int e = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (o < 0 || e < 0) ::_exit(126);
-      ::dup2(o, 1);
-      ::dup2(e, 2);
-      ::setenv(env_name.c_str(), key.c_str(), 1);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
+    test::child_spec spec;
+    spec.argv = {test::detaudit_bin(), "serve", "-m", test::fixture("models/stories260K.gguf"), "--port", "0", "-t", "1"};
+    spec.argv.insert(spec.argv.end(), extra.begin(), extra.end());
+    spec.env = {{env_name, key}};
+    spec.stdout_path = out_path;
+    spec.stderr_path = err_path;
+    proc.emplace(std::move(spec));
     const std::string prefix = "listening on ";
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     std::string line;
@@ -81,13 +72,7 @@ struct logged_server {
   logged_server(const logged_server&) = delete;
   logged_server& operator=(const logged_server&) = delete;
 
-  int stop() { return test::stop_child(pid); }
-  ~logged_server() {
-    if (pid > 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  }
+  int stop() { return proc->stop(); }
 };
 
 // Everything a command showed, kept under a name for the search at the end.

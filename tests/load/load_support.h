@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "child_process.h"
 #include "test_util.h"
 
 namespace detaudit::load {
@@ -163,97 +164,41 @@ inline std::string canonical_answer(answer_kind kind, const std::string& body) {
 // The pid a signal handler must kill before the load test dies (-1: none).
 inline volatile sig_atomic_t g_child_pid = -1;
 
-// `detaudit serve -m MODEL --host 127.0.0.1 --port 0 EXTRA...` as a child with stderr in
-// `err_path`; the port comes from its first stdout line, as in tests/serve_util.h. Throws
-// std::runtime_error when it does not start. Not thread-safe.
+// `detaudit serve -m MODEL --host 127.0.0.1 --port 0 EXTRA...` as a child (child_process.h) with
+// stderr in `err_path`; g_child_pid holds its pid while it runs. Throws std::runtime_error when it
+// does not start. Not thread-safe.
 class serve_child {
  public:
   serve_child(const std::string& bin, const std::string& model, const std::vector<std::string>& extra,
-              const std::string& err_path) {
-    std::vector<std::string> args = {bin, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    int fds[2];
-    if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
-    const pid_t parent = ::getpid();
-    pid_ = ::fork();
-    if (pid_ < 0) throw std::runtime_error("fork failed");
-    if (pid_ == 0) exec_child(args, fds, err_path, parent);
-    g_child_pid = pid_;
-    ::close(fds[1]);
-    const std::string full = test::read_first_line(fds[0], 120);
-    const std::string out = full.substr(0, full.find('\n'));
-    ::close(fds[0]);
-    const std::string prefix = "listening on http://127.0.0.1:";
-    if (out.rfind(prefix, 0) != 0)
-      throw std::runtime_error("detaudit serve did not start (stdout: '" + out + "', stderr in " + err_path + ")");
-    port_ = std::stoi(out.substr(prefix.size()));
+              const std::string& err_path)
+      : p_(bin, model, extra, err_path) {
+    g_child_pid = p_.proc.pid();
   }
   serve_child(const serve_child&) = delete;
   serve_child& operator=(const serve_child&) = delete;
-  ~serve_child() { kill_hard(); }
+  ~serve_child() { g_child_pid = -1; }
 
-  int port() const { return port_; }
-  pid_t pid() const { return pid_; }
+  int port() const { return p_.port; }
+  pid_t pid() const { return p_.proc.pid(); }
 
   // False once the child has exited (a crash under load); `status()` then says how.
   bool alive() {
-    if (pid_ < 0) return false;
-    int st = 0;
-    if (::waitpid(pid_, &st, WNOHANG) != pid_) return true;
-    reap(st);
-    return false;
+    const bool a = p_.proc.alive();
+    if (!a) g_child_pid = -1;
+    return a;
   }
-  std::string status() const { return status_; }
+  std::string status() const { return p_.proc.status(); }
 
   // SIGTERM, then up to `wait_s` for it to exit (SIGKILL after). Returns the exit status: 0 for a
   // clean shutdown, 128+N when killed by signal N, -1 when it had already gone.
   int stop(int wait_s) {
-    if (!alive()) return exit_code_;
-    ::kill(pid_, SIGTERM);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
-    while (alive() && std::chrono::steady_clock::now() < deadline) ::usleep(20000);
-    if (pid_ > 0) {
-      kill_hard();
-      return 128 + SIGKILL;
-    }
-    return exit_code_;
+    const int rc = p_.proc.stop(wait_s);
+    g_child_pid = -1;
+    return rc;
   }
 
  private:
-  [[noreturn]] static void exec_child(std::vector<std::string>& args, int fds[2], const std::string& err_path, pid_t parent) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the load test, however it ends
-    if (::getppid() != parent) ::_exit(127);
-    ::dup2(fds[1], 1);
-    const int e = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (e >= 0) ::dup2(e, 2);
-    ::close(fds[0]);
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-
-  void reap(int st) {
-    exit_code_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    status_ = WIFEXITED(st) ? "exited with status " + std::to_string(WEXITSTATUS(st))
-                            : "killed by signal " + std::to_string(WTERMSIG(st));
-    pid_ = -1;
-    g_child_pid = -1;
-  }
-
-  void kill_hard() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    int st = 0;
-    ::waitpid(pid_, &st, 0);
-    reap(st);
-  }
-
-  pid_t pid_ = -1;
-  int port_ = 0;
-  int exit_code_ = -1;
-  std::string status_ = "not started";
+  test::serve_process p_;
 };
 
 }  // namespace detaudit::load

@@ -149,20 +149,13 @@ TEST_CASE("hostile: Ctrl-C while the target's API is being detected exits 130") 
   const std::string err_path = b.dir + "/stderr";
   const std::string cmd = test::detaudit_bin() + " run --target " + b.srv->url() + " --chat --prompts " + prompts + " --out " +
                           b.dir + "/run --retries 0 --probe repeat";  // no --api: the dialect is detected
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd + " >/dev/null 2>" + err_path).c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
+  test::child_process run(test::shell_spec(cmd + " >/dev/null 2>" + err_path));
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-  ::kill(pid, SIGINT);
-  int st = 0;
-  ::waitpid(pid, &st, 0);
+  const int rc = run.signal_and_wait(SIGINT);
   const std::string err = test::file_text(err_path);
   INFO(err);
-  REQUIRE(WIFEXITED(st));
-  CHECK(WEXITSTATUS(st) == 130);
+  REQUIRE(run.exited_normally());
+  CHECK(rc == 130);
   CHECK(err.find("internal error") == std::string::npos);
   CHECK(err.find("interrupted") != std::string::npos);
 }
@@ -231,18 +224,10 @@ struct measured_run {
 
 measured_run run_measured(const std::string& args, const std::string& dir) {
   const std::string err_path = dir + "/measured.stderr";
-  const std::string cmd = "exec " + test::detaudit_bin() + " " + args + " >/dev/null 2>" + err_path;
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  int st = 0;
+  test::child_process run(test::shell_spec(test::detaudit_bin() + " " + args + " >/dev/null 2>" + err_path));
   rusage ru{};
-  REQUIRE(::wait4(pid, &st, 0, &ru) == pid);
   measured_run m;
-  m.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  m.exit_code = run.wait(&ru);
   m.err = test::file_text(err_path);
   m.max_rss_kb = ru.ru_maxrss;
   return m;

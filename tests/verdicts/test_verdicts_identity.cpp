@@ -93,21 +93,15 @@ TEST_CASE("verdicts: a second run on a folder another run holds exits 2") {
   const std::string prompts = b.prompts({"locked"}, "p.txt");
   const std::string cmd = test::detaudit_bin() + " run --target " + b.srv->url() + " " + b.p.api_flags() + " --prompts " +
                           prompts + " " + run_flags(b.dir + "/run") + " --probe repeat >/dev/null 2>&1";
-  const pid_t first = ::fork();
-  REQUIRE(first >= 0);
-  if (first == 0) {
-    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
+  test::child_process first(test::shell_spec(cmd));
   for (int i = 0; i < 200 && b.srv->requests().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
   REQUIRE_FALSE(b.srv->requests().empty());
   const test::cmd_result second = b.run("run", prompts, "--resume");
   INFO(second.err);
   CHECK(second.exit_code == 2);
   CHECK(second.err.find("lock") != std::string::npos);
-  int st = 0;
-  ::waitpid(first, &st, 0);
-  CHECK((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+  CHECK(first.wait() == 0);
+  CHECK(first.exited_normally());
   CHECK(b.srv->requests().size() == 3);  // the first run's alone, control, repeat only
 }
 

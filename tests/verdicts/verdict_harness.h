@@ -33,6 +33,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "child_process.h"
 #include "test_util.h"
 
 #ifndef DETAUDIT_VERDICT_SERVER_DEFAULT
@@ -210,7 +211,8 @@ inline std::string prompts_write(const std::string& dir, const std::vector<std::
   return file_write(dir, name, text);
 }
 
-// detaudit_verdict_server as a child process on 127.0.0.1; killed when it goes out of scope.
+// detaudit_verdict_server as a child process (child_process.h) on 127.0.0.1; killed when it goes
+// out of scope.
 class verdict_server {
  public:
   verdict_server(const json& cases, int port = 0) : dir_(fresh_dir()) {
@@ -218,26 +220,12 @@ class verdict_server {
     REQUIRE_MESSAGE(!bin.empty(), "DETAUDIT_VERDICT_SERVER is not set and no default was configured");
     const std::string cases_path = file_write(dir_, "cases.json", cases.dump(2));
     log_ = dir_ + "/requests.jsonl";
-    std::vector<std::string> args = {bin, "--cases", cases_path, "--log", log_, "--port", std::to_string(port)};
-    int fds[2];
-    REQUIRE(::pipe(fds) == 0);
-    pid_ = ::fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a test killed by its timeout leaves no server behind
-      ::dup2(fds[1], 1);
-      const int e = ::open((dir_ + "/stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (e >= 0) ::dup2(e, 2);
-      ::close(fds[0]);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    const std::string line = test::read_first_line(fds[0], 30);
-    ::close(fds[0]);
+    test::child_spec spec;
+    spec.argv = {bin, "--cases", cases_path, "--log", log_, "--port", std::to_string(port)};
+    spec.stdout_pipe = true;
+    spec.stderr_path = dir_ + "/stderr";
+    proc_.emplace(std::move(spec));
+    const std::string line = proc_->first_line(30);
     const std::string prefix = "listening on http://127.0.0.1:";
     INFO("verdict server stdout: " << line << "\nstderr: " << test::file_text(dir_ + "/stderr"));
     REQUIRE(line.rfind(prefix, 0) == 0);
@@ -248,10 +236,7 @@ class verdict_server {
   ~verdict_server() { stop(); }
 
   void stop() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
+    if (proc_) proc_->kill9();
   }
   int port() const { return port_; }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
@@ -266,7 +251,7 @@ class verdict_server {
 
  private:
   std::string dir_, log_;
-  pid_t pid_ = -1;
+  std::optional<test::child_process> proc_;
   int port_ = 0;
 };
 
