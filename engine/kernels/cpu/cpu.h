@@ -60,7 +60,7 @@ struct act_pack {
   std::vector<int32_t> half_sum;    // (n_tokens, n_blocks, 2) sums of elements 0..15 and 16..31
   std::vector<int32_t> block_sum;   // (n_tokens, n_blocks) the two half sums added
   std::vector<int64_t> shift;       // (n_tokens, n_blocks) matmul_shift_const(n_blocks) + exp - max_exp
-  // The same shifts as powers of two for the AVX2 kernels' epilogues (matmul_avx2.cpp, "rounding
+  // The same shifts as powers of two for the AVX2 kernels' epilogues (matmul_avx2_common.h, "rounding
   // through double"): 2^(shift - 51), the unit of the rounding binade [2, 4) taken in, or 0 for a
   // zero block or a shift below -971 (every term of such a block rounds to 0); the half sums and
   // the block sum times it (exact: integers below 2^21 times a power of two).

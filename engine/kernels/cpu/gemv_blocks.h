@@ -3,7 +3,7 @@
 // blocks) become int8 codes plus the integer terms of each block, exactly those of
 // numerics::weight_decode_block (wblock.h):
 //   w[i] = d * scale[i / 16] * q[i]  +  m * mcoef[i / 16]
-// so that one kernel per instruction set (gemv_row_blocks in matmul_avx2.cpp / matmul_avx512.cpp)
+// so that one kernel per instruction set (gemv_row_blocks in matmul_avx2_gemv.cpp / matmul_avx512.cpp)
 // serves every type with the same block terms, rounded the same way, as the panel kernels.
 //
 // Every code of every supported type fits int8 (q8_0 -128..127, q6_K -32..31, q5 0..31 or
@@ -43,7 +43,7 @@ alignas(32) constexpr int8_t ZERO_BLOCK[32] = {};
 // each iteration of a row kernel fetches the lines it will read ROW_PREFETCH_BYTES later: BYTES
 // bytes from `at`, one line per 64 bytes, which leaves no line of the stream out. Past the
 // matrix's end only the prefetch goes, which never faults. Always inlined: GCC 12 drops the calls
-// of a prefetch-only function that is not inlined early (matmul_avx2.cpp, pack_prefetch).
+// of a prefetch-only function that is not inlined early (matmul_avx2_packed.cpp, pack_prefetch).
 constexpr int64_t ROW_PREFETCH_BYTES = 4096;
 
 template <int64_t BYTES>

@@ -1,5 +1,5 @@
 // Weights repacked into 16-row tiles at load time (cpu.h, "weights repacked at load time for
-// generation") and the driver of the generation kernels that read them (matmul_avx512.cpp, matmul_avx2.cpp).
+// generation") and the driver of the generation kernels that read them (matmul_avx512.cpp, matmul_avx2_packed.cpp).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
