@@ -215,17 +215,11 @@ serve::request engine_target::request_make(const json& body, reports::record& re
   if (body.contains("messages")) q.prompt = chat_tokens(body["messages"]);
   else q.prompt = runtime::generate_tokenize(m_->vocab(), serve::field_string(body, "prompt", ""));
   if (q.prompt.empty()) throw serve::http_error(400, "field 'prompt': empty prompt");
-  q.n_predict = serve::field_int(body, "n_predict", -1, -1, INT32_MAX);
   if (!body.contains("seed") || body["seed"].is_null()) {
     q.sampling.seed = random_seed();
     rec.evidence["seed_drawn"] = q.sampling.seed;
   }
-  serve::sampling_parse(body, q.sampling);
-  q.stop = serve::field_stop(body, "stop");
-  q.n_probs = static_cast<int>(serve::field_int(body, "n_probs", 0, 0, m_->vocab().size()));
-  q.cache_prompt = serve::field_bool(body, "cache_prompt", true);
-  q.speculative = serve::field_bool(body, "speculative", true);
-  q.id_slot = static_cast<int>(serve::field_int(body, "id_slot", -1, -1, s_.np - 1));
+  serve::completion_fields_parse(body, *sched_, q);  // as detaudit serve's /completion reads them
   q.logit_hashes = true;
   return q;
 }

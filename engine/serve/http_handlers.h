@@ -122,6 +122,16 @@ void field_require_n1(const json& b, const char* key);
 // n_predict / max_tokens / num_predict: absent or null -> -1 (no limit); else an integer in
 // [lo, the slot's context]. A count the slot could never hold is 400 naming the field.
 int64_t field_n_predict(const http_state& st, const json& b, const char* key, int64_t lo);
+int64_t field_n_predict(int64_t slot_n_ctx, const json& b, const char* key, int64_t lo);
+
+// The most top log-probs per token a request may ask for (llama.cpp's n_probs).
+inline constexpr int64_t MAX_N_PROBS = 100;
+// The generation fields of a llama.cpp /completion body, the prompt aside, read one way for
+// detaudit serve's /completion and for the engine target (whose recorded request is such a body):
+// n_predict (at most the slot context), the sampling fields, stop, n_probs (0..MAX_N_PROBS),
+// cache_prompt, id_slot, speculative and speculative.n_max (0: no drafts), logit_hashes. Throws
+// http_error 400 naming the field it rejects.
+void completion_fields_parse(const json& b, const scheduler& sched, request& r);
 
 // Throws http_error 400 naming the field when a field of llama.cpp's or OpenAI's that detaudit
 // serve does not implement has the wrong type, or a value other than its neutral one (grammar,

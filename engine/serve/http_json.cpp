@@ -221,8 +221,11 @@ void field_require_n1(const json& b, const char* key) {
 }
 
 int64_t field_n_predict(const http_state& st, const json& b, const char* key, int64_t lo) {
+  return field_n_predict(st.sched.slot_n_ctx(), b, key, lo);
+}
+
+int64_t field_n_predict(int64_t n_ctx, const json& b, const char* key, int64_t lo) {
   const int64_t v = field_int(b, key, -1, lo, INT32_MAX);
-  const int64_t n_ctx = st.sched.slot_n_ctx();
   if (v > n_ctx)
     throw http_error(400, std::string("field '") + key + "': " + std::to_string(v) + " tokens asked for, more than the slot context of " +
                               std::to_string(n_ctx) + " tokens holds");

@@ -21,23 +21,31 @@ struct llamacpp_options {
 request completion_parse(const http_state& st, const json& b, llamacpp_options& o) {
   request r;
   r.prompt = field_prompt(st, b, "prompt");
-  r.n_predict = field_n_predict(st, b, "n_predict", -1);
-  sampling_parse(b, r.sampling);
-  r.stop = field_stop(b, "stop");
-  r.n_probs = static_cast<int>(field_int(b, "n_probs", 0, 0, 100));
-  r.cache_prompt = field_bool(b, "cache_prompt", true);
-  r.id_slot = static_cast<int>(field_int(b, "id_slot", -1, -1, st.sched.params().n_slots - 1));
-  r.speculative = field_bool(b, "speculative", true);
-  // llama.cpp's per-request draft limit: 0 drafts nothing for this request (larger values keep the
-  // server's --draft-max; detaudit has one limit per server).
-  if (field_int(b, "speculative.n_max", -1, -1, INT32_MAX) == 0) r.speculative = false;
-  r.logit_hashes = field_bool(b, "logit_hashes", false);
+  completion_fields_parse(b, st.sched, r);
   o.stream = field_bool(b, "stream", false);
   o.return_tokens = field_bool(b, "return_tokens", false);
   o.logit_hashes = r.logit_hashes;
   o.n_probs = r.n_probs;
   return r;
 }
+
+}  // namespace
+
+void completion_fields_parse(const json& b, const scheduler& sched, request& r) {
+  r.n_predict = field_n_predict(sched.slot_n_ctx(), b, "n_predict", -1);
+  sampling_parse(b, r.sampling);
+  r.stop = field_stop(b, "stop");
+  r.n_probs = static_cast<int>(field_int(b, "n_probs", 0, 0, MAX_N_PROBS));
+  r.cache_prompt = field_bool(b, "cache_prompt", true);
+  r.id_slot = static_cast<int>(field_int(b, "id_slot", -1, -1, sched.params().n_slots - 1));
+  r.speculative = field_bool(b, "speculative", true);
+  // llama.cpp's per-request draft limit: 0 drafts nothing for this request (larger values keep the
+  // server's --draft-max; detaudit has one limit per server).
+  if (field_int(b, "speculative.n_max", -1, -1, INT32_MAX) == 0) r.speculative = false;
+  r.logit_hashes = field_bool(b, "logit_hashes", false);
+}
+
+namespace {
 
 // The per-token fields shared by a streamed chunk and the final answer.
 void token_fields(const http_state& st, const llamacpp_options& o, const std::vector<runtime::generated_token>& toks,

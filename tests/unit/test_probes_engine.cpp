@@ -286,3 +286,25 @@ TEST_CASE("probes_engine: bad specs are rejected naming the setting") {
   CHECK_THROWS_WITH_AS(probes::target_make_engine("engine:/nonexistent/m.gguf", opt), doctest::Contains("not found"), input_error);
   CHECK_THROWS_AS(probes::target_make_engine("engine:", opt), input_error);
 }
+
+// Issue 48.4: the engine target read its recorded /completion body with a parser of its own, which
+// disagreed with detaudit serve's: it ignored speculative.n_max and took n_probs up to the
+// vocabulary size. Both now read it with serve::completion_fields_parse.
+TEST_CASE("probes_engine: the engine target reads a request's fields as detaudit serve's /completion does") {
+  auto t = engine("threads=1&np=2&spec=ngram", "stories");
+  const std::string repetitive = "The cat sat on the mat. The cat sat on the mat. The cat sat on the mat.";
+  gen_request off = raw(repetitive, 32);
+  off.extra = {{"speculative.n_max", 0}};
+  const record r_off = t->complete(off);
+  REQUIRE(r_off.error.empty());
+  CHECK(r_off.evidence["draft_proposed"] == 0);
+  const record r_on = t->complete(raw(repetitive, 32));
+  REQUIRE(r_on.error.empty());
+  CHECK(r_on.evidence["draft_proposed"].get<int64_t>() > 0);
+  CHECK(diff(r_off, r_on) == "");  // exact numerics: the same tokens either way
+  gen_request many = raw(PROMPTS[0], 4);
+  many.n_probs = 101;
+  const record r_many = t->complete(many);
+  CHECK(r_many.http_status == 400);
+  CHECK(r_many.error.find("'n_probs'") != std::string::npos);
+}
