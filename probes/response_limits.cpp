@@ -3,9 +3,14 @@
 
 #include <algorithm>
 
-#include "probes/target_http.h"
-
 namespace detaudit::probes {
+
+const json* json_get(const json& j, const char* key) {
+  if (!j.is_object()) return nullptr;
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
 namespace {
 
 // What an answer may cost per token, far above what llama.cpp, OpenAI or ollama send (a

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 #include "reports/record.h"
@@ -22,6 +23,16 @@
 namespace detaudit::probes {
 
 using json = nlohmann::json;
+
+// An answer that cannot be read as the dialect's response, or that passes a bound; what() names
+// the field or the bound. Recorded as the record's error.
+class response_error : public std::runtime_error {
+ public:
+  explicit response_error(const std::string& what) : std::runtime_error(what) {}
+};
+
+// j[key] when present and not null, else nullptr.
+const json* json_get(const json& j, const char* key);
 
 struct response_limits {
   size_t max_body = 0;     // bytes of one answer kept by the HTTP client

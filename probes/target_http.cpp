@@ -34,12 +34,6 @@ std::string field_name(const std::string& where, const char* key) { return where
 
 }  // namespace
 
-const json* json_get(const json& j, const char* key) {
-  if (!j.is_object()) return nullptr;
-  auto it = j.find(key);
-  return it == j.end() || it->is_null() ? nullptr : &*it;
-}
-
 const json& json_array_at(const json& j, const char* key, const std::string& where) {
   const json* v = json_get(j, key);
   if (!v) throw response_error("field '" + field_name(where, key) + "': missing");

@@ -13,11 +13,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "probes/response_limits.h"
 #include "probes/target.h"
 
 namespace detaudit::probes {
-
-struct response_limits;
 
 enum http_api { API_OPENAI_CHAT, API_OPENAI_COMPLETIONS, API_LLAMACPP, API_OLLAMA };
 
@@ -32,13 +31,6 @@ struct http_server_info {
 struct http_call {
   std::string path;
   json body;
-};
-
-// An answer that cannot be read as the dialect's response; what() names the field. Recorded as
-// the record's error.
-class response_error : public std::runtime_error {
- public:
-  explicit response_error(const std::string& what) : std::runtime_error(what) {}
 };
 
 // One HTTP dialect: everything detaudit knows of it, in one row.
@@ -92,8 +84,7 @@ void answer_read(const dialect_def& d, bool chat, bool events, const std::string
 
 // ---- shared by the readers (target_http.cpp) ----
 
-// j[key] when present and not null, else nullptr.
-const json* json_get(const json& j, const char* key);
+// (json_get and response_error: response_limits.h.)
 // Throw response_error "field 'where.key': expected ..., found ..." on a wrong type.
 const json& json_array_at(const json& j, const char* key, const std::string& where);
 std::string json_string_at(const json& j, const char* key, const std::string& where, const std::string& dflt);
