@@ -135,7 +135,7 @@ void setup_generate(CLI::App& app) {
            const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
            if (ec != std::errc() || end != text.data() + text.size() || v < -1)
              throw CLI::ValidationError("-s", "expected an integer from -1 to 9223372036854775807, found '" + text + "'");
-           s.seed = v < 0 ? 0 : static_cast<uint64_t>(v);
+           s.seed = runtime::seed_from_signed(v);
          },
          "Seed of the sampler, 0 to 2^63-1 (-1: 0, as the server reads it); a seeded request samples the same tokens "
          "however it is batched (default 0)")

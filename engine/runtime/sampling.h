@@ -59,6 +59,11 @@ void sampling_check_params(const sampling_params& p);
 // GAMMA = 0x9E3779B97F4A7C15 and mix64 SplitMix64's finalizer. Pure function; thread-safe.
 uint64_t sampling_rng_u64(uint64_t seed, uint64_t step);
 
+// A seed as a request or the command line gives it, 0 to 2^63-1 or -1: -1 is seed 0 (llama.cpp's
+// -1 draws a random seed; detaudit never does), so the same number samples alike from `generate`
+// and from `serve`. The caller has checked the range.
+inline uint64_t seed_from_signed(int64_t v) { return v < 0 ? 0 : static_cast<uint64_t>(v); }
+
 // Index of the largest logit; among equal logits the lowest id (so +0 and -0 tie). NaN logits are
 // never chosen. Throws std::invalid_argument when logits is empty or all NaN.
 int32_t sample_greedy(std::span<const float> logits);

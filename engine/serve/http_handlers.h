@@ -55,11 +55,10 @@ class body_budget {
   };
   // Takes `bytes` of a budget of `limit`; throws http_error 413 / 503 as above.
   ticket take(int64_t bytes, int64_t limit);
-  int64_t held() const;
 
  private:
   void give_back(int64_t bytes);
-  mutable std::mutex mu_;
+  std::mutex mu_;
   int64_t held_ = 0;
 };
 

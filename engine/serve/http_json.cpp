@@ -101,11 +101,6 @@ body_budget::ticket body_budget::take(int64_t bytes, int64_t limit) {
   return ticket(this, bytes);
 }
 
-int64_t body_budget::held() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return held_;
-}
-
 void body_budget::give_back(int64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   held_ -= bytes;
@@ -390,7 +385,7 @@ void sampling_parse(const json& b, runtime::sampling_params& s) {
   s.top_p = static_cast<float>(field_number(b, "top_p", s.top_p));
   s.min_p = static_cast<float>(field_number(b, "min_p", s.min_p));
   const int64_t seed = field_int(b, "seed", static_cast<int64_t>(s.seed), -1, INT64_MAX);
-  s.seed = seed < 0 ? 0 : static_cast<uint64_t>(seed);
+  s.seed = runtime::seed_from_signed(seed);
   s.repeat_penalty = static_cast<float>(field_number(b, "repeat_penalty", s.repeat_penalty));
   s.penalty_last_n = static_cast<int32_t>(field_int(b, "repeat_last_n", s.penalty_last_n, -1, INT32_MAX));
   s.presence_penalty = static_cast<float>(field_number(b, "presence_penalty", s.presence_penalty));
