@@ -1,9 +1,8 @@
 // Integer decoding of ggml weight blocks, 32 elements at a time, and the per-block dot terms.
 //
-// Block layouts are those of gguf/quants_legacy.cpp and gguf/quants_k.cpp (ggml's block_q4_0 ...
-// block_q6_K); the element placement helpers below mirror read_2bit / read_bit_plane /
-// read_nibble / read_scales_k4 / read_scale_q3 there, and the unit tests check this decoder
-// against quants_dequantize_row on every type and on every tensor of the fixture models.
+// The decode itself is numerics/wblock_inline.h's (shared with the CUDA kernels); this file adds
+// what it leaves to its callers: the type check, finite fp16 scales and finite float weights, and
+// mxfp4, which no device decodes.
 #include "numerics/wblock.h"
 
 #include <algorithm>
@@ -23,90 +22,62 @@ namespace {
 
 using gguf::dtype;
 
-uint16_t load_u16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
+// Where a block keeps its fp16 scales: byte offsets within the block (ggml's block_q4_0 ...
+// block_q6_K) and the names the error messages give them. A block of 32 (legacy) or 256
+// (K-quant) elements; its size is gguf's type_size.
+struct scale_fields {
+  dtype type;
+  int n;
+  int offset[2];
+  const char* name[2];
+};
 
-// An fp16 scale as mant * 2^exp (exact). Throws for inf / NaN.
-void fp16_split(uint16_t h, int32_t* mant, int32_t* exp, const char* what) {
-  const int e = (h >> 10) & 31;
-  const int32_t frac = h & 1023;
-  if (e == 31) {
-    char hex[8];
-    std::snprintf(hex, sizeof hex, "%04x", static_cast<unsigned>(h));
-    throw input_error(std::string("weight block: non-finite fp16 ") + what + " (bits 0x" + hex +
-                      "), expected a finite scale");
+constexpr scale_fields SCALE_FIELDS[] = {
+    {gguf::DTYPE_Q4_0, 1, {0, 0}, {"d", ""}},      {gguf::DTYPE_Q4_1, 2, {0, 2}, {"d", "m"}},
+    {gguf::DTYPE_Q5_0, 1, {0, 0}, {"d", ""}},      {gguf::DTYPE_Q5_1, 2, {0, 2}, {"d", "m"}},
+    {gguf::DTYPE_Q8_0, 1, {0, 0}, {"d", ""}},      {gguf::DTYPE_Q2_K, 2, {80, 82}, {"d", "dmin"}},
+    {gguf::DTYPE_Q3_K, 1, {108, 0}, {"d", ""}},    {gguf::DTYPE_Q4_K, 2, {0, 2}, {"d", "dmin"}},
+    {gguf::DTYPE_Q5_K, 2, {0, 2}, {"d", "dmin"}},  {gguf::DTYPE_Q6_K, 1, {208, 0}, {"d", ""}},
+};
+
+// Throws input_error when a fp16 scale of the block holding slice b is inf or NaN.
+void check_scales(dtype t, const uint8_t* row, int64_t b) {
+  for (const scale_fields& f : SCALE_FIELDS) {
+    if (f.type != t) continue;
+    const gguf::dtype_traits& tr = gguf::dtype_get(t);
+    const uint8_t* block = row + (b * QBLOCK / tr.block_size) * static_cast<int64_t>(tr.type_size);
+    for (int k = 0; k < f.n; ++k) {
+      const uint32_t h = inl::load_u16(block + f.offset[k]);
+      if (((h >> 10) & 31) != 31) continue;
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "%04x", static_cast<unsigned>(h));
+      throw input_error(std::string("weight block: non-finite fp16 ") + f.name[k] + " (bits 0x" + hex +
+                        "), expected a finite scale");
+    }
+    return;
   }
-  int32_t m = e == 0 ? frac : 1024 + frac;
-  *exp = e == 0 ? -24 : e - 25;
-  *mant = (h & 0x8000) ? -m : m;
 }
 
-void set_plain(wblock& w, int32_t sc0, int32_t sc1) {
-  w.scale[0] = sc0;
-  w.scale[1] = sc1;
-  w.mcoef[0] = 0;
-  w.mcoef[1] = 0;
-  w.m_mant = 0;
-  w.m_exp = 0;
-}
-
-// ---- float rows: converted like activations ----
-
-void decode_float(dtype t, const uint8_t* row, int64_t b, int n_valid, wblock& w) {
-  float x[QBLOCK];
+// Throws input_error (numerics::quantize_block's) when a weight of an F32/F16/BF16 slice is inf
+// or NaN.
+void check_float_weights(dtype t, const uint8_t* row, int64_t b, int n_valid) {
   for (int i = 0; i < n_valid; ++i) {
     const int64_t e = b * QBLOCK + i;
+    float x;
     if (t == gguf::DTYPE_F32) {
-      std::memcpy(&x[i], row + 4 * e, 4);
+      std::memcpy(&x, row + 4 * e, 4);
     } else {
-      const uint16_t h = load_u16(row + 2 * e);
-      x[i] = t == gguf::DTYPE_F16 ? gguf::fp16_to_f32(h) : gguf::bf16_to_f32(h);
+      const uint16_t h = static_cast<uint16_t>(inl::load_u16(row + 2 * e));
+      x = t == gguf::DTYPE_F16 ? gguf::fp16_to_f32(h) : gguf::bf16_to_f32(h);
+    }
+    if (!std::isfinite(x)) {
+      int16_t scratch[QBLOCK];
+      quantize_block(&x, 1, scratch);  // throws the contract's message for a non-finite value
     }
   }
-  const int32_t e = quantize_block(x, n_valid, w.q);
-  w.d_mant = e == EXP_ZERO ? 0 : 1;
-  w.d_exp = e == EXP_ZERO ? 0 : e;
-  set_plain(w, 1, 1);
 }
 
-// ---- legacy 32-element blocks ----
-
-void decode_legacy(dtype t, const uint8_t* row, int64_t b, wblock& w) {
-  int bits = 4;
-  bool has_min = false;
-  int64_t size = 18;
-  if (t == gguf::DTYPE_Q4_1) { has_min = true; size = 20; }
-  if (t == gguf::DTYPE_Q5_0) { bits = 5; size = 22; }
-  if (t == gguf::DTYPE_Q5_1) { bits = 5; has_min = true; size = 24; }
-  const uint8_t* p = row + b * size;
-  fp16_split(load_u16(p), &w.d_mant, &w.d_exp, "d");
-  set_plain(w, 1, 1);
-  if (has_min) {
-    fp16_split(load_u16(p + 2), &w.m_mant, &w.m_exp, "m");
-    w.mcoef[0] = 1;
-    w.mcoef[1] = 1;
-  }
-  const int off_qh = has_min ? 4 : 2;
-  const int off_qs = off_qh + (bits == 5 ? 4 : 0);
-  uint32_t qh = 0;
-  if (bits == 5) std::memcpy(&qh, p + off_qh, 4);
-  const uint8_t* qs = p + off_qs;
-  const int offset = has_min ? 0 : 1 << (bits - 1);
-  for (int j = 0; j < QBLOCK; ++j) {
-    const int nibble = j < 16 ? (qs[j] & 0xf) : (qs[j - 16] >> 4);
-    w.q[j] = static_cast<int16_t>((nibble | static_cast<int>((qh >> j) & 1u) << 4) - offset);
-  }
-}
-
-void decode_q8_0(const uint8_t* row, int64_t b, wblock& w) {
-  const uint8_t* p = row + b * 34;
-  fp16_split(load_u16(p), &w.d_mant, &w.d_exp, "d");
-  set_plain(w, 1, 1);
-  for (int j = 0; j < QBLOCK; ++j) w.q[j] = static_cast<int8_t>(p[2 + j]);
-}
+void set_plain(wblock& w) { inl::set_plain(w, 1, 1); }
 
 }  // namespace
 
@@ -127,7 +98,7 @@ void decode_mxfp4(const uint8_t* row, int64_t b, wblock& w) {
   const uint8_t* p = row + b * 17;
   w.d_mant = 1;
   w.d_exp = static_cast<int32_t>(p[0]) - 128;
-  set_plain(w, 1, 1);
+  set_plain(w);
   int amax = 0;
   for (int j = 0; j < QBLOCK / 2; ++j) {
     w.q[j] = VALUES[p[1 + j] & 0xf];
@@ -136,96 +107,6 @@ void decode_mxfp4(const uint8_t* row, int64_t b, wblock& w) {
   }
   if (const char* why = mxfp4_block_problem(p[0], amax))
     throw input_error("weight block: mxfp4 scale byte " + std::to_string(p[0]) + " " + why);
-}
-
-// ---- K-quant super-blocks: slice s (0..7) holds elements 32s .. 32s+31 ----
-
-int read_2bit(const uint8_t* qs, int e) {
-  const int h = e / 128, g = (e / 32) % 4, l = e % 32;
-  return (qs[32 * h + l] >> (2 * g)) & 3;
-}
-
-int read_bit_plane(const uint8_t* plane, int e) { return (plane[e % 32] >> (e / 32)) & 1; }
-
-int read_nibble(const uint8_t* qs, int e) {
-  const int c = e / 64, s = (e / 32) % 2, l = e % 32;
-  return (qs[32 * c + l] >> (4 * s)) & 15;
-}
-
-// q4_K / q5_K: the six-bit (scale, min) pair of sub-block j (ggml get_scale_min_k4).
-void read_scale_min_k4(const uint8_t* s, int j, int32_t* sc, int32_t* m) {
-  if (j < 4) {
-    *sc = s[j] & 63;
-    *m = s[j + 4] & 63;
-  } else {
-    *sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
-    *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
-  }
-}
-
-int read_scale_q3(const uint8_t* s, int i) {
-  const int low = i < 8 ? (s[i] & 15) : (s[i - 8] >> 4);
-  return low | ((s[8 + i % 4] >> (2 * (i / 4))) & 3) << 4;
-}
-
-void decode_q2_k(const uint8_t* p, int s, wblock& w) {  // 84 B
-  fp16_split(load_u16(p + 80), &w.d_mant, &w.d_exp, "d");
-  fp16_split(load_u16(p + 82), &w.m_mant, &w.m_exp, "dmin");
-  w.m_mant = -w.m_mant;
-  for (int h = 0; h < 2; ++h) {
-    w.scale[h] = p[2 * s + h] & 15;
-    w.mcoef[h] = p[2 * s + h] >> 4;
-  }
-  for (int l = 0; l < QBLOCK; ++l) w.q[l] = static_cast<int16_t>(read_2bit(p + 16, 32 * s + l));
-}
-
-void decode_q3_k(const uint8_t* p, int s, wblock& w) {  // 110 B
-  fp16_split(load_u16(p + 108), &w.d_mant, &w.d_exp, "d");
-  set_plain(w, read_scale_q3(p + 96, 2 * s) - 32, read_scale_q3(p + 96, 2 * s + 1) - 32);
-  for (int l = 0; l < QBLOCK; ++l) {
-    const int e = 32 * s + l;
-    w.q[l] = static_cast<int16_t>(read_2bit(p + 32, e) - (read_bit_plane(p, e) ? 0 : 4));
-  }
-}
-
-void decode_q45_k(const uint8_t* p, int s, bool five, wblock& w) {  // 144 B / 176 B
-  fp16_split(load_u16(p), &w.d_mant, &w.d_exp, "d");
-  fp16_split(load_u16(p + 2), &w.m_mant, &w.m_exp, "dmin");
-  w.m_mant = -w.m_mant;
-  int32_t sc, m;
-  read_scale_min_k4(p + 4, s, &sc, &m);
-  w.scale[0] = w.scale[1] = sc;
-  w.mcoef[0] = w.mcoef[1] = m;
-  const uint8_t* qs = p + (five ? 48 : 16);
-  for (int l = 0; l < QBLOCK; ++l) {
-    const int e = 32 * s + l;
-    w.q[l] = static_cast<int16_t>(read_nibble(qs, e) | (five ? read_bit_plane(p + 16, e) << 4 : 0));
-  }
-}
-
-void decode_q6_k(const uint8_t* p, int s, wblock& w) {  // 210 B
-  fp16_split(load_u16(p + 208), &w.d_mant, &w.d_exp, "d");
-  set_plain(w, static_cast<int8_t>(p[192 + 2 * s]), static_cast<int8_t>(p[192 + 2 * s + 1]));
-  for (int l = 0; l < QBLOCK; ++l) {
-    const int e = 32 * s + l;
-    const int h = e / 128, g = (e / 32) % 4, ll = e % 32;
-    const int low = (p[64 * h + 32 * (g & 1) + ll] >> (4 * (g >> 1))) & 15;
-    const int high = (p[128 + 32 * h + ll] >> (2 * g)) & 3;
-    w.q[l] = static_cast<int16_t>((low | high << 4) - 32);
-  }
-}
-
-bool decode_k(dtype t, const uint8_t* row, int64_t b, wblock& w) {
-  const int64_t sb = b / 8;
-  const int s = static_cast<int>(b % 8);
-  switch (t) {
-    case gguf::DTYPE_Q2_K: decode_q2_k(row + sb * 84, s, w); return true;
-    case gguf::DTYPE_Q3_K: decode_q3_k(row + sb * 110, s, w); return true;
-    case gguf::DTYPE_Q4_K: decode_q45_k(row + sb * 144, s, false, w); return true;
-    case gguf::DTYPE_Q5_K: decode_q45_k(row + sb * 176, s, true, w); return true;
-    case gguf::DTYPE_Q6_K: decode_q6_k(row + sb * 210, s, w); return true;
-    default: return false;
-  }
 }
 
 }  // namespace
@@ -257,18 +138,17 @@ void weight_decode_block(gguf::dtype t, const uint8_t* row, int64_t block32_inde
   if (n_valid < 1 || n_valid > QBLOCK) {
     throw std::logic_error("weight_decode_block: n_valid " + std::to_string(n_valid) + " not in 1..32");
   }
-  if (t == gguf::DTYPE_F32 || t == gguf::DTYPE_F16 || t == gguf::DTYPE_BF16) {
-    decode_float(t, row, block32_index, n_valid, out);
-    return;
-  }
-  if (t == gguf::DTYPE_Q8_0) {
-    decode_q8_0(row, block32_index, out);
-  } else if (t == gguf::DTYPE_MXFP4) {
+  if (t == gguf::DTYPE_MXFP4) {
     decode_mxfp4(row, block32_index, out);
-  } else if (!decode_k(t, row, block32_index, out)) {
-    decode_legacy(t, row, block32_index, out);
+    for (int i = n_valid; i < QBLOCK; ++i) out.q[i] = 0;
+  } else {
+    if (t == gguf::DTYPE_F32 || t == gguf::DTYPE_F16 || t == gguf::DTYPE_BF16) {
+      check_float_weights(t, row, block32_index, n_valid);
+    } else {
+      check_scales(t, row, block32_index);
+    }
+    inl::decode_block(static_cast<int32_t>(t), row, block32_index, n_valid, out);
   }
-  for (int i = n_valid; i < QBLOCK; ++i) out.q[i] = 0;
   if (n_valid < QBLOCK && out.m_mant != 0) {
     throw std::logic_error("weight_decode_block: a partial block of an affine type");
   }
@@ -318,7 +198,7 @@ int32_t wblock_exp_bound(const wblock* w, int64_t n_blocks) {
 }
 
 int32_t dot_grid(int32_t x_max_exp, int32_t w_exp_bound, int64_t n_blocks) {
-  return x_max_exp + w_exp_bound + DOT_TERM_BITS + ceil_log2(2 * n_blocks) - ACC_BITS;
+  return inl::dot_grid(x_max_exp, w_exp_bound, n_blocks);
 }
 
 int64_t dot_block_fixed(const int16_t* a, int32_t e_a, const wblock& w, int32_t g) {

@@ -18,18 +18,12 @@
 
 #include "gguf/dtype.h"
 #include "numerics/exact.h"
+#include "numerics/wblock_inline.h"
 
 namespace detaudit::numerics {
 
-struct wblock {
-  int16_t q[QBLOCK];   // codes, offset removed (e.g. q4_0: u - 8)
-  int32_t scale[2];    // sub-block scale of elements 0..15 and 16..31 (1 when none)
-  int32_t d_mant;      // block scale d = d_mant * 2^d_exp (fp16 decoded exactly; sign on mant)
-  int32_t d_exp;
-  int32_t mcoef[2];    // sub-block min coefficient of elements 0..15 and 16..31 (0 when none)
-  int32_t m_mant;      // offset m = m_mant * 2^m_exp (q4_K: -dmin; q4_1: +m)
-  int32_t m_exp;
-};
+// struct wblock (the codes q, scale[2], d_mant, d_exp, mcoef[2], m_mant, m_exp) is defined in
+// numerics/wblock_inline.h, which host and device code share.
 
 // True for the types weight_decode_block accepts.
 bool weight_type_supported(gguf::dtype t);

@@ -180,6 +180,45 @@ TEST_CASE("wblock: fp16 scales decode exactly into mant and exp") {
                   input_error);
 }
 
+TEST_CASE("wblock: an inf written anywhere in a block is refused exactly when the dequantizer gives a non-finite value") {
+  // The decode's table of fp16 scale fields (wblock.cpp) against the dequantizer's own reading of
+  // the layout: a 0x7c00 (fp16 inf) written at every byte offset of a block, in turn.
+  rng r{13};
+  for (dtype t : test::QUANT_TYPES) {
+    if (t == gguf::DTYPE_MXFP4) continue;  // no fp16 field: its E8M0 scale is checked in test_gpt_oss.cpp
+    const auto& tr = gguf::dtype_get(t);
+    const std::string name = tr.name;
+    const int64_t n = tr.block_size;
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x) v = r.normal() + 0.5f;
+    std::vector<uint8_t> block(tr.type_size);
+    gguf::quants_quantize_row(t, x.data(), block.data(), n);
+    int refused = 0;
+    for (uint64_t off = 0; off + 1 < tr.type_size; ++off) {
+      std::vector<uint8_t> b = block;
+      b[off] = 0x00;
+      b[off + 1] = 0x7c;
+      std::vector<float> deq(static_cast<size_t>(n));
+      gguf::quants_dequantize_row(t, b.data(), deq.data(), n);
+      bool finite = true;
+      for (float v : deq) finite = finite && std::isfinite(v);
+      for (int64_t s = 0; s < n / QBLOCK; ++s) {
+        wblock w;
+        bool threw = false;
+        try {
+          weight_decode_block(t, b.data(), s, w);
+        } catch (const input_error& e) {
+          threw = true;
+          CHECK_MESSAGE(std::string(e.what()).find("non-finite fp16") != std::string::npos, name << ": " << e.what());
+        }
+        CHECK_MESSAGE(threw == !finite, name << " inf at byte " << off << ", slice " << s);
+      }
+      refused += finite ? 0 : 1;
+    }
+    CHECK_MESSAGE(refused >= 1, name);  // every type has a scale: the test saw one
+  }
+}
+
 TEST_CASE("wblock: every tensor of the synthetic fixture models decodes like the dequantizer") {
   const char* files[] = {"tiny-llama-bf16",   "tiny-llama-f16",   "tiny-llama-q2_k",  "tiny-llama-q3_k_m",
                          "tiny-llama-q4_0",   "tiny-llama-q4_1",  "tiny-llama-q4_k_m", "tiny-llama-q5_0",

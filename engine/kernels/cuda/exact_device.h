@@ -4,7 +4,7 @@
 // contract's arithmetic itself (flush, exp, 1/x, 1/sqrt(x), silu, the fixed-point conversions,
 // activation quantization) is numerics/exact_inline.h's, the same lines numerics and the CPU
 // kernels run, and the constants are numerics/contract.h's; this header adds the per-op pieces
-// (RMS norm, RoPE, the weight-block decode, the exact dot product, attention), each the bit-exact
+// (RMS norm, RoPE, the int8 form of the exact dot product, attention), each the bit-exact
 // twin of its numerics/ or kernels/ref counterpart (docs/precision-contract.md).
 // tests/unit/test_kernels_cuda_portable.cpp calls these functions on the host (compiled by the
 // ordinary C++ compiler) and compares them with kernels/ref by memcmp. Device intrinsics (__clzll,
@@ -22,9 +22,9 @@
 #include <cstdint>
 #include <cstring>
 
-#include "gguf/dtype.h"
 #include "numerics/contract.h"
 #include "numerics/exact_inline.h"
+#include "numerics/wblock_inline.h"
 
 namespace detaudit::kernels::cuda::xd {
 
@@ -36,21 +36,6 @@ using numerics::EXP_ZERO;
 using numerics::QBLOCK;
 using numerics::QMAX;
 using numerics::SQUARE_BITS;
-
-// The weight types the kernels decode, as the int32 the launches carry (gguf's ids).
-constexpr int32_t W_F32 = static_cast<int32_t>(gguf::DTYPE_F32);
-constexpr int32_t W_F16 = static_cast<int32_t>(gguf::DTYPE_F16);
-constexpr int32_t W_BF16 = static_cast<int32_t>(gguf::DTYPE_BF16);
-constexpr int32_t W_Q4_0 = static_cast<int32_t>(gguf::DTYPE_Q4_0);
-constexpr int32_t W_Q4_1 = static_cast<int32_t>(gguf::DTYPE_Q4_1);
-constexpr int32_t W_Q5_0 = static_cast<int32_t>(gguf::DTYPE_Q5_0);
-constexpr int32_t W_Q5_1 = static_cast<int32_t>(gguf::DTYPE_Q5_1);
-constexpr int32_t W_Q8_0 = static_cast<int32_t>(gguf::DTYPE_Q8_0);
-constexpr int32_t W_Q2_K = static_cast<int32_t>(gguf::DTYPE_Q2_K);
-constexpr int32_t W_Q3_K = static_cast<int32_t>(gguf::DTYPE_Q3_K);
-constexpr int32_t W_Q4_K = static_cast<int32_t>(gguf::DTYPE_Q4_K);
-constexpr int32_t W_Q5_K = static_cast<int32_t>(gguf::DTYPE_Q5_K);
-constexpr int32_t W_Q6_K = static_cast<int32_t>(gguf::DTYPE_Q6_K);
 
 // ---- the contract's arithmetic: numerics/exact_inline.h ----
 
@@ -118,203 +103,16 @@ DETAUDIT_HD void rope_pair(float* x0p, float* x1p, float c, float s) {
   *x1p = flush(fadd(flush(fmul(x0, s)), flush(fmul(x1, c))));
 }
 
-// ---- weight blocks (numerics/wblock.cpp) ----
+// ---- weight blocks and the plain dot product: numerics/wblock_inline.h ----
 
-struct wblock {
-  int16_t q[QBLOCK];
-  int32_t scale[2];
-  int32_t d_mant;
-  int32_t d_exp;
-  int32_t mcoef[2];
-  int32_t m_mant;
-  int32_t m_exp;
-};
-
-DETAUDIT_HD uint32_t load_u16(const uint8_t* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8; }
-DETAUDIT_HD uint32_t load_u32(const uint8_t* p) { return load_u16(p) | load_u16(p + 2) << 16; }
-
-// A finite fp16 scale as mant * 2^exp.
-DETAUDIT_HD void fp16_split(uint32_t h, int32_t* mant, int32_t* exp) {
-  const int e = (h >> 10) & 31;
-  const int32_t frac = h & 1023;
-  const int32_t m = e == 0 ? frac : 1024 + frac;
-  *exp = e == 0 ? -24 : e - 25;
-  *mant = (h & 0x8000u) ? -m : m;
-}
-
-// gguf::fp16_to_f32 for a finite value (exact).
-DETAUDIT_HD float fp16_to_f32(uint32_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16;
-  const uint32_t e = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  if (e != 0) return u2f(sign | ((e + 112) << 23) | (mant << 13));
-  if (mant == 0) return u2f(sign);
-  int ex = -14;
-  while (!(mant & 0x400u)) {
-    mant <<= 1;
-    --ex;
-  }
-  return u2f(sign | (uint32_t(ex + 127) << 23) | ((mant & 0x3ffu) << 13));
-}
-
-DETAUDIT_HD void set_plain(wblock& w, int32_t sc0, int32_t sc1) {
-  w.scale[0] = sc0;
-  w.scale[1] = sc1;
-  w.mcoef[0] = w.mcoef[1] = 0;
-  w.m_mant = 0;
-  w.m_exp = 0;
-}
-
-DETAUDIT_HD void decode_float(int32_t t, const uint8_t* row, int64_t b, int n_valid, wblock& w) {
-  float x[QBLOCK];
-  for (int i = 0; i < n_valid; ++i) {
-    const int64_t e = b * QBLOCK + i;
-    if (t == W_F32) x[i] = u2f(load_u32(row + 4 * e));
-    else if (t == W_F16) x[i] = fp16_to_f32(load_u16(row + 2 * e));
-    else x[i] = u2f(load_u16(row + 2 * e) << 16);
-  }
-  const int32_t e = quantize_block(x, n_valid, w.q);
-  w.d_mant = e == EXP_ZERO ? 0 : 1;
-  w.d_exp = e == EXP_ZERO ? 0 : e;
-  set_plain(w, 1, 1);
-}
-
-DETAUDIT_HD void decode_legacy(int32_t t, const uint8_t* row, int64_t b, wblock& w) {
-  const bool five = t == W_Q5_0 || t == W_Q5_1;
-  const bool has_min = t == W_Q4_1 || t == W_Q5_1;
-  const int64_t size = t == W_Q4_0 ? 18 : t == W_Q4_1 ? 20 : t == W_Q5_0 ? 22 : 24;
-  const uint8_t* p = row + b * size;
-  fp16_split(load_u16(p), &w.d_mant, &w.d_exp);
-  set_plain(w, 1, 1);
-  if (has_min) {
-    fp16_split(load_u16(p + 2), &w.m_mant, &w.m_exp);
-    w.mcoef[0] = w.mcoef[1] = 1;
-  }
-  const int off_qh = has_min ? 4 : 2;
-  const uint32_t qh = five ? load_u32(p + off_qh) : 0u;
-  const uint8_t* qs = p + off_qh + (five ? 4 : 0);
-  const int offset = has_min ? 0 : (five ? 16 : 8);
-  for (int j = 0; j < QBLOCK; ++j) {
-    const int nibble = j < 16 ? (qs[j] & 0xf) : (qs[j - 16] >> 4);
-    w.q[j] = static_cast<int16_t>((nibble | static_cast<int>((qh >> j) & 1u) << 4) - offset);
-  }
-}
-
-DETAUDIT_HD void decode_q8_0(const uint8_t* row, int64_t b, wblock& w) {
-  const uint8_t* p = row + b * 34;
-  fp16_split(load_u16(p), &w.d_mant, &w.d_exp);
-  set_plain(w, 1, 1);
-  for (int j = 0; j < QBLOCK; ++j) w.q[j] = static_cast<int8_t>(p[2 + j]);
-}
-
-DETAUDIT_HD int read_2bit(const uint8_t* qs, int e) {
-  return (qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3;
-}
-DETAUDIT_HD int read_bit_plane(const uint8_t* plane, int e) { return (plane[e % 32] >> (e / 32)) & 1; }
-DETAUDIT_HD int read_nibble(const uint8_t* qs, int e) {
-  return (qs[32 * (e / 64) + e % 32] >> (4 * ((e / 32) % 2))) & 15;
-}
-
-DETAUDIT_HD void read_scale_min_k4(const uint8_t* s, int j, int32_t* sc, int32_t* m) {
-  if (j < 4) {
-    *sc = s[j] & 63;
-    *m = s[j + 4] & 63;
-  } else {
-    *sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
-    *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
-  }
-}
-
-DETAUDIT_HD int read_scale_q3(const uint8_t* s, int i) {
-  const int low = i < 8 ? (s[i] & 15) : (s[i - 8] >> 4);
-  return low | ((s[8 + i % 4] >> (2 * (i / 4))) & 3) << 4;
-}
-
-DETAUDIT_HD void decode_q2_k(const uint8_t* p, int s, wblock& w) {
-  fp16_split(load_u16(p + 80), &w.d_mant, &w.d_exp);
-  fp16_split(load_u16(p + 82), &w.m_mant, &w.m_exp);
-  w.m_mant = -w.m_mant;
-  for (int h = 0; h < 2; ++h) {
-    w.scale[h] = p[2 * s + h] & 15;
-    w.mcoef[h] = p[2 * s + h] >> 4;
-  }
-  for (int l = 0; l < QBLOCK; ++l) w.q[l] = static_cast<int16_t>(read_2bit(p + 16, 32 * s + l));
-}
-
-DETAUDIT_HD void decode_q3_k(const uint8_t* p, int s, wblock& w) {
-  fp16_split(load_u16(p + 108), &w.d_mant, &w.d_exp);
-  set_plain(w, read_scale_q3(p + 96, 2 * s) - 32, read_scale_q3(p + 96, 2 * s + 1) - 32);
-  for (int l = 0; l < QBLOCK; ++l) {
-    const int e = 32 * s + l;
-    w.q[l] = static_cast<int16_t>(read_2bit(p + 32, e) - (read_bit_plane(p, e) ? 0 : 4));
-  }
-}
-
-DETAUDIT_HD void decode_q45_k(const uint8_t* p, int s, bool five, wblock& w) {
-  fp16_split(load_u16(p), &w.d_mant, &w.d_exp);
-  fp16_split(load_u16(p + 2), &w.m_mant, &w.m_exp);
-  w.m_mant = -w.m_mant;
-  int32_t sc, m;
-  read_scale_min_k4(p + 4, s, &sc, &m);
-  w.scale[0] = w.scale[1] = sc;
-  w.mcoef[0] = w.mcoef[1] = m;
-  const uint8_t* qs = p + (five ? 48 : 16);
-  for (int l = 0; l < QBLOCK; ++l) {
-    const int e = 32 * s + l;
-    w.q[l] = static_cast<int16_t>(read_nibble(qs, e) | (five ? read_bit_plane(p + 16, e) << 4 : 0));
-  }
-}
-
-DETAUDIT_HD void decode_q6_k(const uint8_t* p, int s, wblock& w) {
-  fp16_split(load_u16(p + 208), &w.d_mant, &w.d_exp);
-  set_plain(w, static_cast<int8_t>(p[192 + 2 * s]), static_cast<int8_t>(p[192 + 2 * s + 1]));
-  for (int l = 0; l < QBLOCK; ++l) {
-    const int e = 32 * s + l;
-    const int h = e / 128, g = (e / 32) % 4, ll = e % 32;
-    const int low = (p[64 * h + 32 * (g & 1) + ll] >> (4 * (g >> 1))) & 15;
-    const int high = (p[128 + 32 * h + ll] >> (2 * g)) & 3;
-    w.q[l] = static_cast<int16_t>((low | high << 4) - 32);
-  }
-}
-
-// numerics::weight_decode_block for a supported type t and finite scales / weights: the 32-element
-// slice b of a row; elements at or past n_valid decode as q = 0 (only F32/F16/BF16 rows have a
-// partial last block).
-DETAUDIT_HD void decode_block(int32_t t, const uint8_t* row, int64_t b, int n_valid, wblock& w) {
-  if (t == W_F32 || t == W_F16 || t == W_BF16) {
-    decode_float(t, row, b, n_valid, w);
-    return;
-  }
-  const int64_t sb = b / 8;
-  const int s = static_cast<int>(b % 8);
-  switch (t) {
-    case W_Q8_0: decode_q8_0(row, b, w); break;
-    case W_Q2_K: decode_q2_k(row + sb * 84, s, w); break;
-    case W_Q3_K: decode_q3_k(row + sb * 110, s, w); break;
-    case W_Q4_K: decode_q45_k(row + sb * 144, s, false, w); break;
-    case W_Q5_K: decode_q45_k(row + sb * 176, s, true, w); break;
-    case W_Q6_K: decode_q6_k(row + sb * 210, s, w); break;
-    default: decode_legacy(t, row, b, w); break;
-  }
-  for (int i = n_valid; i < QBLOCK; ++i) w.q[i] = 0;
-}
-
-// ---- the exact dot product (contract section 7) ----
-
-// The plain path (every type; the only one for F32/F16/BF16 rows, whose codes are int16): int16
-// activation x weight code in 32-bit multiplies (exact: both factors are below 2^15), summed per
-// 16-element half in int64 (int16 weights reach 2^34 there); the block terms T1, T2 (below 2^44)
-// are int64.
-DETAUDIT_HD void dot_block_terms(const int16_t* a, const wblock& w, int64_t* t1, int64_t* t2) {
-  int64_t qa[2] = {0, 0};
-  int64_t sa[2] = {0, 0};
-  for (int i = 0; i < QBLOCK; ++i) {
-    qa[i / 16] += static_cast<int32_t>(w.q[i]) * static_cast<int32_t>(a[i]);
-    sa[i / 16] += a[i];
-  }
-  *t1 = static_cast<int64_t>(w.d_mant) * (w.scale[0] * qa[0] + w.scale[1] * qa[1]);
-  *t2 = static_cast<int64_t>(w.m_mant) * (w.mcoef[0] * sa[0] + w.mcoef[1] * sa[1]);
-}
+using numerics::inl::W_BF16;
+using numerics::inl::W_F16;
+using numerics::inl::W_F32;
+using numerics::inl::decode_block;
+using numerics::inl::dot_block_fixed;
+using numerics::inl::dot_block_terms;
+using numerics::inl::dot_grid;
+using numerics::wblock;
 
 // ---- the int8 path (integer block types) ----
 //
@@ -398,19 +196,6 @@ DETAUDIT_HD void dot_block_terms8(const uint32_t* p, const wblock& w, const uint
   const int64_t sa0 = half_dot8(ones, p, 0), sa1 = half_dot8(ones, p, 1);
   *t1 = static_cast<int64_t>(w.d_mant) * (w.scale[0] * qa0 + w.scale[1] * qa1);
   *t2 = static_cast<int64_t>(w.m_mant) * (w.mcoef[0] * sa0 + w.mcoef[1] * sa1);
-}
-
-// numerics::dot_grid.
-DETAUDIT_HD int32_t dot_grid(int32_t x_max_exp, int32_t w_exp_bound, int64_t n_blocks) {
-  return x_max_exp + w_exp_bound + DOT_TERM_BITS + ceil_log2(2 * n_blocks) - ACC_BITS;
-}
-
-// numerics::dot_block_fixed: one block's two terms rounded to grid g and added.
-DETAUDIT_HD int64_t dot_block_fixed(const int16_t* a, int32_t e_a, const wblock& w, int32_t g) {
-  if (e_a == EXP_ZERO) return 0;
-  int64_t t1, t2;
-  dot_block_terms(a, w, &t1, &t2);
-  return round_shift(t1, e_a + w.d_exp - g) + round_shift(t2, e_a + w.m_exp - g);
 }
 
 // dot_block_fixed on the int8 path: p = pack_act of the block, wq = pack_codes of w.
