@@ -8,8 +8,8 @@
 #include "chat/chat_template.h"
 #include "commands.h"
 #include "runtime/context.h"
+#include "runtime/scheduler.h"
 #include "serve/http_server.h"
-#include "serve/scheduler.h"
 #include "util/error.h"
 
 namespace detaudit::cli {
@@ -34,8 +34,8 @@ struct serve_cmd_options {
   serve::http_server_params http;
 };
 
-serve::scheduler_params scheduler_params_make(const serve_cmd_options& o) {
-  serve::scheduler_params sp;
+runtime::scheduler_params scheduler_params_make(const serve_cmd_options& o) {
+  runtime::scheduler_params sp;
   sp.ctx.numerics = runtime::numerics_from_name(o.numerics);
   apply_backend_options(o.backend, sp.ctx);
   sp.ctx.n_threads = o.threads;
@@ -46,13 +46,13 @@ serve::scheduler_params scheduler_params_make(const serve_cmd_options& o) {
   sp.n_queue = o.n_queue;
   sp.n_draft = o.n_draft;
   sp.slot_save_path = o.slot_save_path;
-  if (o.spec == "ngram") sp.spec = serve::SPEC_NGRAM;
+  if (o.spec == "ngram") sp.spec = runtime::SPEC_NGRAM;
   else if (!o.spec.empty()) throw input_error("--spec: expected ngram, found '" + o.spec + "'");
   if (!o.draft.empty()) {
-    if (sp.spec == serve::SPEC_NGRAM) throw input_error("--spec ngram and --draft exclude each other: choose one kind of drafting");
+    if (sp.spec == runtime::SPEC_NGRAM) throw input_error("--spec ngram and --draft exclude each other: choose one kind of drafting");
     if (o.draft.find_first_not_of("0123456789") == std::string::npos)
       throw input_error("--draft takes the draft MODEL.gguf; for the number of draft tokens use --draft-max " + o.draft);
-    sp.spec = serve::SPEC_DRAFT;
+    sp.spec = runtime::SPEC_DRAFT;
     sp.draft = model::model::load(o.draft);
   }
   return sp;
@@ -80,8 +80,8 @@ void run_serve(const serve_cmd_options& o) {
   if (auto f = chat::chat_fallback_family(hp.chat_template, m->chat_template()))
     std::cerr << "serve: " << o.model << " has no chat template; chat requests are rendered with "
               << chat::template_family_name(*f) << ", as llama-server does\n";
-  const serve::scheduler_params sp = scheduler_params_make(o);
-  serve::scheduler sched(m, sp);
+  const runtime::scheduler_params sp = scheduler_params_make(o);
+  runtime::scheduler sched(m, sp);
   serve::http_server server(sched, hp);
   const int port = server.bind();
   std::cout << "listening on http://" << hp.host << ":" << port << std::endl;

@@ -23,8 +23,8 @@
 #include "model/model.h"
 #include "runtime/generate.h"
 #include "runtime/hashes.h"
-#include "serve/http_handlers.h"
-#include "serve/scheduler.h"
+#include "runtime/request_fields.h"
+#include "runtime/scheduler.h"
 #include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
 #include "util/error.h"
@@ -99,7 +99,7 @@ uint64_t random_seed() {
 class engine_target : public target {
  public:
   engine_target(engine_settings s, std::shared_ptr<const model::model> m) : s_(std::move(s)), m_(std::move(m)) {
-    serve::scheduler_params p;
+    runtime::scheduler_params p;
     p.ctx.numerics = s_.numerics;
     p.ctx.backend = s_.backend;
     p.ctx.device = s_.device;
@@ -109,8 +109,8 @@ class engine_target : public target {
     p.ctx.n_ctx = s_.ctx > 0 ? s_.ctx : s_.np * std::min(trained, SLOT_CTX_MAX);
     p.n_slots = s_.np;
     p.n_queue = 64 * s_.np;
-    p.spec = s_.spec_ngram ? serve::SPEC_NGRAM : serve::SPEC_NONE;
-    sched_ = std::make_unique<serve::scheduler>(m_, p);
+    p.spec = s_.spec_ngram ? runtime::SPEC_NGRAM : runtime::SPEC_NONE;
+    sched_ = std::make_unique<runtime::scheduler>(m_, p);
     spec_ = settings_spec(s_);
   }
 
@@ -125,18 +125,18 @@ class engine_target : public target {
   json settings_json() const;
   std::string fingerprint() const;
   json body_make(const gen_request& r) const;
-  serve::request request_make(const json& body, reports::record& rec) const;
+  runtime::request request_make(const json& body, reports::record& rec) const;
   std::vector<int32_t> chat_tokens(const json& messages) const;
-  void result_fill(const serve::request_result& res, int n_probs, reports::record& rec) const;
+  void result_fill(const runtime::request_result& res, int n_probs, reports::record& rec) const;
 
   engine_settings s_;
   std::shared_ptr<const model::model> m_;
-  std::unique_ptr<serve::scheduler> sched_;
+  std::unique_ptr<runtime::scheduler> sched_;
   std::string spec_;
 };
 
 json engine_target::settings_json() const {
-  const serve::scheduler_params& p = sched_->params();
+  const runtime::scheduler_params& p = sched_->params();
   return {{"numerics", runtime::numerics_name(s_.numerics)},
           {"backend", runtime::backend_name(s_.backend)},
           {"device", sched_->device_description()},
@@ -195,11 +195,11 @@ json engine_target::body_make(const gen_request& r) const {
 
 // Rendered as serve's /v1/chat/completions renders messages.
 std::vector<int32_t> engine_target::chat_tokens(const json& messages) const {
-  if (!messages.is_array() || messages.empty()) throw serve::http_error(400, "field 'messages': expected a non-empty array");
+  if (!messages.is_array() || messages.empty()) throw runtime::request_error(400, "field 'messages': expected a non-empty array");
   std::vector<chat::chat_message> msgs;
   for (const json& m : messages) {
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") || !m["content"].is_string())
-      throw serve::http_error(400, "field 'messages': expected {\"role\", \"content\"} strings");
+      throw runtime::request_error(400, "field 'messages': expected {\"role\", \"content\"} strings");
     msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
   }
   try {
@@ -209,22 +209,22 @@ std::vector<int32_t> engine_target::chat_tokens(const json& messages) const {
   }
 }
 
-// Throws serve::http_error or input_error for a field the server would reject.
-serve::request engine_target::request_make(const json& body, reports::record& rec) const {
-  serve::request q;
+// Throws runtime::request_error or input_error for a field the server would reject.
+runtime::request engine_target::request_make(const json& body, reports::record& rec) const {
+  runtime::request q;
   if (body.contains("messages")) q.prompt = chat_tokens(body["messages"]);
-  else q.prompt = runtime::generate_tokenize(m_->vocab(), serve::field_string(body, "prompt", ""));
-  if (q.prompt.empty()) throw serve::http_error(400, "field 'prompt': empty prompt");
+  else q.prompt = runtime::generate_tokenize(m_->vocab(), runtime::field_string(body, "prompt", ""));
+  if (q.prompt.empty()) throw runtime::request_error(400, "field 'prompt': empty prompt");
   if (!body.contains("seed") || body["seed"].is_null()) {
     q.sampling.seed = random_seed();
     rec.evidence["seed_drawn"] = q.sampling.seed;
   }
-  serve::completion_fields_parse(body, *sched_, q);  // as detaudit serve's /completion reads them
+  runtime::completion_fields_parse(body, *sched_, q);  // as detaudit serve's /completion reads them
   q.logit_hashes = true;
   return q;
 }
 
-void engine_target::result_fill(const serve::request_result& res, int n_probs, reports::record& rec) const {
+void engine_target::result_fill(const runtime::request_result& res, int n_probs, reports::record& rec) const {
   const runtime::generate_result& g = res.gen;
   const tokenizer::vocab& v = m_->vocab();
   rec.text = g.text;
@@ -253,7 +253,7 @@ void engine_target::result_fill(const serve::request_result& res, int n_probs, r
   rec.evidence["draft_accepted"] = res.n_draft_accepted;
   rec.evidence["batch_width"] = res.max_seqs_in_step;
   rec.evidence["slot"] = res.slot;
-  rec.timings["engine"] = serve::timings_json(g.timings, res.n_cached);
+  rec.timings["engine"] = runtime::timings_json(g.timings, res.n_cached);
 }
 
 reports::record engine_target::complete(const gen_request& r) {
@@ -270,10 +270,10 @@ reports::record engine_target::complete(const gen_request& r) {
     rec.timings["latency_ms"] = (t_end - t_start) * 1000.0;
     return rec;
   };
-  serve::request q;
+  runtime::request q;
   try {
     q = request_make(rec.request, rec);
-  } catch (const serve::http_error& e) {
+  } catch (const runtime::request_error& e) {
     rec.error = e.what();
     rec.http_status = e.status();
   } catch (const input_error& e) {
@@ -285,15 +285,15 @@ reports::record engine_target::complete(const gen_request& r) {
     return finish();
   }
   const int n_probs = q.n_probs;
-  const std::optional<serve::request_result> out =
-      sched_->run(std::move(q), [](const serve::token_event&) { return !run_interrupted(); });  // Ctrl-C cancels
+  const std::optional<runtime::request_result> out =
+      sched_->run(std::move(q), [](const runtime::token_event&) { return !run_interrupted(); });  // Ctrl-C cancels
   if (!out) {
     rec.error = "engine busy: request queue full";
     rec.http_status = 503;
     rec.finish_reason = "error";
     return finish();
   }
-  const serve::request_result& res = *out;
+  const runtime::request_result& res = *out;
   rec.http_status = res.http_status;
   if (!res.error.empty()) {
     rec.error = res.error;
@@ -306,7 +306,7 @@ reports::record engine_target::complete(const gen_request& r) {
 }
 
 json engine_target::metrics() {
-  const serve::metrics_snapshot s = sched_->metrics();
+  const runtime::metrics_snapshot s = sched_->metrics();
   return {{"requests_total", s.requests_total},
           {"requests_rejected", s.requests_rejected},
           {"requests_cancelled", s.requests_cancelled},

@@ -1,20 +1,13 @@
 // The error every part of the server may throw to answer a request with an HTTP status: the
-// handlers' field readers, and the scheduler's slot actions. One adapter (http_server.cpp) turns
-// it into the answer, an OpenAI error object with this status.
+// handlers' field readers, and the scheduler's slot actions. It is runtime::request_error (the
+// scheduler and the field readers live in the runtime); one adapter (http_server.cpp) turns it
+// into the answer, an OpenAI error object with this status.
 #pragma once
 
-#include <stdexcept>
-#include <string>
+#include "runtime/request_error.h"
 
 namespace detaudit::serve {
 
-class http_error : public std::runtime_error {
- public:
-  http_error(int status, const std::string& message) : std::runtime_error(message), status_(status) {}
-  int status() const { return status_; }
-
- private:
-  int status_;
-};
+using http_error = runtime::request_error;
 
 }  // namespace detaudit::serve

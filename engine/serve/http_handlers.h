@@ -1,6 +1,7 @@
-// Shared by the http_*.cpp files: the error type every handler may throw, JSON field readers
-// that name the field they reject, token / log-prob formatting, and the two ways to run a
-// completion on the scheduler (blocking, or streamed as server-sent events).
+// Shared by the http_*.cpp files: the request body's budget and parser, the readers that need the
+// loaded model (a prompt's token ids), token / log-prob formatting, and the two ways to run a
+// completion on the scheduler (blocking, or streamed as server-sent events). The error type, the
+// field readers and the scheduler are the runtime's, used here under their names.
 #pragma once
 
 #include <atomic>
@@ -16,11 +17,43 @@
 
 #include "serve/http_error.h"
 #include "serve/http_server.h"
-#include "serve/scheduler.h"
+#include "runtime/request_fields.h"
+#include "runtime/scheduler.h"
 
 namespace detaudit::serve {
 
 using json = nlohmann::json;
+
+// The scheduler and the request field readers are the runtime's (runtime/scheduler.h,
+// runtime/request_fields.h); the handlers use them under these names.
+using runtime::completion_fields_parse;
+using runtime::field_bool;
+using runtime::field_fail;
+using runtime::field_int;
+using runtime::field_n_predict;
+using runtime::field_number;
+using runtime::field_require_n1;
+using runtime::field_stop;
+using runtime::field_string;
+using runtime::fields_reject_unsupported;
+using runtime::json_text;
+using runtime::MAX_N_PROBS;
+using runtime::MAX_STOP_BYTES;
+using runtime::MAX_STOP_STRINGS;
+using runtime::message_tools_refuse;
+using runtime::metrics_snapshot;
+using runtime::request;
+using runtime::request_callbacks;
+using runtime::request_result;
+using runtime::sampling_parse;
+using runtime::sampling_to_json;
+using runtime::scheduler;
+using runtime::slot_info;
+using runtime::SPEC_NONE;
+using runtime::text_quote;
+using runtime::timings_json;
+using runtime::token_event;
+using runtime::value_quote;
 
 // Parsed request bodies held in memory at once. A JSON body of many small values costs about 20
 // times its bytes once parsed ({"x":[{},{},...]} of 8 MiB: about 180 MB), and a handler holds its
@@ -76,19 +109,10 @@ struct http_state {
 // {"error": {"message", "type", "code"}}; type from the status ("invalid_request_error", ...).
 json error_json(int status, const std::string& message);
 void error_send(httplib::Response& res, int status, const std::string& message);
-// JSON text; invalid UTF-8 (a byte token's piece) replaced by U+FFFD.
-std::string json_text(const json& j);
 void json_send(httplib::Response& res, const json& j);
 // "data: {...}\n\n".
 std::string sse_event(const json& j);
 
-// A client's value as an error message quotes it, never by recursion and never long: a number,
-// true, false or null as written; a string as text_quote() writes it; an array or object by its
-// type and size ("an array of 3 elements").
-std::string value_quote(const json& v);
-// A client's text in an error message: in JSON quotes, its first 40 bytes (cut at a character
-// boundary) and, when longer, "... (N bytes)".
-std::string text_quote(std::string_view s);
 
 // The deepest nesting of arrays and objects a request body may have.
 inline constexpr int MAX_BODY_DEPTH = 64;
@@ -103,49 +127,14 @@ parsed_body body_parse(body_budget& budget, size_t limit, const httplib::Request
 inline parsed_body body_parse(http_state& st, const httplib::Request& req) {
   return body_parse(st.bodies, st.params.max_body_memory, req);
 }
-// Field readers: the default when the key is absent or null; http_error 400 naming the key when
-// the value has the wrong type or lies outside [lo, hi].
-int64_t field_int(const json& b, const char* key, int64_t dflt, int64_t lo, int64_t hi);
-double field_number(const json& b, const char* key, double dflt);
-bool field_bool(const json& b, const char* key, bool dflt);
-std::string field_string(const json& b, const char* key, const std::string& dflt);
-// A string or an array of strings: at most MAX_STOP_STRINGS, each 1 to MAX_STOP_BYTES bytes.
-inline constexpr size_t MAX_STOP_STRINGS = 64;
-inline constexpr size_t MAX_STOP_BYTES = 128;
-std::vector<std::string> field_stop(const json& b, const char* key);
 // Token ids: a string (tokenized as a plain prompt), an array of ids, or a one-element array
 // holding either. Ids are checked against the vocabulary.
 std::vector<int32_t> field_prompt(const http_state& st, const json& b, const char* key);
-// Throws http_error 400 naming `key` unless it is absent or equal to 1.
-void field_require_n1(const json& b, const char* key);
 // n_predict / max_tokens / num_predict: absent or null -> -1 (no limit); else an integer in
 // [lo, the slot's context]. A count the slot could never hold is 400 naming the field.
 int64_t field_n_predict(const http_state& st, const json& b, const char* key, int64_t lo);
-int64_t field_n_predict(int64_t slot_n_ctx, const json& b, const char* key, int64_t lo);
 
-// The most top log-probs per token a request may ask for (llama.cpp's n_probs).
-inline constexpr int64_t MAX_N_PROBS = 100;
-// The generation fields of a llama.cpp /completion body, the prompt aside, read one way for
-// detaudit serve's /completion and for the engine target (whose recorded request is such a body):
-// n_predict (at most the slot context), the sampling fields, stop, n_probs (0..MAX_N_PROBS),
-// cache_prompt, id_slot, speculative and speculative.n_max (0: no drafts), logit_hashes. Throws
-// http_error 400 naming the field it rejects.
-void completion_fields_parse(const json& b, const scheduler& sched, request& r);
 
-// Throws http_error 400 naming the field when a field of llama.cpp's or OpenAI's that detaudit
-// serve does not implement has the wrong type, or a value other than its neutral one (grammar,
-// json_schema, logit_bias, ignore_eos, mirostat, typical_p < 1, dry, xtc, dynatemp, top_n_sigma,
-// min_keep > 1, n_indent, t_max_*_ms, post_sampling_probs, lora, tools, a non-text
-// response_format, a samplers order other than llama.cpp's default). sampling_parse() calls it.
-void fields_reject_unsupported(const json& b);
-// A chat message's tool fields (tool_calls, function_call, tool_call_id): the templates here
-// render no tools, so a message that carries one is refused (400 naming
-// 'messages[i].FIELD') on every chat route, never rendered without it.
-void message_tools_refuse(const json& m, size_t i);
-// Sampling fields shared by all completion endpoints (temperature, top_k, top_p, min_p, seed,
-// repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty), checked.
-void sampling_parse(const json& b, runtime::sampling_params& s);
-json sampling_to_json(const runtime::sampling_params& s);
 
 // Token text (control tokens as their text) and its bytes.
 std::string token_piece(const http_state& st, int32_t id);
@@ -165,8 +154,6 @@ json token_logprob_of(const runtime::generated_token& t);
 // "eos" | "word" | "limit"; OpenAI's "stop" | "length".
 const char* stop_type_llamacpp(runtime::stop_type s);
 const char* finish_reason_openai(const runtime::generate_result& g);
-// llama.cpp's timings object: cache_n prompt tokens taken from the cache, prompt_n evaluated.
-json timings_json(const runtime::run_timings& t, int64_t n_cached);
 
 // ---- http_server.cpp ----
 

@@ -31,20 +31,6 @@ request completion_parse(const http_state& st, const json& b, llamacpp_options& 
 
 }  // namespace
 
-void completion_fields_parse(const json& b, const scheduler& sched, request& r) {
-  r.n_predict = field_n_predict(sched.slot_n_ctx(), b, "n_predict", -1);
-  sampling_parse(b, r.sampling);
-  r.stop = field_stop(b, "stop");
-  r.n_probs = static_cast<int>(field_int(b, "n_probs", 0, 0, MAX_N_PROBS));
-  r.cache_prompt = field_bool(b, "cache_prompt", true);
-  r.id_slot = static_cast<int>(field_int(b, "id_slot", -1, -1, sched.params().n_slots - 1));
-  r.speculative = field_bool(b, "speculative", true);
-  // llama.cpp's per-request draft limit: 0 drafts nothing for this request (larger values keep the
-  // server's --draft-max; detaudit has one limit per server).
-  if (field_int(b, "speculative.n_max", -1, -1, INT32_MAX) == 0) r.speculative = false;
-  r.logit_hashes = field_bool(b, "logit_hashes", false);
-}
-
 namespace {
 
 // The per-token fields shared by a streamed chunk and the final answer.

@@ -1,6 +1,6 @@
 // The HTTP layer of `detaudit serve`: llama.cpp's server endpoints (/completion, /tokenize,
 // /detokenize, /props, /slots, /health, /metrics) and OpenAI's (/v1/completions,
-// /v1/chat/completions, /v1/models) on a serve::scheduler.
+// /v1/chat/completions, /v1/models) on a runtime::scheduler.
 //
 // Goals: clients of llama-server and of the OpenAI API work unchanged; every answer names the
 // engine, numerics and model (system_fingerprint) and can carry the per-step logit hashes.
@@ -19,7 +19,7 @@
 #include <memory>
 #include <string>
 
-#include "serve/scheduler.h"
+#include "runtime/scheduler.h"
 
 namespace detaudit::serve {
 
@@ -39,7 +39,7 @@ struct http_server_params {
 class http_server {
  public:
   // Reads the model's sha256 (the whole file) for system_fingerprint.
-  http_server(scheduler& sched, const http_server_params& p);
+  http_server(runtime::scheduler& sched, const http_server_params& p);
   ~http_server();
   http_server(const http_server&) = delete;
   http_server& operator=(const http_server&) = delete;

@@ -289,7 +289,7 @@ TEST_CASE("probes_engine: bad specs are rejected naming the setting") {
 
 // Issue 48.4: the engine target read its recorded /completion body with a parser of its own, which
 // disagreed with detaudit serve's: it ignored speculative.n_max and took n_probs up to the
-// vocabulary size. Both now read it with serve::completion_fields_parse.
+// vocabulary size. Both now read it with runtime::completion_fields_parse.
 TEST_CASE("probes_engine: the engine target reads a request's fields as detaudit serve's /completion does") {
   auto t = engine("threads=1&np=2&spec=ngram", "stories");
   const std::string repetitive = "The cat sat on the mat. The cat sat on the mat. The cat sat on the mat.";

@@ -1,4 +1,4 @@
-// serve::scheduler: continuous batching, prompt cache, slot save/restore and n-gram speculation
+// runtime::scheduler: continuous batching, prompt cache, slot save/restore and n-gram speculation
 // change nothing in exact numerics (token ids, top log-probs and logit hashes compared bit for bit,
 // against each other and against runtime::generate()); queue limits and shutdown answer as
 // llama-server does. In float numerics a shared step can change a request's logits.
@@ -20,7 +20,7 @@
 #include "model/model.h"
 #include "model/synth.h"
 #include "runtime/generate.h"
-#include "serve/scheduler.h"
+#include "runtime/scheduler.h"
 #include "synth_util.h"
 #include "test_util.h"
 #include "util/error.h"
@@ -35,7 +35,7 @@ int slot_status(F&& action) {
   try {
     action();
     return 200;
-  } catch (const serve::http_error& e) {
+  } catch (const runtime::request_error& e) {
     CHECK_FALSE(std::string(e.what()).empty());
     return e.status();
   }
@@ -46,9 +46,9 @@ std::shared_ptr<const model::model> stories() {
   return m;
 }
 
-serve::scheduler_params sched_params(int n_slots, int64_t total_ctx,
+runtime::scheduler_params sched_params(int n_slots, int64_t total_ctx,
                                      runtime::numerics_mode mode = runtime::NUMERICS_EXACT) {
-  serve::scheduler_params p;
+  runtime::scheduler_params p;
   p.ctx.numerics = mode;
   p.ctx.n_ctx = total_ctx;
   p.n_slots = n_slots;
@@ -67,8 +67,8 @@ const char* const TEXTS[] = {
     "The little girl found a shiny stone",
 };
 
-serve::request make_request(const model::model& m, const std::string& text, int64_t n_predict = 24) {
-  serve::request r;
+runtime::request make_request(const model::model& m, const std::string& text, int64_t n_predict = 24) {
+  runtime::request r;
   r.prompt = runtime::generate_tokenize(m.vocab(), text);
   r.n_predict = n_predict;
   r.n_probs = 5;
@@ -80,17 +80,17 @@ serve::request make_request(const model::model& m, const std::string& text, int6
 struct collector {
   std::mutex mu;
   std::condition_variable cv;
-  std::map<int, serve::request_result> done;
+  std::map<int, runtime::request_result> done;
   std::map<int, size_t> n_events;
 
-  serve::request_callbacks callbacks(int key) {
-    serve::request_callbacks cb;
-    cb.on_token = [this, key](const serve::token_event&) {
+  runtime::request_callbacks callbacks(int key) {
+    runtime::request_callbacks cb;
+    cb.on_token = [this, key](const runtime::token_event&) {
       std::lock_guard<std::mutex> lk(mu);
       ++n_events[key];
       return true;
     };
-    cb.on_done = [this, key](const serve::request_result& r) {
+    cb.on_done = [this, key](const runtime::request_result& r) {
       std::lock_guard<std::mutex> lk(mu);
       done[key] = r;
       cv.notify_all();
@@ -101,7 +101,7 @@ struct collector {
     std::unique_lock<std::mutex> lk(mu);
     cv.wait(lk, [&] { return done.count(key) > 0; });
   }
-  serve::request_result get(int key) {
+  runtime::request_result get(int key) {
     wait(key);
     std::lock_guard<std::mutex> lk(mu);
     return done[key];
@@ -115,14 +115,14 @@ struct blocker {
   std::shared_future<void> gate_f = gate.get_future().share();
   bool released = false;
 
-  void submit(serve::scheduler& s, collector& c, int key, int id_slot = -1) {
-    serve::request r;
+  void submit(runtime::scheduler& s, collector& c, int key, int id_slot = -1) {
+    runtime::request r;
     r.prompt = {1, 403};
     r.n_predict = 1;
     r.id_slot = id_slot;
     r.cache_prompt = false;
-    serve::request_callbacks cb = c.callbacks(key);
-    cb.on_token = [this](const serve::token_event&) {
+    runtime::request_callbacks cb = c.callbacks(key);
+    cb.on_token = [this](const runtime::token_event&) {
       entered.set_value();
       gate_f.wait();
       return true;
@@ -137,20 +137,20 @@ struct blocker {
   ~blocker() { release(); }  // never leave the scheduler thread held when a check fails
 };
 
-serve::request_result run_alone(serve::scheduler& s, const serve::request& r) {
+runtime::request_result run_alone(runtime::scheduler& s, const runtime::request& r) {
   collector c;
   REQUIRE(s.submit(r, c.callbacks(0)));
   return c.get(0);
 }
 
 // Submits every request while the scheduler thread is held, so they start in the same step.
-std::vector<serve::request_result> run_together(serve::scheduler& s, const std::vector<serve::request>& rs) {
+std::vector<runtime::request_result> run_together(runtime::scheduler& s, const std::vector<runtime::request>& rs) {
   collector c;
   blocker b;
   b.submit(s, c, -1);
   for (size_t i = 0; i < rs.size(); ++i) REQUIRE(s.submit(rs[i], c.callbacks(static_cast<int>(i))));
   b.release();
-  std::vector<serve::request_result> out;
+  std::vector<runtime::request_result> out;
   for (size_t i = 0; i < rs.size(); ++i) out.push_back(c.get(static_cast<int>(i)));
   c.wait(-1);
   return out;
@@ -185,20 +185,20 @@ std::string diff(const runtime::generate_result& a, const runtime::generate_resu
 
 TEST_CASE("serve scheduler: 8 requests together equal each alone and runtime::generate bit for bit") {
   auto m = stories();
-  std::vector<serve::request> rs;
+  std::vector<runtime::request> rs;
   for (const char* t : TEXTS) rs.push_back(make_request(*m, t));
   rs[3].sampling.temp = 0.8f;
   rs[3].sampling.seed = 42;
   rs[5].stop = {"."};
-  std::vector<serve::request_result> alone;
+  std::vector<runtime::request_result> alone;
   {
-    serve::scheduler s(m, sched_params(4, 1024));
-    for (const serve::request& r : rs) alone.push_back(run_alone(s, r));
+    runtime::scheduler s(m, sched_params(4, 1024));
+    for (const runtime::request& r : rs) alone.push_back(run_alone(s, r));
     CHECK(s.metrics().max_seqs_in_step == 1);
   }
-  serve::scheduler s(m, sched_params(4, 1024));
-  const std::vector<serve::request_result> together = run_together(s, rs);
-  const serve::metrics_snapshot mt = s.metrics();
+  runtime::scheduler s(m, sched_params(4, 1024));
+  const std::vector<runtime::request_result> together = run_together(s, rs);
+  const runtime::metrics_snapshot mt = s.metrics();
   CHECK(mt.max_seqs_in_step >= 2);
   CHECK(mt.requests_total == 9);
   for (size_t i = 0; i < rs.size(); ++i) {
@@ -221,24 +221,24 @@ TEST_CASE("serve scheduler: 8 requests together equal each alone and runtime::ge
 
 TEST_CASE("serve scheduler: the prompt cache serves the second run and changes nothing") {
   auto m = stories();
-  serve::scheduler s(m, sched_params(1, 512));
-  const serve::request r = make_request(*m, TEXTS[0]);
-  const serve::request_result first = run_alone(s, r);
+  runtime::scheduler s(m, sched_params(1, 512));
+  const runtime::request r = make_request(*m, TEXTS[0]);
+  const runtime::request_result first = run_alone(s, r);
   CHECK(first.n_cached == 0);
-  const serve::request_result second = run_alone(s, r);
+  const runtime::request_result second = run_alone(s, r);
   CHECK(second.n_cached == static_cast<int64_t>(r.prompt.size()) - 1);
   CHECK(diff(first.gen, second.gen) == "");
-  serve::request off = r;
+  runtime::request off = r;
   off.cache_prompt = false;
-  const serve::request_result third = run_alone(s, off);
+  const runtime::request_result third = run_alone(s, off);
   CHECK(third.n_cached == 0);
   CHECK(diff(first.gen, third.gen) == "");
   // a request sharing only a prefix reuses that prefix
-  serve::request longer = make_request(*m, std::string(TEXTS[0]) + " named Max");
-  const serve::request_result fourth = run_alone(s, longer);
+  runtime::request longer = make_request(*m, std::string(TEXTS[0]) + " named Max");
+  const runtime::request_result fourth = run_alone(s, longer);
   CHECK(fourth.n_cached > 0);
   CHECK(fourth.n_cached < static_cast<int64_t>(longer.prompt.size()));
-  const serve::metrics_snapshot mt = s.metrics();
+  const runtime::metrics_snapshot mt = s.metrics();
   CHECK(mt.prompt_tokens_cached == second.n_cached + fourth.n_cached);
   CHECK(mt.generated_tokens_total == static_cast<int64_t>(first.gen.tokens.size() * 3 + fourth.gen.tokens.size()));
 }
@@ -246,19 +246,19 @@ TEST_CASE("serve scheduler: the prompt cache serves the second run and changes n
 TEST_CASE("serve scheduler: slot save, erase and restore keep the cache bit for bit") {
   auto m = stories();
   const std::string dir = test::scratch_dir("serve_scheduler_slots");
-  serve::scheduler_params p = sched_params(2, 512);
+  runtime::scheduler_params p = sched_params(2, 512);
   p.slot_save_path = dir;
-  serve::scheduler s(m, p);
-  serve::request r = make_request(*m, TEXTS[1]);
+  runtime::scheduler s(m, p);
+  runtime::request r = make_request(*m, TEXTS[1]);
   r.id_slot = 0;
-  const serve::request_result first = run_alone(s, r);
+  const runtime::request_result first = run_alone(s, r);
   CHECK(first.slot == 0);
   CHECK(slot_status([&] { s.slot_save(0, "slot0.bin"); }) == 200);
   CHECK(slot_status([&] { s.slot_erase(0); }) == 200);
   CHECK(s.slots()[0].n_cached == 0);
   CHECK(slot_status([&] { s.slot_restore(0, "slot0.bin"); }) == 200);
   CHECK(s.slots()[0].n_cached > 0);
-  const serve::request_result second = run_alone(s, r);
+  const runtime::request_result second = run_alone(s, r);
   CHECK(second.n_cached == static_cast<int64_t>(r.prompt.size()) - 1);
   CHECK(diff(first.gen, second.gen) == "");
 
@@ -276,10 +276,10 @@ TEST_CASE("serve scheduler: slot save, erase and restore keep the cache bit for 
     std::atomic<bool> go_away{false};
     std::promise<void> started;
     std::atomic<bool> started_set{false};
-    serve::request busy = make_request(*m, TEXTS[2], -1);
+    runtime::request busy = make_request(*m, TEXTS[2], -1);
     busy.id_slot = 1;
-    serve::request_callbacks cb = c.callbacks(0);
-    cb.on_token = [&](const serve::token_event&) {
+    runtime::request_callbacks cb = c.callbacks(0);
+    cb.on_token = [&](const runtime::token_event&) {
       if (!started_set.exchange(true)) started.set_value();
       return !go_away.load();
     };
@@ -288,11 +288,11 @@ TEST_CASE("serve scheduler: slot save, erase and restore keep the cache bit for 
     CHECK(slot_status([&] { s.slot_save(1, "x.bin"); }) == 409);
     CHECK(slot_status([&] { s.slot_erase(1); }) == 409);
     go_away = true;
-    const serve::request_result r = c.get(0);
+    const runtime::request_result r = c.get(0);
     CHECK(r.http_status == 499);
     CHECK(r.gen.tokens.size() >= 2);
   }
-  serve::scheduler none(m, sched_params(1, 256));
+  runtime::scheduler none(m, sched_params(1, 256));
   CHECK(slot_status([&] { none.slot_save(0, "x.bin"); }) == 501);
   CHECK(slot_status([&] { none.slot_restore(0, "x.bin"); }) == 501);
 }
@@ -301,32 +301,32 @@ TEST_CASE("serve scheduler: n-gram speculation gives the same output and accepts
   auto m = stories();
   const std::string text =
       "The cat sat on the mat. The cat sat on the mat. The cat sat on the mat. The cat sat on the mat.";
-  serve::scheduler_params p = sched_params(2, 1024);
-  serve::scheduler plain(m, p);
-  p.spec = serve::SPEC_NGRAM;
+  runtime::scheduler_params p = sched_params(2, 1024);
+  runtime::scheduler plain(m, p);
+  p.spec = runtime::SPEC_NGRAM;
   p.n_draft = 8;
-  serve::scheduler spec(m, p);
+  runtime::scheduler spec(m, p);
   for (float temp : {0.0f, 0.8f}) {
     CAPTURE(temp);
-    serve::request r = make_request(*m, text, 64);
+    runtime::request r = make_request(*m, text, 64);
     r.sampling.temp = temp;
     r.sampling.seed = 1234;
-    const serve::request_result a = run_alone(plain, r);
-    const serve::request_result b = run_alone(spec, r);
+    const runtime::request_result a = run_alone(plain, r);
+    const runtime::request_result b = run_alone(spec, r);
     CHECK(diff(a.gen, b.gen) == "");
     CHECK(a.n_draft_proposed == 0);
     CHECK(b.n_draft_proposed > 0);
     if (temp == 0.0f) CHECK(b.n_draft_accepted > 0);
     MESSAGE("temp " << temp << ": drafts proposed " << b.n_draft_proposed << ", accepted " << b.n_draft_accepted);
     r.speculative = false;
-    const serve::request_result c = run_alone(spec, r);
+    const runtime::request_result c = run_alone(spec, r);
     CHECK(c.n_draft_proposed == 0);
     CHECK(diff(a.gen, c.gen) == "");
     // speculation beside other requests in the same steps
-    std::vector<serve::request> rs = {make_request(*m, TEXTS[2], 64), make_request(*m, text, 64)};
+    std::vector<runtime::request> rs = {make_request(*m, TEXTS[2], 64), make_request(*m, text, 64)};
     rs[1].sampling = r.sampling;
     rs[1].speculative = true;
-    const std::vector<serve::request_result> both = run_together(spec, rs);
+    const std::vector<runtime::request_result> both = run_together(spec, rs);
     CHECK(diff(a.gen, both[1].gen) == "");
   }
   CHECK(spec.metrics().draft_accepted_total > 0);
@@ -348,21 +348,21 @@ TEST_CASE("serve scheduler: draft-model speculation gives the same output, accep
   o.vocab_from = test::fixture("models/stories260K.gguf");
   model::synth_write(o, dir + "/draft.gguf");
   std::shared_ptr<const model::model> random_draft = model::model::load(dir + "/draft.gguf");
-  serve::scheduler plain(m, sched_params(2, 1024));
+  runtime::scheduler plain(m, sched_params(2, 1024));
   for (const auto& draft : {m, random_draft}) {
-    serve::scheduler_params p = sched_params(2, 1024);
-    p.spec = serve::SPEC_DRAFT;
+    runtime::scheduler_params p = sched_params(2, 1024);
+    p.spec = runtime::SPEC_DRAFT;
     p.draft = draft;
     p.n_draft = 6;
-    serve::scheduler spec(m, p);
+    runtime::scheduler spec(m, p);
     for (float temp : {0.0f, 0.8f}) {
       CAPTURE(temp);
       CAPTURE(draft == m);
-      serve::request r = make_request(*m, TEXTS[0], 40);
+      runtime::request r = make_request(*m, TEXTS[0], 40);
       r.sampling.temp = temp;
       r.sampling.seed = 99;
-      const serve::request_result a = run_alone(plain, r);
-      const serve::request_result b = run_alone(spec, r);
+      const runtime::request_result a = run_alone(plain, r);
+      const runtime::request_result b = run_alone(spec, r);
       CHECK(diff(a.gen, b.gen) == "");
       CHECK(b.n_draft_proposed > 0);
       if (draft == m && temp == 0.0f) CHECK(b.n_draft_accepted == b.n_draft_proposed);
@@ -373,30 +373,30 @@ TEST_CASE("serve scheduler: draft-model speculation gives the same output, accep
       if (draft != m) CHECK(b.n_draft_accepted < b.n_draft_proposed);
       MESSAGE("draft " << std::string(draft == m ? "self" : "random") << ", temp " << temp << ": proposed " << b.n_draft_proposed
                        << ", accepted " << b.n_draft_accepted);
-      std::vector<serve::request> rs = {make_request(*m, TEXTS[3], 40), r};
-      const std::vector<serve::request_result> both = run_together(spec, rs);
+      std::vector<runtime::request> rs = {make_request(*m, TEXTS[3], 40), r};
+      const std::vector<runtime::request_result> both = run_together(spec, rs);
       CHECK(diff(a.gen, both[1].gen) == "");
     }
     if (draft == m) CHECK(spec.metrics().draft_accepted_total > 0);
     CHECK(spec.metrics().draft_proposed_total > spec.metrics().draft_accepted_total);
   }
-  serve::scheduler_params d = sched_params(1, 256);
-  d.spec = serve::SPEC_DRAFT;
-  CHECK_THROWS_AS(serve::scheduler(m, d), input_error);
+  runtime::scheduler_params d = sched_params(1, 256);
+  d.spec = runtime::SPEC_DRAFT;
+  CHECK_THROWS_AS(runtime::scheduler(m, d), input_error);
   model::synth_options other;
   other.n_embd = 64;
   other.n_ff = 128;
   model::synth_write(other, dir + "/other-vocab.gguf");
   d.draft = model::model::load(dir + "/other-vocab.gguf");
-  CHECK_THROWS_WITH_AS(serve::scheduler(m, d), doctest::Contains("vocabulary"), input_error);
+  CHECK_THROWS_WITH_AS(runtime::scheduler(m, d), doctest::Contains("vocabulary"), input_error);
 }
 
 TEST_CASE("serve scheduler: a full queue refuses, stop() answers waiting requests with 503") {
   auto m = stories();
   {
-    serve::scheduler_params q = sched_params(1, 256);
+    runtime::scheduler_params q = sched_params(1, 256);
     q.n_queue = 0;
-    serve::scheduler s(m, q);
+    runtime::scheduler s(m, q);
     collector c;
     blocker b;
     b.submit(s, c, 0);
@@ -410,9 +410,9 @@ TEST_CASE("serve scheduler: a full queue refuses, stop() answers waiting request
   }
   // The queue is far larger than what the loop below can fill, so the only refusal it can meet is
   // the one stop() causes: the blocker is released only once stop() is in effect.
-  serve::scheduler_params p = sched_params(1, 256);
+  runtime::scheduler_params p = sched_params(1, 256);
   p.n_queue = 1 << 20;
-  serve::scheduler s(m, p);
+  runtime::scheduler s(m, p);
   collector c;
   blocker b;
   b.submit(s, c, 0);
@@ -435,7 +435,7 @@ TEST_CASE("serve scheduler: a full queue refuses, stop() answers waiting request
   stopper.join();
   CHECK(c.get(0).error == "");
   for (int k : {1, 2}) {
-    const serve::request_result r = c.get(k);
+    const runtime::request_result r = c.get(k);
     CHECK(r.http_status == 503);
     CHECK(r.error == "server is shutting down");
   }
@@ -444,8 +444,8 @@ TEST_CASE("serve scheduler: a full queue refuses, stop() answers waiting request
 
 TEST_CASE("serve scheduler: bad requests fail alone with 400") {
   auto m = stories();
-  serve::scheduler s(m, sched_params(2, 256));
-  serve::request r = make_request(*m, TEXTS[0], 4);
+  runtime::scheduler s(m, sched_params(2, 256));
+  runtime::request r = make_request(*m, TEXTS[0], 4);
   r.prompt.assign(200, 403);
   CHECK(run_alone(s, r).http_status == 400);
   r = make_request(*m, TEXTS[0], 4);
@@ -459,7 +459,7 @@ TEST_CASE("serve scheduler: bad requests fail alone with 400") {
   CHECK(run_alone(s, r).http_status == 400);
   // a slot's context full ends the request as generate() does
   r = make_request(*m, TEXTS[0], -1);
-  const serve::request_result full = run_alone(s, r);
+  const runtime::request_result full = run_alone(s, r);
   CHECK(full.error == "");
   if (full.gen.stop == runtime::STOP_CONTEXT)
     CHECK(static_cast<int64_t>(r.prompt.size() + full.gen.tokens.size()) == s.slot_n_ctx() + 1);
@@ -470,24 +470,24 @@ TEST_CASE("serve scheduler: bad requests fail alone with 400") {
 // finishes bit for bit as alone, and the scheduler goes on serving.
 TEST_CASE("serve scheduler: an exception in one request ends it alone with 500, and the server goes on") {
   auto m = stories();
-  serve::scheduler s(m, sched_params(2, 512));
-  const serve::request other = make_request(*m, TEXTS[1], 12);
-  const serve::request_result other_alone = run_alone(s, other);
+  runtime::scheduler s(m, sched_params(2, 512));
+  const runtime::request other = make_request(*m, TEXTS[1], 12);
+  const runtime::request_result other_alone = run_alone(s, other);
   REQUIRE(other_alone.error.empty());
 
   collector c;
   blocker b;
   b.submit(s, c, -1);
-  serve::request_callbacks bad = c.callbacks(0);
+  runtime::request_callbacks bad = c.callbacks(0);
   int seen = 0;
-  bad.on_token = [&seen](const serve::token_event&) -> bool {
+  bad.on_token = [&seen](const runtime::token_event&) -> bool {
     if (++seen == 3) throw std::runtime_error("crafted failure in token 3");
     return true;
   };
   REQUIRE(s.submit(make_request(*m, TEXTS[0], 12), bad));
   REQUIRE(s.submit(other, c.callbacks(1)));
   b.release();
-  const serve::request_result failed = c.get(0), fine = c.get(1);
+  const runtime::request_result failed = c.get(0), fine = c.get(1);
   CHECK(failed.http_status == 500);
   CHECK(failed.error.find("crafted failure in token 3") != std::string::npos);
   CHECK(failed.error.find("generation failed after 3 token(s)") != std::string::npos);
@@ -495,7 +495,7 @@ TEST_CASE("serve scheduler: an exception in one request ends it alone with 500, 
   CHECK(fine.max_seqs_in_step >= 2);  // it did share steps with the failing request
   CHECK(diff(other_alone.gen, fine.gen) == "");
   // The slot the failed request held serves again, and its cache was emptied, not left half-filled.
-  const serve::request_result again = run_alone(s, make_request(*m, TEXTS[0], 12));
+  const runtime::request_result again = run_alone(s, make_request(*m, TEXTS[0], 12));
   CHECK(again.error.empty());
   CHECK(again.gen.tokens.size() == 12);
   c.wait(-1);
@@ -506,8 +506,8 @@ TEST_CASE("serve scheduler: an exception in one request ends it alone with 500, 
 TEST_CASE("serve scheduler: non-finite logits from a float forward end the request, not the server") {
   const std::string path = test::overflow_model(test::scratch_dir("sched_nan_model"));
   auto m = std::shared_ptr<const model::model>(model::model::load(path));
-  serve::scheduler s(m, sched_params(2, 256, runtime::NUMERICS_FLOAT));
-  const serve::request_result r = run_alone(s, make_request(*m, TEXTS[0], 4));
+  runtime::scheduler s(m, sched_params(2, 256, runtime::NUMERICS_FLOAT));
+  const runtime::request_result r = run_alone(s, make_request(*m, TEXTS[0], 4));
   CHECK(r.http_status == 500);
   CHECK(r.error.find("overflowed") != std::string::npos);
   CHECK(run_alone(s, make_request(*m, TEXTS[1], 4)).http_status == 500);  // still answering
@@ -515,7 +515,7 @@ TEST_CASE("serve scheduler: non-finite logits from a float forward end the reque
 
 TEST_CASE("serve scheduler: two queued requests for the same free slot run one after the other on it") {
   auto m = stories();
-  serve::scheduler s(m, sched_params(2, 256));
+  runtime::scheduler s(m, sched_params(2, 256));
   collector c;
   blocker b;
   b.submit(s, c, 0, /*id_slot=*/1);  // the scheduler thread is held: A and B are admitted in one pass
@@ -523,10 +523,10 @@ TEST_CASE("serve scheduler: two queued requests for the same free slot run one a
   std::vector<int> order;
   std::promise<void> a_done, b_done;
   auto submit = [&](int key, std::promise<void>& done) {
-    serve::request r = make_request(*m, TEXTS[key], 4);
+    runtime::request r = make_request(*m, TEXTS[key], 4);
     r.id_slot = 0;
-    serve::request_callbacks cb = c.callbacks(key);
-    cb.on_done = [&, key, prev = cb.on_done](const serve::request_result& res) {
+    runtime::request_callbacks cb = c.callbacks(key);
+    cb.on_done = [&, key, prev = cb.on_done](const runtime::request_result& res) {
       {
         std::lock_guard<std::mutex> lk(mu);
         order.push_back(key);
@@ -544,7 +544,7 @@ TEST_CASE("serve scheduler: two queued requests for the same free slot run one a
   REQUIRE(b_done.get_future().wait_for(std::chrono::seconds(120)) == std::future_status::ready);
   CHECK(order == std::vector<int>{1, 2});
   for (int key : {1, 2}) {
-    const serve::request_result r = c.get(key);
+    const runtime::request_result r = c.get(key);
     CHECK(r.error == "");
     CHECK(r.slot == 0);
     CHECK(r.gen.tokens.size() == 4);
@@ -553,13 +553,13 @@ TEST_CASE("serve scheduler: two queued requests for the same free slot run one a
 
 TEST_CASE("serve scheduler: a refused request's callback may call back into the scheduler") {
   auto m = stories();
-  serve::scheduler s(m, sched_params(2, 256));
-  serve::request r = make_request(*m, TEXTS[0], 4);
+  runtime::scheduler s(m, sched_params(2, 256));
+  runtime::request r = make_request(*m, TEXTS[0], 4);
   r.id_slot = 5;  // no such slot: refused with 400
   std::promise<int64_t> seen;
-  serve::request_callbacks cb;
+  runtime::request_callbacks cb;
   // Answered while the scheduler's lock were held, metrics() would wait on it forever.
-  cb.on_done = [&](const serve::request_result& res) { seen.set_value(res.http_status == 400 ? s.metrics().requests_total : -1); };
+  cb.on_done = [&](const runtime::request_result& res) { seen.set_value(res.http_status == 400 ? s.metrics().requests_total : -1); };
   REQUIRE(s.submit(r, cb));
   std::future<int64_t> f = seen.get_future();
   REQUIRE(f.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
@@ -577,42 +577,42 @@ TEST_CASE("serve scheduler: in float numerics a shared step changes logits") {
   o.vocab_from = test::fixture("models/stories260K.gguf");
   model::synth_write(o, dir + "/synth.gguf");
   std::shared_ptr<const model::model> m = model::model::load(dir + "/synth.gguf");
-  std::vector<serve::request> rs;
+  std::vector<runtime::request> rs;
   for (int i = 0; i < 16; ++i) rs.push_back(make_request(*m, TEXTS[i % 8] + std::string(i >= 8 ? " again" : ""), 4));
   const int n = static_cast<int>(rs.size());
-  std::vector<serve::request_result> alone;
+  std::vector<runtime::request_result> alone;
   {
-    serve::scheduler s(m, sched_params(n, 64 * n, runtime::NUMERICS_FLOAT));
-    for (const serve::request& r : rs) alone.push_back(run_alone(s, r));
+    runtime::scheduler s(m, sched_params(n, 64 * n, runtime::NUMERICS_FLOAT));
+    for (const runtime::request& r : rs) alone.push_back(run_alone(s, r));
     CHECK(s.metrics().max_tokens_in_step < 32);
   }
-  serve::scheduler s(m, sched_params(n, 64 * n, runtime::NUMERICS_FLOAT));
-  const std::vector<serve::request_result> together = run_together(s, rs);
+  runtime::scheduler s(m, sched_params(n, 64 * n, runtime::NUMERICS_FLOAT));
+  const std::vector<runtime::request_result> together = run_together(s, rs);
   CHECK(s.metrics().max_tokens_in_step >= 32);
   int n_differ = 0;
   for (int i = 0; i < n; ++i) n_differ += diff(alone[static_cast<size_t>(i)].gen, together[static_cast<size_t>(i)].gen) != "" ? 1 : 0;
   MESSAGE("float numerics: " << n_differ << " of " << n << " requests differ when batched");
   CHECK(n_differ > 0);
   // the same in exact numerics: none differs
-  std::vector<serve::request_result> ex_alone;
+  std::vector<runtime::request_result> ex_alone;
   {
-    serve::scheduler e(m, sched_params(n, 64 * n));
-    for (const serve::request& r : rs) ex_alone.push_back(run_alone(e, r));
+    runtime::scheduler e(m, sched_params(n, 64 * n));
+    for (const runtime::request& r : rs) ex_alone.push_back(run_alone(e, r));
   }
-  serve::scheduler e(m, sched_params(n, 64 * n));
-  const std::vector<serve::request_result> ex_together = run_together(e, rs);
+  runtime::scheduler e(m, sched_params(n, 64 * n));
+  const std::vector<runtime::request_result> ex_together = run_together(e, rs);
   for (int i = 0; i < n; ++i) CHECK(diff(ex_alone[static_cast<size_t>(i)].gen, ex_together[static_cast<size_t>(i)].gen) == "");
 }
 
 TEST_CASE("serve scheduler: max_seqs_in_step is 1 for a request alone and N for N requests that shared steps") {
   auto m = stories();
-  serve::scheduler s(m, sched_params(4, 1024));
-  const serve::request_result solo = run_alone(s, make_request(*m, TEXTS[0]));
+  runtime::scheduler s(m, sched_params(4, 1024));
+  const runtime::request_result solo = run_alone(s, make_request(*m, TEXTS[0]));
   CHECK(solo.error.empty());
   CHECK(solo.max_seqs_in_step == 1);
-  std::vector<serve::request> rs;
+  std::vector<runtime::request> rs;
   for (int i = 0; i < 4; ++i) rs.push_back(make_request(*m, TEXTS[i]));
-  for (const serve::request_result& r : run_together(s, rs)) CHECK(r.max_seqs_in_step == 4);
+  for (const runtime::request_result& r : run_together(s, rs)) CHECK(r.max_seqs_in_step == 4);
   CHECK(s.metrics().max_seqs_in_step == 4);
   // one after the other again: each alone
   CHECK(run_alone(s, make_request(*m, TEXTS[5])).max_seqs_in_step == 1);
@@ -620,14 +620,14 @@ TEST_CASE("serve scheduler: max_seqs_in_step is 1 for a request alone and N for 
 
 TEST_CASE("serve scheduler: max_seqs_in_step counts a request that joins another mid-generation") {
   auto m = stories();
-  serve::scheduler s(m, sched_params(2, 1024));
+  runtime::scheduler s(m, sched_params(2, 1024));
   collector c;
   // A holds the scheduler thread at its first token until B is queued: B's prefill then runs in
   // A's next step, whenever B arrives
   std::promise<void> entered, gate;
   std::shared_future<void> gate_f = gate.get_future().share();
-  serve::request_callbacks cb = c.callbacks(0);
-  cb.on_token = [&entered, gate_f, first = true](const serve::token_event&) mutable {
+  runtime::request_callbacks cb = c.callbacks(0);
+  cb.on_token = [&entered, gate_f, first = true](const runtime::token_event&) mutable {
     if (first) entered.set_value();
     if (first) gate_f.wait();
     first = false;
@@ -644,12 +644,12 @@ TEST_CASE("serve scheduler: max_seqs_in_step counts a request that joins another
 
 TEST_CASE("serve scheduler: max_seqs_in_step counts forward steps, not decode calls (-ub 1)") {
   auto m = stories();
-  serve::scheduler_params p = sched_params(3, 768);
+  runtime::scheduler_params p = sched_params(3, 768);
   p.ctx.n_ubatch = 1;
-  serve::scheduler s(m, p);
-  std::vector<serve::request> rs;
+  runtime::scheduler s(m, p);
+  std::vector<runtime::request> rs;
   for (int i = 0; i < 3; ++i) rs.push_back(make_request(*m, TEXTS[i], 4));
   // one decode() holds all three, but each forward step holds one token of one request
-  for (const serve::request_result& r : run_together(s, rs)) CHECK(r.max_seqs_in_step == 1);
+  for (const runtime::request_result& r : run_together(s, rs)) CHECK(r.max_seqs_in_step == 1);
   CHECK(s.metrics().max_seqs_in_step == 1);
 }

@@ -1,11 +1,12 @@
 // The serving core, independent of HTTP: slots, a bounded request queue, and continuous batching
-// of every active request's tokens into shared forward steps on one runtime::context.
+// of every active request's tokens into shared forward steps on one context.
 //
 // Goals: llama-server's serving model (-np slots, -c total context split among them, prompt cache
 // per slot, slot save/restore, speculative decoding) on the exact engine, where none of it can
 // change a request's tokens, log-probs or logit hashes; counters an auditor can read to see that
 // concurrency, caching and drafting really happened.
-// Non-goals: HTTP, JSON (serve/http_*.cpp), chat templates (done before submit()).
+// Non-goals: HTTP (serve/), JSON (runtime/request_fields.h reads a request body into a
+// request), chat templates (done before submit()).
 //
 // Thread-safety: submit(), cancel(), slot actions and metrics() may be called from any thread; one
 // scheduler thread owns the context and runs every forward step.
@@ -21,14 +22,14 @@
 #include "runtime/context.h"
 #include "runtime/generate.h"
 #include "runtime/sampling.h"
-#include "serve/http_error.h"
+#include "runtime/request_error.h"
 
-namespace detaudit::serve {
+namespace detaudit::runtime {
 
 enum spec_kind { SPEC_NONE, SPEC_NGRAM, SPEC_DRAFT };
 
 struct scheduler_params {
-  runtime::context_params ctx;  // numerics, threads, n_ubatch; ctx.n_ctx is the TOTAL context
+  context_params ctx;  // numerics, threads, n_ubatch; ctx.n_ctx is the TOTAL context
   int n_slots = 1;              // -np
   int n_queue = 0;              // most waiting requests; 0: n_slots (always at least n_slots)
   spec_kind spec = SPEC_NONE;   // --spec ngram | --draft MODEL.gguf
@@ -42,7 +43,7 @@ struct scheduler_params {
 struct request {
   std::vector<int32_t> prompt;            // token ids, BOS included as tokenized
   int64_t n_predict = -1;                 // -1: until EOG or the slot's context is full
-  runtime::sampling_params sampling;
+  sampling_params sampling;
   std::vector<std::string> stop;
   int n_probs = 0;                        // top log-probs per step (pre-sampling)
   bool cache_prompt = true;               // reuse the slot's cached prefix
@@ -53,12 +54,12 @@ struct request {
 
 // One generated token, delivered as it is produced.
 struct token_event {
-  runtime::generated_token token;  // id, piece, top, logit_hash
+  generated_token token;  // id, piece, top, logit_hash
   std::string text;                // text released by the stop-string / UTF-8 stream (may be "")
 };
 
 struct request_result {
-  runtime::generate_result gen;    // tokens, text, finish/stop, timings, chained hash
+  generate_result gen;    // tokens, text, finish/stop, timings, chained hash
   int slot = -1;
   int64_t n_cached = 0;            // prompt tokens taken from the slot's cache
   int64_t n_past = 0;              // tokens the slot's cache holds when the request ends
@@ -121,7 +122,7 @@ class scheduler {
   std::optional<request_result> run(request r, std::function<bool(const token_event&)> keep_going);
 
   // Slot actions (llama-server's POST /slots/{id}?action=...). File names are validated: no path
-  // separators, no "..", not empty. Throw http_error with the status the answer takes (400, 404,
+  // separators, no "..", not empty. Throw request_error with the status the answer takes (400, 404,
   // 409 for a busy slot, 500, 501 without --slot-save-path) and a message without server paths.
   void slot_save(int id, const std::string& filename);
   void slot_restore(int id, const std::string& filename);
@@ -144,4 +145,4 @@ class scheduler {
   std::unique_ptr<impl> p_;
 };
 
-}  // namespace detaudit::serve
+}  // namespace detaudit::runtime

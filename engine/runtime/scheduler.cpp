@@ -1,8 +1,8 @@
 // The scheduler thread: admission of queued requests to slots (prompt cache by longest common
 // prefix, as llama-server's slot selection), one decode() per step holding every active request's
 // tokens (prefill, next token, drafts from n-gram lookup or a draft model), and per-request sampling identical to
-// runtime::generate(): the step counter of a request is its own number of generated tokens.
-#include "serve/scheduler.h"
+// generate(): the step counter of a request is its own number of generated tokens.
+#include "runtime/scheduler.h"
 
 #include <algorithm>
 #include <atomic>
@@ -18,7 +18,7 @@
 #include "tokenizer/vocab.h"
 #include "util/error.h"
 
-namespace detaudit::serve {
+namespace detaudit::runtime {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
@@ -38,7 +38,7 @@ struct active {
   request req;
   request_callbacks cb;
   request_result res;
-  std::unique_ptr<runtime::token_step> steps;  // writes res.gen
+  std::unique_ptr<token_step> steps;  // writes res.gen
   std::string released;           // text released by the stream since the last token event
   bool prefilled = false;
   int64_t n_prefill = 0;          // prompt tokens evaluated in the prefill step
@@ -147,9 +147,9 @@ struct scheduler::impl {
   scheduler_params p;
   int64_t slot_n_ctx = 0;
   size_t queue_cap = 0;
-  std::unique_ptr<runtime::context> ctx;
+  std::unique_ptr<context> ctx;
   std::vector<slot> slots;  // owned by the scheduler thread
-  std::unique_ptr<runtime::context> draft_ctx;  // SPEC_DRAFT: the draft model, one sequence per slot
+  std::unique_ptr<context> draft_ctx;  // SPEC_DRAFT: the draft model, one sequence per slot
   std::vector<int32_t> draft_seqs;               // (n_slots)
 
   std::mutex inline_mu;   // serializes slot actions run after the thread has exited
@@ -171,7 +171,7 @@ struct scheduler::impl {
   void step();
   std::vector<batch_part> step_plan();
   void draft_propose(std::vector<batch_part>& parts, const std::vector<size_t>& want);
-  std::vector<runtime::token_in> step_batch(std::vector<batch_part>& parts) const;
+  std::vector<token_in> step_batch(std::vector<batch_part>& parts) const;
   void step_continue(batch_part& part, const std::vector<std::vector<float>>& out);
   void step_part(batch_part& part, const std::vector<std::vector<float>>& out, clock_type::time_point t0,
                  clock_type::time_point t1);
@@ -189,7 +189,7 @@ struct scheduler::impl {
 
 std::string scheduler::impl::check_request(const request& r) const {
   try {
-    runtime::sampling_check_params(r.sampling);
+    sampling_check_params(r.sampling);
   } catch (const input_error& e) {
     return e.what();
   }
@@ -215,7 +215,7 @@ void scheduler::impl::start(slot& s, queued q) {
   a->t_start = clock_type::now();
   active* ap = a.get();
   const std::vector<int32_t>& prompt = a->req.prompt;
-  a->steps = std::make_unique<runtime::token_step>(
+  a->steps = std::make_unique<token_step>(
       m->vocab(), prompt, a->req.sampling, a->req.n_probs, a->req.n_predict, a->req.stop,
       [ap](std::string_view t) { ap->released += t; }, a->res.gen);
   size_t keep = 0;
@@ -312,7 +312,7 @@ void scheduler::impl::admit() {
 bool scheduler::impl::process_logits(slot& s, const std::vector<float>& logits, int64_t evaluated_len) {
   active& a = *s.req;
   bool done = a.steps->add(logits, evaluated_len, slot_n_ctx);
-  runtime::generated_token t = a.res.gen.tokens.back();
+  generated_token t = a.res.gen.tokens.back();
   {
     std::lock_guard<std::mutex> lk(mu);
     ++met.generated_tokens_total;
@@ -334,10 +334,10 @@ void scheduler::impl::finish(slot& s, int64_t keep_len) {
   active& a = *s.req;
   if (ctx->seq_len(s.seq) > keep_len) ctx->seq_truncate(s.seq, keep_len);
   a.res.n_past = ctx->seq_len(s.seq);
-  runtime::generate_result& g = a.res.gen;
+  generate_result& g = a.res.gen;
   a.steps->end();
   g.timings.gen_ms = ms_between(a.t_gen, clock_type::now());
-  std::erase_if(g.traces, [&](const runtime::token_trace& t) { return t.pos >= keep_len; });
+  std::erase_if(g.traces, [&](const token_trace& t) { return t.pos >= keep_len; });
   std::unique_ptr<active> done = std::move(s.req);
   if (done->cb.on_done) done->cb.on_done(done->res);
 }
@@ -368,7 +368,7 @@ std::vector<batch_part> scheduler::impl::step_plan() {
 // Each slot's draft sequence is first brought up to the request's history (reusing the common
 // prefix it already holds). A failed draft step only means no drafts.
 void scheduler::impl::draft_propose(std::vector<batch_part>& parts, const std::vector<size_t>& want) {
-  std::vector<runtime::token_in> batch;
+  std::vector<token_in> batch;
   std::vector<size_t> live;
   for (size_t w : want) {
     const slot& s = *parts[w].s;
@@ -403,8 +403,8 @@ void scheduler::impl::draft_propose(std::vector<batch_part>& parts, const std::v
 
 // One decode() for every part: a prefill's prompt tokens (logits at its end), or the next token
 // and its drafts (logits at each).
-std::vector<runtime::token_in> scheduler::impl::step_batch(std::vector<batch_part>& parts) const {
-  std::vector<runtime::token_in> batch;
+std::vector<token_in> scheduler::impl::step_batch(std::vector<batch_part>& parts) const {
+  std::vector<token_in> batch;
   size_t n_logits = 0;
   for (batch_part& part : parts) {
     const slot& s = *part.s;
@@ -450,14 +450,14 @@ void scheduler::impl::step_continue(batch_part& part, const std::vector<std::vec
     finish(s, keep);
   } else if (ctx->seq_len(s.seq) > keep) {
     ctx->seq_truncate(s.seq, keep);
-    std::erase_if(a.res.gen.traces, [&](const runtime::token_trace& t) { return t.pos >= keep; });
+    std::erase_if(a.res.gen.traces, [&](const token_trace& t) { return t.pos >= keep; });
   }
 }
 
 void scheduler::impl::step() {
   std::vector<batch_part> parts = step_plan();
   if (parts.empty()) return;
-  const std::vector<runtime::token_in> batch = step_batch(parts);
+  const std::vector<token_in> batch = step_batch(parts);
   const auto t0 = clock_type::now();
   std::vector<std::vector<float>> out;
   try {
@@ -492,7 +492,7 @@ void scheduler::impl::step_part(batch_part& part, const std::vector<std::vector<
   active& a = *s.req;
   a.res.max_seqs_in_step = std::max(a.res.max_seqs_in_step, ctx->last_seqs_in_step(s.seq));
   if (ctx->params().trace_hashes)
-    for (const runtime::token_trace& t : ctx->last_traces())
+    for (const token_trace& t : ctx->last_traces())
       if (t.seq == s.seq) a.res.gen.traces.push_back(t);
   if (a.prefilled) {
     step_continue(part, out);
@@ -611,7 +611,7 @@ void scheduler::impl::slot_action(int id, bool needs_path, F&& body) {
       publish();
     });
   }
-  if (!err.empty()) throw http_error(st, err);
+  if (!err.empty()) throw request_error(st, err);
 }
 
 scheduler::scheduler(std::shared_ptr<const model::model> m, const scheduler_params& p) : p_(std::make_unique<impl>()) {
@@ -630,15 +630,15 @@ scheduler::scheduler(std::shared_ptr<const model::model> m, const scheduler_para
   d.p = p;
   d.slot_n_ctx = per_slot;
   d.queue_cap = static_cast<size_t>(std::max(p.n_queue, p.n_slots));
-  runtime::context_params cp = p.ctx;
+  context_params cp = p.ctx;
   cp.n_ctx = per_slot;
-  d.ctx = std::make_unique<runtime::context>(d.m, cp);
+  d.ctx = std::make_unique<context>(d.m, cp);
   for (int i = 0; i < p.n_slots; ++i) {
     d.slots.push_back(slot{i, d.ctx->seq_new(), nullptr});
     d.info.push_back(slot_info{i, false, per_slot, 0});
   }
   if (p.spec == SPEC_DRAFT) {
-    d.draft_ctx = std::make_unique<runtime::context>(p.draft, cp);
+    d.draft_ctx = std::make_unique<context>(p.draft, cp);
     for (int i = 0; i < p.n_slots; ++i) d.draft_seqs.push_back(d.draft_ctx->seq_new());
   }
   d.thread = std::thread([&d] { d.loop(); });
@@ -673,7 +673,7 @@ std::optional<request_result> scheduler::run(request r, std::function<bool(const
 }
 
 void scheduler::slot_save(int id, const std::string& filename) {
-  if (!filename_ok(filename)) throw http_error(400, "invalid file name " + name_quote(filename));
+  if (!filename_ok(filename)) throw request_error(400, "invalid file name " + name_quote(filename));
   impl& d = *p_;
   d.slot_action(id, true, [&](slot& s, int& st, std::string& err) {
     const std::filesystem::path path = std::filesystem::path(d.p.slot_save_path) / filename;
@@ -689,7 +689,7 @@ void scheduler::slot_save(int id, const std::string& filename) {
 }
 
 void scheduler::slot_restore(int id, const std::string& filename) {
-  if (!filename_ok(filename)) throw http_error(400, "invalid file name " + name_quote(filename));
+  if (!filename_ok(filename)) throw request_error(400, "invalid file name " + name_quote(filename));
   impl& d = *p_;
   d.slot_action(id, true, [&](slot& s, int& st, std::string& err) {
     const std::string path = (std::filesystem::path(d.p.slot_save_path) / filename).string();
@@ -733,4 +733,4 @@ void scheduler::stop() {
   if (p_->thread.joinable() && p_->thread.get_id() != std::this_thread::get_id()) p_->thread.join();
 }
 
-}  // namespace detaudit::serve
+}  // namespace detaudit::runtime
