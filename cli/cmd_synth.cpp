@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "gguf/dtype.h"
+#include "gguf/weight_types.h"
 #include "model/synth.h"
 #include "util/error.h"
 
@@ -21,7 +22,14 @@ struct synth_cmd_options {
 
 namespace {
 
-const char* TYPES = "f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k|mxfp4";
+// Every weight type the engine computes (gguf/weight_types.h), as --type accepts them.
+std::string types() { return gguf::weight_type_names("|", true); }
+
+// The computed type called `name` (any case), or nullptr.
+const gguf::dtype_traits* computed_type(const std::string& name) {
+  const gguf::dtype_traits* t = gguf::dtype_from_name(name);
+  return t && gguf::weight_type_of(t->type) ? t : nullptr;
+}
 
 // Applies --preset, then lets every shape flag given explicitly override it.
 void resolve(CLI::App* sub, synth_cmd_options& o) {
@@ -32,15 +40,15 @@ void resolve(CLI::App* sub, synth_cmd_options& o) {
   std::string lower = o.type;
   for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   const bool mixture = lower == "q4_k_m" || lower == "q5_k_m" || lower == "mxfp4_moe";
-  const gguf::dtype_traits* t = mixture ? nullptr : gguf::dtype_from_name(o.type);
-  if (!t && !mixture) throw input_error("synth: --type '" + o.type + "' is not one of " + TYPES + "|" + model::synth_mixture_names());
+  const gguf::dtype_traits* t = mixture ? nullptr : computed_type(o.type);
+  if (!t && !mixture) throw input_error("synth: --type '" + o.type + "' is not one of " + types() + "|" + model::synth_mixture_names());
   if (t) o.synth.type = t->type;
   for (const std::string& nt : o.tensor_types) {
     const size_t eq = nt.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == nt.size())
       throw input_error("synth: --tensor-type '" + nt + "' is not NAME=TYPE (e.g. attn_v=q6_k)");
-    const gguf::dtype_traits* tt = gguf::dtype_from_name(nt.substr(eq + 1));
-    if (!tt) throw input_error("synth: --tensor-type '" + nt + "': '" + nt.substr(eq + 1) + "' is not one of " + TYPES);
+    const gguf::dtype_traits* tt = computed_type(nt.substr(eq + 1));
+    if (!tt) throw input_error("synth: --tensor-type '" + nt + "': '" + nt.substr(eq + 1) + "' is not one of " + types());
     o.synth.tensor_types.emplace_back(nt.substr(0, eq), tt->type);
   }
   if (!o.preset.empty()) {
@@ -75,7 +83,7 @@ void setup_synth(CLI::App& app) {
                   "sinks, YaRN RoPE, alternate 128-position sliding layers, biased experts with the clamped SwiGLU)")
       ->capture_default_str();
   sub->add_option("--type", opt->type,
-                  std::string("Weight matrix type: ") + TYPES + ", or llama.cpp's mixture " + model::synth_mixture_names() +
+                  "Weight matrix type: " + types() + ", or llama.cpp's mixture " + model::synth_mixture_names() +
                       " (q4_K/q5_K, with q6_K in output.weight and in attn_v and ffn_down of the layers llama.cpp gives more bits;"
                       " phi3's fused attn_qkv one step up in every layer; qwen3moe's ffn_down_exps as ffn_down, its router f32;"
                       " mxfp4_moe: the expert tensors mxfp4 and every other matrix q8_0, the router f32, as gpt-oss ships)")

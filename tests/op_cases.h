@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "gguf/quants.h"
+#include "gguf/weight_types.h"
 #include "kernels/ref/ref.h"
 #include "numerics/exact.h"
 #include "test_util.h"
@@ -45,38 +46,38 @@ namespace detaudit::test {
 
 // ---- weight types ----
 
-inline constexpr gguf::dtype FLOAT_TYPES[] = {gguf::DTYPE_F32, gguf::DTYPE_F16, gguf::DTYPE_BF16};
-inline constexpr gguf::dtype LEGACY_TYPES[] = {gguf::DTYPE_Q4_0, gguf::DTYPE_Q4_1, gguf::DTYPE_Q5_0,
-                                                 gguf::DTYPE_Q5_1, gguf::DTYPE_Q8_0};
-inline constexpr gguf::dtype KQUANT_TYPES[] = {gguf::DTYPE_Q2_K, gguf::DTYPE_Q3_K, gguf::DTYPE_Q4_K,
-                                                 gguf::DTYPE_Q5_K, gguf::DTYPE_Q6_K};
-// The eleven integer block types (kernels/cpu's fast matmul types).
-inline constexpr gguf::dtype QUANT_TYPES[] = {gguf::DTYPE_Q4_0, gguf::DTYPE_Q4_1, gguf::DTYPE_Q5_0,
-                                                gguf::DTYPE_Q5_1, gguf::DTYPE_Q8_0, gguf::DTYPE_Q2_K,
-                                                gguf::DTYPE_Q3_K, gguf::DTYPE_Q4_K, gguf::DTYPE_Q5_K,
-                                                gguf::DTYPE_Q6_K, gguf::DTYPE_MXFP4};
-// Every weight type kernels/ref decodes.
-inline constexpr gguf::dtype WEIGHT_TYPES[] = {gguf::DTYPE_F32,  gguf::DTYPE_F16,  gguf::DTYPE_BF16, gguf::DTYPE_Q4_0,
-                                                 gguf::DTYPE_Q4_1, gguf::DTYPE_Q5_0, gguf::DTYPE_Q5_1, gguf::DTYPE_Q8_0,
-                                                 gguf::DTYPE_Q2_K, gguf::DTYPE_Q3_K, gguf::DTYPE_Q4_K, gguf::DTYPE_Q5_K,
-                                                 gguf::DTYPE_Q6_K};
+// The type lists of the tests, read from the engine's table (gguf/weight_types.h) in its order,
+// so a type added there is tested everywhere its kind is.
+inline std::vector<gguf::dtype> weight_types_where(bool (*keep)(const gguf::weight_type&)) {
+  std::vector<gguf::dtype> out;
+  for (const gguf::weight_type& w : gguf::weight_types())
+    if (keep(w)) out.push_back(w.type);
+  return out;
+}
+inline const std::vector<gguf::dtype> FLOAT_TYPES = weight_types_where([](const gguf::weight_type& w) { return w.float_rows; });
+// 32-element blocks with fp16 scales (q4_0 q4_1 q5_0 q5_1 q8_0).
+inline const std::vector<gguf::dtype> LEGACY_TYPES = weight_types_where([](const gguf::weight_type& w) {
+  return !w.float_rows && w.n_scales > 0 && gguf::dtype_get(w.type).block_size == 32;
+});
+inline const std::vector<gguf::dtype> KQUANT_TYPES =
+    weight_types_where([](const gguf::weight_type& w) { return gguf::dtype_get(w.type).block_size == 256; });
+// The integer block types (kernels/cpu's fast matmul types).
+inline const std::vector<gguf::dtype> QUANT_TYPES = weight_types_where([](const gguf::weight_type& w) { return !w.float_rows; });
+// Every weight type every backend computes, the GPUs included (mxfp4 is the CPU's only).
+inline const std::vector<gguf::dtype> WEIGHT_TYPES = weight_types_where([](const gguf::weight_type& w) { return w.gpu; });
 
 inline bool is_float_type(gguf::dtype t) {
-  return t == gguf::DTYPE_F32 || t == gguf::DTYPE_F16 || t == gguf::DTYPE_BF16;
+  const gguf::weight_type* w = gguf::weight_type_of(t);
+  return w && w->float_rows;
 }
 
 inline std::string type_name(gguf::dtype t) { return gguf::dtype_get(t).name; }
 
-// Offsets of the fp16 scale fields within one block (super-block) of t (ggml's block layouts).
+// Offsets of the fp16 scale fields within one block (super-block) of t (gguf/weight_types.h;
+// mxfp4 has none: its E8M0 byte is a finite scale at any value).
 inline std::vector<int> fp16_fields(gguf::dtype t) {
-  switch (t) {
-    case gguf::DTYPE_Q4_1: case gguf::DTYPE_Q5_1: case gguf::DTYPE_Q4_K: case gguf::DTYPE_Q5_K: return {0, 2};
-    case gguf::DTYPE_Q2_K: return {80, 82};
-    case gguf::DTYPE_Q3_K: return {108};
-    case gguf::DTYPE_Q6_K: return {208};
-    case gguf::DTYPE_MXFP4: return {};  // an E8M0 byte: any value is a finite scale
-    default: return {0};
-  }
+  const gguf::weight_type& w = *gguf::weight_type_of(t);
+  return std::vector<int>(w.scale_offset, w.scale_offset + w.n_scales);
 }
 
 // ---- the comparison ----
@@ -620,11 +621,11 @@ inline void matmul_cases(std::vector<op_case>& t) {
     add(t, matmul(ty, 256, 9, 4, weights::random_bytes, d_moderate4, d_normal, pattern::edges));
   add(t, matmul(gguf::DTYPE_Q8_0, 256, 18, 3, weights::random_bytes, d_mixed, d_normal, pattern::edges));
   // Shapes of the Vulkan int8 dot-product path: quantized rows and random bytes, by type.
-  for (const auto* types : {LEGACY_TYPES, KQUANT_TYPES}) {
-    for (int k = 0; k < 5; ++k) {
-      const int64_t n_in = types == LEGACY_TYPES ? 96 : 512;
+  for (const std::vector<gguf::dtype>* types : {&LEGACY_TYPES, &KQUANT_TYPES}) {
+    for (size_t k = 0; k < types->size(); ++k) {
+      const int64_t n_in = types == &LEGACY_TYPES ? 96 : 512;
       for (auto [n_out, n_tok] : {std::pair<int64_t, int64_t>{7, 1}, {33, 9}, {5, 3}})
-        add(t, matmul(types[k], n_in, n_out, n_tok, k % 2 == 0 ? weights::quantized_real : weights::random_bytes,
+        add(t, matmul((*types)[k], n_in, n_out, n_tok, k % 2 == 0 ? weights::quantized_real : weights::random_bytes,
                       d_moderate12));
     }
   }

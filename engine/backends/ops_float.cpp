@@ -79,10 +79,10 @@ void to_dot_act(gguf::dtype t, const float* x, int64_t n, dot_act& out) {
       for (float& v : out.v)
         v = t == gguf::DTYPE_F16 ? round_fp16(v) : t == gguf::DTYPE_BF16 ? gguf::bf16_to_f32(gguf::f32_to_bf16(v)) : v;
       return;
-    case gguf::DTYPE_Q2_K: case gguf::DTYPE_Q3_K: case gguf::DTYPE_Q4_K: case gguf::DTYPE_Q5_K: case gguf::DTYPE_Q6_K:
-      return to_q8(x, n, 256, true, out);
-    default:
-      return to_q8(x, n, 32, false, out);
+    default: {  // llama.cpp's q8_K activations for the K-quants' 256-element blocks, else q8_0's
+      const bool k = gguf::dtype_get(t).block_size == 256;
+      return to_q8(x, n, k ? 256 : 32, k, out);
+    }
   }
 }
 

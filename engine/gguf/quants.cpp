@@ -1,7 +1,5 @@
-// Half-precision conversions, the plain float row types, and the dispatch of quants.h.
-//
-// Block sizes come from a private table here rather than dtype.cpp, so this file depends on
-// nothing but the type ids; the unit tests check that both tables agree.
+// Half-precision conversions, the plain float row types, and the dispatch of quants.h. Which
+// types are handled is gguf/weight_types.h's list (and Q8_K); their block sizes are dtype.cpp's.
 #include "gguf/quants_internal.h"
 
 #include <bit>
@@ -9,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "gguf/weight_types.h"
 #include "util/error.h"
 
 namespace detaudit::gguf {
@@ -25,36 +24,21 @@ uint32_t shift_right_rne(uint32_t v, int shift) {
   return kept + ((rest > half || (rest == half && (kept & 1))) ? 1 : 0);
 }
 
-struct row_layout {
-  dtype type;
-  const char* name;
-  int64_t block_size;  // elements per block
-  int64_t type_size;   // bytes per block
-};
-
-constexpr row_layout LAYOUTS[] = {
-    {DTYPE_F32, "f32", 1, 4},       {DTYPE_F16, "f16", 1, 2},       {DTYPE_BF16, "bf16", 1, 2},
-    {DTYPE_Q4_0, "q4_0", 32, 18},   {DTYPE_Q4_1, "q4_1", 32, 20},   {DTYPE_Q5_0, "q5_0", 32, 22},
-    {DTYPE_Q5_1, "q5_1", 32, 24},   {DTYPE_Q8_0, "q8_0", 32, 34},   {DTYPE_Q2_K, "q2_K", 256, 84},
-    {DTYPE_Q3_K, "q3_K", 256, 110}, {DTYPE_Q4_K, "q4_K", 256, 144}, {DTYPE_Q5_K, "q5_K", 256, 176},
-    {DTYPE_Q6_K, "q6_K", 256, 210}, {DTYPE_Q8_K, "q8_K", 256, 292}, {DTYPE_MXFP4, "mxfp4", 32, 17},
-};
-
-const row_layout* find_layout(dtype t) {
-  for (const row_layout& l : LAYOUTS) {
-    if (l.type == t) return &l;
-  }
-  return nullptr;
+// The types quants reads and writes: the weight types (gguf/weight_types.h) and Q8_K (llama.cpp's
+// activation blocks for the K-quants, which the float numerics compare against). Their layouts
+// are gguf/dtype.h's.
+const dtype_traits* find_layout(dtype t) {
+  if (!weight_type_of(t) && t != DTYPE_Q8_K) return nullptr;
+  return &dtype_get(t);
 }
 
 // Returns the layout of t after checking that n elements are whole blocks of it.
 // Throws input_error naming `op`, the type and n otherwise.
-const row_layout& checked_layout(const char* op, dtype t, int64_t n) {
-  const row_layout* l = find_layout(t);
+const dtype_traits& checked_layout(const char* op, dtype t, int64_t n) {
+  const dtype_traits* l = find_layout(t);
   if (!l) {
     throw input_error(std::string(op) + ": type id " + std::to_string(uint32_t(t)) +
-                      " is not supported (expected one of f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 "
-                      "q2_K q3_K q4_K q5_K q6_K q8_K)");
+                      " is not supported (expected one of " + weight_type_names(" ") + " q8_K)");
   }
   if (n < 0 || n % l->block_size != 0) {
     throw input_error(std::string(op) + ": type " + l->name + " needs a row length that is a " +
@@ -141,7 +125,7 @@ bool quants_can_quantize(dtype t) { return find_layout(t) != nullptr; }
 bool quants_can_dequantize(dtype t) { return find_layout(t) != nullptr; }
 
 void quants_quantize_row(dtype t, const float* src, void* dst, int64_t n) {
-  const row_layout& l = checked_layout("quants_quantize_row", t, n);
+  const dtype_traits& l = checked_layout("quants_quantize_row", t, n);
   auto* out = static_cast<uint8_t*>(dst);
   const int64_t n_blocks = n / l.block_size;
   switch (t) {
@@ -164,7 +148,7 @@ void quants_quantize_row(dtype t, const float* src, void* dst, int64_t n) {
 }
 
 void quants_dequantize_row(dtype t, const void* src, float* dst, int64_t n) {
-  const row_layout& l = checked_layout("quants_dequantize_row", t, n);
+  const dtype_traits& l = checked_layout("quants_dequantize_row", t, n);
   const auto* in = static_cast<const uint8_t*>(src);
   const int64_t n_blocks = n / l.block_size;
   switch (t) {

@@ -21,8 +21,8 @@ uint16_t f32_to_bf16(float f);
 // the quantizer, the dequantizer, the exact integer form and the loader's checks read.
 inline constexpr int8_t MXFP4_DOUBLED[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-// True for the types quants_quantize_row can write: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0
-// Q2_K Q3_K Q4_K Q5_K Q6_K Q8_K MXFP4.
+// True for the types quants_quantize_row can write: the weight types (gguf/weight_types.h) and
+// Q8_K.
 bool quants_can_quantize(dtype t);
 // True for the types quants_dequantize_row can read: the above.
 bool quants_can_dequantize(dtype t);

@@ -8,6 +8,7 @@
 #include "numerics/wblock.h"
 
 #include "gguf/quants.h"
+#include "gguf/weight_types.h"
 #include "util/error.h"
 #include "util/sha256.h"
 
@@ -39,8 +40,7 @@ const gguf::tensor_info* tensor_find(const gguf::file& f, const std::string& nam
 weight matrix_of(const gguf::file& f, const gguf::tensor_info* t, const std::string& name, int64_t n_in, int64_t n_out) {
   if (!model_type_supported(t->type))
     throw input_error(f.path() + ": tensor '" + name + "' has type " + gguf::dtype_get(t->type).name +
-                      ", which the engine does not compute (supported: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 "
-                      "q2_K q3_K q4_K q5_K q6_K mxfp4)");
+                      ", which the engine does not compute (supported: " + gguf::weight_type_names(" ") + ")");
   if (t->type == gguf::DTYPE_MXFP4) {  // E8M0 scales: refuse NaN and overflowing blocks here, naming them
     const uint8_t* d = f.tensor_data(*t);
     const uint64_t n_blocks = gguf::dtype_row_bytes(t->type, n_in) / 17 * static_cast<uint64_t>(n_out);
@@ -201,7 +201,7 @@ weight weight_expert(const weight& all, int64_t e, int64_t n_rows) {
   return v;
 }
 
-bool model_type_supported(gguf::dtype t) { return numerics::weight_type_supported(t); }
+bool model_type_supported(gguf::dtype t) { return gguf::weight_type_of(t) != nullptr; }
 
 model::model(gguf::file f) : file_(std::move(f)) {
   path_ = file_.path();

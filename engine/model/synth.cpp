@@ -8,6 +8,7 @@
 
 #include "gguf/gguf.h"
 #include "gguf/quants.h"
+#include "gguf/weight_types.h"
 #include "tokenizer/vocab.h"
 #include "util/error.h"
 
@@ -252,23 +253,9 @@ void synth_apply_preset(synth_options& o, const synth_preset& p) {
 }
 
 int64_t synth_file_type(gguf::dtype t) {
-  switch (t) {
-    case gguf::DTYPE_F32: return 0;
-    case gguf::DTYPE_F16: return 1;
-    case gguf::DTYPE_Q4_0: return 2;
-    case gguf::DTYPE_Q4_1: return 3;
-    case gguf::DTYPE_Q8_0: return 7;
-    case gguf::DTYPE_Q5_0: return 8;
-    case gguf::DTYPE_Q5_1: return 9;
-    case gguf::DTYPE_Q2_K: return 10;
-    case gguf::DTYPE_Q3_K: return 11;
-    case gguf::DTYPE_Q4_K: return 14;
-    case gguf::DTYPE_Q5_K: return 16;
-    case gguf::DTYPE_Q6_K: return 18;
-    case gguf::DTYPE_BF16: return 32;
-    case gguf::DTYPE_MXFP4: return 38;  // llama.cpp's MOSTLY_MXFP4_MOE
-    default: throw input_error(std::string("synth cannot write weight type ") + gguf::dtype_get(t).name);
-  }
+  const gguf::weight_type* w = gguf::weight_type_of(t);
+  if (!w) throw input_error(std::string("synth cannot write weight type ") + gguf::dtype_get(t).name);
+  return w->file_type;
 }
 
 const char* synth_mixture_names() { return "q4_k_m|q5_k_m|mxfp4_moe"; }

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "gguf/quants.h"
+#include "gguf/weight_types.h"
 #include "util/error.h"
 
 namespace detaudit::numerics {
@@ -22,39 +23,19 @@ namespace {
 
 using gguf::dtype;
 
-// Where a block keeps its fp16 scales: byte offsets within the block (ggml's block_q4_0 ...
-// block_q6_K) and the names the error messages give them. A block of 32 (legacy) or 256
-// (K-quant) elements; its size is gguf's type_size.
-struct scale_fields {
-  dtype type;
-  int n;
-  int offset[2];
-  const char* name[2];
-};
-
-constexpr scale_fields SCALE_FIELDS[] = {
-    {gguf::DTYPE_Q4_0, 1, {0, 0}, {"d", ""}},      {gguf::DTYPE_Q4_1, 2, {0, 2}, {"d", "m"}},
-    {gguf::DTYPE_Q5_0, 1, {0, 0}, {"d", ""}},      {gguf::DTYPE_Q5_1, 2, {0, 2}, {"d", "m"}},
-    {gguf::DTYPE_Q8_0, 1, {0, 0}, {"d", ""}},      {gguf::DTYPE_Q2_K, 2, {80, 82}, {"d", "dmin"}},
-    {gguf::DTYPE_Q3_K, 1, {108, 0}, {"d", ""}},    {gguf::DTYPE_Q4_K, 2, {0, 2}, {"d", "dmin"}},
-    {gguf::DTYPE_Q5_K, 2, {0, 2}, {"d", "dmin"}},  {gguf::DTYPE_Q6_K, 1, {208, 0}, {"d", ""}},
-};
-
-// Throws input_error when a fp16 scale of the block holding slice b is inf or NaN.
+// Throws input_error when a fp16 scale of the block holding slice b is inf or NaN. Where a
+// block keeps them is gguf/weight_types.h's; its size is gguf's type_size.
 void check_scales(dtype t, const uint8_t* row, int64_t b) {
-  for (const scale_fields& f : SCALE_FIELDS) {
-    if (f.type != t) continue;
-    const gguf::dtype_traits& tr = gguf::dtype_get(t);
-    const uint8_t* block = row + (b * QBLOCK / tr.block_size) * static_cast<int64_t>(tr.type_size);
-    for (int k = 0; k < f.n; ++k) {
-      const uint32_t h = inl::load_u16(block + f.offset[k]);
-      if (((h >> 10) & 31) != 31) continue;
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "%04x", static_cast<unsigned>(h));
-      throw input_error(std::string("weight block: non-finite fp16 ") + f.name[k] + " (bits 0x" + hex +
-                        "), expected a finite scale");
-    }
-    return;
+  const gguf::weight_type& w = *gguf::weight_type_of(t);
+  const gguf::dtype_traits& tr = gguf::dtype_get(t);
+  const uint8_t* block = row + (b * QBLOCK / tr.block_size) * static_cast<int64_t>(tr.type_size);
+  for (int k = 0; k < w.n_scales; ++k) {
+    const uint32_t h = inl::load_u16(block + w.scale_offset[k]);
+    if (((h >> 10) & 31) != 31) continue;
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "%04x", static_cast<unsigned>(h));
+    throw input_error(std::string("weight block: non-finite fp16 ") + w.scale_name[k] + " (bits 0x" + hex +
+                      "), expected a finite scale");
   }
 }
 
@@ -111,25 +92,14 @@ void decode_mxfp4(const uint8_t* row, int64_t b, wblock& w) {
 
 }  // namespace
 
-bool weight_type_supported(gguf::dtype t) {
-  switch (t) {
-    case gguf::DTYPE_F32: case gguf::DTYPE_F16: case gguf::DTYPE_BF16:
-    case gguf::DTYPE_Q4_0: case gguf::DTYPE_Q4_1: case gguf::DTYPE_Q5_0: case gguf::DTYPE_Q5_1:
-    case gguf::DTYPE_Q8_0: case gguf::DTYPE_Q2_K: case gguf::DTYPE_Q3_K: case gguf::DTYPE_Q4_K:
-    case gguf::DTYPE_Q5_K: case gguf::DTYPE_Q6_K: case gguf::DTYPE_MXFP4:
-      return true;
-    default:
-      return false;
-  }
-}
+bool weight_type_supported(gguf::dtype t) { return gguf::weight_type_of(t) != nullptr; }
 
 void weight_check_type(gguf::dtype t) {
   if (weight_type_supported(t)) return;
   const gguf::dtype_traits* tr = gguf::dtype_find(t);
   throw input_error(std::string("exact numerics: weight type ") + (tr ? tr->name : "unknown") +
-                    " (id " + std::to_string(static_cast<uint32_t>(t)) +
-                    ") is not supported; expected f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, "
-                    "q2_K, q3_K, q4_K, q5_K, q6_K or mxfp4");
+                    " (id " + std::to_string(static_cast<uint32_t>(t)) + ") is not supported; expected one of " +
+                    gguf::weight_type_names(" "));
 }
 
 void weight_decode_block(gguf::dtype t, const uint8_t* row, int64_t block32_index, wblock& out,
@@ -142,7 +112,7 @@ void weight_decode_block(gguf::dtype t, const uint8_t* row, int64_t block32_inde
     decode_mxfp4(row, block32_index, out);
     for (int i = n_valid; i < QBLOCK; ++i) out.q[i] = 0;
   } else {
-    if (t == gguf::DTYPE_F32 || t == gguf::DTYPE_F16 || t == gguf::DTYPE_BF16) {
+    if (gguf::weight_type_of(t)->float_rows) {
       check_float_weights(t, row, block32_index, n_valid);
     } else {
       check_scales(t, row, block32_index);

@@ -1,8 +1,8 @@
 // Weight blocks in integer form, and the exact dot product of one activation block with one.
 //
-// Goals: every ggml type the exact engine computes (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K
-// Q3_K Q4_K Q5_K Q6_K) decodes, 32 elements at a time, into one integer form, so that a single
-// kernel (and a single precision proof) serves them all:
+// Goals: every weight type the exact engine computes (gguf/weight_types.h) decodes, 32 elements
+// at a time, into one integer form, so that a single kernel (and a single precision proof)
+// serves them all:
 //
 //   w[i] = d_mant * 2^d_exp * scale[i / 16] * q[i]  +  m_mant * 2^m_exp * mcoef[i / 16]
 //
@@ -25,7 +25,7 @@ namespace detaudit::numerics {
 // struct wblock (the codes q, scale[2], d_mant, d_exp, mcoef[2], m_mant, m_exp) is defined in
 // numerics/wblock_inline.h, which host and device code share.
 
-// True for the types weight_decode_block accepts.
+// True for the types weight_decode_block accepts: those of gguf/weight_types.h.
 bool weight_type_supported(gguf::dtype t);
 // Throws input_error naming t when it is not supported.
 void weight_check_type(gguf::dtype t);

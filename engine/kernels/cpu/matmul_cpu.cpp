@@ -9,6 +9,7 @@
 #include <string>
 
 #include "gguf/quants.h"
+#include "gguf/weight_types.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "numerics/wblock.h"
 #include "util/error.h"
@@ -22,25 +23,6 @@ using numerics::wblock;
 namespace {
 
 constexpr int64_t TOKEN_TILE = 64;  // tokens per accumulator tile
-
-// The offset of the fp16 d and min fields in one block (or K-quant super-block) of t; -1 when t
-// has no min. Block sizes: q4_0 18, q4_1 20, q5_0 22, q5_1 24, q8_0 34, q2_K 84, q3_K 110,
-// q4_K 144, q5_K 176, q6_K 210 bytes.
-struct scale_fields {
-  int d = 0;
-  int m = -1;
-};
-
-scale_fields scale_fields_of(gguf::dtype t) {
-  switch (t) {
-    case gguf::DTYPE_Q4_1: case gguf::DTYPE_Q5_1: case gguf::DTYPE_Q4_K: case gguf::DTYPE_Q5_K:
-      return {0, 2};
-    case gguf::DTYPE_Q2_K: return {80, 82};
-    case gguf::DTYPE_Q3_K: return {108, -1};
-    case gguf::DTYPE_Q6_K: return {208, -1};
-    default: return {0, -1};
-  }
-}
 
 // The exponent of an fp16 scale as weight_decode_block records it; EXP_ZERO for a zero.
 int32_t fp16_exp(const uint8_t* p) {
@@ -108,7 +90,8 @@ int32_t quantize_block_cpu(const float* x, int n, int16_t* q) {
 // MXFP4's panels come from panel_decode_generic (weight_decode_block); its few-token rows have a
 // decoder of their own (gemv_blocks.h's mxfp4_blocks, E8M0 scales as exponents).
 bool matmul_fast_type(gguf::dtype t) {
-  return numerics::weight_type_supported(t) && t != gguf::DTYPE_F32 && t != gguf::DTYPE_F16 && t != gguf::DTYPE_BF16;
+  const gguf::weight_type* w = gguf::weight_type_of(t);
+  return w && !w->float_rows;
 }
 
 int32_t matmul_shift_const(int64_t n_blocks) {
@@ -136,15 +119,14 @@ void weight_row_bounds(gguf::dtype t, const uint8_t* w, int64_t n_in, int64_t ro
     }
     return;
   }
-  const scale_fields f = scale_fields_of(t);
+  const gguf::weight_type& f = *gguf::weight_type_of(t);  // the block's fp16 scales (weight_types.h)
   const int64_t n_super = n_in / tr.block_size;
   for (int64_t r = row_begin; r < row_end; ++r) {
     const uint8_t* row = w + static_cast<uint64_t>(r) * row_bytes;
     int32_t e = EXP_ZERO;
     for (int64_t s = 0; s < n_super; ++s) {
       const uint8_t* blk = row + static_cast<uint64_t>(s) * tr.type_size;
-      e = std::max(e, fp16_exp(blk + f.d));
-      if (f.m >= 0) e = std::max(e, fp16_exp(blk + f.m));
+      for (int k = 0; k < f.n_scales; ++k) e = std::max(e, fp16_exp(blk + f.scale_offset[k]));
     }
     out[r - row_begin] = e;
   }

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "gguf/dtype.h"
+#include "gguf/weight_types.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_internal.h"
@@ -347,8 +348,9 @@ class cuda_device final : public gpu::device {
 
 gpu::weight_handle cuda_device::upload_weight(gguf::dtype t, const uint8_t* data, int64_t n_in, int64_t n_out) {
   numerics::weight_check_type(t);
-  if (t == gguf::DTYPE_MXFP4)  // its E8M0 scale is not the fp16 the shaders decode
-    throw input_error("cuda upload_weight: mxfp4 weights are not computed on the GPU yet; use --backend cpu");
+  if (!gguf::weight_type_of(t)->gpu)  // gguf/weight_types.h: mxfp4's E8M0 scale is not the fp16 the shaders decode
+    throw input_error(std::string("cuda upload_weight: ") + gguf::dtype_get(t).name +
+                      " weights are not computed on the GPU yet; use --backend cpu");
   if (n_in < 0 || n_out < 0)
     throw input_error("upload_weight: negative shape (" + std::to_string(n_out) + ", " + std::to_string(n_in) + ")");
   const uint64_t row_bytes = gguf::dtype_row_bytes(t, n_in);
@@ -380,7 +382,7 @@ void cuda_device::matmul(gpu::weight_handle w, const float* x, int64_t n_tok, fl
   int32_t* dexp = exp_.get<int32_t>(sz(n_tok * nb));
   int32_t* dmax = max_.get<int32_t>(sz(n_tok));
   float* dy = out_.get<float>(sz(n_tok * e.n_out));
-  const bool float_rows = e.type == gguf::DTYPE_F32 || e.type == gguf::DTYPE_F16 || e.type == gguf::DTYPE_BF16;
+  const bool float_rows = gguf::weight_type_of(e.type)->float_rows;
   uint32_t* dpack = int8_ && !float_rows ? pack_.get<uint32_t>(sz(n_tok * nb * MATMUL_PACK_WORDS)) : nullptr;
   to_device(dx, x, sz(n_tok * e.n_in));
   launch_quantize_rows(dx, n_tok, e.n_in, dq, dexp, dmax);
@@ -613,7 +615,7 @@ void cuda_device::matmul_slot(gpu::weight_handle w, int32_t x, int64_t n_tok, in
   int16_t* dq = q_.get<int16_t>(sz(n_tok * nb * numerics::QBLOCK));
   int32_t* dexp = exp_.get<int32_t>(sz(n_tok * nb));
   int32_t* dmax = max_.get<int32_t>(sz(n_tok));
-  const bool float_rows = e.type == gguf::DTYPE_F32 || e.type == gguf::DTYPE_F16 || e.type == gguf::DTYPE_BF16;
+  const bool float_rows = gguf::weight_type_of(e.type)->float_rows;
   uint32_t* dpack = int8_ && !float_rows ? pack_.get<uint32_t>(sz(n_tok * nb * MATMUL_PACK_WORDS)) : nullptr;
   check_finite(dx, n_tok * e.n_in);
   launch_quantize_rows(dx, n_tok, e.n_in, dq, dexp, dmax);

@@ -17,12 +17,11 @@ file(GLOB vk_shader_sources CONFIGURE_DEPENDS ${vk_dir}/shaders/*.comp)
 file(GLOB vk_shader_headers CONFIGURE_DEPENDS ${vk_dir}/shaders/*.glsl)
 
 # contract.glsl: the precision contract's constants and the weight type ids, written by a host
-# tool from numerics/contract.h and gguf/dtype.h (exact.glsl and wblock.glsl include it), so the
-# shaders hold no copy of them.
+# tool from numerics/contract.h and gguf/weight_types.h (exact.glsl and wblock.glsl include it),
+# so the shaders hold no copy of them.
 add_executable(detaudit_glsl_constants ${vk_dir}/gen/glsl_constants.cpp)
-target_include_directories(detaudit_glsl_constants PRIVATE ${DETAUDIT_LAYER_INCLUDE}/numerics
-                           ${DETAUDIT_LAYER_INCLUDE}/gguf)
-target_link_libraries(detaudit_glsl_constants PRIVATE detaudit_options)
+target_include_directories(detaudit_glsl_constants PRIVATE ${DETAUDIT_LAYER_INCLUDE}/numerics)
+target_link_libraries(detaudit_glsl_constants PRIVATE detaudit_options detaudit_gguf)
 set(vk_contract ${vk_out}/contract.glsl)
 add_custom_command(
   OUTPUT ${vk_contract}
