@@ -1345,9 +1345,9 @@ enum skips : unsigned {
   skips_refused = 2,    // no input checks of kernels/ref's: the devices and CUDA's twins
   skips_gpu_scale = 4,  // one std::thread per CUDA thread: the thread emulation
   skips_softcap = 8,    // soft-capped or sink attention: not in the device's attention kernel yet
-  skips_mxfp4 = 16,     // mxfp4 weights: the devices do not decode E8M0 scales yet
+  skips_gpu_types = 16,  // weight types whose row in gguf/weight_types.h says the GPUs do not decode them
 };
-inline constexpr unsigned GPU_SKIPS = skips_nonfinite | skips_refused | skips_softcap | skips_mxfp4;
+inline constexpr unsigned GPU_SKIPS = skips_nonfinite | skips_refused | skips_softcap | skips_gpu_types;
 
 // Case c prepared for a backend that runs the ops `ops` (counted as compared), or nullopt where c
 // is of another op or the backend skips it. A backend that does not skip refused cases gets them
@@ -1363,8 +1363,8 @@ inline std::optional<prepared_case> prepare_for(const op_case& c, std::initializ
     tally.skip("soft-capped attention: the device kernel has no cap yet (ops_gpu refuses gemma2)");
     return std::nullopt;
   }
-  if ((skip & skips_mxfp4) && c.op == op_kind::matmul && c.type == gguf::DTYPE_MXFP4) {
-    tally.skip("mxfp4 weights: the devices do not decode E8M0 scales yet (ops_gpu refuses them)");
+  if ((skip & skips_gpu_types) && c.op == op_kind::matmul && !gguf::weight_type_of(c.type)->gpu) {
+    tally.skip(type_name(c.type) + " weights: not decoded by the devices (gguf/weight_types.h; upload_weight refuses them)");
     return std::nullopt;
   }
   if ((skip & skips_softcap) && !c.sinks.empty()) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "gguf/quants.h"
+#include "gguf/weight_types.h"
 #include "kernels/gpu/gpu.h"
 #include "util/error.h"
 
@@ -98,6 +99,14 @@ TEST_CASE("gpu matmul: the errors of the reference (type, non-finite scale or in
   kernels::gpu::device& dev = test::gpu_test_device();
   std::vector<uint8_t> w = test::weight_rows(r, gguf::DTYPE_Q8_0, 64, 3, test::weights::random_bytes);
   CHECK_THROWS_AS(dev.upload_weight(gguf::DTYPE_Q8_1, w.data(), 64, 1), input_error);
+  // What gguf/weight_types.h declares the devices do not decode (the op table skips those cases
+  // by that column) is refused by name, never computed wrongly.
+  for (const gguf::weight_type& wt : gguf::weight_types()) {
+    if (wt.gpu) continue;
+    const std::vector<uint8_t> zeros(gguf::dtype_row_bytes(wt.type, 256), 0);
+    const std::string name = gguf::dtype_get(wt.type).name;
+    CHECK_THROWS_WITH_AS(dev.upload_weight(wt.type, zeros.data(), 256, 1), doctest::Contains(name.c_str()), input_error);
+  }
   CHECK_THROWS_AS(dev.upload_weight(gguf::DTYPE_Q8_0, w.data(), 48, 1), input_error);
   const uint16_t inf = 0x7c00;
   std::memcpy(w.data() + 34, &inf, 2);
