@@ -1349,35 +1349,33 @@ enum skips : unsigned {
 };
 inline constexpr unsigned GPU_SKIPS = skips_nonfinite | skips_refused | skips_softcap | skips_gpu_types;
 
+// Why a backend with `skip` leaves case c out before its inputs are drawn; "" when it does not.
+inline std::string skip_reason(const op_case& c, unsigned skip) {
+  if ((skip & skips_gpu_scale) && c.gpu_scale) return "sized for a GPU: millions of std::threads here";
+  if ((skip & skips_softcap) && c.softcap > 0)
+    return "soft-capped attention: the device kernel has no cap yet (ops_gpu refuses gemma2)";
+  if ((skip & skips_gpu_types) && c.op == op_kind::matmul && !gguf::weight_type_of(c.type)->gpu)
+    return type_name(c.type) + " weights: not decoded by the devices (gguf/weight_types.h; upload_weight refuses them)";
+  if ((skip & skips_softcap) && !c.sinks.empty()) return "attention sinks: the device kernel has none yet (ops_gpu refuses gpt-oss)";
+  if ((skip & skips_nonfinite) && c.nonfinite) return "non-finite inputs: NaN payloads are the hardware's (gpu.h)";
+  return "";
+}
+
+inline constexpr const char* SKIP_REFUSED = "kernels/ref refuses the inputs, and this backend has no such check";
+
 // Case c prepared for a backend that runs the ops `ops` (counted as compared), or nullopt where c
 // is of another op or the backend skips it. A backend that does not skip refused cases gets them
 // with `refused` set: it must refuse them too.
 inline std::optional<prepared_case> prepare_for(const op_case& c, std::initializer_list<op_kind> ops, unsigned skip,
                                                 table_tally& tally) {
   if (std::find(ops.begin(), ops.end(), c.op) == ops.end()) return std::nullopt;
-  if ((skip & skips_gpu_scale) && c.gpu_scale) {
-    tally.skip("sized for a GPU: millions of std::threads here");
-    return std::nullopt;
-  }
-  if ((skip & skips_softcap) && c.softcap > 0) {
-    tally.skip("soft-capped attention: the device kernel has no cap yet (ops_gpu refuses gemma2)");
-    return std::nullopt;
-  }
-  if ((skip & skips_gpu_types) && c.op == op_kind::matmul && !gguf::weight_type_of(c.type)->gpu) {
-    tally.skip(type_name(c.type) + " weights: not decoded by the devices (gguf/weight_types.h; upload_weight refuses them)");
-    return std::nullopt;
-  }
-  if ((skip & skips_softcap) && !c.sinks.empty()) {
-    tally.skip("attention sinks: the device kernel has none yet (ops_gpu refuses gpt-oss)");
-    return std::nullopt;
-  }
-  if ((skip & skips_nonfinite) && c.nonfinite) {
-    tally.skip("non-finite inputs: NaN payloads are the hardware's (gpu.h)");
+  if (const std::string why = skip_reason(c, skip); !why.empty()) {
+    tally.skip(why);
     return std::nullopt;
   }
   prepared_case p = prepare(c);
   if ((skip & skips_refused) && !p.refused.empty()) {
-    tally.skip("kernels/ref refuses the inputs, and this backend has no such check");
+    tally.skip(SKIP_REFUSED);
     return std::nullopt;
   }
   ++tally.compared;

@@ -10,6 +10,7 @@
 
 #include "backend/gpu_test_util.h"
 #include "op_cases.h"
+#include "op_table_driver.h"
 #include "test_util.h"
 
 #include <algorithm>
@@ -35,29 +36,22 @@ std::vector<float> gpu_attention(const op_case& c, const test::op_inputs& in) {
   return out;
 }
 
-void compare_attention(bool (*pick)(const op_case&), const char* what) {
-  test::table_tally tally;
-  for (const op_case& c : test::op_cases()) {
-    if (!pick(c)) continue;
-    CAPTURE(c.name);
-    const auto p = test::prepare_for(c, {test::op_kind::attention}, test::GPU_SKIPS, tally);
-    if (!p) continue;
-    const auto diff = test::first_difference(p->want, gpu_attention(c, p->in));
-    CHECK_MESSAGE(!diff, diff->to_string());
-  }
-  MESSAGE(tally.to_string(std::string(what) + " on " + test::gpu_test_device().desc().name));
-}
+// The test device's attention as a backend of the op table (op_table_driver.h): head sizes,
+// grouped heads, position counts, all-zero q rows next to a row attending nothing.
+[[maybe_unused]] const bool gpu_attention_registered = [] {
+  test::op_backend b;
+  b.name = "the test device";
+  b.ops = {test::op_kind::attention};
+  b.skips = test::GPU_SKIPS;
+  b.run = gpu_attention;
+  return test::op_backends_add({std::move(b)});
+}();
 
 }  // namespace
 
-TEST_CASE("gpu attention: head sizes, grouped heads and position counts give the reference bits") {
-  compare_attention([](const op_case&) { return true; }, "attention");
-}
-
 TEST_CASE("gpu attention: no position, all-zero q, and non-finite q") {
-  // The table's rows of all-zero q next to a row attending nothing; a NaN query, more positions
-  // than cells and no query row at all.
-  compare_attention([](const op_case& c) { return c.pat == test::pattern::zero_q_rows; }, "attention, zero q rows");
+  // A row attending nothing gives zeros (the table's all-zero q rows run in the op table); a NaN
+  // query, more positions than cells and no query row at all.
   const op_case& c = *std::find_if(test::op_cases().begin(), test::op_cases().end(),
                                    [](const op_case& o) { return o.pat == test::pattern::zero_q_rows; });
   test::op_inputs in = test::make_inputs(c);

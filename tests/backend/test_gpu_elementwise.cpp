@@ -18,6 +18,7 @@
 
 #include "backend/gpu_test_util.h"
 #include "op_cases.h"
+#include "op_table_driver.h"
 #include "test_util.h"
 #include "util/error.h"
 
@@ -51,31 +52,22 @@ std::vector<float> gpu_run(const op_case& c, const test::op_inputs& in, bool in_
   return out;
 }
 
-// Every case of op k, and (add, swiglu, rms_norm) in place too.
-void compare_op(op_kind k) {
-  test::table_tally tally;
-  for (const op_case& c : test::op_cases()) {
-    CAPTURE(c.name);
-    const auto p = test::prepare_for(c, {k}, test::GPU_SKIPS, tally);
-    if (!p) continue;
-    for (bool in_place : {false, true}) {
-      if (in_place && k != op_kind::add && k != op_kind::swiglu && k != op_kind::rms_norm) continue;
-      const auto diff = test::first_difference(p->want, gpu_run(c, p->in, in_place));
-      CHECK_MESSAGE(!diff, std::string(in_place ? "in place: " : "") << diff->to_string());
-    }
-  }
-  MESSAGE(tally.to_string(std::string(test::op_name(k)) + " on " + dev().desc().name));
-}
+// The test device's element-wise ops and kv_quantize, and (add, swiglu, rms_norm) in place, as
+// backends of the op table (op_table_driver.h).
+[[maybe_unused]] const bool gpu_elementwise_registered = [] {
+  test::op_backend b;
+  b.name = "the test device";
+  b.ops = {op_kind::rms_norm, op_kind::swiglu, op_kind::add, op_kind::add_bias, op_kind::rope, op_kind::kv_quantize};
+  b.skips = test::GPU_SKIPS;
+  b.run = [](const op_case& c, const test::op_inputs& in) { return gpu_run(c, in, false); };
+  test::op_backend in_place = b;
+  in_place.name = "the test device, in place";
+  in_place.ops = {op_kind::rms_norm, op_kind::swiglu, op_kind::add};
+  in_place.run = [](const op_case& c, const test::op_inputs& in) { return gpu_run(c, in, true); };
+  return test::op_backends_add({std::move(b), std::move(in_place)});
+}();
 
 }  // namespace
-
-TEST_CASE("gpu add equals add_f32_ref") { compare_op(op_kind::add); }
-
-TEST_CASE("gpu add_bias equals add_f32_ref per row") { compare_op(op_kind::add_bias); }
-
-TEST_CASE("gpu swiglu equals swiglu_f32_ref") { compare_op(op_kind::swiglu); }
-
-TEST_CASE("gpu rms_norm equals rms_norm_f32_ref") { compare_op(op_kind::rms_norm); }
 
 TEST_CASE("gpu rms_norm rejects what rms_norm_f32_ref rejects") {
   std::vector<float> x = {1.0f, NAN, 2.0f, 3.0f}, out(4);
@@ -87,10 +79,7 @@ TEST_CASE("gpu rms_norm rejects what rms_norm_f32_ref rejects") {
   CHECK_THROWS_AS(dev().rms_norm(x.data(), 1, 4, 3, nullptr, 1e-5f, out.data()), input_error);
 }
 
-TEST_CASE("gpu rope equals rope_f32_ref") { compare_op(op_kind::rope); }
-
-TEST_CASE("gpu kv_quantize equals quantize_block per head block") {
-  compare_op(op_kind::kv_quantize);
+TEST_CASE("gpu kv_quantize rejects a non-finite K or V") {
   std::vector<float> k(64, 1.0f), v(64, 1.0f);
   std::vector<uint8_t> cells(2 * 2 * (64 + 4));
   k[5] = INFINITY;

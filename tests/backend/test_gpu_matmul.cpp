@@ -10,6 +10,7 @@
 
 #include "backend/gpu_test_util.h"
 #include "op_cases.h"
+#include "op_table_driver.h"
 #include "test_util.h"
 
 #include <algorithm>
@@ -43,43 +44,60 @@ std::vector<float> gpu_matmul(const op_case& c, const test::op_inputs& in, kerne
   return out;
 }
 
-// The matmul cases of the table whose weight type `pick` accepts, on dev.
-void compare_matmul(bool (*pick)(const op_case&), kernels::gpu::device& dev, const std::string& what) {
-  test::table_tally tally;
-  for (const op_case& c : test::op_cases()) {
-    if (!pick(c)) continue;
-    CAPTURE(c.name);
-    const auto p = test::prepare_for(c, {test::op_kind::matmul}, test::GPU_SKIPS, tally);
-    if (!p) continue;
-    const auto diff = test::first_difference(p->want, gpu_matmul(c, p->in, dev));
-    CHECK_MESSAGE(!diff, diff->to_string());
-  }
-  MESSAGE(tally.to_string(what + " on " + dev.desc().name));
+#ifdef DETAUDIT_HAVE_VULKAN
+// The Vulkan device opened with DETAUDIT_VULKAN_DOT8=0: the plain 32-bit products path.
+kernels::gpu::device& vulkan_plain_device() {
+  static const std::unique_ptr<kernels::gpu::device> plain = [] {
+    ::setenv("DETAUDIT_VULKAN_DOT8", "0", 1);
+    std::unique_ptr<kernels::gpu::device> d;
+    try {
+      d = kernels::gpu::open_device(kernels::gpu::api::vulkan, test::gpu_test_device_index());
+    } catch (...) {
+      ::unsetenv("DETAUDIT_VULKAN_DOT8");
+      throw;
+    }
+    ::unsetenv("DETAUDIT_VULKAN_DOT8");
+    return d;
+  }();
+  return *plain;
 }
+#endif
 
-bool legacy(const op_case& c) { return std::ranges::count(test::LEGACY_TYPES, c.type) == 1; }
-bool kquant(const op_case& c) { return std::ranges::count(test::KQUANT_TYPES, c.type) == 1; }
-bool floats(const op_case& c) { return test::is_float_type(c.type); }
+// The test device's matmul (and on Vulkan its plain path too) as backends of the op table
+// (op_table_driver.h): every weight type the devices decode, random block bytes and quantized
+// real rows, odd lengths, zero rows and tokens, subnormal inputs.
+[[maybe_unused]] const bool gpu_matmul_registered = [] {
+  std::vector<test::op_backend> bs;
+  test::op_backend b;
+  b.name = "the test device";
+  b.ops = {test::op_kind::matmul};
+  b.skips = test::GPU_SKIPS;
+  b.run = [](const op_case& c, const test::op_inputs& in) { return gpu_matmul(c, in, test::gpu_test_device()); };
+  bs.push_back(std::move(b));
+#ifdef DETAUDIT_HAVE_VULKAN
+  // The Vulkan matmul has two paths for the integer block types: 4x8-bit integer dot products
+  // (matmul_dot8.comp, on devices with VK_KHR_shader_integer_dot_product; lavapipe has it) and
+  // plain 32-bit products (matmul.comp). The device above runs the int8 path where it has one.
+  test::op_backend plain;
+  plain.name = "the test device's plain path (DETAUDIT_VULKAN_DOT8=0)";
+  plain.ops = {test::op_kind::matmul};
+  plain.skips = test::GPU_SKIPS;
+  plain.leaves_out = [](const op_case& c) -> std::string {
+    if (test::gpu_test_api() != kernels::gpu::api::vulkan) return "the plain path is the Vulkan matmul's";
+    return test::is_float_type(c.type) ? "f32/f16/bf16 rows: one path only" : "";
+  };
+  plain.run = [](const op_case& c, const test::op_inputs& in) { return gpu_matmul(c, in, vulkan_plain_device()); };
+  bs.push_back(std::move(plain));
+#endif
+  return test::op_backends_add(std::move(bs));
+}();
 
 }  // namespace
 
-TEST_CASE("gpu matmul: legacy block types (q4_0 q4_1 q5_0 q5_1 q8_0) give the reference bits") {
-  compare_matmul(legacy, test::gpu_test_device(), "matmul, legacy block types");
-}
-
-TEST_CASE("gpu matmul: K-quant types (q2_K q3_K q4_K q5_K q6_K) give the reference bits") {
-  compare_matmul(kquant, test::gpu_test_device(), "matmul, K-quant types");
-}
-
-TEST_CASE("gpu matmul: f32 f16 bf16 rows, odd lengths included, give the reference bits") {
-  compare_matmul(floats, test::gpu_test_device(), "matmul, float types");
-}
-
 TEST_CASE("gpu matmul: zero tokens, zero rows, all-zero tokens and subnormal inputs") {
-  // The table's cases with zero rows, zero tokens and subnormal tokens; a call of no token and a
-  // weight of no row write nothing.
+  // The table's cases with zero rows, zero tokens and subnormal tokens run in the op table; here,
+  // a call of no token and a weight of no row write nothing.
   kernels::gpu::device& dev = test::gpu_test_device();
-  compare_matmul([](const op_case& c) { return c.pat == test::pattern::edges; }, dev, "matmul, edge rows and tokens");
   rng r{805};
   const std::vector<uint8_t> w = test::weight_rows(r, gguf::DTYPE_Q8_0, 256, 9, test::weights::random_bytes);
   const kernels::gpu::weight_handle h = dev.upload_weight(gguf::DTYPE_Q8_0, w.data(), 256, 9);
@@ -122,24 +140,10 @@ TEST_CASE("gpu matmul: the errors of the reference (type, non-finite scale or in
 }
 
 #ifdef DETAUDIT_HAVE_VULKAN
-// The Vulkan matmul has two paths for the integer block types: 4x8-bit integer dot products
-// (matmul_dot8.comp, on devices with VK_KHR_shader_integer_dot_product; lavapipe has it) and
-// plain 32-bit products (matmul.comp, DETAUDIT_VULKAN_DOT8=0). The tests above run the default
-// device (the int8 path where the device has it); here every integer-type case runs the plain path.
-TEST_CASE("gpu matmul: the Vulkan int8 dot-product path and the plain path both give the reference bits") {
-  std::unique_ptr<kernels::gpu::device> dot8 = kernels::gpu::open_device(kernels::gpu::api::vulkan, test::gpu_test_device_index());
-  ::setenv("DETAUDIT_VULKAN_DOT8", "0", 1);
-  std::unique_ptr<kernels::gpu::device> plain;
-  try {
-    plain = kernels::gpu::open_device(kernels::gpu::api::vulkan, test::gpu_test_device_index());
-  } catch (...) {
-    ::unsetenv("DETAUDIT_VULKAN_DOT8");
-    throw;
-  }
-  ::unsetenv("DETAUDIT_VULKAN_DOT8");
-  CHECK(plain->desc().features.find("int8 dot product") == std::string::npos);
-  const bool has_dot8 = dot8->desc().features.find("int8 dot product") != std::string::npos;
-  if (!has_dot8) MESSAGE("this Vulkan device has no int8 dot product: the tests above ran the plain path too");
-  compare_matmul([](const op_case& c) { return !test::is_float_type(c.type); }, *plain, "matmul, plain path");
+TEST_CASE("gpu matmul: DETAUDIT_VULKAN_DOT8=0 opens the plain path (the op table runs both)") {
+  if (test::gpu_test_api() != kernels::gpu::api::vulkan) return;
+  CHECK(vulkan_plain_device().desc().features.find("int8 dot product") == std::string::npos);
+  if (test::gpu_test_device().desc().features.find("int8 dot product") == std::string::npos)
+    MESSAGE("this Vulkan device has no int8 dot product: both backends of the op table ran the plain path");
 }
 #endif

@@ -139,6 +139,7 @@ using detaudit::test::cuda_emu::threadIdx;
 #undef __syncthreads
 
 #include "op_cases.h"
+#include "op_table_driver.h"
 #include "test_util.h"
 
 using namespace detaudit;
@@ -193,47 +194,42 @@ std::vector<float> emu_run(const op_case& c, const test::op_inputs& in, bool int
   return out;
 }
 
-// Every case of the given ops through the emulated kernels.
-void compare_ops(std::initializer_list<op_kind> ops, const char* what) {
-  test::table_tally tally;
-  for (const op_case& c : test::op_cases()) {
-    CAPTURE(c.name);
-    const auto p = test::prepare_for(c, ops, test::GPU_SKIPS | test::skips_gpu_scale, tally);
-    if (!p) continue;
-    // Without a pack buffer: plain products; with one: the dp4a path for integer block types.
-    for (bool int8 : {false, true}) {
-      if (int8 && (c.op != op_kind::matmul || test::is_float_type(c.type))) continue;
-      matmul_scratch m;
-      const auto diff = test::first_difference(p->want, emu_run(c, p->in, int8, m));
-      CHECK_MESSAGE(!diff, "int8 " << int8 << ": " << diff->to_string());
-      if (!int8) continue;
-      // The integer types took the int8 path: the buffer holds every block's hi / lo bytes.
-      bool packed = true;
-      for (size_t i = 0; i < m.q.size(); ++i) {
-        const uint32_t hi = m.pack[i / 32 * 16 + i % 32 / 4] >> (8 * (i % 4)) & 0xffu;
-        const uint32_t lo = m.pack[i / 32 * 16 + 8 + i % 32 / 4] >> (8 * (i % 4)) & 0xffu;
-        packed = packed && static_cast<int32_t>(static_cast<int8_t>(hi)) * 256 + static_cast<int32_t>(lo) == m.q[i];
-      }
-      CHECK_MESSAGE(packed, "the pack buffer does not hold the activation blocks' hi and lo bytes");
+// The emulated kernels as backends of the op table (op_table_driver.h): every op with plain
+// products, and matmul of the integer block types with a pack buffer (the dp4a path), whose
+// buffer must then hold every activation block's hi and lo bytes.
+[[maybe_unused]] const bool emu_registered = [] {
+  test::op_backend plain;
+  plain.name = "the CUDA kernels on host threads";
+  plain.ops = {op_kind::matmul,  op_kind::rms_norm, op_kind::swiglu,      op_kind::add,
+               op_kind::add_bias, op_kind::rope,     op_kind::kv_quantize, op_kind::attention};
+  plain.skips = test::GPU_SKIPS | test::skips_gpu_scale;
+  plain.run = [](const op_case& c, const test::op_inputs& in) {
+    matmul_scratch m;
+    return emu_run(c, in, false, m);
+  };
+  test::op_backend int8;
+  int8.name = "the CUDA kernels on host threads, int8 path";
+  int8.ops = {op_kind::matmul};
+  int8.skips = plain.skips;
+  int8.leaves_out = [](const op_case& c) -> std::string { return test::is_float_type(c.type) ? "f32/f16/bf16 rows: no int8 path" : ""; };
+  int8.run = [](const op_case& c, const test::op_inputs& in) {
+    matmul_scratch m;
+    std::vector<float> out = emu_run(c, in, true, m);
+    bool packed = true;
+    for (size_t i = 0; i < m.q.size(); ++i) {
+      const uint32_t hi = m.pack[i / 32 * 16 + i % 32 / 4] >> (8 * (i % 4)) & 0xffu;
+      const uint32_t lo = m.pack[i / 32 * 16 + 8 + i % 32 / 4] >> (8 * (i % 4)) & 0xffu;
+      packed = packed && static_cast<int32_t>(static_cast<int8_t>(hi)) * 256 + static_cast<int32_t>(lo) == m.q[i];
     }
-  }
-  MESSAGE(tally.to_string(what));
-}
+    CHECK_MESSAGE(packed, "the pack buffer does not hold the activation blocks' hi and lo bytes");
+    return out;
+  };
+  return test::op_backends_add({std::move(plain), std::move(int8)});
+}();
 
 }  // namespace
 
-TEST_CASE("cuda portable emu: quantize and matmul kernels give matmul_exact_ref for every weight type") {
-  compare_ops({op_kind::matmul}, "the emulated quantize and matmul kernels");
-}
-
-TEST_CASE("cuda portable emu: rms_norm swiglu add add_bias rope kernels give the reference bits") {
-  compare_ops({op_kind::rms_norm, op_kind::swiglu, op_kind::add, op_kind::add_bias, op_kind::rope},
-              "the emulated element-wise kernels");
-}
-
-TEST_CASE("cuda portable emu: kv_quantize and attention kernels give the cells and attention_exact_ref") {
-  compare_ops({op_kind::kv_quantize, op_kind::attention}, "the emulated kv_quantize and attention kernels");
-}
+DETAUDIT_OP_TABLE_TESTS(" (CUDA kernels emulated)")
 
 TEST_CASE("cuda portable emu: find_nonfinite flags NaN and infinities anywhere and nothing else") {
   // Finite extremes (largest normal, smallest subnormal, negative zero) leave the flag alone; one

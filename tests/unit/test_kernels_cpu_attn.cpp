@@ -13,6 +13,7 @@
 
 #include "guard_pages.h"
 #include "op_cases.h"
+#include "op_table_driver.h"
 #include "test_util.h"
 
 #include <algorithm>
@@ -61,21 +62,52 @@ std::vector<float> cpu_attention(const op_case& c, const test::op_inputs& in, cp
   return out;
 }
 
-void compare_attention(bool grouped) {
-  test::table_tally tally;
-  for (const op_case& c : test::op_cases()) {
-    CAPTURE(c.name);
-    const auto p = test::prepare_for(c, {op_kind::attention}, test::skips_none, tally);
-    if (!p) continue;
-    for (cpu::isa isa : cpu::isa_all_supported()) {
-      const auto m = test::mismatch(*p, [&] { return cpu_attention(c, p->in, isa, grouped); });
-      CHECK_MESSAGE(!m, std::string(cpu::isa_name(isa)) << ": " << *m);
+// The kv_store of the CPU backend: each KV head of a position quantized block by block with
+// quantize_block_cpu, into case c's guarded cell buffer.
+std::vector<float> cpu_kv_cells(const op_case& c, const test::op_inputs& in) {
+  std::vector<float> out = test::output_buffer(c, in);
+  uint8_t* cells = reinterpret_cast<uint8_t*>(out.data() + test::GUARD);
+  const int64_t nb = (c.head_dim + QBLOCK - 1) / QBLOCK, cb = test::kv_cell_bytes(c.n_head_kv, c.head_dim);
+  for (int64_t t = 0; t < c.rows; ++t) {
+    int16_t* q = reinterpret_cast<int16_t*>(cells + t * cb);
+    int32_t* e = reinterpret_cast<int32_t*>(cells + t * cb + 2 * c.n_head_kv * nb * QBLOCK * 2);
+    for (int kind = 0; kind < 2; ++kind) {
+      const float* x = (kind ? in.y : in.x).data() + t * c.n_head_kv * c.head_dim;
+      for (int64_t h = 0; h < c.n_head_kv; ++h)
+        for (int64_t b = 0; b < nb; ++b) {
+          const int64_t i0 = b * QBLOCK, blk = (kind * c.n_head_kv + h) * nb + b;
+          e[blk] = cpu::quantize_block_cpu(x + h * c.head_dim + i0, static_cast<int>(std::min<int64_t>(QBLOCK, c.head_dim - i0)),
+                                           q + blk * QBLOCK);
+        }
     }
   }
-  std::string isas;
-  for (cpu::isa i : cpu::isa_all_supported()) isas += std::string(" ") + cpu::isa_name(i);
-  MESSAGE(tally.to_string(std::string(grouped ? "attention_exact_cpu_heads" : "attention_exact_cpu") + " on" + isas));
+  return out;
 }
+
+// attention_exact_cpu (one query head at a time) and attention_exact_cpu_heads (a group at once)
+// at each instruction set, and the CPU backend's KV cells, as backends of the op table
+// (op_table_driver.h).
+[[maybe_unused]] const bool cpu_attention_registered = [] {
+  std::vector<test::op_backend> bs;
+  for (bool grouped : {false, true}) {
+    for (cpu::isa isa : {cpu::isa::scalar, cpu::isa::avx2, cpu::isa::avx512}) {
+      test::op_backend b;
+      b.name = std::string(grouped ? "attention_exact_cpu_heads " : "attention_exact_cpu ") + cpu::isa_name(isa);
+      b.ops = {op_kind::attention};
+      b.leaves_out = [isa](const op_case&) -> std::string {
+        return cpu::isa_supported(isa) ? "" : std::string("this CPU has no ") + cpu::isa_name(isa);
+      };
+      b.run = [isa, grouped](const op_case& c, const test::op_inputs& in) { return cpu_attention(c, in, isa, grouped); };
+      bs.push_back(std::move(b));
+    }
+  }
+  test::op_backend kv;
+  kv.name = "kv cells by quantize_block_cpu";
+  kv.ops = {op_kind::kv_quantize};
+  kv.run = cpu_kv_cells;
+  bs.push_back(std::move(kv));
+  return test::op_backends_add(std::move(bs));
+}();
 
 }  // namespace
 
@@ -96,14 +128,6 @@ TEST_CASE("attention_exact_cpu runs and reports every supported instruction set"
   if (!has_avx512) MESSAGE("this CPU lacks AVX-512 (F/BW/DQ/VL/VNNI): the avx512 variant is not compared here");
   if (!has_avx2) MESSAGE("this CPU lacks AVX2: the avx2 variant is not compared here");
 #endif
-}
-
-TEST_CASE("attention_exact_cpu equals attention_exact_ref on every attention case of the op table") {
-  compare_attention(false);
-}
-
-TEST_CASE("attention_exact_cpu_heads gives every query head of a group the reference's bits") {
-  compare_attention(true);
 }
 
 TEST_CASE("attention_exact_cpu fails like attention_exact_ref on non-finite scores and bad sizes") {
@@ -139,37 +163,6 @@ TEST_CASE("attention_exact_cpu fails like attention_exact_ref on non-finite scor
     float out = 0;
     CHECK_THROWS_AS(cpu::attention_exact_cpu(i, in.q.data(), 0, k, v, 9, 0.125f, &out), input_error);
   }
-}
-
-TEST_CASE("kv cells written with quantize_block_cpu equal the reference's on every kv_quantize case") {
-  // The CPU backend's kv_store: each KV head of a position quantized block by block.
-  int64_t n = 0;
-  for (const op_case& c : test::op_cases()) {
-    if (c.op != op_kind::kv_quantize) continue;
-    CAPTURE(c.name);
-    const test::prepared_case p = test::prepare(c);
-    REQUIRE(p.refused.empty());
-    std::vector<float> out = test::output_buffer(c, p.in);
-    uint8_t* cells = reinterpret_cast<uint8_t*>(out.data() + test::GUARD);
-    const int64_t nb = (c.head_dim + QBLOCK - 1) / QBLOCK, cb = test::kv_cell_bytes(c.n_head_kv, c.head_dim);
-    for (int64_t t = 0; t < c.rows; ++t) {
-      int16_t* q = reinterpret_cast<int16_t*>(cells + t * cb);
-      int32_t* e = reinterpret_cast<int32_t*>(cells + t * cb + 2 * c.n_head_kv * nb * QBLOCK * 2);
-      for (int kind = 0; kind < 2; ++kind) {
-        const float* x = (kind ? p.in.y : p.in.x).data() + t * c.n_head_kv * c.head_dim;
-        for (int64_t h = 0; h < c.n_head_kv; ++h)
-          for (int64_t b = 0; b < nb; ++b) {
-            const int64_t i0 = b * QBLOCK, blk = (kind * c.n_head_kv + h) * nb + b;
-            e[blk] = cpu::quantize_block_cpu(x + h * c.head_dim + i0, static_cast<int>(std::min<int64_t>(QBLOCK, c.head_dim - i0)),
-                                             q + blk * QBLOCK);
-          }
-      }
-    }
-    const auto diff = test::first_difference(p.want, out);
-    CHECK_MESSAGE(!diff, diff->to_string());
-    ++n;
-  }
-  MESSAGE(n << " kv_quantize cases of the op table");
 }
 
 TEST_CASE("attention scores: every instruction set's pass equals the scalar one on hostile raw K blocks") {

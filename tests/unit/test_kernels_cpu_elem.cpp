@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include "op_cases.h"
+#include "op_table_driver.h"
 #include "test_util.h"
 
 #include <bit>
@@ -68,33 +69,27 @@ std::vector<float> cpu_elementwise(const op_case& c, const test::op_inputs& in, 
   return out;
 }
 
-// Every case of op k on every isa and aliasing (out = weight only where one group spans the input).
-void compare_op(op_kind k) {
-  test::table_tally tally;
-  for (const op_case& c : test::op_cases()) {
-    CAPTURE(c.name);
-    const auto p = test::prepare_for(c, {k}, test::skips_none, tally);
-    if (!p) continue;
-    for (alias a : {alias::none, alias::in0, alias::in1}) {
-      if (a == alias::in1 && k == op_kind::rms_norm && (!c.weighted || c.group != c.rows * c.cols)) continue;
-      for (cpu::isa isa : cpu::isa_all_supported()) {
-        const auto m = test::mismatch(*p, [&] { return cpu_elementwise(c, p->in, isa, a); });
-        CHECK_MESSAGE(!m, std::string(cpu::isa_name(isa)) << ", " << std::string(alias_name(a)) << ": " << *m);
-      }
+// rms_norm_f32_cpu, swiglu_f32_cpu and add_f32_cpu at each instruction set and output aliasing, as
+// backends of the op table (op_table_driver.h).
+[[maybe_unused]] const bool cpu_elem_registered = [] {
+  std::vector<test::op_backend> bs;
+  for (alias a : {alias::none, alias::in0, alias::in1}) {
+    for (cpu::isa isa : {cpu::isa::scalar, cpu::isa::avx2, cpu::isa::avx512}) {
+      test::op_backend b;
+      b.name = std::string("cpu ") + cpu::isa_name(isa) + ", " + alias_name(a);
+      b.ops = {op_kind::rms_norm, op_kind::swiglu, op_kind::add};
+      b.leaves_out = [isa, a](const op_case& c) -> std::string {
+        if (!cpu::isa_supported(isa)) return std::string("this CPU has no ") + cpu::isa_name(isa);
+        if (a == alias::in1 && c.op == op_kind::rms_norm && (!c.weighted || c.group != c.rows * c.cols))
+          return "out = the weight only where one group spans the input";
+        return "";
+      };
+      b.run = [isa, a](const op_case& c, const test::op_inputs& in) { return cpu_elementwise(c, in, isa, a); };
+      bs.push_back(std::move(b));
     }
   }
-  MESSAGE(tally.to_string(std::string(test::op_name(k)) + " on" + isa_list()));
-}
-
-}  // namespace
-
-TEST_CASE("elem rms_norm_f32_cpu equals rms_norm_f32_ref on every isa") { compare_op(op_kind::rms_norm); }
-
-TEST_CASE("elem swiglu_f32_cpu equals swiglu_f32_ref on every isa") { compare_op(op_kind::swiglu); }
-
-TEST_CASE("elem add_f32_cpu equals add_f32_ref on every isa") { compare_op(op_kind::add); }
-
-namespace {
+  return test::op_backends_add(std::move(bs));
+}();
 
 // The sum of squares of docs/precision-contract.md section 8 on grid g, from numerics' primitives.
 int64_t contract_sum_squares(const std::vector<float>& x, int32_t g) {

@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include "op_cases.h"
+#include "op_table_driver.h"
 #include "test_util.h"
 
 #include <algorithm>
@@ -172,25 +173,27 @@ TEST_CASE("cpu matmul: row bounds equal the decoded blocks' exponent bound on ev
   MESSAGE(n << " matmul cases of the op table");
 }
 
-TEST_CASE("cpu matmul: bit-identical to matmul_exact_ref on every type and instruction set") {
-  test::table_tally tally;
-  for (const op_case& c : test::op_cases()) {
-    if (c.op != test::op_kind::matmul) continue;
-    if (!cpu::matmul_fast_type(c.type)) {
-      tally.skip("f32/f16/bf16: the CPU backend runs kernels/ref for them");
-      continue;
-    }
-    CAPTURE(c.name);
-    const auto p = test::prepare_for(c, {test::op_kind::matmul}, test::skips_none, tally);
-    for (cpu::isa isa : cpu::isa_all_supported()) {
-      const auto m = test::mismatch(*p, [&] { return cpu_matmul(c, p->in, isa, 0, c.n_out); });
-      CHECK_MESSAGE(!m, std::string(cpu::isa_name(isa)) << ": " << *m);
-    }
+namespace {
+
+// matmul_exact_cpu at each instruction set, as backends of the op table (op_table_driver.h).
+[[maybe_unused]] const bool cpu_matmul_registered = [] {
+  std::vector<test::op_backend> bs;
+  for (cpu::isa isa : {cpu::isa::scalar, cpu::isa::avx2, cpu::isa::avx512}) {
+    test::op_backend b;
+    b.name = std::string("matmul_exact_cpu ") + cpu::isa_name(isa);
+    b.ops = {test::op_kind::matmul};
+    b.leaves_out = [isa](const op_case& c) -> std::string {
+      if (!cpu::isa_supported(isa)) return std::string("this CPU has no ") + cpu::isa_name(isa);
+      if (!cpu::matmul_fast_type(c.type)) return "f32/f16/bf16: the CPU backend runs kernels/ref for them";
+      return "";
+    };
+    b.run = [isa](const op_case& c, const test::op_inputs& in) { return cpu_matmul(c, in, isa, 0, c.n_out); };
+    bs.push_back(std::move(b));
   }
-  std::string isas;
-  for (cpu::isa i : cpu::isa_all_supported()) isas += std::string(" ") + cpu::isa_name(i);
-  MESSAGE(tally.to_string("matmul_exact_cpu on" + isas));
-}
+  return test::op_backends_add(std::move(bs));
+}();
+
+}  // namespace
 
 TEST_CASE("cpu matmul: token tiles, partial panels and row ranges give the reference bits") {
   // Row ranges that start and end inside panels, a single last row and an empty range; the rows

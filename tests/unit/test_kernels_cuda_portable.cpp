@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include "op_cases.h"
+#include "op_table_driver.h"
 #include "test_util.h"
 
 #include <algorithm>
@@ -314,31 +315,39 @@ void matmul_twin(dtype t, const uint8_t* w, int64_t n_in, int64_t n_out, const i
 
 }  // namespace
 
-TEST_CASE("cuda portable: the matmul kernel's dot matches matmul_exact_ref for every weight type") {
-  // Every matmul case of the op table, each in decode steps of 8 (the kernel's) and 3, blocks
-  // forward, backward and in two partial sums, on the plain and (integer types) the int8 path.
-  test::table_tally tally;
-  for (const op_case& c : test::op_cases()) {
-    CAPTURE(c.name);
-    const auto p = test::prepare_for(c, {op_kind::matmul}, test::GPU_SKIPS, tally);
-    if (!p) continue;
-    std::vector<int32_t> bounds(static_cast<size_t>(c.n_out));
-    kernels::cpu::weight_row_bounds(c.type, p->in.w.data(), c.n_in, 0, c.n_out, bounds.data());
-    for (bool int8 : {false, true}) {
-      if (int8 && is_float_type(c.type)) continue;
-      for (int step : {8, 3}) {
-        for (int order : {0, 1, 2}) {
-          std::vector<float> got = test::output_buffer(c, p->in);
-          matmul_twin(c.type, p->in.w.data(), c.n_in, c.n_out, bounds.data(), p->in.x.data(), c.n_tok, step, order,
-                      int8, got.data() + test::GUARD);
-          const auto diff = test::first_difference(p->want, got);
-          CHECK_MESSAGE(!diff, "step " << step << " order " << order << " int8 " << int8 << ": " << diff->to_string());
-        }
+namespace {
+
+// The matmul twin, each decode step (8: the kernel's; 3), block order (forward, backward, two
+// partial sums) and path (plain; int8 for the integer types), as backends of the op table
+// (op_table_driver.h).
+[[maybe_unused]] const bool cuda_matmul_twins_registered = [] {
+  std::vector<test::op_backend> bs;
+  for (bool int8 : {false, true}) {
+    for (int step : {8, 3}) {
+      for (int order : {0, 1, 2}) {
+        test::op_backend b;
+        b.name = std::string("cuda matmul twin, step ") + std::to_string(step) + ", order " + std::to_string(order) +
+                 (int8 ? ", int8 path" : ", plain path");
+        b.ops = {op_kind::matmul};
+        b.skips = test::GPU_SKIPS;
+        if (int8)
+          b.leaves_out = [](const op_case& c) -> std::string { return is_float_type(c.type) ? "f32/f16/bf16 rows: no int8 path" : ""; };
+        b.run = [int8, step, order](const op_case& c, const test::op_inputs& in) {
+          std::vector<int32_t> bounds(static_cast<size_t>(c.n_out));
+          kernels::cpu::weight_row_bounds(c.type, in.w.data(), c.n_in, 0, c.n_out, bounds.data());
+          std::vector<float> got = test::output_buffer(c, in);
+          matmul_twin(c.type, in.w.data(), c.n_in, c.n_out, bounds.data(), in.x.data(), c.n_tok, step, order, int8,
+                      got.data() + test::GUARD);
+          return got;
+        };
+        bs.push_back(std::move(b));
       }
     }
   }
-  MESSAGE(tally.to_string("the matmul twin"));
-}
+  return test::op_backends_add(std::move(bs));
+}();
+
+}  // namespace
 
 namespace {
 
@@ -396,24 +405,27 @@ std::vector<float> elementwise_twin(const op_case& c, const test::op_inputs& in,
 
 }  // namespace
 
-TEST_CASE("cuda portable: rms_norm swiglu add add_bias rope match kernels/ref") {
-  test::table_tally tally;
-  for (const op_case& c : test::op_cases()) {
-    CAPTURE(c.name);
-    const auto p = test::prepare_for(c, {op_kind::rms_norm, op_kind::swiglu, op_kind::add, op_kind::add_bias, op_kind::rope},
-                                     test::GPU_SKIPS, tally);
-    if (!p) continue;
-    for (int threads : {256, 3}) {
-      for (bool reverse : {false, true}) {
-        const auto diff = test::first_difference(p->want, elementwise_twin(c, p->in, threads, reverse));
-        CHECK_MESSAGE(!diff, "threads " << threads << " reverse " << reverse << ": " << diff->to_string());
-        if (c.op != op_kind::rms_norm) break;
-      }
-      if (c.op != op_kind::rms_norm) break;
+namespace {
+
+// The element-wise twins as backends of the op table: every op with 256 threads in thread order,
+// and RMS norm's partial sums also with 3 threads and in reverse order.
+[[maybe_unused]] const bool cuda_elementwise_twins_registered = [] {
+  std::vector<test::op_backend> bs;
+  for (int threads : {256, 3}) {
+    for (bool reverse : {false, true}) {
+      test::op_backend b;
+      b.name = "cuda element-wise twin, " + std::to_string(threads) + " threads" + (reverse ? ", reversed" : "");
+      b.ops = {op_kind::rms_norm};
+      if (threads == 256 && !reverse) b.ops = {op_kind::rms_norm, op_kind::swiglu, op_kind::add, op_kind::add_bias, op_kind::rope};
+      b.skips = test::GPU_SKIPS;
+      b.run = [threads, reverse](const op_case& c, const test::op_inputs& in) { return elementwise_twin(c, in, threads, reverse); };
+      bs.push_back(std::move(b));
     }
   }
-  MESSAGE(tally.to_string("the element-wise twins"));
-}
+  return test::op_backends_add(std::move(bs));
+}();
+
+}  // namespace
 
 namespace {
 
@@ -482,32 +494,41 @@ std::vector<uint8_t> kv_twin(const float* k, const float* v, int64_t rows, int64
 
 }  // namespace
 
-TEST_CASE("cuda portable: kv cells and attention match numerics and attention_exact_ref") {
-  test::table_tally tally;
-  for (const op_case& c : test::op_cases()) {
-    CAPTURE(c.name);
-    const auto p = test::prepare_for(c, {op_kind::kv_quantize, op_kind::attention}, test::GPU_SKIPS, tally);
-    if (!p) continue;
-    if (c.op == op_kind::kv_quantize) {
-      const std::vector<uint8_t> cells = kv_twin(p->in.x.data(), p->in.y.data(), c.rows, c.n_head_kv, c.head_dim);
-      std::vector<float> got = test::output_buffer(c, p->in);
-      std::memcpy(got.data() + test::GUARD, cells.data(), cells.size());
-      const auto diff = test::first_difference(p->want, got);
-      CHECK_MESSAGE(!diff, diff->to_string());
-      continue;
-    }
-    for (int threads : {128, 5}) {
-      std::vector<float> got = test::output_buffer(c, p->in);
+namespace {
+
+// The kv_quantize twin and the attention twin with 128 and 5 threads, as backends of the op table.
+[[maybe_unused]] const bool cuda_attention_twins_registered = [] {
+  std::vector<test::op_backend> bs;
+  test::op_backend kv;
+  kv.name = "cuda kv_quantize twin";
+  kv.ops = {op_kind::kv_quantize};
+  kv.skips = test::GPU_SKIPS;
+  kv.run = [](const op_case& c, const test::op_inputs& in) {
+    const std::vector<uint8_t> cells = kv_twin(in.x.data(), in.y.data(), c.rows, c.n_head_kv, c.head_dim);
+    std::vector<float> got = test::output_buffer(c, in);
+    std::memcpy(got.data() + test::GUARD, cells.data(), cells.size());
+    return got;
+  };
+  bs.push_back(std::move(kv));
+  for (int threads : {128, 5}) {
+    test::op_backend b;
+    b.name = "cuda attention twin, " + std::to_string(threads) + " threads";
+    b.ops = {op_kind::attention};
+    b.skips = test::GPU_SKIPS;
+    b.run = [threads](const op_case& c, const test::op_inputs& in) {
+      std::vector<float> got = test::output_buffer(c, in);
       for (size_t row = 0; row < c.n_kv.size(); ++row)
         for (int64_t h = 0; h < c.n_head; ++h) {
           const int64_t g = h / (c.n_head / c.n_head_kv), at = (static_cast<int64_t>(row) * c.n_head + h) * c.head_dim;
-          attention_twin(p->in.q.data() + at, c.head_dim, test::cell_view(p->in.cells.data(), c.n_head_kv, c.head_dim, g, 0),
-                         test::cell_view(p->in.cells.data(), c.n_head_kv, c.head_dim, g, 1), c.n_kv[row], c.kq_scale,
+          attention_twin(in.q.data() + at, c.head_dim, test::cell_view(in.cells.data(), c.n_head_kv, c.head_dim, g, 0),
+                         test::cell_view(in.cells.data(), c.n_head_kv, c.head_dim, g, 1), c.n_kv[row], c.kq_scale,
                          threads, got.data() + test::GUARD + at);
         }
-      const auto diff = test::first_difference(p->want, got);
-      CHECK_MESSAGE(!diff, "threads " << threads << ": " << diff->to_string());
-    }
+      return got;
+    };
+    bs.push_back(std::move(b));
   }
-  MESSAGE(tally.to_string("the kv_quantize and attention twins"));
-}
+  return test::op_backends_add(std::move(bs));
+}();
+
+}  // namespace

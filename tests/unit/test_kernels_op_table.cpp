@@ -1,7 +1,8 @@
 // The op table of the kernel tests (tests/op_cases.h) itself: its cases are unique, cover every
 // op, weight type and magnitude profile the backends' tests rely on, draw the same inputs from the
 // same seed, and kernels/ref gives no subnormal on any of them; first_difference reports what a
-// failure message needs.
+// failure message needs. And the table run on every backend this executable registers
+// (op_table_driver.h: kernels/cpu at each instruction set, CUDA's host twins).
 #include <doctest/doctest.h>
 
 #include <bit>
@@ -13,6 +14,7 @@
 
 #include "numerics/exact.h"
 #include "op_cases.h"
+#include "op_table_driver.h"
 
 using namespace detaudit;
 using test::op_case;
@@ -118,3 +120,5 @@ TEST_CASE("op table: first_difference reports index, values, bits and ulps") {
   got.push_back(1.0f);
   CHECK(test::first_difference(want, got)->to_string() == "lengths differ: ref 12 floats, backend 13");
 }
+
+DETAUDIT_OP_TABLE_TESTS("")
