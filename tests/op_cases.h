@@ -32,6 +32,7 @@
 #include <initializer_list>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -76,8 +77,9 @@ inline std::string type_name(gguf::dtype t) { return gguf::dtype_get(t).name; }
 // Offsets of the fp16 scale fields within one block (super-block) of t (gguf/weight_types.h;
 // mxfp4 has none: its E8M0 byte is a finite scale at any value).
 inline std::vector<int> fp16_fields(gguf::dtype t) {
-  const gguf::weight_type& w = *gguf::weight_type_of(t);
-  return std::vector<int>(w.scale_offset, w.scale_offset + w.n_scales);
+  const gguf::weight_type* w = gguf::weight_type_of(t);
+  if (!w) throw std::logic_error("fp16_fields: " + type_name(t) + " is not a weight type the engine computes");
+  return std::vector<int>(w->scale_offset, w->scale_offset + w->n_scales);
 }
 
 // ---- the comparison ----
@@ -1354,7 +1356,7 @@ inline std::string skip_reason(const op_case& c, unsigned skip) {
   if ((skip & skips_gpu_scale) && c.gpu_scale) return "sized for a GPU: millions of std::threads here";
   if ((skip & skips_softcap) && c.softcap > 0)
     return "soft-capped attention: the device kernel has no cap yet (ops_gpu refuses gemma2)";
-  if ((skip & skips_gpu_types) && c.op == op_kind::matmul && !gguf::weight_type_of(c.type)->gpu)
+  if ((skip & skips_gpu_types) && c.op == op_kind::matmul && !(gguf::weight_type_of(c.type) && gguf::weight_type_of(c.type)->gpu))
     return type_name(c.type) + " weights: not decoded by the devices (gguf/weight_types.h; upload_weight refuses them)";
   if ((skip & skips_softcap) && !c.sinks.empty()) return "attention sinks: the device kernel has none yet (ops_gpu refuses gpt-oss)";
   if ((skip & skips_nonfinite) && c.nonfinite) return "non-finite inputs: NaN payloads are the hardware's (gpu.h)";

@@ -48,8 +48,13 @@ inline bool op_backends_add(std::vector<op_backend> bs) {
   return true;
 }
 
-// Every case of op k on every registered backend that declares k. Returns how many backends did.
-inline int op_table_run(op_kind k) {
+struct op_table_result {
+  int backends = 0;      // backends that declare the op
+  int64_t compared = 0;  // cases compared, over every backend
+};
+
+// Every case of op k on every registered backend that declares k.
+inline op_table_result op_table_run(op_kind k) {
   std::vector<const op_backend*> bs;
   for (const op_backend& b : op_backends())
     if (std::find(b.ops.begin(), b.ops.end(), k) != b.ops.end()) bs.push_back(&b);
@@ -82,8 +87,13 @@ inline int op_table_run(op_kind k) {
       CHECK_MESSAGE(!m, b.name << ": " << m.value_or(""));  // the message is built on success too (-s)
     }
   }
-  for (size_t i = 0; i < bs.size(); ++i) MESSAGE(tallies[i].to_string(std::string(op_name(k)) + " on " + bs[i]->name));
-  return static_cast<int>(bs.size());
+  op_table_result r;
+  r.backends = static_cast<int>(bs.size());
+  for (size_t i = 0; i < bs.size(); ++i) {
+    MESSAGE(tallies[i].to_string(std::string(op_name(k)) + " on " + bs[i]->name));
+    r.compared += tallies[i].compared;
+  }
+  return r;
 }
 
 }  // namespace detaudit::test
@@ -92,9 +102,9 @@ inline int op_table_run(op_kind k) {
 // WHERE, a string literal, tells the executables apart in the test names ("" or " (emulation)").
 #define DETAUDIT_OP_TABLE_TEST(KIND, WHERE)                                                               \
   TEST_CASE("op table" WHERE ": every backend that computes " #KIND " gives the reference bits on its cases") { \
-    const int n = detaudit::test::op_table_run(detaudit::test::op_kind::KIND);                           \
-    CHECK_MESSAGE(n > 0, "no backend of this executable computes " #KIND);                             \
-    MESSAGE(n << " backends compute " #KIND " here");                                                  \
+    const auto r = detaudit::test::op_table_run(detaudit::test::op_kind::KIND);                         \
+    CHECK_MESSAGE(r.compared > 0, "no backend of this executable compared a " #KIND " case");           \
+    MESSAGE(r.backends << " backends compute " #KIND " here");                                         \
   }
 #define DETAUDIT_OP_TABLE_TESTS(WHERE)          \
   DETAUDIT_OP_TABLE_TEST(matmul, WHERE)         \

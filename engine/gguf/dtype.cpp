@@ -55,14 +55,19 @@ bool iequals(std::string_view a, std::string_view b) {
   return true;
 }
 
+// TRAITS' index of each type id (-1: no such ggml type): the per-block decode checks look types up
+// in constant time.
+constexpr uint32_t MAX_ID = 64;
+constexpr auto INDEX = [] {
+  std::array<int8_t, MAX_ID> r{};
+  r.fill(-1);
+  for (size_t i = 0; i < TRAITS.size(); ++i) r[TRAITS[i].type] = static_cast<int8_t>(i);
+  return r;
+}();
+
 }  // namespace
 
-const dtype_traits* dtype_find(uint32_t id) {
-  for (const dtype_traits& t : TRAITS) {
-    if (t.type == id) return &t;
-  }
-  return nullptr;
-}
+const dtype_traits* dtype_find(uint32_t id) { return id < MAX_ID && INDEX[id] >= 0 ? &TRAITS[INDEX[id]] : nullptr; }
 
 const dtype_traits& dtype_get(dtype t) {
   const dtype_traits* tr = dtype_find(t);

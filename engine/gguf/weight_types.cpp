@@ -1,6 +1,8 @@
 #include "gguf/weight_types.h"
 
+#include <array>
 #include <cctype>
+#include <iterator>
 
 namespace detaudit::gguf {
 
@@ -27,15 +29,24 @@ constexpr weight_type TYPES[] = {
     {DTYPE_MXFP4, 38, 0, {0, 0}, {"", ""}, false, false},
 };
 
+// TYPES' row of each type id (-1: not computed), so that the per-block checks look a type up in
+// constant time.
+constexpr uint32_t MAX_ID = 64;
+constexpr auto ROW_OF = [] {
+  std::array<int8_t, MAX_ID> r{};
+  r.fill(-1);
+  for (size_t i = 0; i < std::size(TYPES); ++i) r[TYPES[i].type] = static_cast<int8_t>(i);
+  return r;
+}();
+
 }  // namespace
 
-std::span<const weight_type> weight_types() { return TYPES; }
-
 const weight_type* weight_type_of(dtype t) {
-  for (const weight_type& w : TYPES)
-    if (w.type == t) return &w;
-  return nullptr;
+  const uint32_t id = static_cast<uint32_t>(t);
+  return id < MAX_ID && ROW_OF[id] >= 0 ? &TYPES[ROW_OF[id]] : nullptr;
 }
+
+std::span<const weight_type> weight_types() { return TYPES; }
 
 std::string weight_type_names(const char* sep, bool lower) {
   std::string out;

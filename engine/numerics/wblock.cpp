@@ -40,10 +40,15 @@ void check_scales(dtype t, const uint8_t* row, int64_t b) {
 }
 
 // Throws input_error (numerics::quantize_block's) when a weight of an F32/F16/BF16 slice is inf
-// or NaN.
+// or NaN: all-ones exponent bits, read without converting (the decode converts once).
 void check_float_weights(dtype t, const uint8_t* row, int64_t b, int n_valid) {
   for (int i = 0; i < n_valid; ++i) {
     const int64_t e = b * QBLOCK + i;
+    bool bad;
+    if (t == gguf::DTYPE_F32) bad = (inl::load_u32(row + 4 * e) & 0x7f800000u) == 0x7f800000u;
+    else if (t == gguf::DTYPE_F16) bad = (inl::load_u16(row + 2 * e) & 0x7c00u) == 0x7c00u;
+    else bad = (inl::load_u16(row + 2 * e) & 0x7f80u) == 0x7f80u;
+    if (!bad) continue;
     float x;
     if (t == gguf::DTYPE_F32) {
       std::memcpy(&x, row + 4 * e, 4);
@@ -51,10 +56,8 @@ void check_float_weights(dtype t, const uint8_t* row, int64_t b, int n_valid) {
       const uint16_t h = static_cast<uint16_t>(inl::load_u16(row + 2 * e));
       x = t == gguf::DTYPE_F16 ? gguf::fp16_to_f32(h) : gguf::bf16_to_f32(h);
     }
-    if (!std::isfinite(x)) {
-      int16_t scratch[QBLOCK];
-      quantize_block(&x, 1, scratch);  // throws the contract's message for a non-finite value
-    }
+    int16_t scratch[QBLOCK];
+    quantize_block(&x, 1, scratch);  // throws the contract's message for a non-finite value
   }
 }
 
@@ -97,9 +100,12 @@ bool weight_type_supported(gguf::dtype t) { return gguf::weight_type_of(t) != nu
 void weight_check_type(gguf::dtype t) {
   if (weight_type_supported(t)) return;
   const gguf::dtype_traits* tr = gguf::dtype_find(t);
+  std::string expected;  // "f32, f16, ..., q6_K or mxfp4"
+  const auto types = gguf::weight_types();
+  for (size_t i = 0; i < types.size(); ++i)
+    expected += std::string(i == 0 ? "" : i + 1 == types.size() ? " or " : ", ") + gguf::dtype_get(types[i].type).name;
   throw input_error(std::string("exact numerics: weight type ") + (tr ? tr->name : "unknown") +
-                    " (id " + std::to_string(static_cast<uint32_t>(t)) + ") is not supported; expected one of " +
-                    gguf::weight_type_names(" "));
+                    " (id " + std::to_string(static_cast<uint32_t>(t)) + ") is not supported; expected " + expected);
 }
 
 void weight_decode_block(gguf::dtype t, const uint8_t* row, int64_t block32_index, wblock& out,

@@ -2,8 +2,10 @@
 // compared with numerics/ and kernels/ref by memcmp. Each op's twin below calls the header's
 // functions in the thread layout of its kernel (kernels/cuda/kernels_*.cu) and in other splits and
 // orders, so the combining logic of the kernels is checked here too, over every case of the op
-// table (tests/op_cases.h); a GPU is needed only for the tests/backend tests. Built in every
-// configuration, with or without CUDA.
+// table (tests/op_cases.h, through op_table_driver.h); a GPU is needed only for the tests/backend
+// tests. Built in every configuration, with or without CUDA. The weight-block decode is not
+// compared here: the kernels run numerics/wblock_inline.h itself, which test_numerics_wblock.cpp
+// holds to the dequantizer.
 #include <doctest/doctest.h>
 
 #include "op_cases.h"
@@ -135,38 +137,6 @@ TEST_CASE("cuda portable: quantize_block matches numerics incl partial blocks an
     const int32_t eb = numerics::quantize_block(x, n, qb);
     REQUIRE(ea == eb);
     REQUIRE(std::memcmp(qa, qb, sizeof qa) == 0);
-  }
-}
-
-TEST_CASE("cuda portable: weight blocks of every type decode as numerics::weight_decode_block") {
-  rng r{804};
-  for (dtype t : test::WEIGHT_TYPES) {
-    const std::string name = gguf::dtype_get(t).name;
-    const std::vector<int64_t> lens = is_float_type(t) ? std::vector<int64_t>{1, 31, 33, 100, 256}
-                                                       : std::vector<int64_t>{256, 512};
-    for (int64_t n : lens) {
-      for (bool random_bytes : {false, true}) {
-        const std::vector<uint8_t> w = make_rows(r, t, n, 3, random_bytes);
-        const uint64_t rb = gguf::dtype_row_bytes(t, n);
-        for (int64_t row = 0; row < 3; ++row) {
-          for (int64_t b = 0; b * 32 < n; ++b) {
-            const int nv = static_cast<int>(std::min<int64_t>(32, n - b * 32));
-            const uint8_t* p = w.data() + rb * static_cast<uint64_t>(row);
-            numerics::wblock ref;
-            numerics::weight_decode_block(t, p, b, ref, nv);
-            xd::wblock dev;
-            std::memset(&dev, 0x5a, sizeof dev);
-            xd::decode_block(static_cast<int32_t>(t), p, b, nv, dev);
-            INFO(name << " n " << n << " row " << row << " block " << b);
-            REQUIRE(std::memcmp(dev.q, ref.q, sizeof ref.q) == 0);
-            REQUIRE((dev.scale[0] == ref.scale[0] && dev.scale[1] == ref.scale[1]));
-            REQUIRE((dev.d_mant == ref.d_mant && dev.d_exp == ref.d_exp));
-            REQUIRE((dev.mcoef[0] == ref.mcoef[0] && dev.mcoef[1] == ref.mcoef[1]));
-            REQUIRE((dev.m_mant == ref.m_mant && dev.m_exp == ref.m_exp));
-          }
-        }
-      }
-    }
   }
 }
 
