@@ -48,10 +48,11 @@ const weight_type* weight_type_of(dtype t) {
 
 std::span<const weight_type> weight_types() { return TYPES; }
 
-std::string weight_type_names(const char* sep, bool lower) {
+std::string weight_type_names(const char* sep, bool lower, const char* last_sep) {
   std::string out;
-  for (const weight_type& w : TYPES) {
-    if (!out.empty()) out += sep;
+  for (size_t i = 0; i < std::size(TYPES); ++i) {
+    const weight_type& w = TYPES[i];
+    if (i > 0) out += last_sep && i + 1 == std::size(TYPES) ? last_sep : sep;
     std::string name = dtype_get(w.type).name;
     if (lower)
       for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

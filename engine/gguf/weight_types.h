@@ -46,7 +46,8 @@ std::span<const weight_type> weight_types();
 const weight_type* weight_type_of(dtype t);
 
 // The names of every computed type, lower case ("f32", "q4_k") or as llama.cpp prints them
-// ("q4_K"), joined by sep: for help texts and error messages.
-std::string weight_type_names(const char* sep, bool lower = false);
+// ("q4_K"), joined by sep, the last two by last_sep when given ("f32, f16, ... q6_K or mxfp4"):
+// for help texts and error messages.
+std::string weight_type_names(const char* sep, bool lower = false, const char* last_sep = nullptr);
 
 }  // namespace detaudit::gguf

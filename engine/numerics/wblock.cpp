@@ -100,12 +100,9 @@ bool weight_type_supported(gguf::dtype t) { return gguf::weight_type_of(t) != nu
 void weight_check_type(gguf::dtype t) {
   if (weight_type_supported(t)) return;
   const gguf::dtype_traits* tr = gguf::dtype_find(t);
-  std::string expected;  // "f32, f16, ..., q6_K or mxfp4"
-  const auto types = gguf::weight_types();
-  for (size_t i = 0; i < types.size(); ++i)
-    expected += std::string(i == 0 ? "" : i + 1 == types.size() ? " or " : ", ") + gguf::dtype_get(types[i].type).name;
-  throw input_error(std::string("exact numerics: weight type ") + (tr ? tr->name : "unknown") +
-                    " (id " + std::to_string(static_cast<uint32_t>(t)) + ") is not supported; expected " + expected);
+  throw input_error(std::string("exact numerics: weight type ") + (tr ? tr->name : "unknown") + " (id " +
+                    std::to_string(static_cast<uint32_t>(t)) + ") is not supported; expected " +
+                    gguf::weight_type_names(", ", false, " or "));
 }
 
 void weight_decode_block(gguf::dtype t, const uint8_t* row, int64_t block32_index, wblock& out,

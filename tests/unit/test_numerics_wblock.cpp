@@ -172,6 +172,8 @@ TEST_CASE("wblock: fp16 scales decode exactly into mant and exp") {
     FAIL("expected input_error");
   } catch (const input_error& e) {
     CHECK(std::string(e.what()).find("iq2_xs") != std::string::npos);
+    CHECK(std::string(e.what()).find("expected f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, "
+                                     "q5_K, q6_K or mxfp4") != std::string::npos);
   }
   CHECK_THROWS_AS(weight_decode_block(gguf::DTYPE_Q8_K, b.data(), 0, w), input_error);
   std::vector<float> bad(32, 1.0f);
