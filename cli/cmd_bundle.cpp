@@ -3,10 +3,10 @@
 #include <iostream>
 #include <memory>
 
+#include "audit_session.h"
 #include "commands.h"
-#include "report_out.h"
+#include "reports/audit/utf8.h"
 #include "reports/bundle.h"
-#include "reports/utf8.h"
 #include "util/error.h"
 
 namespace detaudit::cli {

@@ -4,12 +4,12 @@
 #include <memory>
 
 #include "app.h"
+#include "audit_session.h"
 #include "commands.h"
-#include "report_out.h"
+#include "reports/audit/file_write.h"
+#include "reports/audit/kld.h"
 #include "reports/compare.h"
-#include "reports/kld.h"
 #include "reports/lmeval.h"
-#include "reports/file_write.h"
 #include "reports/output.h"
 #include "util/error.h"
 
@@ -18,13 +18,10 @@ namespace {
 
 struct compare_cmd_options {
   std::string a, b;
-  std::string format = "text";
-  std::string output;
-  gate_options gates{"none"};
+  audit_session audit{"compare", "none"};
   bool kld = false;
   std::vector<std::string> pairs;
   bool ignore_settings = false;
-  oracle_cli oracle;
 };
 
 std::vector<reports::record> read_side(const std::string& path) {
@@ -51,12 +48,12 @@ void write_text(const std::string& text, const std::string& path) {
 }
 
 void run_kld(const compare_cmd_options& o) {
-  if (o.format != "text" && o.format != "json")
-    throw input_error("--kld: --format: expected text or json, found '" + o.format + "'");
-  if (o.gates.fail_on != "none" || o.gates.min_judged != 0)
+  if (o.audit.format != "text" && o.audit.format != "json")
+    throw input_error("--kld: --format: expected text or json, found '" + o.audit.format + "'");
+  if (o.audit.gates.fail_on != "none" || o.audit.gates.min_judged != 0)
     throw input_error("--kld: --fail-on and --min-judged apply to compares of runs and sample files, not to --kld (found '" +
-                      o.gates.fail_on + "')");
-  write_text(reports::kld_render(reports::kld_compare_files(o.a, o.b), o.format), o.output);
+                      o.audit.gates.fail_on + "')");
+  write_text(reports::kld_render(reports::kld_compare_files(o.a, o.b), o.audit.format), o.audit.output);
 }
 
 // Two lm-eval sample files, or two runs.
@@ -83,23 +80,12 @@ reports::report compare_sides(const compare_cmd_options& o) {
 
 void run_compare(compare_cmd_options& o) {
   if (o.kld) return run_kld(o);
-  const reports::fail_policy policy = o.gates.parse();  // a bad spec is reported before anything is read
-  oracle_check(o.oracle);
+  o.audit.check();
   reports::report rep = compare_sides(o);
   rep.manifest = {{"a", side_manifest(o.a)}, {"b", side_manifest(o.b)}};
-  if (rep.records_a > 0 && rep.records_a < rep.records.size()) {  // two runs (not lm-eval sample files)
-    const std::vector<reports::record> ra(rep.records.begin(), rep.records.begin() + static_cast<std::ptrdiff_t>(rep.records_a));
-    const std::vector<reports::record> rb(rep.records.begin() + static_cast<std::ptrdiff_t>(rep.records_a), rep.records.end());
-    std::optional<reports::oracle_data> da = oracle_load(ra, o.a, o.oracle, /*save=*/false, "compare");
-    std::optional<reports::oracle_data> db = oracle_load(rb, o.b, o.oracle, /*save=*/false, "compare");
-    if (da && db) reports::oracle_apply(rep, *da, o.oracle.apply(), &*db, rep.records_a);
-    else if (da || db)
-      rep.notes.push_back(std::string("oracle: only run ") + (da ? "A" : "B") +
-                          " holds oracle.json; give --oracle engine:MODEL.gguf to judge both");
-  } else if (!o.oracle.spec.empty()) {
-    throw input_error("--oracle applies to two runs, not to lm-eval sample files");
-  }
-  report_finish(rep, o.format, o.output, policy, "compare", "", o.gates.trim());
+  if (rep.records_a > 0 && rep.records_a < rep.records.size()) o.audit.judge_two_runs(rep, o.a, o.b);  // two runs
+  else if (!o.audit.oracle.spec.empty()) throw input_error("--oracle applies to two runs, not to lm-eval sample files");
+  o.audit.finish(rep);
 }
 
 }  // namespace
@@ -122,19 +108,18 @@ void setup_compare(CLI::App& app) {
   sub->add_option("a", opt->a, "Run A: a run folder, a .jsonl file, an lm-eval samples file, or with --kld a score file")
       ->required()->type_name("A");
   sub->add_option("b", opt->b, "Run B: the same kind as A")->required()->type_name("B");
-  sub->add_option("--format", opt->format,
+  sub->add_option("--format", opt->audit.format,
                   "text: a table for the terminal; json: every row, for scripts (schema in docs/records.md); md: a "
                   "summary for a pull request or issue; junit: JUnit XML for CI test reports; html: one self-contained "
                   "page with plots, a sortable item table and each divergence highlighted (docs/reports.md)")
       ->check(CLI::IsMember({"text", "json", "md", "junit", "html"}))->capture_default_str()->type_name("FORMAT");
-  sub->add_option("-o,--output", opt->output, "Write the report to FILE instead of stdout")->type_name("FILE");
-  gate_options_add(sub, opt->gates);
+  sub->add_option("-o,--output", opt->audit.output, "Write the report to FILE instead of stdout")->type_name("FILE");
   sub->add_option("--pair", opt->pairs,
                   "Which targets to set side by side when a run has several: LABEL_A=LABEL_B (repeatable; default: the "
                   "only target of each run, else the labels both runs have)")
       ->type_name("A=B");
-  opt->oracle.from_file_ok = true;
-  oracle_options_add(sub, opt->oracle);
+  opt->audit.oracle.from_file_ok = true;
+  opt->audit.options_add(sub);
   sub->add_flag("--ignore-settings", opt->ignore_settings,
                 "Compare items even when the runs' request settings differ (n_predict, temperature, chat or raw, "
                 "system prompt, stop strings, ...); the differences are listed at the top either way");

@@ -2,8 +2,8 @@
 #include <memory>
 
 #include "app.h"
+#include "audit_session.h"
 #include "commands.h"
-#include "report_out.h"
 #include "reports/compare.h"
 #include "reports/output.h"
 
@@ -12,24 +12,13 @@ namespace {
 
 struct report_cmd_options {
   std::string dir;
-  std::string format = "text";
-  std::string output;
-  gate_options gates{"none"};
-  oracle_cli oracle;
+  audit_session audit{"report", "none"};
 };
 
 void run_report(report_cmd_options& o) {
-  const reports::fail_policy policy = o.gates.parse();  // a bad spec is reported before anything is read
-  oracle_check(o.oracle);
-  reports::read_stats stats;
-  std::vector<reports::record> records = reports::records_read(o.dir, &stats);
-  if (stats.truncated)
-    std::cerr << "detaudit report: " << o.dir << ": skipped " << stats.truncated
-              << " last line(s) cut short (the run was interrupted while writing)\n";
-  reports::report rep = reports::compare_run(std::move(records), reports::run_manifest_read(o.dir));
-  if (const std::optional<reports::oracle_data> d = oracle_load(rep.records, o.dir, o.oracle, /*save=*/true, "report"))
-    reports::oracle_apply(rep, *d, o.oracle.apply());
-  report_finish(rep, o.format, o.output, policy, "report", reports::report_incomplete(rep), o.gates.trim());
+  o.audit.check();
+  const reports::report rep = o.audit.report_of(o.dir);
+  o.audit.finish(rep, reports::report_incomplete(rep));
 }
 
 }  // namespace
@@ -45,15 +34,14 @@ void setup_report(CLI::App& app) {
       "as not exercised, never as identical.");
   sub->add_option("dir", opt->dir, "Run folder (its *.jsonl records and run.json), or one .jsonl file")
       ->required()->type_name("DIR");
-  sub->add_option("--format", opt->format,
+  sub->add_option("--format", opt->audit.format,
                   "text: a table for the terminal; json: every row, for scripts (schema in docs/records.md); md: a "
                   "summary for a pull request or issue; junit: JUnit XML for CI test reports; html: one self-contained "
                   "page with plots, a sortable item table and each divergence highlighted (docs/reports.md)")
       ->check(CLI::IsMember({"text", "json", "md", "junit", "html"}))->capture_default_str()->type_name("FORMAT");
-  sub->add_option("-o,--output", opt->output, "Write the report to FILE instead of stdout")->type_name("FILE");
-  gate_options_add(sub, opt->gates);
-  opt->oracle.from_file_ok = true;
-  oracle_options_add(sub, opt->oracle);
+  sub->add_option("-o,--output", opt->audit.output, "Write the report to FILE instead of stdout")->type_name("FILE");
+  opt->audit.oracle.from_file_ok = true;
+  opt->audit.options_add(sub);
   sub->footer(
       std::string(gate_exit_codes) +
       "Examples:\n"

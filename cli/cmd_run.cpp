@@ -13,11 +13,11 @@
 #include <memory>
 
 #include "app.h"
+#include "audit_session.h"
 #include "commands.h"
-#include "report_out.h"
 #include "probes/runner.h"
+#include "reports/audit/conditions.h"
 #include "reports/compare.h"
-#include "reports/conditions.h"
 #include "reports/lmeval.h"
 #include "reports/output.h"
 #include "util/error.h"
@@ -55,8 +55,7 @@ struct run_cmd_options {
   std::string system;
   std::vector<std::string> stop;
   std::string out;
-  gate_options gates{"any"};
-  oracle_cli oracle;
+  audit_session audit{"run", "any"};
   bool resume = false;
   std::string shard;
   std::string api;
@@ -64,7 +63,6 @@ struct run_cmd_options {
   double timeout = 120;
   int retries = 3;
   bool stream = false;
-  std::string format = "text";
   std::string junit;
   std::string report;
   std::string model;
@@ -174,21 +172,18 @@ size_t keys_failed(const std::vector<reports::record>& recs) {
 
 // The report, then the exit status: 3 when requests failed (the run is incomplete; --resume sends
 // them again), else 1, 5 or 0 by --fail-on (reports::verdict_exit_code).
-void report_and_exit(const run_cmd_options& o, const std::string& out_dir) {
-  const std::vector<reports::record> recs = reports::records_read(out_dir);
-  reports::report rep = reports::compare_run(recs, reports::run_manifest_read(out_dir));
-  if (const std::optional<reports::oracle_data> d = oracle_load(rep.records, out_dir, o.oracle, /*save=*/true, "run"))
-    reports::oracle_apply(rep, *d, o.oracle.apply());
+void report_and_exit(run_cmd_options& o, const std::string& out_dir) {
+  const reports::report rep = o.audit.report_of(out_dir);
   if (!o.junit.empty()) reports::report_output(rep, "junit", o.junit);
   if (!o.report.empty()) {
-    const std::string f = format_for_file(o.report, o.format);
-    reports::report_output(f == "junit" ? rep : reports::report_trim(rep, o.gates.trim()), f, o.report);
+    const std::string f = format_for_file(o.report, o.audit.format);
+    reports::report_output(f == "junit" ? rep : reports::report_trim(rep, o.audit.gates.trim()), f, o.report);
   }
-  const size_t failed = keys_failed(recs);
+  const size_t failed = keys_failed(rep.records);
   const std::string incomplete =
       failed == 0 ? "" : "incomplete: " + std::to_string(failed) + " request(s) failed after their retries (their records carry "
                          "the error); run the same command with --resume --out " + out_dir + " to send them again";
-  report_finish(rep, o.format, "", o.gates.parse(), "run", incomplete, o.gates.trim());
+  o.audit.finish(rep, incomplete);
 }
 
 // --export lm-eval: the run's records as lm-evaluation-harness sample files in DIR/lm-eval/.
@@ -260,9 +255,7 @@ void run_run(run_cmd_options& o) {
   if (o.chat && o.raw) throw input_error("--chat and --raw exclude each other");
   if (o.dataset.empty() && (o.num_fewshot != probes::FEWSHOT_DEFAULT || !o.fewshot.empty() || !o.grader.empty()))
     throw input_error("--num-fewshot, --fewshot and --grader apply to --dataset gsm8k:FILE");
-  o.gates.parse();  // a bad spec is reported before any request
-  oracle_check(o.oracle);
-  oracle_preflight(o.oracle);  // a bad oracle model is found before the audit, not after it
+  o.audit.check(/*preflight=*/true);  // a bad gate list or oracle model is found before any request
   probes::run_options ro;
   ro.probes.clear();
   for (const std::string& p : o.probes) ro.probes.push_back(p);
@@ -429,8 +422,8 @@ void setup_run(CLI::App& app) {
   sub->add_flag("--resume", opt->resume, "Continue the run in --out: send only the responses not yet recorded");
   sub->add_option("--shard", opt->shard, "Run the I-th of N slices of the items (1-based); join the folders with 'detaudit merge'")
       ->type_name("I/N");
-  gate_options_add(sub, opt->gates);
-  sub->add_option("--format", opt->format, "Report on stdout as text, json, md, junit or html")
+  opt->audit.options_add(sub);
+  sub->add_option("--format", opt->audit.format, "Report on stdout as text, json, md, junit or html")
       ->check(CLI::IsMember({"text", "json", "md", "junit", "html"}))->capture_default_str()->type_name("FORMAT");
   sub->add_option("--junit", opt->junit, "Also write the report as JUnit XML to FILE")->type_name("FILE");
   sub->add_option("--report", opt->report, "Also write the report to FILE (format from .json, .md, .xml, .html, .txt)")->type_name("FILE");
@@ -446,7 +439,6 @@ void setup_run(CLI::App& app) {
       ->check(CLI::IsMember({"lm-eval"}))->type_name("FORMAT");
   sub->add_option("--timeout", opt->timeout, "Seconds per request")->capture_default_str();
   sub->add_option("--retries", opt->retries, "Retries after connection errors, 5xx and 429")->capture_default_str();
-  oracle_options_add(sub, opt->oracle);
   sub->add_flag("--stream", opt->stream,
                 "HTTP targets: ask for streamed answers (server-sent events) and assemble them; records are the same "
                 "shape, and a stream that ends early is that item's error (not for ollama)");

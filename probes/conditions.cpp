@@ -12,7 +12,7 @@
 #include <optional>
 #include <thread>
 
-#include "reports/conditions.h"
+#include "reports/audit/conditions.h"
 #include "util/error.h"
 #include "util/sha256.h"
 

@@ -12,8 +12,8 @@
 
 #include "probes/fewshot.h"
 #include "probes/runner.h"
-#include "reports/grade.h"
-#include "reports/regex.h"
+#include "reports/audit/grade.h"
+#include "reports/audit/regex.h"
 #include "util/error.h"
 #include "util/sha256.h"
 

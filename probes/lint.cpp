@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "probes/runner.h"
-#include "reports/regex.h"
+#include "reports/audit/regex.h"
 
 namespace detaudit::probes {
 namespace {

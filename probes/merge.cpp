@@ -1,6 +1,6 @@
 // runs_merge: the shard folders of one run joined into one run folder.
 //
-// Shards of one run: each folder's run.json has an identity (reports/identity.h) equal to the
+// Shards of one run: each folder's run.json has an identity (reports/audit/identity.h) equal to the
 // others', and a shard {index, count} with the same count and its own index. Per key (item, target
 // label, condition, repetition) one record is kept: the first one without an error, taking the
 // folders in the order given and each folder's records in file order; a key with only error
@@ -14,8 +14,8 @@
 #include <map>
 
 #include "probes/runner.h"
-#include "reports/identity.h"
-#include "reports/file_write.h"
+#include "reports/audit/file_write.h"
+#include "reports/audit/identity.h"
 #include "util/error.h"
 
 namespace detaudit::probes {

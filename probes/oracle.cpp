@@ -17,8 +17,8 @@
 
 #include "chat/chat_template.h"
 #include "model/model.h"
-#include "reports/kld.h"
-#include "reports/steps.h"
+#include "reports/audit/kld.h"
+#include "reports/audit/steps.h"
 #include "runtime/context.h"
 #include "runtime/generate.h"
 #include "runtime/sampling.h"

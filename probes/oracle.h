@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "reports/oracle.h"
-#include "reports/record.h"
+#include "reports/audit/oracle_data.h"
+#include "reports/audit/record.h"
 
 namespace detaudit::probes {
 

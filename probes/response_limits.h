@@ -18,7 +18,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "reports/record.h"
+#include "reports/audit/record.h"
 
 namespace detaudit::probes {
 

@@ -21,10 +21,10 @@
 #include <thread>
 
 #include "probes/conditions.h"
-#include "reports/conditions.h"
-#include "reports/identity.h"
-#include "reports/file_write.h"
-#include "reports/redact.h"
+#include "reports/audit/conditions.h"
+#include "reports/audit/file_write.h"
+#include "reports/audit/identity.h"
+#include "reports/audit/redact.h"
 #include "runtime/generate.h"
 #include "runtime/output.h"
 #include "util/error.h"
@@ -218,7 +218,7 @@ json lint_json(const std::vector<lint_finding>& findings) {
 }
 
 // run.json, through a temporary file: a full disk leaves the previous one whole. Every string is
-// redacted (reports/redact.h) of the targets' key.
+// redacted (reports/audit/redact.h) of the targets' key.
 void manifest_write(const std::string& dir, const json& m, const std::string& secret) {
   const fs::path tmp = fs::path(dir) / "run.json.tmp";
   try {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "probes/target.h"
-#include "reports/record.h"
+#include "reports/audit/record.h"
 
 namespace detaudit::probes {
 
@@ -80,7 +80,7 @@ struct run_options {
   bool resume = false;
   int shard_index = 0, shard_count = 1;  // --shard I/N (0-based index here; the CLI takes 1-based)
   bool progress_tty = false;         // a redrawn progress line instead of plain lines
-  std::string secret;                // the targets' API key: redacted from run.json (reports/redact.h)
+  std::string secret;                // the targets' API key: redacted from run.json (reports/audit/redact.h)
   std::function<void(const std::string&)> log;  // progress output (stderr)
 };
 
@@ -102,7 +102,7 @@ struct run_result {
 // opt.out_dir is set).
 run_result run_audit(const std::vector<target*>& targets, const std::vector<item>& items, const run_options& opt);
 
-// The run's identity (run.json "identity", reports/identity.h): what decides whether two runs can be
+// The run's identity (run.json "identity", reports/audit/identity.h): what decides whether two runs can be
 // compared, resumed into one folder or merged.
 json run_identity(const std::vector<target*>& targets, const std::vector<capabilities>& caps,
                   const std::vector<item>& items, const run_options& opt);

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "reports/record.h"
+#include "reports/audit/record.h"
 
 namespace detaudit::probes {
 
@@ -145,7 +145,7 @@ std::unique_ptr<target> target_make(const std::string& spec, const target_option
 // One line per HTTP dialect ("  NAME  summary"), for --help: the rows of the dialect table.
 std::string dialects_help();
 
-// `c` with the secret redacted from every string (reports/redact.h: the one rule for all
+// `c` with the secret redacted from every string (reports/audit/redact.h: the one rule for all
 // artefacts), raw included.
 capabilities capabilities_redact(capabilities c, const std::string& secret);
 

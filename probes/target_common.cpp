@@ -1,5 +1,5 @@
 // What every target shares: target_make()'s dispatch, the capabilities' JSON form and their
-// redaction (by reports/redact.h's rule).
+// redaction (by reports/audit/redact.h's rule).
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -7,7 +7,7 @@
 #include "probes/target.h"
 #include "probes/target_engine.h"
 #include "probes/target_http.h"
-#include "reports/redact.h"
+#include "reports/audit/redact.h"
 #include "util/error.h"
 
 namespace detaudit::probes {

@@ -9,8 +9,8 @@
 // Non-goals: HTTP; a model other than the one file in the spec (variants share the loaded model).
 #include "probes/target_engine.h"
 
-#include "reports/redact.h"
-#include "reports/steps.h"
+#include "reports/audit/redact.h"
+#include "reports/audit/steps.h"
 
 #include <charconv>
 #include <chrono>

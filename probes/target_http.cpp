@@ -16,8 +16,8 @@
 #include "probes/http_client.h"
 #include "probes/response_limits.h"
 #include "probes/target_http.h"
-#include "reports/redact.h"
-#include "reports/steps.h"
+#include "reports/audit/redact.h"
+#include "reports/audit/steps.h"
 #include "util/error.h"
 
 namespace detaudit::probes {

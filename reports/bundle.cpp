@@ -12,11 +12,11 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include "reports/audit/file_write.h"
+#include "reports/audit/redact.h"
+#include "reports/audit/utf8.h"
 #include "reports/bundle_internal.h"
 #include "reports/compare_internal.h"
-#include "reports/file_write.h"
-#include "reports/redact.h"
-#include "reports/utf8.h"
 #include "util/error.h"
 
 extern char** environ;

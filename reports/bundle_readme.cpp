@@ -1,11 +1,11 @@
 // A bundle's README.md: the issue text, written for someone who has never seen detaudit.
 #include <cstdio>
 
+#include "reports/audit/redact.h"
+#include "reports/audit/utf8.h"
 #include "reports/bundle_internal.h"
 #include "reports/compare_internal.h"
 #include "reports/format_internal.h"
-#include "reports/redact.h"
-#include "reports/utf8.h"
 
 namespace detaudit::reports {
 namespace {

@@ -1,9 +1,9 @@
 // A bundle's reproducers and the bundle.json they read. repro.py is the same text in every bundle
 // (it reads bundle.json and the body files next to it); repro.sh starts with the bundle's values
 // as shell variables, so that it needs no JSON reader to know what to send.
+#include "reports/audit/utf8.h"
 #include "reports/bundle_internal.h"
 #include "reports/compare_internal.h"
-#include "reports/utf8.h"
 #include "util/error.h"
 
 namespace detaudit::reports {

@@ -7,15 +7,15 @@
 //   seed: one pair "seed-fixed#0 vs seed-fixed#k" whose rows are every item and every k >= 1;
 //   seed-none: not a pair (answers are expected to differ): a note per item with its distinct answers;
 //   two or more labels: cross pairs, the first label against each other one, per shared condition,
-//   with the KL divergence of their distributions before the tokens part (reports/kld.h).
+//   with the KL divergence of their distributions before the tokens part (reports/audit/kld.h).
 // Non-goals: deciding pass/fail (fail_reasons), presentation (report_render).
 #include <algorithm>
 #include <map>
 #include <set>
 
+#include "reports/audit/grade.h"
 #include "reports/compare.h"
 #include "reports/compare_internal.h"
-#include "reports/grade.h"
 #include "util/error.h"
 
 namespace detaudit::reports {

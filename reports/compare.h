@@ -10,10 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "reports/identity.h"
-#include "reports/kld.h"
+#include "reports/audit/grade.h"
+#include "reports/audit/identity.h"
+#include "reports/audit/kld.h"
+#include "reports/audit/record.h"
 #include "reports/oracle.h"
-#include "reports/record.h"
 
 namespace detaudit::reports {
 
@@ -64,18 +65,6 @@ struct divergence {
 // texts over such tokens are retokenized. Across targets (cross pairs, two runs of other models)
 // ids are not compared where bytes are known.
 divergence diverge(const record& a, const record& b, bool one_vocab = false);
-
-// Graders. grade() returns nullopt when the record has no reference or no grader.
-// "gsm8k" (strict-match), "gsm8k-flex" (flexible-extract), "exact", "numeric", "regex:PATTERN".
-std::optional<bool> grade(const std::string& grader, const std::string& response, const std::string& reference);
-std::optional<bool> grade(const record& r);
-// What a record's grader reads: its text minus a leading <think>...</think> block ("" when the
-// block never closes). A reasoning model's thinking returned apart (record.reasoning) is never read.
-std::string final_answer(const std::string& text);
-// lm-evaluation-harness's GSM8K answer extraction and normalisation, exposed for tests.
-std::optional<std::string> gsm8k_extract_strict(const std::string& response);
-std::optional<std::string> gsm8k_extract_flexible(const std::string& response);
-std::string gsm8k_normalize(const std::string& s);
 
 // A row's verdict, in order of precedence: error, not comparable (compare: the prompts differ), not
 // exercised, then what the responses show.

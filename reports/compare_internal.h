@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "reports/audit/conditions.h"
 #include "reports/compare.h"
-#include "reports/conditions.h"
 
 namespace detaudit::reports {
 
@@ -15,7 +15,7 @@ namespace detaudit::reports {
 bool natural_less(const std::string& x, const std::string& y);
 
 // The probe a condition belongs to when its records do not say ("concurrent-8" -> "concurrency"),
-// from the condition table (reports/conditions.h); the condition itself when unknown.
+// from the condition table (reports/audit/conditions.h); the condition itself when unknown.
 std::string probe_from_condition(const std::string& condition);
 
 // Keeps one record per key: the last one in input order, at the position of the first. `dropped`

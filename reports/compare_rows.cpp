@@ -3,10 +3,10 @@
 #include <cctype>
 #include <map>
 
+#include "reports/audit/grade.h"
+#include "reports/audit/steps.h"
+#include "reports/audit/utf8.h"
 #include "reports/compare_internal.h"
-#include "reports/grade.h"
-#include "reports/steps.h"
-#include "reports/utf8.h"
 
 namespace detaudit::reports {
 namespace {

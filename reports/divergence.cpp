@@ -7,9 +7,9 @@
 #include <optional>
 #include <string>
 
+#include "reports/audit/steps.h"
+#include "reports/audit/utf8.h"
 #include "reports/compare.h"
-#include "reports/steps.h"
-#include "reports/utf8.h"
 
 namespace detaudit::reports {
 namespace {

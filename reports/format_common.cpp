@@ -2,10 +2,10 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "reports/audit/stats.h"
+#include "reports/audit/utf8.h"
 #include "reports/compare_internal.h"
 #include "reports/format_internal.h"
-#include "reports/stats.h"
-#include "reports/utf8.h"
 #include "util/error.h"
 
 namespace detaudit::reports {

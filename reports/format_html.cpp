@@ -16,10 +16,10 @@
 #include <optional>
 #include <sstream>
 
+#include "reports/audit/utf8.h"
 #include "reports/compare_internal.h"
 #include "reports/format_html.h"
 #include "reports/format_internal.h"
-#include "reports/utf8.h"
 
 namespace detaudit::reports {
 namespace {

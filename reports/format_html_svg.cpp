@@ -7,9 +7,9 @@
 #include <sstream>
 #include <vector>
 
+#include "reports/audit/utf8.h"
 #include "reports/format_html.h"
 #include "reports/format_internal.h"
-#include "reports/utf8.h"
 
 namespace detaudit::reports {
 namespace {

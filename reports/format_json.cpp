@@ -7,8 +7,8 @@
 //     mcnemar_p, accuracy_a, accuracy_b, fidelity_mean, ..., kld, rows: [{item_id, status, ..., oracle}]}],
 //    "noise": {repeat, items, noisy}, "oracle": {...} or null, "differences": [{field, a, b}],
 //    "probes_requested": [...], "notes": [...], "manifest": {...}}
+#include "reports/audit/stats.h"
 #include "reports/format_internal.h"
-#include "reports/stats.h"
 
 namespace detaudit::reports {
 namespace {

@@ -13,9 +13,9 @@
 #include <optional>
 #include <sstream>
 
+#include "reports/audit/utf8.h"
 #include "reports/compare_internal.h"
 #include "reports/format_internal.h"
-#include "reports/utf8.h"
 
 namespace detaudit::reports {
 namespace {

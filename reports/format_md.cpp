@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include "reports/audit/utf8.h"
 #include "reports/format_internal.h"
-#include "reports/utf8.h"
 
 namespace detaudit::reports {
 namespace {

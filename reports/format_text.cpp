@@ -16,9 +16,9 @@
 #include <sstream>
 #include <vector>
 
+#include "reports/audit/utf8.h"
 #include "reports/compare_internal.h"
 #include "reports/format_internal.h"
-#include "reports/utf8.h"
 
 namespace detaudit::reports {
 namespace {

@@ -6,9 +6,9 @@
 #include <map>
 #include <set>
 
+#include "reports/audit/utf8.h"
 #include "reports/compare.h"
 #include "reports/compare_internal.h"
-#include "reports/utf8.h"
 #include "util/error.h"
 
 namespace detaudit::reports {

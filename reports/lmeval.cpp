@@ -9,8 +9,8 @@
 #include <set>
 #include <sstream>
 
+#include "reports/audit/file_write.h"
 #include "reports/compare_internal.h"
-#include "reports/file_write.h"
 #include "util/error.h"
 #include "util/sha256.h"
 
@@ -156,13 +156,7 @@ std::vector<lmeval_sample> lmeval_read(const std::string& path) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = path + ":" + std::to_string(line_no);
-    json j;
-    try {
-      j = json::parse(line);
-    } catch (const json::exception& e) {  // parse_error, or out_of_range for a number too large
-      throw input_error(where + ": not a JSON line (" + std::string(e.what()) + ")");
-    }
-    lmeval_sample s = sample_from_json(j, where);
+    lmeval_sample s = sample_from_json(json_line_parse(line, where), where);
     if (!seen.insert(align_key(s.doc_id, s.filter)).second)
       throw input_error(where + ": doc_id " + std::to_string(s.doc_id) + " with filter \"" + s.filter +
                         "\" appears twice (expected one line per doc and filter)");

@@ -12,9 +12,9 @@
 #include <map>
 #include <set>
 
+#include "reports/audit/stats.h"
 #include "reports/compare.h"
 #include "reports/compare_internal.h"
-#include "reports/stats.h"
 
 namespace detaudit::reports {
 namespace {

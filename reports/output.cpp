@@ -3,7 +3,7 @@
 
 #include <iostream>
 
-#include "reports/file_write.h"
+#include "reports/audit/file_write.h"
 
 namespace detaudit::reports {
 

@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
+#include "reports/audit/record.h"
 #include "reports/compare.h"
 #include "reports/oracle.h"
-#include "reports/record.h"
 
 namespace detaudit::oracle_test {
 

@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "reports/kld.h"
-#include "reports/record.h"
+#include "reports/audit/kld.h"
+#include "reports/audit/record.h"
 #include "test_util.h"
 
 namespace detaudit::test {

@@ -169,7 +169,7 @@ inline std::string lowered(std::string s) {
 }
 
 // Names each text that contains a needle, or, in any case, any 12 consecutive characters of a key
-// (the redaction rule: reports/redact.h).
+// (the redaction rule: reports/audit/redact.h).
 inline std::vector<std::string> leaks(const std::vector<std::pair<std::string, std::string>>& texts, const std::vector<std::string>& keys) {
   std::vector<std::string> found;
   for (const auto& [name, text] : texts) {

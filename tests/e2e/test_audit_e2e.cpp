@@ -22,9 +22,9 @@
 #include <unistd.h>
 
 #include "model/synth.h"
-#include "reports/record.h"
-#include "synth_util.h"
+#include "reports/audit/record.h"
 #include "serve_util.h"
+#include "synth_util.h"
 #include "test_util.h"
 
 using namespace detaudit;

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "reports/record.h"
+#include "reports/audit/record.h"
 #include "synth_util.h"
 #include "test_util.h"
 

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "reports/record.h"
+#include "reports/audit/record.h"
 #include "serve_util.h"
 #include "synth_util.h"
 #include "test_util.h"

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "model/synth.h"
-#include "reports/utf8.h"
+#include "reports/audit/utf8.h"
 #include "serve_util.h"
 #include "synth_util.h"
 #include "test_util.h"

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/model.h"
-#include "reports/record.h"
+#include "reports/audit/record.h"
 #include "serve_util.h"
 #include "test_util.h"
 #include "tokenizer/vocab.h"

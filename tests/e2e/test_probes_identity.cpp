@@ -14,10 +14,10 @@
 #include <thread>
 #include <unistd.h>
 
-#include "probes/runner.h"
-#include "reports/record.h"
-#include "synth_util.h"
 #include "child_process.h"
+#include "probes/runner.h"
+#include "reports/audit/record.h"
+#include "synth_util.h"
 #include "test_util.h"
 
 using namespace detaudit;

@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "reports/record.h"
+#include "reports/audit/record.h"
 #include "serve_util.h"
 #include "test_util.h"
 

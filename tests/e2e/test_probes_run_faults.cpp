@@ -20,9 +20,9 @@
 #include <thread>
 #include <unistd.h>
 
-#include "reports/record.h"
-#include "serve_util.h"
 #include "child_process.h"
+#include "reports/audit/record.h"
+#include "serve_util.h"
 #include "test_util.h"
 
 using namespace detaudit;

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "reports/record.h"
+#include "reports/audit/record.h"
 #include "test_reports_util.h"
 #include "test_util.h"
 

@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "model/synth.h"
-#include "reports/kld.h"
-#include "reports/record.h"
+#include "reports/audit/kld.h"
+#include "reports/audit/record.h"
 #include "synth_util.h"
 #include "test_reports_util.h"
 #include "test_util.h"

@@ -19,9 +19,9 @@
 
 #include "probes/response_limits.h"
 #include "probes/target_http.h"
-#include "reports/record.h"
-#include "reports/redact.h"
-#include "reports/steps.h"
+#include "reports/audit/record.h"
+#include "reports/audit/redact.h"
+#include "reports/audit/steps.h"
 
 namespace pr = detaudit::probes;
 namespace rp = detaudit::reports;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "fuzz_file_util.h"
-#include "reports/record.h"
+#include "reports/audit/record.h"
 #include "util/error.h"
 
 namespace rp = detaudit::reports;

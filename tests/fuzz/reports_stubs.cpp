@@ -4,7 +4,7 @@
 // is a bug in the target and stops it at once.
 #include <string>
 
-#include "reports/utf8.h"
+#include "reports/audit/utf8.h"
 
 namespace detaudit::reports {
 

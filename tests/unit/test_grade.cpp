@@ -5,8 +5,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "reports/audit/grade.h"
 #include "reports/compare.h"
-#include "reports/grade.h"
 #include "test_util.h"
 #include "util/error.h"
 

@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <string>
 
+#include "reports/audit/record.h"
 #include "reports/bundle.h"
 #include "reports/compare.h"
-#include "reports/record.h"
 #include "test_reports_util.h"
 #include "test_util.h"
 #include "util/error.h"

@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "reports/redact.h"
+#include "reports/audit/redact.h"
 
 using json = nlohmann::json;
 

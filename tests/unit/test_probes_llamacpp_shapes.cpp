@@ -10,8 +10,8 @@
 
 #include "probes/response_limits.h"
 #include "probes/target_http.h"
-#include "reports/record.h"
-#include "reports/steps.h"
+#include "reports/audit/record.h"
+#include "reports/audit/steps.h"
 #include "test_util.h"
 
 using namespace detaudit;

@@ -7,8 +7,8 @@
 
 #include "probes/response_limits.h"
 #include "probes/target_http.h"
+#include "reports/audit/record.h"
 #include "reports/compare.h"
-#include "reports/record.h"
 #include "test_reports_util.h"
 
 using namespace detaudit;

@@ -1,11 +1,11 @@
-// The one redaction rule (reports/redact.h): a key echoed by a server lower-cased, cut short or
+// The one redaction rule (reports/audit/redact.h): a key echoed by a server lower-cased, cut short or
 // inside other text is found in every field of a record, as a credential field is by its name.
 // Before, an exact-match search let "SK-...key" lower-cased or without its last characters through.
 #include <doctest/doctest.h>
 
 #include <string>
 
-#include "reports/redact.h"
+#include "reports/audit/redact.h"
 
 using namespace detaudit::reports;
 

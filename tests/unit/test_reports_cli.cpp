@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "reports/record.h"
+#include "reports/audit/record.h"
 #include "test_util.h"
 #include "util/error.h"
 

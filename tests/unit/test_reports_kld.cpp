@@ -7,8 +7,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "reports/audit/kld.h"
 #include "reports/compare.h"
-#include "reports/kld.h"
 #include "test_reports_util.h"
 #include "util/error.h"
 

@@ -98,6 +98,25 @@ TEST_CASE("lmeval read: a number too large for a double is an input_error naming
   CHECK_THROWS_WITH_AS(reports::lmeval_read(path), doctest::Contains("overflow.jsonl:2: not a JSON line"), input_error);
 }
 
+TEST_CASE("lmeval read: a line nested deeper than the records' limit is refused, as a record line is") {
+  const std::string dir = test::scratch_dir("lmeval_deep");
+  const std::string path = dir + "/deep.jsonl";
+  const size_t depth = reports::JSON_MAX_DEPTH + 1;
+  std::ofstream(path, std::ios::binary) << sample(0, "none", "x", "x", 1, "h", "x").dump() << "\n"
+                                        << "{\"doc_id\": 1, \"filter\": \"none\", \"arguments\": "
+                                        << std::string(depth, '[') << std::string(depth, ']') << "}\n";
+  CHECK_THROWS_WITH_AS(reports::lmeval_read(path), doctest::Contains("deep.jsonl:2: JSON nested more than 128 levels deep"),
+                       input_error);
+  // One level less is read (and refused for what it lacks, not for its depth).
+  std::ofstream(path, std::ios::binary) << "{\"doc_id\": 1, \"filter\": \"none\", \"arguments\": "
+                                        << std::string(depth - 3, '[') << std::string(depth - 3, ']') << "}\n";
+  try {
+    reports::lmeval_read(path);
+  } catch (const input_error& e) {
+    CHECK(std::string(e.what()).find("nested") == std::string::npos);
+  }
+}
+
 TEST_CASE("lmeval export: gsm8k records become strict-match and flexible-extract lines that read back") {
   const std::string dir = test::scratch_dir("lmeval_export");
   // q1: "so #### 4" is right under both filters; q2: "The answer is 4" has no "#### " (strict

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <initializer_list>
 
-#include "reports/stats.h"
+#include "reports/audit/stats.h"
 
 using namespace detaudit::reports;
 

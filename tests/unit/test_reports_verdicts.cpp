@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "reports/audit/conditions.h"
+#include "reports/audit/identity.h"
+#include "reports/audit/steps.h"
 #include "reports/compare.h"
 #include "reports/compare_internal.h"
-#include "reports/conditions.h"
-#include "reports/identity.h"
-#include "reports/steps.h"
 #include "test_reports_util.h"
 #include "util/error.h"
 

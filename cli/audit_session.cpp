@@ -1,4 +1,4 @@
-#include "report_out.h"
+#include "audit_session.h"
 
 #include <cmath>
 #include <filesystem>
@@ -11,6 +11,7 @@
 #include "util/error.h"
 
 namespace detaudit::cli {
+namespace {
 
 void report_finish(const reports::report& rep, const std::string& format, const std::string& output,
                    const reports::fail_policy& policy, const std::string& cmd, const std::string& incomplete,
@@ -53,6 +54,8 @@ void gate_options_add(CLI::App* sub, gate_options& g) {
   sub->add_option("--max-items", g.max_items, "List at most N differing, drifted or failed rows per pair (default: all)")
       ->check(CLI::NonNegativeNumber)->type_name("N");
 }
+
+}  // namespace
 
 void oracle_options_add(CLI::App* sub, oracle_cli& o) {
   o.spec_option = sub->add_option("--oracle", o.spec,
@@ -147,5 +150,43 @@ const char* const gate_exit_codes =
     "Exit codes: 0 within --fail-on, 1 beyond it (each reason on stderr), 2 bad input, 5 unjudged: nothing was\n"
     "judged, or a probe the run asked for judged no item (every row not exercised or failed). The last line on\n"
     "stderr is the verdict: 'PASS: ...; exit 0', 'FAIL: ...; exit 1' or 'UNJUDGED: ...; exit 5'.\n";
+
+void audit_session::options_add(CLI::App* sub) {
+  gate_options_add(sub, gates);
+  oracle_options_add(sub, oracle);
+}
+
+void audit_session::check(bool preflight) {
+  gates.parse();  // a bad gate list is reported before anything is read or sent
+  oracle_check(oracle);
+  if (preflight) oracle_preflight(oracle);
+}
+
+reports::report audit_session::report_of(const std::string& dir) {
+  reports::read_stats stats;
+  std::vector<reports::record> records = reports::records_read(dir, &stats);
+  if (stats.truncated)
+    std::cerr << "detaudit " << cmd << ": " << dir << ": skipped " << stats.truncated
+              << " last line(s) cut short (the run was interrupted while writing)\n";
+  reports::report rep = reports::compare_run(std::move(records), reports::run_manifest_read(dir));
+  if (const std::optional<reports::oracle_data> d = oracle_load(rep.records, dir, oracle, /*save=*/true, cmd))
+    reports::oracle_apply(rep, *d, oracle.apply());
+  return rep;
+}
+
+void audit_session::judge_two_runs(reports::report& rep, const std::string& a, const std::string& b) const {
+  const auto split = rep.records.begin() + static_cast<std::ptrdiff_t>(rep.records_a);
+  const std::vector<reports::record> ra(rep.records.begin(), split), rb(split, rep.records.end());
+  const std::optional<reports::oracle_data> da = oracle_load(ra, a, oracle, /*save=*/false, cmd);
+  const std::optional<reports::oracle_data> db = oracle_load(rb, b, oracle, /*save=*/false, cmd);
+  if (da && db) reports::oracle_apply(rep, *da, oracle.apply(), &*db, rep.records_a);
+  else if (da || db)
+    rep.notes.push_back(std::string("oracle: only run ") + (da ? "A" : "B") +
+                        " holds oracle.json; give --oracle engine:MODEL.gguf to judge both");
+}
+
+void audit_session::finish(const reports::report& rep, const std::string& incomplete) const {
+  report_finish(rep, format, output, gates.parse(), cmd, incomplete, gates.trim());
+}
 
 }  // namespace detaudit::cli

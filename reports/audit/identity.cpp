@@ -1,5 +1,5 @@
 // Run identity diffs (see identity.h).
-#include "reports/identity.h"
+#include "reports/audit/identity.h"
 
 #include <map>
 

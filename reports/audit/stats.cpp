@@ -1,4 +1,4 @@
-#include "reports/stats.h"
+#include "reports/audit/stats.h"
 
 #include <algorithm>
 #include <cmath>

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "reports/record.h"
+#include "reports/audit/record.h"
 
 namespace detaudit::reports {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "reports/record.h"
+#include "reports/audit/record.h"
 
 namespace detaudit::reports {
 

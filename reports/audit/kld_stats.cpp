@@ -1,12 +1,12 @@
 // kld_summarize and kld_render: the figures llama-perplexity's KL-divergence mode prints, from the
-// per-step points of reports/kld.cpp, and their text and JSON forms. Formulas: reports/kld.h.
+// per-step points of reports/audit/kld.cpp, and their text and JSON forms. Formulas: reports/audit/kld.h.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <tuple>
 #include <utility>
 
-#include "reports/kld.h"
+#include "reports/audit/kld.h"
 #include "util/error.h"
 
 namespace detaudit::reports {

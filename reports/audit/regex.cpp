@@ -1,5 +1,5 @@
 // PCRE2 behind the graders' regular expressions.
-#include "reports/regex.h"
+#include "reports/audit/regex.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>

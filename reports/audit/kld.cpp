@@ -1,4 +1,4 @@
-#include "reports/kld.h"
+#include "reports/audit/kld.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -36,7 +36,7 @@
 #include <utility>
 #include <vector>
 
-#include "reports/record.h"
+#include "reports/audit/record.h"
 
 namespace detaudit::reports {
 

@@ -1,5 +1,5 @@
 // The probe and condition tables, and each condition's judge of its evidence (see conditions.h).
-#include "reports/conditions.h"
+#include "reports/audit/conditions.h"
 
 #include <algorithm>
 #include <cmath>

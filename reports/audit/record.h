@@ -33,7 +33,7 @@ struct token_rec {
   std::optional<double> logprob;  // the sampled token's log-prob when the target reports it
   // The sampled token's place among this step's alternatives sorted best first: how many have a
   // strictly higher log-prob (0: it was the top); the number of alternatives when it is not among
-  // them; -1 when the step has no alternatives. Filled by record_normalise() (reports/steps.h).
+  // them; -1 when the step has no alternatives. Filled by record_normalise() (reports/audit/steps.h).
   int rank = -1;
 };
 
@@ -76,7 +76,7 @@ struct record {
   // Evidence that the condition took effect (docs/records.md, "Evidence"): "cached_tokens",
   // "overlap", "end_ms", "batch_width" (this request's), "slots_busy_max", "prompt_tokens",
   // "ubatch", "draft_proposed", "cold", "exercised" (false: not applied, with "reason"), ...
-  // reports/conditions.h judges it.
+  // reports/audit/conditions.h judges it.
   json evidence = json::object();
   // Grading: the gold answer (empty: not graded) and the grader name (gsm8k, exact, regex:..., numeric).
   std::string reference;
@@ -126,6 +126,9 @@ inline constexpr size_t JSON_MAX_DEPTH = 128;
 // of its own, each non-empty container one more than its deepest element); checked without
 // recursion.
 bool json_depth_within(const json& j, size_t max_depth);
+// One line of a JSON Lines file, parsed and held to JSON_MAX_DEPTH. Throws input_error naming
+// `where`: "not a JSON line (...)" or "JSON nested more than 128 levels deep".
+json json_line_parse(const std::string& line, const std::string& where);
 
 // The key that identifies one response within a run: item, target label, condition, repetition.
 std::string record_key(const record& r);

@@ -18,7 +18,7 @@
 #include <string>
 #include <string_view>
 
-#include "reports/record.h"
+#include "reports/audit/record.h"
 
 namespace detaudit::reports {
 

@@ -1,5 +1,5 @@
 // Token bytes, margins and ranks of one step (see steps.h).
-#include "reports/steps.h"
+#include "reports/audit/steps.h"
 
 #include <algorithm>
 #include <limits>

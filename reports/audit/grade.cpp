@@ -13,9 +13,8 @@
 #include <cctype>
 #include <memory>
 
-#include "reports/compare.h"
-#include "reports/grade.h"
-#include "reports/regex.h"
+#include "reports/audit/grade.h"
+#include "reports/audit/regex.h"
 #include "util/error.h"
 
 namespace detaudit::reports {

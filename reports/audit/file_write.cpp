@@ -1,5 +1,5 @@
 // text_file_write: POSIX open/write/close, so that errno says why a write failed.
-#include "reports/file_write.h"
+#include "reports/audit/file_write.h"
 
 #include <fcntl.h>
 #include <unistd.h>

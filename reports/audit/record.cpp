@@ -1,5 +1,5 @@
 // Run records to and from JSON lines.
-#include "reports/record.h"
+#include "reports/audit/record.h"
 
 #include <algorithm>
 #include <cmath>
@@ -272,14 +272,7 @@ std::vector<record> records_read_file(const std::string& path, read_stats* stats
     ++st.lines;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = path + ":" + std::to_string(line_no);
-    json j;
-    try {
-      j = json::parse(line);
-    } catch (const json::exception& e) {  // parse_error, or out_of_range for a number too large
-      throw input_error(where + ": not a JSON line (" + std::string(e.what()) + ")");
-    }
-    depth_check(j, where);
-    out.push_back(record_from_json(j, where));
+    out.push_back(record_from_json(json_line_parse(line, where), where));
     ++st.records;
   }
   if (stats) {
@@ -334,6 +327,17 @@ bool json_depth_within(const json& j, size_t max_depth) {
     for (const json& e : *v) todo.push_back({&e, depth + 1});
   }
   return true;
+}
+
+json json_line_parse(const std::string& line, const std::string& where) {
+  json j;
+  try {
+    j = json::parse(line);
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number too large
+    throw input_error(where + ": not a JSON line (" + std::string(e.what()) + ")");
+  }
+  depth_check(j, where);
+  return j;
 }
 
 std::string record_key(const record& r) {

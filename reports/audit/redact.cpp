@@ -1,5 +1,5 @@
-// The redaction rule (reports/redact.h): matching by the key's 12-character windows.
-#include "reports/redact.h"
+// The redaction rule (reports/audit/redact.h): matching by the key's 12-character windows.
+#include "reports/audit/redact.h"
 
 #include <algorithm>
 #include <cctype>
