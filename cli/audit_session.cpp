@@ -156,9 +156,19 @@ void audit_session::options_add(CLI::App* sub) {
   oracle_options_add(sub, oracle);
 }
 
+void audit_session::output_check(const std::string& path, const char* flag) {
+  if (path.empty() || path == "-") return;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty() && !std::filesystem::is_directory(parent, ec))
+    throw input_error(std::string(flag) + ": cannot write '" + path + "': the folder '" + parent.string() +
+                      "' does not exist");
+}
+
 void audit_session::check(bool preflight) {
   gates.parse();  // a bad gate list is reported before anything is read or sent
   oracle_check(oracle);
+  output_check(output, "-o");
   if (preflight) oracle_preflight(oracle);
 }
 
@@ -182,7 +192,7 @@ void audit_session::judge_two_runs(reports::report& rep, const std::string& a, c
   if (da && db) reports::oracle_apply(rep, *da, oracle.apply(), &*db, rep.records_a);
   else if (da || db)
     rep.notes.push_back(std::string("oracle: only run ") + (da ? "A" : "B") +
-                        " holds oracle.json; give --oracle engine:MODEL.gguf to judge both");
+                        " has oracle figures that could be used; give --oracle engine:MODEL.gguf to judge both");
 }
 
 void audit_session::finish(const reports::report& rep, const std::string& incomplete) const {

@@ -59,7 +59,10 @@ struct audit_session {
 
   // --fail-on, --min-judged, --only-differences, --max-items, --oracle and --near-tie.
   void options_add(CLI::App* sub);
-  // Checks the gate list and the oracle flags; with `preflight` (run) also loads the oracle's model
+  // Throws input_error naming `flag` when `path` (a report file to write; "" and "-": stdout) is
+  // in a folder that does not exist: found before a request is sent or the oracle runs.
+  static void output_check(const std::string& path, const char* flag);
+  // Checks the gate list, the oracle flags and -o's folder; with `preflight` (run) also loads the oracle's model
   // and sets up its device, so a bad model is found before the audit rather than after it.
   void check(bool preflight = false);
   // The report of a run folder or one .jsonl file, its divergences judged by the oracle when there

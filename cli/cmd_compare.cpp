@@ -79,12 +79,18 @@ reports::report compare_sides(const compare_cmd_options& o) {
 }
 
 void run_compare(compare_cmd_options& o) {
-  if (o.kld) return run_kld(o);
+  const bool oracle_flags = !o.audit.oracle.spec.empty() || !o.audit.oracle.near_tie_text.empty();
+  if (o.kld) {
+    if (oracle_flags) throw input_error("--kld: --oracle and --near-tie apply to compares of two runs, not to score files");
+    return run_kld(o);
+  }
+  if (oracle_flags && (reports::lmeval_is_samples_file(o.a) || reports::lmeval_is_samples_file(o.b)))
+    throw input_error("--oracle and --near-tie apply to two runs, not to lm-eval sample files");
   o.audit.check();
   reports::report rep = compare_sides(o);
   rep.manifest = {{"a", side_manifest(o.a)}, {"b", side_manifest(o.b)}};
   if (rep.records_a > 0 && rep.records_a < rep.records.size()) o.audit.judge_two_runs(rep, o.a, o.b);  // two runs
-  else if (!o.audit.oracle.spec.empty()) throw input_error("--oracle applies to two runs, not to lm-eval sample files");
+  else if (oracle_flags) rep.notes.push_back("oracle: one of the runs holds no records; nothing was judged");
   o.audit.finish(rep);
 }
 

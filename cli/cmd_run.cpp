@@ -174,10 +174,10 @@ size_t keys_failed(const std::vector<reports::record>& recs) {
 // them again), else 1, 5 or 0 by --fail-on (reports::verdict_exit_code).
 void report_and_exit(run_cmd_options& o, const std::string& out_dir) {
   const reports::report rep = o.audit.report_of(out_dir);
-  if (!o.junit.empty()) reports::report_output(rep, "junit", o.junit);
+  if (!o.junit.empty()) reports::report_output(rep, "junit", o.junit, "--junit");
   if (!o.report.empty()) {
     const std::string f = format_for_file(o.report, o.audit.format);
-    reports::report_output(f == "junit" ? rep : reports::report_trim(rep, o.audit.gates.trim()), f, o.report);
+    reports::report_output(f == "junit" ? rep : reports::report_trim(rep, o.audit.gates.trim()), f, o.report, "--report");
   }
   const size_t failed = keys_failed(rep.records);
   const std::string incomplete =
@@ -255,6 +255,8 @@ void run_run(run_cmd_options& o) {
   if (o.chat && o.raw) throw input_error("--chat and --raw exclude each other");
   if (o.dataset.empty() && (o.num_fewshot != probes::FEWSHOT_DEFAULT || !o.fewshot.empty() || !o.grader.empty()))
     throw input_error("--num-fewshot, --fewshot and --grader apply to --dataset gsm8k:FILE");
+  audit_session::output_check(o.report, "--report");
+  audit_session::output_check(o.junit, "--junit");
   o.audit.check(/*preflight=*/true);  // a bad gate list or oracle model is found before any request
   probes::run_options ro;
   ro.probes.clear();

@@ -189,6 +189,11 @@ TEST_CASE("oracle cli: a bad --oracle or a lone --near-tie exits 2 with one line
   one.text = "x";
   std::filesystem::create_directories(dir + "/run");
   test::write_file(dir + "/run/records.jsonl", reports::record_to_json(one).dump() + "\n");
+  // Two lm-eval sample files (recognised by their first line), and a records file nested too deep.
+  const std::string lm = R"({"doc_id": 0, "filter": "none", "resps": [["x"]], "filtered_resps": ["x"], "doc_hash": "h", "exact_match": 1.0})";
+  test::write_file(dir + "/lm_a.jsonl", lm + "\n");
+  test::write_file(dir + "/lm_b.jsonl", lm + "\n");
+  test::write_file(dir + "/deep.jsonl", std::string(300, '[') + std::string(300, ']') + "\n");
   const std::pair<std::string, std::string> cases[] = {
       {" run --target engine:" + stories() + " --prompts " + prompts + " --oracle http://x", "expected engine:MODEL.gguf"},
       {" run --target engine:" + stories() + " --prompts " + prompts + " --oracle engine:" + dir + "/none.gguf", "not found"},
@@ -204,6 +209,18 @@ TEST_CASE("oracle cli: a bad --oracle or a lone --near-tie exits 2 with one line
       // A model file that is not one is found before the audit sends anything.
       {" run --target engine:" + stories() + " --prompts " + prompts + " --oracle engine:" + dir + "/p.txt --out " + dir + "/r2",
        "--oracle 'engine:"},
+      // A report that could not be written is found before the oracle runs or a request is sent.
+      {" report " + dir + "/run --oracle engine:" + stories() + " -o " + dir + "/nodir/r.md",
+       "-o: cannot write '" + dir + "/nodir/r.md': the folder '" + dir + "/nodir' does not exist"},
+      {" run --target engine:" + stories() + " --prompts " + prompts + " --out " + dir + "/r2 --report " + dir + "/nodir/r.json",
+       "--report: cannot write"},
+      {" run --target engine:" + stories() + " --prompts " + prompts + " --out " + dir + "/r2 --junit " + dir + "/nodir/j.xml",
+       "--junit: cannot write"},
+      // The oracle's flags on inputs they cannot apply to.
+      {" compare " + dir + "/lm_a.jsonl " + dir + "/lm_b.jsonl --near-tie 0.1", "apply to two runs, not to lm-eval sample files"},
+      {" compare " + dir + "/lm_a.jsonl " + dir + "/deep.jsonl --oracle engine:" + stories(),
+       "apply to two runs, not to lm-eval sample files"},
+      {" compare --kld " + dir + "/none_a " + dir + "/none_b --near-tie abc", "--kld: --oracle and --near-tie apply"},
   };
   for (const auto& [args, message] : cases) {
     const test::cmd_result r = test::run_cmd(test::detaudit_bin() + args);
@@ -213,6 +230,7 @@ TEST_CASE("oracle cli: a bad --oracle or a lone --near-tie exits 2 with one line
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   }
   CHECK_FALSE(std::filesystem::exists(dir + "/r2/records.jsonl"));  // nothing was sent
+  CHECK_FALSE(std::filesystem::exists(dir + "/run/oracle.json"));    // the oracle did not run
 }
 
 TEST_CASE("oracle cli: an unreadable oracle.json does not hide the report, and the gate fails without figures") {
