@@ -2,6 +2,7 @@
 #include <iostream>
 #include <memory>
 
+#include "backends/op_support.h"
 #include "commands.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/gpu/gpu.h"
@@ -13,6 +14,7 @@ namespace {
 
 struct devices_options {
   bool json = false;
+  bool ops = false;
 };
 
 // One API's devices as JSON: {"api", "compiled", "devices": [...]}.
@@ -47,7 +49,21 @@ void print_api(const nlohmann::json& j) {
   }
 }
 
+// --ops: what each backend computes (backends/op_support.h).
+void print_ops(bool json) {
+  if (json) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const backends::op_support_row& r : backends::op_support())
+      rows.push_back({{"part", r.part}, {"used_by", r.used_by}, {"cpu", backends::support_name(r.cpu)},
+                      {"vulkan", backends::support_name(r.vulkan)}, {"cuda", backends::support_name(r.cuda)}});
+    std::cout << rows.dump() << "\n";
+    return;
+  }
+  std::cout << backends::op_support_markdown();
+}
+
 void run_devices(const devices_options& o) {
+  if (o.ops) return print_ops(o.json);
   std::string isa;
   try {
     isa = kernels::cpu::isa_name(kernels::cpu::isa_default());
@@ -85,8 +101,12 @@ void setup_devices(CLI::App& app) {
       "A GPU device runs exact numerics when it can promise the rounding the precision contract needs (Vulkan:\n"
       "RTE rounding for float32 and 64-bit integers in shaders; CUDA: compute capability 8.0 or newer). Pass\n"
       "the index to --device with --backend vulkan or cuda.");
-  sub->add_flag("--json", opt->json, "One JSON object instead of the text listing");
-  sub->footer("Examples:\n  detaudit devices\n  detaudit generate -m model.gguf -p 'Hello' --backend vulkan --device 0 --hashes");
+  sub->add_flag("--json", opt->json, "One JSON object instead of the text listing (with --ops: one array of rows)");
+  sub->add_flag("--ops", opt->ops,
+                "Print what each backend computes instead: one row per op, attention variant and weight type, with "
+                "yes (the backend's kernels), host (a GPU backend runs the CPU's function between device ops) or "
+                "no per backend; a GPU backend refuses a model that needs a 'no' when it is loaded, naming it");
+  sub->footer("Examples:\n  detaudit devices\n  detaudit devices --ops\n  detaudit generate -m model.gguf -p 'Hello' --backend vulkan --device 0 --hashes");
   sub->callback([opt] { run_devices(*opt); });
 }
 

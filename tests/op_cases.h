@@ -38,6 +38,7 @@
 
 #include "gguf/quants.h"
 #include "gguf/weight_types.h"
+#include "kernels/gpu/gpu.h"
 #include "kernels/ref/ref.h"
 #include "numerics/exact.h"
 #include "test_util.h"
@@ -376,7 +377,7 @@ inline std::vector<uint8_t> weight_rows(test_rng& r, gguf::dtype t, int64_t n_in
 
 // ---- the op cases ----
 
-enum class op_kind { matmul, rms_norm, swiglu, add, add_bias, rope, kv_quantize, attention };
+enum class op_kind { matmul, rms_norm, swiglu, add, add_bias, rope, kv_quantize, attention, geglu, swiglu_oai, softcap, scale };
 
 inline const char* op_name(op_kind k) {
   switch (k) {
@@ -388,6 +389,10 @@ inline const char* op_name(op_kind k) {
     case op_kind::rope: return "rope";
     case op_kind::kv_quantize: return "kv_quantize";
     case op_kind::attention: return "attention";
+    case op_kind::geglu: return "geglu";
+    case op_kind::swiglu_oai: return "swiglu_oai";
+    case op_kind::softcap: return "softcap";
+    case op_kind::scale: return "scale";
   }
   return "?";
 }
@@ -398,8 +403,8 @@ enum class pattern {
   edges,          // matmul: a zero row (quantized and raw), a zero token, a token of -0s, a token of subnormals
   ramp,           // add: 16.8 M elements, past 65535 groups of 256 invocations
   sentinels,      // add, swiglu, rms_norm, rope: listed values (rounding ties at 2^-126, overflow, zeros)
-  silu_range,     // swiglu, up = 1: 1 M gates evenly over [-100, 100]
-  silu_bits,      // swiglu, up = 1: 1 M bit patterns striding through every finite float
+  silu_range,     // swiglu, geglu, swiglu_oai, softcap, up = 1: 1 M gates evenly over [-100, 100]
+  silu_bits,      // the same, 1 M bit patterns striding through every finite float
   ties,           // rms_norm: mantissas 1 + 2^-j, whose squares land on rounding ties
   tie_pair,       // rms_norm: {1, (1 + 2^-10) 2^-20}: the second square exactly .5 on the grid
   sum_tie,        // rms_norm: a sum of squares halfway between two floats after a tied term
@@ -450,6 +455,10 @@ inline const char* pattern_name(pattern p) {
 //   rope         x
 //   kv_quantize  K             V
 //   attention    q             K                         V
+//   geglu        gate          up
+//   swiglu_oai   gate          up
+//   softcap      x
+//   scale        x
 struct op_case {
   std::string name{};  // unique; names the op, type, shape and profile
   op_kind op = op_kind::matmul;
@@ -470,12 +479,30 @@ struct op_case {
   int64_t n_cells = 0;
   std::vector<int64_t> n_kv{};
   float kq_scale = 0.0f;
-  float softcap = 0.0f;  // attention: > 0 caps the scores (gemma2)
+  float softcap = 0.0f;  // attention: > 0 caps the scores (gemma2); softcap: the cap
+  float alpha = 0.0f, limit = 0.0f;  // swiglu_oai (gpt-oss: 1.702, 7)
+  float factor = 0.0f;   // scale: out = x * factor
   std::vector<float> sinks{};  // attention: one sink per query head (gpt-oss); empty: none
   dist d0{}, d1{}, d2{};
   bool gpu_scale = false;  // sized for a GPU's dispatch limits or dense sweeps
   bool nonfinite = false;  // an input holds inf or NaN
 };
+
+// An activation case's gpu::act (geglu, swiglu_oai, softcap, scale) and its parameters.
+inline kernels::gpu::act gpu_act(const op_case& c) {
+  return c.op == op_kind::geglu        ? kernels::gpu::act::geglu
+         : c.op == op_kind::swiglu_oai ? kernels::gpu::act::swiglu_oai
+         : c.op == op_kind::softcap    ? kernels::gpu::act::softcap
+                                       : kernels::gpu::act::scale;
+}
+inline kernels::gpu::act_params gpu_act_params(const op_case& c) {
+  kernels::gpu::act_params p;
+  p.alpha = c.alpha;
+  p.limit = c.limit;
+  p.cap = c.softcap;
+  p.factor = c.factor;
+  return p;
+}
 
 // The cell of one position in gpu.h's exact KV layout, in bytes.
 inline int64_t kv_cell_bytes(int64_t n_head_kv, int64_t head_dim) {
@@ -488,7 +515,8 @@ inline int64_t output_size(const op_case& c) {
   switch (c.op) {
     case op_kind::matmul: return c.n_tok * c.n_out;
     case op_kind::rms_norm: case op_kind::add_bias: return c.rows * c.cols;
-    case op_kind::swiglu: case op_kind::add: return c.cols;
+    case op_kind::swiglu: case op_kind::add: case op_kind::geglu: case op_kind::swiglu_oai:
+    case op_kind::softcap: case op_kind::scale: return c.cols;
     case op_kind::rope: return c.rows * c.n_head * c.head_dim;
     case op_kind::kv_quantize: return c.rows * kv_cell_bytes(c.n_head_kv, c.head_dim) / 4;
     case op_kind::attention: return static_cast<int64_t>(c.n_kv.size()) * c.n_head * c.head_dim;
@@ -506,6 +534,11 @@ inline uint64_t fnv1a(const std::string& s) {
 
 inline std::string shape_of(const op_case& c) {
   auto s = [](int64_t v) { return std::to_string(v); };
+  auto g = [](float v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", static_cast<double>(v));
+    return std::string(b);
+  };
   switch (c.op) {
     case op_kind::matmul:
       return type_name(c.type) + " n_in " + s(c.n_in) + " n_out " + s(c.n_out) + " n_tok " + s(c.n_tok) + " w " +
@@ -518,8 +551,13 @@ inline std::string shape_of(const op_case& c) {
       return s(c.rows) + "x" + s(c.cols) + " group " + s(c.group) + " eps " + eps + " x " + dist_name(c.d0) +
              (c.weighted ? " w " + dist_name(c.d1) : std::string(" no weight"));
     }
-    case op_kind::swiglu: case op_kind::add:
+    case op_kind::swiglu: case op_kind::add: case op_kind::geglu:
       return "n " + s(c.cols) + " " + dist_name(c.d0) + " / " + dist_name(c.d1);
+    case op_kind::swiglu_oai:
+      return "n " + s(c.cols) + " alpha " + g(c.alpha) + " limit " + g(c.limit) + " " + dist_name(c.d0) + " / " +
+             dist_name(c.d1);
+    case op_kind::softcap: return "n " + s(c.cols) + " cap " + g(c.softcap) + " " + dist_name(c.d0);
+    case op_kind::scale: return "n " + s(c.cols) + " by " + g(c.factor) + " " + dist_name(c.d0);
     case op_kind::add_bias:
       return s(c.rows) + "x" + s(c.cols) + " x " + dist_name(c.d0) + " bias " + dist_name(c.d1);
     case op_kind::rope: {
@@ -680,6 +718,59 @@ inline op_case rms(int64_t rows, int64_t cols, int64_t group, float eps, const d
 
 inline constexpr int64_t LENGTHS[] = {1, 7, 16, 31, 32, 33, 100, 2048, 5632};  // around the vector widths
 
+// geglu, swiglu_oai, softcap and scale (gemma's and gpt-oss's activations): kernels/cpu's lengths
+// over spreads from the subnormal range to overflow (non-finite values among them), the devices'
+// sizes, listed values around each function's thresholds, and dense sweeps of every exponent.
+inline void activation_cases(std::vector<op_case>& t) {
+  const dist spreads[] = {elem(-140, 120, true, true), elem(-3, 3, false), elem(-8, 8, true, true), elem(-130, -100),
+                          elem(3, 7)};
+  auto oai = [](op_case c, float alpha, float limit) {
+    c.alpha = alpha;
+    c.limit = limit;
+    return c;
+  };
+  auto cap = [](op_case c, float v) {
+    c.softcap = v;
+    return c;
+  };
+  auto by = [](op_case c, float v) {
+    c.factor = v;
+    return c;
+  };
+  for (int64_t n : LENGTHS)
+    for (size_t i = 0; i < 5; ++i) {
+      const dist& a = spreads[i];
+      const dist& b = spreads[(i + 2) % 5];
+      add(t, elementwise(op_kind::geglu, 1, n, a, b));
+      add(t, oai(elementwise(op_kind::swiglu_oai, 1, n, a, b), 1.702f, 7.0f));
+      add(t, cap(elementwise(op_kind::softcap, 1, n, a, {}), i % 2 ? 50.0f : 30.0f));
+      add(t, by(elementwise(op_kind::scale, 1, n, a, {}), i == 3 ? 1e-30f : i == 4 ? 3.0f : 0.125f));
+    }
+  for (int64_t n : {31, 4096, 100003}) {
+    add(t, elementwise(op_kind::geglu, 1, n, elem(-7, 7), elem(-60, 60)));
+    add(t, oai(elementwise(op_kind::swiglu_oai, 1, n, elem(-7, 7), elem(-60, 60)), 1.702f, 7.0f));
+    add(t, oai(elementwise(op_kind::swiglu_oai, 1, n, elem(-3, 3), elem(-3, 3)), 0.5f, 1.0f));
+    add(t, cap(elementwise(op_kind::softcap, 1, n, elem(-10, 10), {}), 30.0f));
+    add(t, by(elementwise(op_kind::scale, 1, n, elem(-130, 127), {}), 0.0883883476f));
+  }
+  for (op_kind k : {op_kind::geglu, op_kind::swiglu_oai, op_kind::softcap, op_kind::scale}) {
+    op_case c = elementwise(k, 1, 16, d_unit, d_unit, pattern::sentinels);
+    if (k == op_kind::swiglu_oai) c = oai(c, 1.702f, 7.0f);
+    if (k == op_kind::softcap) c = cap(c, 30.0f);
+    if (k == op_kind::scale) c = by(c, 0x1p-10f);
+    add(t, c);
+  }
+  for (pattern p : {pattern::silu_range, pattern::silu_bits}) {
+    op_case g = elementwise(op_kind::geglu, 1, 1 << 20, d_unit, d_unit, p);
+    op_case o = oai(elementwise(op_kind::swiglu_oai, 1, 1 << 20, d_unit, d_unit, p), 1.702f, 7.0f);
+    op_case c = cap(elementwise(op_kind::softcap, 1, 1 << 20, d_unit, d_unit, p), 30.0f);
+    for (op_case* x : {&g, &o, &c}) {
+      x->gpu_scale = true;
+      add(t, *x);
+    }
+  }
+}
+
 inline void elementwise_cases(std::vector<op_case>& t) {
   // add and swiglu: kernels/cpu's lengths, every pair of five spreads (non-finite values among
   // them; NaN never meets NaN in one element); the devices' sizes and spreads; listed values;
@@ -713,6 +804,7 @@ inline void elementwise_cases(std::vector<op_case>& t) {
     s.gpu_scale = true;
     add(t, s);
   }
+  activation_cases(t);
   // add_bias: rows 1, 4, 7 of the devices' odd widths; the twins' bit patterns; the emulation's.
   for (int64_t rows = 1; rows <= 7; rows += 3)
     for (int64_t cols : {1, 31, 33, 100, 4096}) add(t, elementwise(op_kind::add_bias, rows, cols, elem(-20, 20), elem(-20, 20)));
@@ -1029,6 +1121,15 @@ inline void elementwise_inputs(const op_case& c, test_rng& r, op_inputs& in) {
                 -100.0f, 104.0f, -104.5f, 3e38f, -3e38f, 0.0f, -0.0f, 0x1p-140f};
         in.y = {0x1p-126f, -0x1p-126f, 0x1p-126f, 0x1p-126f, 0x1p-126f, 1.0f, 2.0f, 1e30f, -1.0f, 1e38f, 2.0f, 2.0f,
                 1.0f, 1.0f, 1e30f};
+      } else if (c.op == op_kind::geglu || c.op == op_kind::swiglu_oai || c.op == op_kind::softcap ||
+                 c.op == op_kind::scale) {
+        // Zeros of both signs, subnormals, exp's thresholds (-z near 87.3, 88.7, 100, -104), the
+        // swiglu_oai clamps (7 and just past it), the soft cap's saturation, products near 2^-126
+        // and overflow.
+        in.x = {0.0f, -0.0f, 0x1p-140f, -0x1p-149f, 87.33654f, -87.33654f, 88.72284f, -100.0f, 104.0f, -104.5f,
+                7.0f, 7.0000005f, -7.0000005f, 3e38f, -3e38f, 0x1p-117f};
+        in.y = {1.0f, 1.0f, 1e30f, 1.0f, 0x1p-126f, -0x1p-126f, 2.0f, 1e30f, -1.0f, 1e38f, 7.0f, -8.0f, 6.9999995f,
+                2.0f, 2.0f, 0x1p-10f};
       } else {  // rms_norm: ties in the squares; zero and subnormal-only groups; magnitudes near 2^-64
         in.x = {1.0f, std::ldexp(1.0f + std::ldexp(1.0f, -10), -20), 0.0f, -0.0f, 0x1p-140f, -0x1p-149f,
                 TIE_A, TIE_A, -TIE_A, TIE_A};
@@ -1068,6 +1169,7 @@ inline void elementwise_inputs(const op_case& c, test_rng& r, op_inputs& in) {
     default: break;
   }
   in.x = draw(r, c.d0, n);
+  if (c.op == op_kind::softcap || c.op == op_kind::scale) return;  // one input
   if (c.op == op_kind::rms_norm) {
     if (c.weighted) in.y = draw(r, c.d1, c.group);
     if (c.pat == pattern::zero_row && c.rows > 1) std::fill(in.x.begin() + c.cols, in.x.begin() + 2 * c.cols, 0.0f);
@@ -1232,6 +1334,12 @@ inline std::vector<float> reference_output(const op_case& c, const op_inputs& in
         kernels::rms_norm_f32_ref(in.x.data() + s, c.weighted ? in.y.data() : nullptr, c.group, c.eps, y + s);
       break;
     case op_kind::swiglu: kernels::swiglu_f32_ref(in.x.data(), in.y.data(), c.cols, y); break;
+    case op_kind::geglu: kernels::geglu_f32_ref(in.x.data(), in.y.data(), c.cols, y); break;
+    case op_kind::swiglu_oai:
+      kernels::swiglu_oai_f32_ref(in.x.data(), in.y.data(), c.cols, c.alpha, c.limit, y);
+      break;
+    case op_kind::softcap: kernels::softcap_f32_ref(in.x.data(), c.cols, c.softcap, y); break;
+    case op_kind::scale: kernels::scale_f32_ref(in.x.data(), c.cols, c.factor, y); break;
     case op_kind::add: kernels::add_f32_ref(in.x.data(), in.y.data(), c.cols, y); break;
     case op_kind::add_bias:
       for (int64_t r = 0; r < c.rows; ++r) kernels::add_f32_ref(y + r * c.cols, in.y.data(), c.cols, y + r * c.cols);
@@ -1354,7 +1462,7 @@ inline constexpr unsigned GPU_SKIPS = skips_nonfinite | skips_refused | skips_so
 // Why a backend with `skip` leaves case c out before its inputs are drawn; "" when it does not.
 inline std::string skip_reason(const op_case& c, unsigned skip) {
   if ((skip & skips_gpu_scale) && c.gpu_scale) return "sized for a GPU: millions of std::threads here";
-  if ((skip & skips_softcap) && c.softcap > 0)
+  if ((skip & skips_softcap) && c.op == op_kind::attention && c.softcap > 0)
     return "soft-capped attention: the device kernel has no cap yet (ops_gpu refuses gemma2)";
   if ((skip & skips_gpu_types) && c.op == op_kind::matmul && !(gguf::weight_type_of(c.type) && gguf::weight_type_of(c.type)->gpu))
     return type_name(c.type) + " weights: not decoded by the devices (gguf/weight_types.h; upload_weight refuses them)";

@@ -114,4 +114,8 @@ inline op_table_result op_table_run(op_kind k) {
   DETAUDIT_OP_TABLE_TEST(add_bias, WHERE)       \
   DETAUDIT_OP_TABLE_TEST(rope, WHERE)           \
   DETAUDIT_OP_TABLE_TEST(kv_quantize, WHERE)    \
-  DETAUDIT_OP_TABLE_TEST(attention, WHERE)
+  DETAUDIT_OP_TABLE_TEST(attention, WHERE)     \
+  DETAUDIT_OP_TABLE_TEST(geglu, WHERE)         \
+  DETAUDIT_OP_TABLE_TEST(swiglu_oai, WHERE)    \
+  DETAUDIT_OP_TABLE_TEST(softcap, WHERE)       \
+  DETAUDIT_OP_TABLE_TEST(scale, WHERE)

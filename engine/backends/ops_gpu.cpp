@@ -2,8 +2,8 @@
 // on a kernels::gpu::device, which gives kernels/ref's bytes for every op. Activations live in the
 // device's slots (gpu.h) between ops: each activation is at one of three places, the host buffer
 // of ops_storage, the device slot of the same id, or both, and is copied only when an op on the
-// other side reads it. The device ops (matmul, RMS norm, RoPE, bias, SwiGLU, add, the KV cell
-// quantization) read and write slots; the host ops read and write the host buffer: the embedding
+// other side reads it. The device ops (matmul, RMS norm, RoPE, bias, SwiGLU, add, the activations
+// geglu, swiglu_oai, softcap and scale, the KV cell quantization) read and write slots; the host ops read and write the host buffer: the embedding
 // lookup (a row decode, no arithmetic beyond the exact dequantization), the row gather and
 // scatter, reading logits, and attention's query gather (the KV cache stays in host memory with
 // ops_exact's layout, exact_cell.h, so a cache saved on one backend restores on another; the
@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "backends/exact_cell.h"
+#include "backends/op_support.h"
 #include "backends/ops_storage.h"
 #include "kernels/gpu/gpu.h"
 #include "util/error.h"
@@ -148,10 +149,25 @@ class ops_gpu final : public ops_storage<float> {
     dev_->add_slot(sa, sb, a.rows * a.cols, dev_out(out));
   }
 
-  void geglu(model::act, model::act, model::act) override { unsupported("geglu"); }
-  void scale(model::act, float, model::act) override { unsupported("scale"); }
-  void swiglu_oai(model::act, model::act, float, float, model::act) override { unsupported("swiglu_oai"); }
-  void softcap(model::act, float, model::act) override { unsupported("softcap"); }
+  void geglu(model::act gate, model::act up, model::act out) override {
+    activation(kernels::gpu::act::geglu, gate, &up, {}, out);
+  }
+  void scale(model::act x, float s, model::act out) override {
+    kernels::gpu::act_params p;
+    p.factor = s;
+    activation(kernels::gpu::act::scale, x, nullptr, p, out);
+  }
+  void swiglu_oai(model::act gate, model::act up, float alpha, float limit, model::act out) override {
+    kernels::gpu::act_params p;
+    p.alpha = alpha;
+    p.limit = limit;
+    activation(kernels::gpu::act::swiglu_oai, gate, &up, p, out);
+  }
+  void softcap(model::act x, float cap, model::act out) override {
+    kernels::gpu::act_params p;
+    p.cap = cap;
+    activation(kernels::gpu::act::softcap, x, nullptr, p, out);
+  }
 
   // Host: n_expert logits per token, by the CPU exact backend's own function.
   void moe_route(model::act logits, int64_t n_used, bool norm, std::vector<int32_t>& ids, std::vector<float>& weights) override {
@@ -170,6 +186,14 @@ class ops_gpu final : public ops_storage<float> {
   [[noreturn]] void unsupported(const std::string& op) const {
     throw input_error(std::string("the ") + dev_->desc().name + " backend has no " + op + " op yet (architecture " +
                       model::arch_name(hp_.arch) + "): use --backend cpu");
+  }
+
+  // A gpu::act over every element of a (and b), on the device.
+  void activation(kernels::gpu::act k, model::act a, const model::act* b, const kernels::gpu::act_params& p,
+                  model::act out) {
+    const int32_t sa = dev_in(a);
+    const int32_t sb = b ? dev_in(*b) : sa;
+    dev_->activation_slot(k, sa, sb, a.rows * a.cols, p, dev_out(out));
   }
 
   // Where an activation's current value is.
@@ -226,12 +250,15 @@ class ops_gpu final : public ops_storage<float> {
 std::unique_ptr<model::ops> ops_gpu_create(backend_kind b, int device, const model::model& m, thread_pool* pool,
                                            std::string* description) {
   const kernels::gpu::api a = b == BACKEND_CUDA ? kernels::gpu::api::cuda : kernels::gpu::api::vulkan;
-  if (model::arch_gemma_block(m.hp().arch))
-    throw input_error(std::string("the ") + kernels::gpu::api_name(a) + " backend lacks ops that " + model::arch_name(m.hp().arch) +
-                      " needs (geglu, scale, softcap, sliding-window and soft-capped attention): use --backend cpu");
-  if (model::arch_oai_block(m.hp().arch))
-    throw input_error(std::string("the ") + kernels::gpu::api_name(a) + " backend lacks ops that " + model::arch_name(m.hp().arch) +
-                      " needs (swiglu_oai, attention with sinks, sliding-window attention, mxfp4 weights): use --backend cpu");
+  // backends/op_support.h declares what each backend computes; a model that needs more is refused
+  // here, naming every part, before a device is opened or a weight uploaded.
+  if (const std::vector<std::string> missing = parts_missing(b, m); !missing.empty()) {
+    std::string list;
+    for (const std::string& part : missing) list += (list.empty() ? "" : ", ") + part;
+    throw input_error(std::string("the ") + kernels::gpu::api_name(a) + " backend does not compute what this " +
+                      model::arch_name(m.hp().arch) + " model needs: " + list +
+                      " (docs/backends.md lists what each backend computes): use --backend cpu");
+  }
   std::unique_ptr<kernels::gpu::device> dev = kernels::gpu::open_device(a, device);
   const kernels::gpu::device_desc& d = dev->desc();
   if (description)

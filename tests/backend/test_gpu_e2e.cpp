@@ -199,6 +199,23 @@ TEST_CASE("gpu e2e: a GPU backend refuses float numerics with a clear error") {
   CHECK_THROWS_WITH_AS(runtime::context(m, p), doctest::Contains("no such"), input_error);
 }
 
+// backends/op_support.h: a model that needs a part the backend lacks is refused when the context
+// is made, naming every such part (and an architecture whose parts are all there is not).
+TEST_CASE("gpu e2e: gemma2, gemma3 and gpt-oss are refused at load, naming the attention variants the backend lacks") {
+  test::gpu_test_device();
+  const std::string dir = test::scratch_dir("gpu_e2e_parts");
+  const std::pair<model::arch_id, const char*> cases[] = {
+      {model::ARCH_GEMMA2, "model needs: attention: sliding window, attention: soft cap ("},
+      {model::ARCH_GEMMA3, "model needs: attention: sliding window ("},
+      {model::ARCH_GPT_OSS, "model needs: attention: sliding window, attention: sinks ("},
+  };
+  for (const auto& [arch, message] : cases) {
+    CAPTURE(model::arch_name(arch));
+    auto m = model::model::load(synth_path(arch, gguf::DTYPE_Q8_0, dir));
+    CHECK_THROWS_WITH_AS(runtime::context(m, params(test::gpu_test_backend())), doctest::Contains(message), input_error);
+  }
+}
+
 #ifdef DETAUDIT_TEST_HAVE_CLI
 // The command line end to end: the same text, per-step logit hashes and chained hash from both
 // backends, for a synthetic model of every weight type (the architectures in turn); one of them

@@ -23,6 +23,7 @@
 
 #include "gguf/quants.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/gpu/gpu.h"
 #include "kernels/ref/ref.h"
 #include "numerics/exact.h"
 
@@ -123,6 +124,7 @@ using detaudit::test::cuda_emu::threadIdx;
 #define launch_rms_norm emu_launch_rms_norm
 #define launch_swiglu emu_launch_swiglu
 #define launch_add emu_launch_add
+#define launch_activation emu_launch_activation
 #define launch_add_bias emu_launch_add_bias
 #define launch_rope emu_launch_rope
 #define launch_kv_quantize emu_launch_kv_quantize
@@ -184,6 +186,15 @@ std::vector<float> emu_run(const op_case& c, const test::op_inputs& in, bool int
     case op_kind::kv_quantize:
       kc::emu_launch_kv_quantize(in.x.data(), in.y.data(), c.rows, c.n_head_kv, c.head_dim, reinterpret_cast<uint8_t*>(y));
       break;
+    case op_kind::geglu: case op_kind::swiglu_oai: case op_kind::softcap: case op_kind::scale: {
+      const kernels::gpu::act k = test::gpu_act(c);
+      const kernels::gpu::act_params p = test::gpu_act_params(c);
+      float p0, p1;
+      kernels::gpu::act_kernel_params(k, p, &p0, &p1);
+      kc::emu_launch_activation(static_cast<int>(k), in.x.data(), kernels::gpu::act_binary(k) ? in.y.data() : nullptr,
+                                c.cols, p0, p1, y);
+      break;
+    }
     case op_kind::attention: {
       std::vector<int32_t> scratch(static_cast<size_t>(static_cast<int64_t>(c.n_kv.size()) * c.n_head * c.n_cells));
       kc::emu_launch_attention(in.q.data(), static_cast<int64_t>(c.n_kv.size()), c.n_kv.data(), c.n_head, c.n_head_kv,
@@ -200,8 +211,9 @@ std::vector<float> emu_run(const op_case& c, const test::op_inputs& in, bool int
 [[maybe_unused]] const bool emu_registered = [] {
   test::op_backend plain;
   plain.name = "the CUDA kernels on host threads";
-  plain.ops = {op_kind::matmul,  op_kind::rms_norm, op_kind::swiglu,      op_kind::add,
-               op_kind::add_bias, op_kind::rope,     op_kind::kv_quantize, op_kind::attention};
+  plain.ops = {op_kind::matmul,    op_kind::rms_norm,    op_kind::swiglu, op_kind::add,
+               op_kind::add_bias,  op_kind::rope,        op_kind::kv_quantize, op_kind::attention,
+               op_kind::geglu,     op_kind::swiglu_oai,  op_kind::softcap,     op_kind::scale};
   plain.skips = test::GPU_SKIPS | test::skips_gpu_scale;
   plain.run = [](const op_case& c, const test::op_inputs& in) {
     matmul_scratch m;

@@ -52,7 +52,7 @@ std::string isa_list() {
 enum class alias { none, in0, in1 };
 const char* alias_name(alias a) { return a == alias::none ? "separate output" : a == alias::in0 ? "out = input 0" : "out = input 1"; }
 
-// The CPU kernel of case c (rms_norm per group, swiglu, add) at isa, into a guarded buffer whose
+// The CPU kernel of case c (rms_norm per group, swiglu, add, geglu, swiglu_oai, softcap, scale) at isa, into a guarded buffer whose
 // payload starts as the aliased input.
 std::vector<float> cpu_elementwise(const op_case& c, const test::op_inputs& in, cpu::isa isa, alias a) {
   std::vector<float> out = a == alias::none ? test::output_buffer(c, in)
@@ -63,13 +63,21 @@ std::vector<float> cpu_elementwise(const op_case& c, const test::op_inputs& in, 
   if (c.op == op_kind::rms_norm) {
     for (int64_t s = 0; s < c.rows * c.cols; s += c.group)
       cpu::rms_norm_f32_cpu(isa, x + s, c.weighted ? y : nullptr, c.group, c.eps, o + s);
+  } else if (c.op == op_kind::geglu) {
+    cpu::geglu_f32_cpu(isa, x, y, c.cols, o);
+  } else if (c.op == op_kind::swiglu_oai) {
+    cpu::swiglu_oai_f32_cpu(isa, x, y, c.cols, c.alpha, c.limit, o);
+  } else if (c.op == op_kind::softcap) {
+    cpu::softcap_f32_cpu(isa, x, c.cols, c.softcap, o);
+  } else if (c.op == op_kind::scale) {
+    cpu::scale_f32_cpu(isa, x, c.cols, c.factor, o);
   } else {
     (c.op == op_kind::swiglu ? cpu::swiglu_f32_cpu : cpu::add_f32_cpu)(isa, x, y, c.cols, o);
   }
   return out;
 }
 
-// rms_norm_f32_cpu, swiglu_f32_cpu and add_f32_cpu at each instruction set and output aliasing, as
+// The element-wise CPU kernels at each instruction set and output aliasing, as
 // backends of the op table (op_table_driver.h).
 [[maybe_unused]] const bool cpu_elem_registered = [] {
   std::vector<test::op_backend> bs;
@@ -77,9 +85,11 @@ std::vector<float> cpu_elementwise(const op_case& c, const test::op_inputs& in, 
     for (cpu::isa isa : {cpu::isa::scalar, cpu::isa::avx2, cpu::isa::avx512}) {
       test::op_backend b;
       b.name = std::string("cpu ") + cpu::isa_name(isa) + ", " + alias_name(a);
-      b.ops = {op_kind::rms_norm, op_kind::swiglu, op_kind::add};
+      b.ops = {op_kind::rms_norm, op_kind::swiglu, op_kind::add,     op_kind::geglu,
+               op_kind::swiglu_oai, op_kind::softcap, op_kind::scale};
       b.leaves_out = [isa, a](const op_case& c) -> std::string {
         if (!cpu::isa_supported(isa)) return std::string("this CPU has no ") + cpu::isa_name(isa);
+        if (a == alias::in1 && (c.op == op_kind::softcap || c.op == op_kind::scale)) return "one input";
         if (a == alias::in1 && c.op == op_kind::rms_norm && (!c.weighted || c.group != c.rows * c.cols))
           return "out = the weight only where one group spans the input";
         return "";

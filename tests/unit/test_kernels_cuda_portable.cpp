@@ -23,6 +23,7 @@
 #include "gguf/quants.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cuda/exact_device.h"
+#include "kernels/gpu/gpu.h"
 #include "kernels/ref/ref.h"
 
 using namespace detaudit;
@@ -355,6 +356,17 @@ std::vector<float> elementwise_twin(const op_case& c, const test::op_inputs& in,
     case op_kind::add:
       for (int64_t i = 0; i < c.cols; ++i) y[i] = xd::add_one(in.x[static_cast<size_t>(i)], in.y[static_cast<size_t>(i)]);
       break;
+    case op_kind::geglu: case op_kind::swiglu_oai: case op_kind::softcap: case op_kind::scale: {
+      const kernels::gpu::act k = test::gpu_act(c);
+      const kernels::gpu::act_params p = test::gpu_act_params(c);
+      float p0, p1;
+      kernels::gpu::act_kernel_params(k, p, &p0, &p1);
+      const bool binary = kernels::gpu::act_binary(k);
+      for (int64_t i = c.cols - 1; i >= 0; --i)  // backwards, as swiglu's
+        y[i] = xd::act_one(static_cast<int>(k), in.x[static_cast<size_t>(i)],
+                           binary ? in.y[static_cast<size_t>(i)] : 0.0f, p0, p1);
+      break;
+    }
     case op_kind::add_bias:
       for (int64_t i = 0; i < c.rows * c.cols; ++i) y[i] = xd::bias_one(y[i], in.y[static_cast<size_t>(i % c.cols)]);
       break;
@@ -386,7 +398,9 @@ namespace {
       test::op_backend b;
       b.name = "cuda element-wise twin, " + std::to_string(threads) + " threads" + (reverse ? ", reversed" : "");
       b.ops = {op_kind::rms_norm};
-      if (threads == 256 && !reverse) b.ops = {op_kind::rms_norm, op_kind::swiglu, op_kind::add, op_kind::add_bias, op_kind::rope};
+      if (threads == 256 && !reverse)
+        b.ops = {op_kind::rms_norm, op_kind::swiglu,     op_kind::add,     op_kind::add_bias, op_kind::rope,
+                 op_kind::geglu,    op_kind::swiglu_oai, op_kind::softcap, op_kind::scale};
       b.skips = test::GPU_SKIPS;
       b.run = [threads, reverse](const op_case& c, const test::op_inputs& in) { return elementwise_twin(c, in, threads, reverse); };
       bs.push_back(std::move(b));

@@ -49,6 +49,8 @@ void launch_rms_norm(const float* x, int64_t rows, int64_t cols, int64_t group, 
                      float inv_n, float* out);
 void launch_swiglu(const float* gate, const float* up, int64_t n, float* out);
 void launch_add(const float* a, const float* b, int64_t n, float* out);
+// gpu::act k (exact_device.h's act_kind: the enum's order) with gpu::act_kernel_params' p0, p1.
+void launch_activation(int kind, const float* a, const float* b, int64_t n, float p0, float p1, float* out);
 void launch_add_bias(float* x, int64_t rows, int64_t cols, const float* b);
 void launch_rope(float* x, int64_t rows, int64_t n_head, int64_t head_dim, int64_t n_rot, bool neox,
                  const float* tables);

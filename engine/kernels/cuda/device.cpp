@@ -42,6 +42,7 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/exact_device.h"
 #include "numerics/exact.h"
 #include "numerics/wblock.h"
 #include "util/error.h"
@@ -107,10 +108,10 @@ struct op_profile {
 };
 enum op_kind {
   OP_MATMUL, OP_RMS_NORM, OP_SWIGLU, OP_ADD, OP_ADD_BIAS, OP_ROPE, OP_KV_QUANTIZE, OP_ATTENTION,
-  OP_SLOT_WRITE, OP_SLOT_READ, OP_COUNT
+  OP_ACTIVATION, OP_SLOT_WRITE, OP_SLOT_READ, OP_COUNT
 };
 const char* const op_names[OP_COUNT] = {"matmul", "rms_norm", "swiglu", "add", "add_bias", "rope",
-                                        "kv_quantize", "attention", "slot_write", "slot_read"};
+                                        "kv_quantize", "attention", "activation", "slot_write", "slot_read"};
 
 struct profiler {
   bool on = false;
@@ -288,6 +289,8 @@ class cuda_device final : public gpu::device {
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
   void add(const float* a, const float* b, int64_t n, float* out) override;
   void add_bias(float* x, int64_t rows, int64_t cols, const float* b) override;
+  void activation(gpu::act k, const float* a, const float* b, int64_t n, const gpu::act_params& p,
+                  float* out) override;
   void rope(float* x, int64_t rows, int64_t n_head, int64_t head_dim, int64_t n_rot, bool neox,
             const float* tables) override;
   void kv_quantize(const float* k, const float* v, int64_t rows, int64_t n_head_kv, int64_t head_dim,
@@ -303,6 +306,7 @@ class cuda_device final : public gpu::device {
   void swiglu_slot(int32_t gate, int32_t up, int64_t n, int32_t out) override;
   void add_slot(int32_t a, int32_t b, int64_t n, int32_t out) override;
   void add_bias_slot(int32_t x, int64_t rows, int64_t cols, const float* b) override;
+  void activation_slot(gpu::act k, int32_t a, int32_t b, int64_t n, const gpu::act_params& p, int32_t out) override;
   void rope_slot(int32_t x, int64_t rows, int64_t n_head, int64_t head_dim, int64_t n_rot, bool neox,
                  const float* tables) override;
   void kv_quantize_slot(int32_t k, int32_t v, int64_t rows, int64_t n_head_kv, int64_t head_dim,
@@ -431,6 +435,30 @@ void cuda_device::binary_op(const char* what, void (*launch)(const float*, const
 void cuda_device::swiglu(const float* gate, const float* up, int64_t n, float* out) {
   const op_scope scope(prof_, OP_SWIGLU);
   binary_op("swiglu kernel", launch_swiglu, gate, up, n, out);
+}
+
+// launch_activation's kind is the gpu::act value.
+static_assert(static_cast<int>(gpu::act::geglu) == xd::ACT_GEGLU && static_cast<int>(gpu::act::swiglu_oai) == xd::ACT_SWIGLU_OAI &&
+              static_cast<int>(gpu::act::softcap) == xd::ACT_SOFTCAP && static_cast<int>(gpu::act::scale) == xd::ACT_SCALE);
+
+void cuda_device::activation(gpu::act k, const float* a, const float* b, int64_t n, const gpu::act_params& p,
+                             float* out) {
+  const op_scope scope(prof_, OP_ACTIVATION);
+  float p0, p1;
+  gpu::act_kernel_params(k, p, &p0, &p1);  // a cap softcap_f32_ref refuses is refused here
+  if (n < 1) return;
+  select();
+  float* da = in_a_.get<float>(sz(n));
+  float* db = nullptr;
+  float* dout = out_.get<float>(sz(n));
+  to_device(da, a, sz(n));
+  if (gpu::act_binary(k)) {
+    db = in_b_.get<float>(sz(n));
+    to_device(db, b, sz(n));
+  }
+  launch_activation(static_cast<int>(k), da, db, n, p0, p1, dout);
+  check_launch("activation kernel");
+  to_host(out, dout, sz(n));
 }
 
 void cuda_device::add(const float* a, const float* b, int64_t n, float* out) {
@@ -656,6 +684,22 @@ void cuda_device::binary_slot(op_kind k, const char* what, void (*launch)(const 
 void cuda_device::swiglu_slot(int32_t gate, int32_t up, int64_t n, int32_t out) {
   if (!resident_) return gpu::device::swiglu_slot(gate, up, n, out);
   binary_slot(OP_SWIGLU, "swiglu kernel", launch_swiglu, gate, up, n, out);
+}
+
+void cuda_device::activation_slot(gpu::act k, int32_t a, int32_t b, int64_t n, const gpu::act_params& p,
+                                  int32_t out) {
+  if (!resident_) return gpu::device::activation_slot(k, a, b, n, p, out);
+  const op_scope scope(prof_, OP_ACTIVATION);
+  float p0, p1;
+  gpu::act_kernel_params(k, p, &p0, &p1);
+  if (n < 1) return;
+  select();
+  const bool binary = gpu::act_binary(k);
+  const float* da = slot_held(a, n);
+  const float* db = binary ? slot_held(b, n) : nullptr;
+  float* dout = out == a || (binary && out == b) ? slot_held(out, n) : slot_sized(out, n);
+  launch_activation(static_cast<int>(k), da, db, n, p0, p1, dout);
+  check(cudaGetLastError(), "activation kernel");
 }
 
 void cuda_device::add_slot(int32_t a, int32_t b, int64_t n, int32_t out) {

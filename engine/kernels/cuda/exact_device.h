@@ -64,6 +64,17 @@ DETAUDIT_HD float canon_nan(float x) { return (f2u(x) & 0x7fffffffu) > 0x7f80000
 
 DETAUDIT_HD float swiglu_one(float g, float u) { return canon_nan(flush(fmul(silu_f32(g), flush(u)))); }
 DETAUDIT_HD float add_one(float a, float b) { return flush(fadd(flush(a), flush(b))); }
+// gpu::act's activations, one element; p0, p1 as gpu::act_kernel_params gives them (softcap: cap and
+// its reciprocal; scale: the flushed factor; swiglu_oai: alpha and limit).
+enum act_kind : int { ACT_GEGLU = 0, ACT_SWIGLU_OAI = 1, ACT_SOFTCAP = 2, ACT_SCALE = 3 };
+DETAUDIT_HD float act_one(int kind, float a, float b, float p0, float p1) {
+  switch (kind) {
+    case ACT_GEGLU: return canon_nan(flush(fmul(numerics::inl::gelu(a), flush(b))));
+    case ACT_SWIGLU_OAI: return canon_nan(numerics::inl::swiglu_oai(a, b, p0, p1));
+    case ACT_SOFTCAP: return canon_nan(numerics::inl::softcap(a, p0, p1));
+    default: return canon_nan(flush(fmul(flush(a), p0)));
+  }
+}
 // The bias add of gpu::device::add_bias: add_f32_ref's, as the CPU backend and Vulkan compute it
 // (inputs flushed too: a subnormal bias read from a model file must not reach the sum).
 DETAUDIT_HD float bias_one(float x, float b) { return add_one(x, b); }

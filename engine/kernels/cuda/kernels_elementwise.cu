@@ -1,4 +1,4 @@
-// RMS norm, SwiGLU, residual add, bias add and RoPE on CUDA (docs/precision-contract.md,
+// RMS norm, SwiGLU, residual add, bias add, RoPE and the activations of gemma and gpt-oss on CUDA (docs/precision-contract.md,
 // sections 8 to 10). The arithmetic is exact_device.h's; this file maps threads to it.
 //
 // RMS norm: one thread block per (row, group); the largest exponent and the integer sum of the
@@ -54,6 +54,13 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, flo
     out[i] = xd::swiglu_one(gate[i], up[i]);
 }
 
+// b is read only by the binary activations (gpu::act_binary); it may be null otherwise.
+__global__ void act_kernel(int kind, const float* a, const float* b, int64_t n, float p0, float p1, float* out) {
+  const bool binary = kind == xd::ACT_GEGLU || kind == xd::ACT_SWIGLU_OAI;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = xd::act_one(kind, a[i], binary ? b[i] : 0.0f, p0, p1);
+}
+
 __global__ void add_kernel(const float* a, const float* b, int64_t n, float* out) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = xd::add_one(a[i], b[i]);
@@ -102,6 +109,10 @@ void launch_rms_norm(const float* x, int64_t rows, int64_t cols, int64_t group, 
 
 void launch_swiglu(const float* gate, const float* up, int64_t n, float* out) {
   DETAUDIT_LAUNCH(swiglu_kernel, grid_for(n, 256), 256)(gate, up, n, out);
+}
+
+void launch_activation(int kind, const float* a, const float* b, int64_t n, float p0, float p1, float* out) {
+  if (n > 0) DETAUDIT_LAUNCH(act_kernel, grid_for(n, 256), 256)(kind, a, b, n, p0, p1, out);
 }
 
 void launch_add(const float* a, const float* b, int64_t n, float* out) {

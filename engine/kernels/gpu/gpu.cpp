@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "numerics/exact.h"
 #include "util/error.h"
 
 #ifdef DETAUDIT_HAVE_VULKAN
@@ -25,6 +26,36 @@ namespace {
 }  // namespace
 
 const char* api_name(api a) { return a == api::vulkan ? "vulkan" : "cuda"; }
+
+const char* act_name(act k) {
+  switch (k) {
+    case act::geglu: return "geglu";
+    case act::swiglu_oai: return "swiglu_oai";
+    case act::softcap: return "softcap";
+    case act::scale: return "scale";
+  }
+  return "?";
+}
+
+void act_kernel_params(act k, const act_params& p, float* p0, float* p1) {
+  *p0 = 0.0f;
+  *p1 = 0.0f;
+  switch (k) {
+    case act::geglu: break;
+    case act::swiglu_oai:
+      *p0 = p.alpha;
+      *p1 = p.limit;
+      break;
+    case act::softcap:
+      if (!numerics::softcap_cap_ok(p.cap))  // softcap_f32_ref's refusal, before anything is sent
+        throw input_error("softcap: cap " + std::to_string(p.cap) +
+                          " is not a positive normal float with a normal reciprocal");
+      *p0 = p.cap;
+      *p1 = numerics::recip_f32(p.cap);
+      break;
+    case act::scale: *p0 = numerics::flush(p.factor); break;
+  }
+}
 
 bool api_compiled(api a) {
 #ifdef DETAUDIT_HAVE_VULKAN
@@ -130,6 +161,12 @@ void device::add_slot(int32_t a, int32_t b, int64_t n, int32_t out) {
   const float* pa = held(host_slot(a), n, a);
   const float* pb = held(host_slot(b), n, b);
   add(pa, pb, n, sized(host_slot(out), n, out, out == a || out == b));
+}
+
+void device::activation_slot(act k, int32_t a, int32_t b, int64_t n, const act_params& p, int32_t out) {
+  const float* pa = held(host_slot(a), n, a);
+  const float* pb = act_binary(k) ? held(host_slot(b), n, b) : nullptr;
+  activation(k, pa, pb, n, p, sized(host_slot(out), n, out, out == a || (act_binary(k) && out == b)));
 }
 
 void device::add_bias_slot(int32_t x, int64_t rows, int64_t cols, const float* b) {

@@ -43,6 +43,25 @@ struct device_desc {
 // no GPU). Throws input_error when the API is not compiled into this build.
 std::vector<device_desc> list_devices(api a);
 
+// The activations of gemma (geglu, softcap, scale) and gpt-oss (swiglu_oai), element-wise: out[i] =
+//   geglu       geglu_f32_ref:      flush(gelu_f32(a[i]) * flush(b[i]))
+//   swiglu_oai  swiglu_oai_f32_ref: swiglu_oai_f32(a[i], b[i], alpha, limit)
+//   softcap     softcap_f32_ref:    softcap_f32(a[i], cap)        (b unused, may be null)
+//   scale       scale_f32_ref:      flush(flush(a[i]) * flush(factor))  (b unused, may be null)
+enum class act { geglu, swiglu_oai, softcap, scale };
+struct act_params {
+  float alpha = 0.0f, limit = 0.0f;  // swiglu_oai
+  float cap = 0.0f;                  // softcap: a positive normal float with a normal reciprocal
+  float factor = 0.0f;               // scale
+};
+const char* act_name(act k);  // "geglu", "swiglu_oai", "softcap", "scale"
+// Whether k reads b.
+inline bool act_binary(act k) { return k == act::geglu || k == act::swiglu_oai; }
+// Two floats every device kernel takes: swiglu_oai (alpha, limit), softcap (cap, recip_f32(cap)),
+// scale (flush(factor), 0), geglu (0, 0). Throws input_error as softcap_f32_ref does for a cap it
+// refuses.
+void act_kernel_params(act k, const act_params& p, float* p0, float* p1);
+
 // A weight tensor resident on a device.
 struct weight_handle {
   int32_t id = -1;
@@ -71,6 +90,8 @@ class device {
   virtual void add(const float* a, const float* b, int64_t n, float* out) = 0;
   // x(r, i) = flush(x(r, i) + b(i)), x: (rows, cols), b: (cols).
   virtual void add_bias(float* x, int64_t rows, int64_t cols, const float* b) = 0;
+  // The activation k over n elements (above); out may equal an input.
+  virtual void activation(act k, const float* a, const float* b, int64_t n, const act_params& p, float* out) = 0;
   // rope_f32_ref on each row of x (rows, n_head * head_dim) in place; row r uses
   // tables + r * n_rot (rope_table_row of that row's position: n_rot / 2 (cos, sin) pairs).
   virtual void rope(float* x, int64_t rows, int64_t n_head, int64_t head_dim, int64_t n_rot, bool neox,
@@ -112,6 +133,8 @@ class device {
                              int32_t out);
   virtual void swiglu_slot(int32_t gate, int32_t up, int64_t n, int32_t out);
   virtual void add_slot(int32_t a, int32_t b, int64_t n, int32_t out);
+  // b: ignored when k reads no second input.
+  virtual void activation_slot(act k, int32_t a, int32_t b, int64_t n, const act_params& p, int32_t out);
   virtual void add_bias_slot(int32_t x, int64_t rows, int64_t cols, const float* b);
   virtual void rope_slot(int32_t x, int64_t rows, int64_t n_head, int64_t head_dim, int64_t n_rot, bool neox,
                          const float* tables);

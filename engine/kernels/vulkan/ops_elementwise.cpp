@@ -1,4 +1,5 @@
-// The element-wise ops of vk_device: rms_norm, swiglu, add, add_bias, rope, kv_quantize. Each
+// The element-wise ops of vk_device: rms_norm, swiglu, add, add_bias, rope, kv_quantize and the
+// activations of gemma and gpt-oss (shaders/activation.comp). Each
 // copies its inputs into scratch buffers, runs its shader (shaders/<op>.comp) and copies the result
 // out, so `out` may alias an input. The shaders loop over their work (grid-stride), so one dispatch
 // of at most maxComputeWorkGroupCount groups covers any size.
@@ -41,6 +42,12 @@ uint32_t group_count(uint64_t items, uint32_t per_group, uint32_t max_groups) {
 
 struct push_n {
   uint32_t n;
+};
+
+struct push_act {
+  uint32_t n;
+  uint32_t kind;  // gpu::act
+  float p0, p1;   // gpu::act_kernel_params
 };
 
 struct push_rms_norm {
@@ -114,6 +121,21 @@ void vk_device::swiglu(const float* gate, const float* up, int64_t n, float* out
 }
 
 void vk_device::add(const float* a, const float* b, int64_t n, float* out) { binary_op(*this, "add", a, b, n, out); }
+
+void vk_device::activation(gpu::act k, const float* a, const float* b, int64_t n, const gpu::act_params& p,
+                           float* out) {
+  push_act pc{to_u32(n, gpu::act_name(k)), static_cast<uint32_t>(k), 0.0f, 0.0f};
+  gpu::act_kernel_params(k, p, &pc.p0, &pc.p1);  // a cap softcap_f32_ref refuses is refused here
+  if (pc.n == 0) return;
+  const uint64_t bytes = uint64_t(pc.n) * 4;
+  buffer& ba = scratch(0, bytes);
+  buffer& bb = scratch(1, gpu::act_binary(k) ? bytes : 4);
+  buffer& bo = scratch(2, bytes);
+  std::memcpy(ba.mapped, a, bytes);
+  if (gpu::act_binary(k)) std::memcpy(bb.mapped, b, bytes);
+  dispatch("activation", {&ba, &bb, &bo}, &pc, sizeof pc, group_count(pc.n, 256, max_groups(0)));
+  std::memcpy(out, bo.mapped, bytes);
+}
 
 void vk_device::add_bias(float* x, int64_t rows, int64_t cols, const float* b) {
   if (rows < 0 || cols < 0) throw input_error("vulkan add_bias: negative shape");

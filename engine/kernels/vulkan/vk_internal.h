@@ -69,6 +69,8 @@ class vk_device final : public gpu::device {
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
   void add(const float* a, const float* b, int64_t n, float* out) override;
   void add_bias(float* x, int64_t rows, int64_t cols, const float* b) override;
+  void activation(gpu::act k, const float* a, const float* b, int64_t n, const gpu::act_params& p,
+                  float* out) override;
   void rope(float* x, int64_t rows, int64_t n_head, int64_t head_dim, int64_t n_rot, bool neox,
             const float* tables) override;
   void kv_quantize(const float* k, const float* v, int64_t rows, int64_t n_head_kv, int64_t head_dim,

@@ -310,4 +310,51 @@ float silu_f32(float x) {
   return flush_f(r);
 }
 
+// numerics::gelu_f32: x * sigmoid(2u), u = sqrt(2/pi) x (1 + 0.044715 x^2), each step flushed.
+float gelu_f32(float x) {
+  x = flush_f(x);
+  precise float x2 = x * x;
+  precise float t = uintBitsToFloat(0x3D372713u) * flush_f(x2);   // 0.044715f
+  precise float inner = 1.0 + flush_f(t);
+  precise float u = uintBitsToFloat(0x3FCC422Au) * x;             // 1.59576912160573071f: 2 sqrt(2/pi)
+  precise float z = flush_f(u) * flush_f(inner);
+  precise float d = 1.0 + exp_f32(-flush_f(z));
+  precise float r = x * recip_f32(flush_f(d));
+  return flush_f(r);
+}
+
+// numerics::swiglu_oai_f32: x = min(gate, limit), y = clamp(up, -limit, limit), x * sigmoid(alpha x)
+// * (y + 1), each step flushed.
+float swiglu_oai_f32(float gate, float up, float alpha, float limit) {
+  float x = flush_f(gate);
+  if (limit < x) x = limit;
+  float y = flush_f(up);
+  if (y < -limit) y = -limit;
+  if (limit < y) y = limit;
+  precise float z = alpha * x;
+  precise float d = 1.0 + exp_f32(-flush_f(z));
+  precise float g = x * recip_f32(flush_f(d));
+  precise float y1 = y + 1.0;
+  precise float r = flush_f(g) * flush_f(y1);
+  return flush_f(r);
+}
+
+// numerics::softcap_f32 with inv_cap = recip_f32(cap) from the host: cap * tanh(x / cap),
+// tanh(a) = 1 - 2 e / (1 + e), e = e^-2|a|, the sign applied last.
+float softcap_f32(float x, float cap, float inv_cap) {
+  precise float y0 = flush_f(x) * inv_cap;
+  const float y = flush_f(y0);
+  if (is_nan_f(y)) return y;
+  const uint sign = floatBitsToUint(y) & F32_SIGN;
+  const float a = uintBitsToFloat(floatBitsToUint(y) & F32_ABS);
+  precise float a2 = a + a;
+  const float e = exp_f32(-a2);
+  precise float d = 1.0 + e;
+  precise float e2 = e + e;
+  precise float q = flush_f(e2) * recip_f32(flush_f(d));
+  precise float t = 1.0 - flush_f(q);
+  precise float r = cap * flush_f(t);
+  return uintBitsToFloat(floatBitsToUint(flush_f(r)) ^ sign);
+}
+
 #endif
