@@ -504,6 +504,14 @@ inline kernels::gpu::act_params gpu_act_params(const op_case& c) {
   return p;
 }
 
+// An attention case's soft cap and sinks as gpu::device::attention takes them.
+inline kernels::gpu::attention_extras gpu_attention_extras(const op_case& c) {
+  kernels::gpu::attention_extras x;
+  x.softcap = c.softcap;
+  x.sinks = c.sinks.empty() ? nullptr : c.sinks.data();
+  return x;
+}
+
 // The cell of one position in gpu.h's exact KV layout, in bytes.
 inline int64_t kv_cell_bytes(int64_t n_head_kv, int64_t head_dim) {
   const int64_t nb = (head_dim + numerics::QBLOCK - 1) / numerics::QBLOCK;
@@ -1454,19 +1462,15 @@ enum skips : unsigned {
   skips_nonfinite = 1,  // NaN payloads are the hardware's (gpu.h): the GPU backends and CUDA's twins
   skips_refused = 2,    // no input checks of kernels/ref's: the devices and CUDA's twins
   skips_gpu_scale = 4,  // one std::thread per CUDA thread: the thread emulation
-  skips_softcap = 8,    // soft-capped or sink attention: not in the device's attention kernel yet
   skips_gpu_types = 16,  // weight types whose row in gguf/weight_types.h says the GPUs do not decode them
 };
-inline constexpr unsigned GPU_SKIPS = skips_nonfinite | skips_refused | skips_softcap | skips_gpu_types;
+inline constexpr unsigned GPU_SKIPS = skips_nonfinite | skips_refused | skips_gpu_types;
 
 // Why a backend with `skip` leaves case c out before its inputs are drawn; "" when it does not.
 inline std::string skip_reason(const op_case& c, unsigned skip) {
   if ((skip & skips_gpu_scale) && c.gpu_scale) return "sized for a GPU: millions of std::threads here";
-  if ((skip & skips_softcap) && c.op == op_kind::attention && c.softcap > 0)
-    return "soft-capped attention: the device kernel has no cap yet (ops_gpu refuses gemma2)";
   if ((skip & skips_gpu_types) && c.op == op_kind::matmul && !(gguf::weight_type_of(c.type) && gguf::weight_type_of(c.type)->gpu))
     return type_name(c.type) + " weights: not decoded by the devices (gguf/weight_types.h; upload_weight refuses them)";
-  if ((skip & skips_softcap) && !c.sinks.empty()) return "attention sinks: the device kernel has none yet (ops_gpu refuses gpt-oss)";
   if ((skip & skips_nonfinite) && c.nonfinite) return "non-finite inputs: NaN payloads are the hardware's (gpu.h)";
   return "";
 }

@@ -17,6 +17,7 @@
 // Non-goals: the KV cache on the device (the next step); fused ops.
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <unordered_map>
 
 #include "backends/exact_cell.h"
@@ -106,34 +107,40 @@ class ops_gpu final : public ops_storage<float> {
     for (int64_t t = 0; t < k.rows; ++t) std::memcpy(tok(t).cache->cell(layer, tok(t).pos), cells_.data() + t * cb, cb);
   }
 
-  // One device call per sequence of the step: its query rows gathered, its cells [0, max pos].
+  // One device call per sequence of the step and first attended position (0, or the sliding
+  // window's start: model::attn_first): its query rows gathered, its cells [first, max pos]. The
+  // soft cap and the sinks go to the device with the call.
   void attention(int64_t layer, model::act q, model::act out, const model::attn_params& p) override {
-    if (p.window > 0 || p.softcap > 0 || p.sinks) unsupported("sliding-window, soft-capped or sink attention");
     const float kq_scale = static_cast<float>(p.kq_scale);
+    kernels::gpu::attention_extras x;
+    x.softcap = static_cast<float>(p.softcap);
+    x.sinks = p.sinks;
     const int64_t width = q.cols;
     host_in(q);
     float* o = host_out(out);
-    std::unordered_map<const kv_cache*, std::vector<int64_t>> by_seq;
-    std::vector<const kv_cache*> order;
+    using group_key = std::pair<const kv_cache*, int64_t>;
+    std::map<group_key, std::vector<int64_t>> groups;
+    std::vector<group_key> order;
     for (int64_t t = 0; t < q.rows; ++t) {
-      auto [it, fresh] = by_seq.try_emplace(tok(t).cache);
-      if (fresh) order.push_back(tok(t).cache);
+      const group_key k{tok(t).cache, model::attn_first(tok(t).pos, p.window)};
+      auto [it, fresh] = groups.try_emplace(k);
+      if (fresh) order.push_back(k);
       it->second.push_back(t);
     }
-    for (const kv_cache* c : order) {
-      const std::vector<int64_t>& rows = by_seq[c];
-      const int64_t n = static_cast<int64_t>(rows.size());
+    for (const group_key& k : order) {
+      const std::vector<int64_t>& rows = groups[k];
+      const int64_t n = static_cast<int64_t>(rows.size()), first = k.second;
       q_rows_.resize(static_cast<size_t>(n * width));
       out_rows_.resize(static_cast<size_t>(n * width));
       n_kv_.resize(static_cast<size_t>(n));
       int64_t n_cells = 0;
       for (int64_t i = 0; i < n; ++i) {
         std::memcpy(q_rows_.data() + i * width, row(q, rows[i]), sizeof(float) * static_cast<size_t>(width));
-        n_kv_[i] = tok(rows[i]).pos + 1;
+        n_kv_[i] = tok(rows[i]).pos + 1 - first;
         n_cells = std::max(n_cells, n_kv_[i]);
       }
       dev_->attention(q_rows_.data(), n, n_kv_.data(), hp_.n_head, hp_.n_head_kv, hp_.head_dim,
-                      tok(rows[0]).cache->cell(layer, 0), n_cells, kq_scale, out_rows_.data());
+                      k.first->cell(layer, first), n_cells, kq_scale, x, out_rows_.data());
       for (int64_t i = 0; i < n; ++i)
         std::memcpy(o + rows[i] * width, out_rows_.data() + i * width, sizeof(float) * static_cast<size_t>(width));
     }
@@ -183,11 +190,6 @@ class ops_gpu final : public ops_storage<float> {
   }
 
  private:
-  [[noreturn]] void unsupported(const std::string& op) const {
-    throw input_error(std::string("the ") + dev_->desc().name + " backend has no " + op + " op yet (architecture " +
-                      model::arch_name(hp_.arch) + "): use --backend cpu");
-  }
-
   // A gpu::act over every element of a (and b), on the device.
   void activation(kernels::gpu::act k, model::act a, const model::act* b, const kernels::gpu::act_params& p,
                   model::act out) {

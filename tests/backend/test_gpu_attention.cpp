@@ -14,6 +14,7 @@
 #include "test_util.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
@@ -32,7 +33,7 @@ std::vector<float> gpu_attention(const op_case& c, const test::op_inputs& in) {
   std::vector<float> out = test::output_buffer(c, in);
   test::gpu_test_device().attention(in.q.data(), static_cast<int64_t>(c.n_kv.size()), c.n_kv.data(), c.n_head,
                                     c.n_head_kv, c.head_dim, in.cells.data(), c.n_cells, c.kq_scale,
-                                    out.data() + test::GUARD);
+                                    test::gpu_attention_extras(c), out.data() + test::GUARD);
   return out;
 }
 
@@ -65,6 +66,25 @@ TEST_CASE("gpu attention: no position, all-zero q, and non-finite q") {
   CHECK_THROWS_AS(gpu_attention(more, in), input_error);
   std::vector<float> none(2, SENTINEL);
   test::gpu_test_device().attention(in.q.data(), 0, c.n_kv.data(), c.n_head, c.n_head_kv, c.head_dim, in.cells.data(),
-                                    c.n_cells, c.kq_scale, none.data());
+                                    c.n_cells, c.kq_scale, {}, none.data());
   CHECK(none == std::vector<float>(2, SENTINEL));
+  // A soft cap or a sink attention_exact_ref refuses is refused before anything runs.
+  std::vector<float> got(static_cast<size_t>(test::output_size(c)), SENTINEL);
+  kernels::gpu::attention_extras x;
+  for (float cap : {-1.0f, NAN, INFINITY, 1e-40f}) {
+    x.softcap = cap;
+    CHECK_THROWS_WITH_AS(test::gpu_test_device().attention(in.q.data(), static_cast<int64_t>(c.n_kv.size()), c.n_kv.data(),
+                                                           c.n_head, c.n_head_kv, c.head_dim, in.cells.data(), c.n_cells,
+                                                           c.kq_scale, x, got.data()),
+                         doctest::Contains("soft cap"), input_error);
+  }
+  x.softcap = 0.0f;
+  std::vector<float> sinks(static_cast<size_t>(c.n_head), 1.0f);
+  sinks.back() = INFINITY;
+  x.sinks = sinks.data();
+  CHECK_THROWS_WITH_AS(test::gpu_test_device().attention(in.q.data(), static_cast<int64_t>(c.n_kv.size()), c.n_kv.data(),
+                                                         c.n_head, c.n_head_kv, c.head_dim, in.cells.data(), c.n_cells,
+                                                         c.kq_scale, x, got.data()),
+                       doctest::Contains("sink of head"), input_error);
+  CHECK(std::all_of(got.begin(), got.end(), [](float v) { return v == SENTINEL; }));
 }

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "gpu_test_util.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -199,21 +201,37 @@ TEST_CASE("gpu e2e: a GPU backend refuses float numerics with a clear error") {
   CHECK_THROWS_WITH_AS(runtime::context(m, p), doctest::Contains("no such"), input_error);
 }
 
+// gemma2 (sliding window, soft-capped scores and logits, geglu), gemma3 (sliding window, geglu) and
+// gpt-oss (sliding window, sinks, swiglu_oai, biases, experts) with windows shorter than the
+// prompt, so that rows of one step start their window at different positions.
+TEST_CASE("gpu e2e: gemma2, gemma3 and gpt-oss with short sliding windows equal the CPU backend bit for bit") {
+  test::gpu_test_device();
+  const std::string dir = test::scratch_dir("gpu_e2e_windows");
+  for (model::arch_id a : {model::ARCH_GEMMA2, model::ARCH_GEMMA3, model::ARCH_GPT_OSS}) {
+    for (gguf::dtype t : {gguf::DTYPE_Q8_0, gguf::DTYPE_Q4_K}) {
+      CAPTURE(model::arch_name(a));
+      CAPTURE(gguf::dtype_get(t).name);
+      const std::string path = dir + "/" + model::arch_name(a) + "-" + gguf::dtype_get(t).name + ".gguf";
+      model::synth_options o = test::small_model(a, t, 17, 128);
+      o.sliding_window = 5;
+      model::synth_write(o, path);
+      check_same(path, dir);
+    }
+  }
+}
+
 // backends/op_support.h: a model that needs a part the backend lacks is refused when the context
-// is made, naming every such part (and an architecture whose parts are all there is not).
-TEST_CASE("gpu e2e: gemma2, gemma3 and gpt-oss are refused at load, naming the attention variants the backend lacks") {
+// is made, naming every such part.
+TEST_CASE("gpu e2e: gpt-oss with mxfp4 experts is refused at load, naming the weight type") {
   test::gpu_test_device();
   const std::string dir = test::scratch_dir("gpu_e2e_parts");
-  const std::pair<model::arch_id, const char*> cases[] = {
-      {model::ARCH_GEMMA2, "model needs: attention: sliding window, attention: soft cap ("},
-      {model::ARCH_GEMMA3, "model needs: attention: sliding window ("},
-      {model::ARCH_GPT_OSS, "model needs: attention: sliding window, attention: sinks ("},
-  };
-  for (const auto& [arch, message] : cases) {
-    CAPTURE(model::arch_name(arch));
-    auto m = model::model::load(synth_path(arch, gguf::DTYPE_Q8_0, dir));
-    CHECK_THROWS_WITH_AS(runtime::context(m, params(test::gpu_test_backend())), doctest::Contains(message), input_error);
-  }
+  const std::string path = dir + "/gpt-oss-mxfp4.gguf";
+  model::synth_options o = test::small_model(model::ARCH_GPT_OSS, gguf::DTYPE_Q8_0, 13, 128);
+  for (const char* t : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}) o.tensor_types.emplace_back(t, gguf::DTYPE_MXFP4);
+  model::synth_write(o, path);
+  auto m = model::model::load(path);
+  CHECK_THROWS_WITH_AS(runtime::context(m, params(test::gpu_test_backend())),
+                       doctest::Contains("gpt-oss model needs: weights: mxfp4 ("), input_error);
 }
 
 #ifdef DETAUDIT_TEST_HAVE_CLI
@@ -239,5 +257,30 @@ TEST_CASE("gpu e2e: detaudit generate --hashes prints the same lines on the GPU 
     CHECK(cpu.out.find("chained ") != std::string::npos);
     CHECK(gpu.out == cpu.out);
   }
+}
+
+// `--oracle engine:MODEL.gguf?backend=GPU`: an audit arbitrated on the GPU gets the CPU oracle's
+// figures, every step's ids, ranks and log-probs equal (JSON equality: the doubles bit for bit).
+TEST_CASE("gpu e2e: --oracle engine:MODEL.gguf?backend=GPU writes the CPU oracle's figures") {
+  test::gpu_test_device();
+  const std::string dir = test::scratch_dir("gpu_e2e_oracle");
+  const std::string model = synth_path(model::ARCH_GEMMA2, gguf::DTYPE_Q8_0, dir);
+  const std::string prompts = test::write_file(dir + "/p.txt", "Once upon a time\nThe cat sat\n");
+  const std::string bin = test::shell_quote(test::detaudit_bin());
+  const test::cmd_result run = test::run_cmd(bin + " run --target 'engine:" + model + "?threads=1' --prompts " + prompts +
+                                             " --raw -n 6 --fail-on none --out " + dir + "/run");
+  REQUIRE_MESSAGE(run.exit_code == 0, run.err);
+  auto oracle_of = [&](const std::string& query) {
+    const test::cmd_result r = test::run_cmd(bin + " report " + dir + "/run --fail-on none --oracle 'engine:" + model + query + "'");
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    return nlohmann::json::parse(test::file_text(dir + "/run/oracle.json"));
+  };
+  const nlohmann::json cpu = oracle_of("");
+  const nlohmann::json gpu = oracle_of(std::string("?backend=") + kernels::gpu::api_name(test::gpu_test_api()) +
+                                       "&device=" + std::to_string(test::gpu_test_device_index()));
+  REQUIRE(cpu["responses"].size() >= 4);  // alone and control of each prompt, at least
+  CHECK(gpu["model"]["sha256"] == cpu["model"]["sha256"]);
+  CHECK(gpu["model"]["spec"].get<std::string>().find("backend=") != std::string::npos);
+  CHECK(gpu["responses"] == cpu["responses"]);
 }
 #endif

@@ -197,8 +197,11 @@ std::vector<float> emu_run(const op_case& c, const test::op_inputs& in, bool int
     }
     case op_kind::attention: {
       std::vector<int32_t> scratch(static_cast<size_t>(static_cast<int64_t>(c.n_kv.size()) * c.n_head * c.n_cells));
+      const kernels::gpu::attention_extras x = test::gpu_attention_extras(c);
+      const float inv_cap = kernels::gpu::attention_extras_check(x, c.n_head);
       kc::emu_launch_attention(in.q.data(), static_cast<int64_t>(c.n_kv.size()), c.n_kv.data(), c.n_head, c.n_head_kv,
-                               c.head_dim, in.cells.data(), c.n_cells, c.kq_scale, scratch.data(), y);
+                               c.head_dim, in.cells.data(), c.n_cells, c.kq_scale, x.softcap, inv_cap, x.sinks,
+                               scratch.data(), y);
       break;
     }
   }

@@ -414,9 +414,11 @@ namespace {
 namespace {
 
 // The host twin of attention_kernel for one (query row, head) over a kv_head_view, `threads`
-// strided threads; partial maxima and sums combined in reverse thread order.
+// strided threads; partial maxima and sums combined in reverse thread order. cap > 0: the scores
+// capped; sink: the head's sink or null.
 void attention_twin(const float* q, int64_t head_dim, const kernels::kv_head_view& k, const kernels::kv_head_view& v,
-                    int64_t nkv, float kq_scale, int threads, float* out) {
+                    int64_t nkv, float kq_scale, float cap, const float* sink, int threads, float* out) {
+  const float inv_cap = cap > 0.0f ? xd::recip_f32(cap) : 0.0f;
   const int64_t nb = (head_dim + 31) / 32;
   if (nkv == 0) {
     std::fill(out, out + head_dim, 0.0f);
@@ -430,12 +432,15 @@ void attention_twin(const float* q, int64_t head_dim, const kernels::kv_head_vie
   std::vector<float> s(static_cast<size_t>(nkv)), lm(static_cast<size_t>(threads), from_bits(0xff800000u));
   for (int th = 0; th < threads; ++th) {
     for (int64_t t = th; t < nkv; t += threads) {
-      s[static_cast<size_t>(t)] = xd::attention_score(sq.data(), se.data(), qmax, k.q + t * k.q_stride, k.exp + t * k.exp_stride, nb, kq_scale);
+      s[static_cast<size_t>(t)] = xd::attention_capped(
+          xd::attention_score(sq.data(), se.data(), qmax, k.q + t * k.q_stride, k.exp + t * k.exp_stride, nb, kq_scale), cap,
+          inv_cap);
       lm[static_cast<size_t>(th)] = std::max(lm[static_cast<size_t>(th)], s[static_cast<size_t>(t)]);
     }
   }
   float m = lm[static_cast<size_t>(threads - 1)];
   for (int th = threads - 2; th >= 0; --th) m = lm[static_cast<size_t>(th)] > m ? lm[static_cast<size_t>(th)] : m;
+  if (sink && xd::flush(*sink) > m) m = xd::flush(*sink);
   if (m == 0.0f) m = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
     int32_t ev = xd::EXP_ZERO;
@@ -443,7 +448,7 @@ void attention_twin(const float* q, int64_t head_dim, const kernels::kv_head_vie
     gv[static_cast<size_t>(b)] = xd::attention_value_grid(ev, nkv);
   }
   std::vector<int32_t> wt(static_cast<size_t>(nkv));
-  int64_t total = 0;
+  int64_t total = sink ? xd::attention_weight(xd::flush(*sink), m) : 0;
   for (int64_t t = nkv - 1; t >= 0; --t) {
     wt[static_cast<size_t>(t)] = static_cast<int32_t>(xd::attention_weight(s[static_cast<size_t>(t)], m));
     total += wt[static_cast<size_t>(t)];
@@ -506,7 +511,8 @@ namespace {
           const int64_t g = h / (c.n_head / c.n_head_kv), at = (static_cast<int64_t>(row) * c.n_head + h) * c.head_dim;
           attention_twin(in.q.data() + at, c.head_dim, test::cell_view(in.cells.data(), c.n_head_kv, c.head_dim, g, 0),
                          test::cell_view(in.cells.data(), c.n_head_kv, c.head_dim, g, 1), c.n_kv[row], c.kq_scale,
-                         threads, got.data() + test::GUARD + at);
+                         c.softcap, c.sinks.empty() ? nullptr : &c.sinks[static_cast<size_t>(h)], threads,
+                         got.data() + test::GUARD + at);
         }
       return got;
     };

@@ -61,8 +61,9 @@ constexpr int64_t ATTENTION_MAX_HEAD_DIM = 512;
 void launch_kv_quantize(const float* k, const float* v, int64_t rows, int64_t n_head_kv, int64_t head_dim,
                         uint8_t* cells);
 // scratch: (n_q * n_head * n_cells) int32.
+// cap > 0: scores capped (inv_cap = recip_f32(cap)); sinks: n_head device floats or null.
 void launch_attention(const float* q, int64_t n_q, const int64_t* n_kv, int64_t n_head, int64_t n_head_kv,
-                      int64_t head_dim, const uint8_t* cells, int64_t n_cells, float kq_scale,
-                      int32_t* scratch, float* out);
+                      int64_t head_dim, const uint8_t* cells, int64_t n_cells, float kq_scale, float cap,
+                      float inv_cap, const float* sinks, int32_t* scratch, float* out);
 
 }  // namespace detaudit::kernels::cuda

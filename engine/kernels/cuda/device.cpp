@@ -296,7 +296,8 @@ class cuda_device final : public gpu::device {
   void kv_quantize(const float* k, const float* v, int64_t rows, int64_t n_head_kv, int64_t head_dim,
                    uint8_t* cells) override;
   void attention(const float* q, int64_t n_q, const int64_t* n_kv, int64_t n_head, int64_t n_head_kv,
-                 int64_t head_dim, const uint8_t* cells, int64_t n_cells, float kq_scale, float* out) override;
+                 int64_t head_dim, const uint8_t* cells, int64_t n_cells, float kq_scale,
+                 const gpu::attention_extras& x, float* out) override;
 
   void slot_write(int32_t s, const float* x, int64_t n) override;
   void slot_read(int32_t s, float* x, int64_t n) override;
@@ -347,7 +348,7 @@ class cuda_device final : public gpu::device {
   std::unordered_map<const float*, std::unique_ptr<const_entry>> constants_;
   mapped_flag nonfinite_;
   std::vector<std::unique_ptr<weight_entry>> weights_;
-  dbuf in_a_, in_b_, out_, q_, exp_, max_, pack_, cells_, nkv_, scratch_, small_;
+  dbuf in_a_, in_b_, out_, q_, exp_, max_, pack_, cells_, nkv_, scratch_, small_, sinks_;
 };
 
 gpu::weight_handle cuda_device::upload_weight(gguf::dtype t, const uint8_t* data, int64_t n_in, int64_t n_out) {
@@ -516,8 +517,10 @@ void cuda_device::kv_quantize(const float* k, const float* v, int64_t rows, int6
 }
 
 void cuda_device::attention(const float* q, int64_t n_q, const int64_t* n_kv, int64_t n_head, int64_t n_head_kv,
-                            int64_t head_dim, const uint8_t* cells, int64_t n_cells, float kq_scale, float* out) {
+                            int64_t head_dim, const uint8_t* cells, int64_t n_cells, float kq_scale,
+                            const gpu::attention_extras& x, float* out) {
   const op_scope scope(prof_, OP_ATTENTION);
+  const float inv_cap = gpu::attention_extras_check(x, n_head);
   if (head_dim < 1 || head_dim > ATTENTION_MAX_HEAD_DIM)
     throw input_error("cuda attention: head_dim " + std::to_string(head_dim) + " not in 1.." +
                       std::to_string(ATTENTION_MAX_HEAD_DIM));
@@ -545,7 +548,12 @@ void cuda_device::attention(const float* q, int64_t n_q, const int64_t* n_kv, in
   to_device(dq, q, nq);
   to_device(dc, cells, cell_bytes * sz(n_cells));
   to_device(dn, n_kv, sz(n_q));
-  launch_attention(dq, n_q, dn, n_head, n_head_kv, head_dim, dc, n_cells, kq_scale, ds, dout);
+  float* dsink = nullptr;
+  if (x.sinks) {
+    dsink = sinks_.get<float>(sz(n_head));
+    to_device(dsink, x.sinks, sz(n_head));
+  }
+  launch_attention(dq, n_q, dn, n_head, n_head_kv, head_dim, dc, n_cells, kq_scale, x.softcap, inv_cap, dsink, ds, dout);
   check_launch("attention kernel");
   to_host(out, dout, nq);
 }

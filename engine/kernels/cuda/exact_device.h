@@ -247,6 +247,11 @@ DETAUDIT_HD float attention_score(const int16_t* qa, const int32_t* qe, int32_t 
   return flush(fmul(fixed_to_f32(acc, g), flush(kq_scale)));
 }
 
+// attention_score_ref's cap: softcap_f32(s, cap) with inv_cap = recip_f32(cap) when cap > 0.
+DETAUDIT_HD float attention_capped(float s, float cap, float inv_cap) {
+  return cap > 0.0f ? numerics::inl::softcap(s, cap, inv_cap) : s;
+}
+
 // attention_weight_ref: rne(exp_f32(flush(s - m)) * 2^30), in [0, 2^30].
 DETAUDIT_HD int64_t attention_weight(float s, float m) {
   int32_t mw;

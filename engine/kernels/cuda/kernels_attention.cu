@@ -60,12 +60,13 @@ struct cell_view {
   __device__ const int32_t* ve(int64_t t) const { return ke(t) + per_kind; }
 };
 
-// Scores of this thread's positions into srow; returns their maximum (-inf when none).
+// Scores of this thread's positions into srow (capped when cap > 0); returns their maximum (-inf
+// when none).
 __device__ float scores_pass(const int16_t* sq, const int32_t* se, int32_t qmax, const cell_view& cv,
-                             int64_t nb, int64_t nkv, float kq_scale, float* srow) {
+                             int64_t nb, int64_t nkv, float kq_scale, float cap, float inv_cap, float* srow) {
   float lm = xd::u2f(0xff800000u);
   for (int64_t t = threadIdx.x; t < nkv; t += blockDim.x) {
-    const float s = xd::attention_score(sq, se, qmax, cv.kq(t), cv.ke(t), nb, kq_scale);
+    const float s = xd::attention_capped(xd::attention_score(sq, se, qmax, cv.kq(t), cv.ke(t), nb, kq_scale), cap, inv_cap);
     srow[t] = s;
     lm = s > lm ? s : lm;
   }
@@ -74,7 +75,7 @@ __device__ float scores_pass(const int16_t* sq, const int32_t* se, int32_t qmax,
 
 __global__ void attention_kernel(const float* q, const int64_t* n_kv, int64_t n_head, int64_t n_head_kv,
                                  int64_t head_dim, const uint8_t* cells, int64_t n_cells, float kq_scale,
-                                 int32_t* scratch, float* out) {
+                                 float cap, float inv_cap, const float* sinks, int32_t* scratch, float* out) {
   __shared__ int16_t sq[MAX_BLOCKS * xd::QBLOCK];
   __shared__ int32_t se[MAX_BLOCKS];
   __shared__ int32_t sgv[MAX_BLOCKS];
@@ -103,7 +104,7 @@ __global__ void attention_kernel(const float* q, const int64_t* n_kv, int64_t n_
   int32_t qmax = xd::EXP_ZERO;
   for (int64_t b = 0; b < nb; ++b) qmax = se[b] > qmax ? se[b] : qmax;
   float* srow = reinterpret_cast<float*>(scratch + blockIdx.x * n_cells);
-  s_max[threadIdx.x] = scores_pass(sq, se, qmax, cv, nb, nkv, kq_scale, srow);
+  s_max[threadIdx.x] = scores_pass(sq, se, qmax, cv, nb, nkv, kq_scale, cap, inv_cap, srow);
   if (threadIdx.x < nb) {
     int32_t ev = xd::EXP_ZERO;
     for (int64_t t = 0; t < nkv; ++t) ev = cv.ve(t)[threadIdx.x] > ev ? cv.ve(t)[threadIdx.x] : ev;
@@ -112,6 +113,8 @@ __global__ void attention_kernel(const float* q, const int64_t* n_kv, int64_t n_
   __syncthreads();
   float m = s_max[0];
   for (int i = 1; i < ATT_THREADS; ++i) m = s_max[i] > m ? s_max[i] : m;
+  const float sink = sinks ? xd::flush(sinks[h]) : 0.0f;
+  if (sinks && sink > m) m = sink;
   if (m == 0.0f) m = 0.0f;
   long long wsum = 0;
   int32_t* wrow = scratch + blockIdx.x * n_cells;
@@ -122,7 +125,7 @@ __global__ void attention_kernel(const float* q, const int64_t* n_kv, int64_t n_
   }
   s_sum[threadIdx.x] = wsum;
   __syncthreads();
-  long long total = 0;
+  long long total = sinks ? xd::attention_weight(sink, m) : 0;  // the sink's weight: in the sum only
   for (int i = 0; i < ATT_THREADS; ++i) total += s_sum[i];
   const float inv_s = xd::recip_f32(xd::fixed_to_f32(total, 0));
   for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
@@ -142,11 +145,11 @@ void launch_kv_quantize(const float* k, const float* v, int64_t rows, int64_t n_
 }
 
 void launch_attention(const float* q, int64_t n_q, const int64_t* n_kv, int64_t n_head, int64_t n_head_kv,
-                      int64_t head_dim, const uint8_t* cells, int64_t n_cells, float kq_scale,
-                      int32_t* scratch, float* out) {
+                      int64_t head_dim, const uint8_t* cells, int64_t n_cells, float kq_scale, float cap,
+                      float inv_cap, const float* sinks, int32_t* scratch, float* out) {
   if (n_q * n_head == 0) return;
-  DETAUDIT_LAUNCH(attention_kernel, static_cast<unsigned>(n_q * n_head), ATT_THREADS)(q, n_kv, n_head, n_head_kv, head_dim,
-                                                                         cells, n_cells, kq_scale, scratch, out);
+  DETAUDIT_LAUNCH(attention_kernel, static_cast<unsigned>(n_q * n_head), ATT_THREADS)(
+      q, n_kv, n_head, n_head_kv, head_dim, cells, n_cells, kq_scale, cap, inv_cap, sinks, scratch, out);
 }
 
 }  // namespace detaudit::kernels::cuda

@@ -37,6 +37,17 @@ const char* act_name(act k) {
   return "?";
 }
 
+float attention_extras_check(const attention_extras& x, int64_t n_head) {
+  if (x.softcap != 0.0f && !numerics::softcap_cap_ok(x.softcap))
+    throw input_error("attention: soft cap " + std::to_string(x.softcap) +
+                      " is not 0 (none) or a positive normal float with a normal reciprocal");
+  for (int64_t h = 0; x.sinks && h < n_head; ++h)
+    if (!(x.sinks[h] - x.sinks[h] == 0.0f))
+      throw input_error("attention: the sink of head " + std::to_string(h) + " (" + std::to_string(x.sinks[h]) +
+                        ") is not finite");
+  return x.softcap > 0.0f ? numerics::recip_f32(x.softcap) : 0.0f;
+}
+
 void act_kernel_params(act k, const act_params& p, float* p0, float* p1) {
   *p0 = 0.0f;
   *p1 = 0.0f;

@@ -62,6 +62,15 @@ inline bool act_binary(act k) { return k == act::geglu || k == act::swiglu_oai; 
 // refuses.
 void act_kernel_params(act k, const act_params& p, float* p0, float* p1);
 
+// attention's variants beyond causal attention: attention_exact_ref's softcap and sink.
+struct attention_extras {
+  float softcap = 0.0f;          // > 0: each score capped as softcap_f32(s, softcap) (gemma2); 0: none
+  const float* sinks = nullptr;  // n_head floats, query head h's sink (gpt-oss); null: none
+};
+// Checks x as attention_exact_ref does (a cap it refuses, a sink that is not finite) and returns
+// recip_f32(softcap) (0 without a cap). Throws input_error.
+float attention_extras_check(const attention_extras& x, int64_t n_head);
+
 // A weight tensor resident on a device.
 struct weight_handle {
   int32_t id = -1;
@@ -108,10 +117,12 @@ class device {
   // Causal attention of the query rows of ONE sequence over its cache cells of one layer:
   // cells: n_cells consecutive cells (positions 0 .. n_cells - 1, layout above); q, out:
   // (n_q, n_head * head_dim); query row r attends positions [0, n_kv[r]) (n_kv[r] <= n_cells);
-  // head h reads KV head h / (n_head / n_head_kv). Each head's result is attention_exact_ref's.
+  // head h reads KV head h / (n_head / n_head_kv). Each head's result is attention_exact_ref's
+  // with x.softcap and x.sinks[h]. A sliding window is the caller's: it passes the cells from the
+  // window's first position (ops_gpu groups the rows that share it).
   virtual void attention(const float* q, int64_t n_q, const int64_t* n_kv, int64_t n_head,
                          int64_t n_head_kv, int64_t head_dim, const uint8_t* cells, int64_t n_cells,
-                         float kq_scale, float* out) = 0;
+                         float kq_scale, const attention_extras& x, float* out) = 0;
 
   // ---- activation slots ----
   // A slot is a float array named by a small non-negative integer the caller picks (ops_gpu: the

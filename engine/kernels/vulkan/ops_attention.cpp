@@ -29,6 +29,8 @@ struct attention_push {
   uint32_t pass, n_head, n_head_kv, head_dim, nb, n_cells;
   float kq_scale;
   uint32_t rh0;
+  float softcap, inv_cap;  // softcap > 0: scores capped (gpu::attention_extras)
+  uint32_t has_sinks;      // binding 8 holds n_head sinks
 };
 
 uint32_t u32(uint64_t v) { return static_cast<uint32_t>(v); }
@@ -76,8 +78,10 @@ void run_passes(vk_device& dev, std::initializer_list<const buffer*> bufs, atten
 }  // namespace
 
 void vk_device::attention(const float* q, int64_t n_q, const int64_t* n_kv, int64_t n_head, int64_t n_head_kv,
-                          int64_t head_dim, const uint8_t* cells, int64_t n_cells, float kq_scale, float* out) {
+                          int64_t head_dim, const uint8_t* cells, int64_t n_cells, float kq_scale,
+                          const gpu::attention_extras& x, float* out) {
   check_shape(n_q, n_kv, n_head, n_head_kv, head_dim, n_cells);
+  const float inv_cap = gpu::attention_extras_check(x, n_head);
   act_check_finite(q, n_q * n_head * head_dim, "vulkan attention");
   if (n_q == 0) return;
   const uint64_t rows = static_cast<uint64_t>(n_q * n_head);
@@ -103,12 +107,15 @@ void vk_device::attention(const float* q, int64_t n_q, const int64_t* n_kv, int6
   buffer& cb = scratch(5, nc * cell_bytes);
   buffer& kvb = scratch(6, nkv32.size() * 4);
   buffer& sc = scratch(7, rows * nc * 4);
+  buffer& sk = scratch(8, x.sinks ? static_cast<uint64_t>(n_head) * 4 : 4);
+  if (x.sinks) std::memcpy(sk.mapped, x.sinks, static_cast<size_t>(n_head) * 4);
   std::memcpy(qb.mapped, q, rows * hd * 4);
   if (nc > 0) std::memcpy(cb.mapped, cells, nc * cell_bytes);
   std::memcpy(kvb.mapped, nkv32.data(), nkv32.size() * 4);
   act_quantize_rows(*this, qb, rows, hd, qq, qe, qm);
-  attention_push p{PASS_SCORES, u32(n_head), u32(n_head_kv), u32(hd), u32(nb), u32(nc), numerics::flush(kq_scale), 0};
-  run_passes(*this, {&cb, &qq, &qe, &qm, &kvb, &sc, &sum, &qb}, p, rows, static_cast<uint64_t>(max_kv));
+  attention_push p{PASS_SCORES, u32(n_head), u32(n_head_kv), u32(hd), u32(nb), u32(nc), numerics::flush(kq_scale), 0,
+                   x.softcap, inv_cap, x.sinks ? 1u : 0u};
+  run_passes(*this, {&cb, &qq, &qe, &qm, &kvb, &sc, &sum, &qb, &sk}, p, rows, static_cast<uint64_t>(max_kv));
   std::memcpy(out, qb.mapped, rows * hd * 4);
 }
 

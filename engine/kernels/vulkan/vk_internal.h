@@ -77,7 +77,8 @@ class vk_device final : public gpu::device {
                    uint8_t* cells) override;
   // ops_attention.cpp
   void attention(const float* q, int64_t n_q, const int64_t* n_kv, int64_t n_head, int64_t n_head_kv,
-                 int64_t head_dim, const uint8_t* cells, int64_t n_cells, float kq_scale, float* out) override;
+                 int64_t head_dim, const uint8_t* cells, int64_t n_cells, float kq_scale,
+                 const gpu::attention_extras& x, float* out) override;
 
   // ---- dispatch.cpp: buffers and dispatch ----
 
@@ -86,7 +87,7 @@ class vk_device final : public gpu::device {
   void free_buffer(buffer& b);
   // Scratch buffer `slot` (0 .. SCRATCH_SLOTS - 1) holding at least `bytes`; reused between calls
   // and grown when needed (its contents are then lost).
-  static constexpr int SCRATCH_SLOTS = 8;
+  static constexpr int SCRATCH_SLOTS = 9;
   buffer& scratch(int slot, uint64_t bytes);
   // Runs shaders/<name>.comp over (gx, gy, gz) workgroups with `bindings` at bindings 0, 1, ... of
   // set 0 (storage buffers, whole range) and `push` (push_bytes <= 128) as push constants, and

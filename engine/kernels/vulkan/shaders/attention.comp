@@ -3,10 +3,12 @@
 // passes selected by pc.pass (one dispatch each, so each pass sees all of the previous one):
 //   0 scores:  per (row and head, position t < n_kv[row]) one invocation: s_t = flush(dot(qq, k_t)
 //              * kq_scale), the dot on the matmul grid with k_t as unit-scale blocks,
-//              G_t = qq.max_exp + Ek_t + 44 + clog2(2 nb) - 62.
-//   1 softmax: per (row and head) one workgroup: m = max_t s_t (+0 for a zero maximum, taken on an
-//              order-preserving integer key of the bits), W_t = rne(exp_f32(flush(s_t - m)) * 2^30)
-//              written over s_t, S = sum_t W_t (int64, reduced in shared memory).
+//              G_t = qq.max_exp + Ek_t + 44 + clog2(2 nb) - 62; then softcap_f32(s_t, softcap)
+//              when softcap > 0.
+//   1 softmax: per (row and head) one workgroup: m = max_t s_t, and the head's sink when there are
+//              sinks (+0 for a zero maximum, taken on an order-preserving integer key of the bits),
+//              W_t = rne(exp_f32(flush(s_t - m)) * 2^30) written over s_t, S = sum_t W_t (int64,
+//              reduced in shared memory) plus the sink's weight.
 //   2 accum:   per (row and head, dimension d of value block b) one invocation:
 //              Gv_b = max_t ev_{t,b} + 30 + 15 + clog2(n_kv) - 62, acc_d = sum_t round_shift(W_t
 //              * v_{t,d}, ev_{t,b} - Gv_b) (int64), out_d = flush(fixed_to_f32(acc_d, Gv_b) *
@@ -28,6 +30,7 @@ layout(std430, binding = 4) readonly buffer n_buf { int n_kv[]; };         // (n
 layout(std430, binding = 5) buffer s_buf { uint score[]; };                // (n_q * n_head, n_cells)
 layout(std430, binding = 6) buffer t_buf { int64_t s_sum[]; };             // (n_q * n_head)
 layout(std430, binding = 7) writeonly buffer o_buf { float out_v[]; };     // (n_q * n_head, head_dim)
+layout(std430, binding = 8) readonly buffer k_buf { float sinks[]; };      // (n_head) when has_sinks
 
 layout(push_constant) uniform push_t {
   uint pass;       // 0 scores, 1 softmax, 2 accum
@@ -38,6 +41,9 @@ layout(push_constant) uniform push_t {
   uint n_cells;
   float kq_scale;  // flushed on the host
   uint rh0;        // first (row, head) of this dispatch
+  float softcap;   // > 0: each score capped as softcap_f32(s, softcap) (gemma2)
+  float inv_cap;   // recip_f32(softcap), from the host
+  uint has_sinks;  // sinks[head] joins the softmax's maximum and sum, not the values (gpt-oss)
 } pc;
 
 // The cell layout of kernels/gpu/gpu.h read from 32-bit words: per position
@@ -86,7 +92,9 @@ void pass_scores(uint rh, uint t) {
     dot = fixed_to_f32(acc, grid);
   }
   precise float s = dot * pc.kq_scale;
-  score[rh * pc.n_cells + t] = floatBitsToUint(flush_f(s));
+  float sc = flush_f(s);
+  if (pc.softcap > 0.0) sc = softcap_f32(sc, pc.softcap, pc.inv_cap);
+  score[rh * pc.n_cells + t] = floatBitsToUint(sc);
 }
 
 // Unsigned keys ordered like the finite floats (-0 just below +0), and back.
@@ -98,6 +106,8 @@ void pass_softmax(uint rh, uint lid) {
   const uint base = rh * pc.n_cells;
   uint k = 0u;
   for (uint t = lid; t < n; t += 64u) k = max(k, order_key(score[base + t]));
+  const float sink = pc.has_sinks != 0u ? flush_f(sinks[rh % pc.n_head]) : 0.0;
+  if (pc.has_sinks != 0u && n > 0u) k = max(k, order_key(floatBitsToUint(sink)));
   s_key[lid] = k;
   barrier();
   for (uint stride = 32u; stride > 0u; stride >>= 1u) {
@@ -123,7 +133,17 @@ void pass_softmax(uint rh, uint lid) {
     if (lid < stride) s_tot[lid] += s_tot[lid + stride];
     barrier();
   }
-  if (lid == 0u) s_sum[rh] = s_tot[0];
+  if (lid == 0u) {
+    int64_t w_sink = 0;
+    if (pc.has_sinks != 0u && n > 0u) {  // the sink's weight joins the sum only
+      precise float d = sink - m;
+      int mw;
+      int ew;
+      f32_decompose(exp_f32(flush_f(d)), mw, ew);
+      w_sink = round_shift(int64_t(mw), ew + ATT_WEIGHT_BITS);
+    }
+    s_sum[rh] = s_tot[0] + w_sink;
+  }
 }
 
 void pass_accum(uint rh, uint d) {
