@@ -65,7 +65,7 @@ inline const std::vector<gguf::dtype> KQUANT_TYPES =
     weight_types_where([](const gguf::weight_type& w) { return gguf::dtype_get(w.type).block_size == 256; });
 // The integer block types (kernels/cpu's fast matmul types).
 inline const std::vector<gguf::dtype> QUANT_TYPES = weight_types_where([](const gguf::weight_type& w) { return !w.float_rows; });
-// Every weight type every backend computes, the GPUs included (mxfp4 is the CPU's only).
+// Every weight type every backend computes, the GPUs included (gguf/weight_types.h, column gpu).
 inline const std::vector<gguf::dtype> WEIGHT_TYPES = weight_types_where([](const gguf::weight_type& w) { return w.gpu; });
 
 inline bool is_float_type(gguf::dtype t) {

@@ -26,7 +26,7 @@ constexpr weight_type TYPES[] = {
     {DTYPE_Q4_K, 14, 2, {0, 2}, {"d", "dmin"}, false, true},
     {DTYPE_Q5_K, 16, 2, {0, 2}, {"d", "dmin"}, false, true},
     {DTYPE_Q6_K, 18, 1, {208, 0}, {"d", ""}, false, true},
-    {DTYPE_MXFP4, 38, 0, {0, 0}, {"", ""}, false, false},
+    {DTYPE_MXFP4, 38, 0, {0, 0}, {"", ""}, false, true},
 };
 
 // TYPES' row of each type id (-1: not computed), so that the per-block checks look a type up in

@@ -34,7 +34,8 @@ struct weight_type {
   // fit int8 (the CPU and GPU int8 dot paths rely on it; a type whose codes do not needs a
   // column here and a path of its own).
   bool float_rows;
-  // Vulkan and CUDA decode it (their shaders read fp16 scales: not mxfp4 yet).
+  // Vulkan and CUDA decode it (kernels/vulkan/shaders/wblock.glsl, numerics/wblock_inline.h); a type
+  // without is refused by the GPU backends when a model stored in it is loaded.
   bool gpu;
 };
 

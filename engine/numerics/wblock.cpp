@@ -2,7 +2,7 @@
 //
 // The decode itself is numerics/wblock_inline.h's (shared with the CUDA kernels); this file adds
 // what it leaves to its callers: the type check, finite fp16 scales and finite float weights, and
-// mxfp4, which no device decodes.
+// mxfp4 scale bytes that would make an element overflow a float.
 #include "numerics/wblock.h"
 
 #include <algorithm>
@@ -61,8 +61,6 @@ void check_float_weights(dtype t, const uint8_t* row, int64_t b, int n_valid) {
   }
 }
 
-void set_plain(wblock& w) { inl::set_plain(w, 1, 1); }
-
 }  // namespace
 
 const char* mxfp4_block_problem(uint8_t e, int max_code) {
@@ -75,22 +73,21 @@ const char* mxfp4_block_problem(uint8_t e, int max_code) {
 
 namespace {
 
-// mxfp4 (17 B): e (E8M0), qs[16]. Element j < 16 is the low nibble of qs[j], j >= 16 the high
-// nibble of qs[j - 16]; its value is the doubled e2m1 code value times 2^(e - 128), exactly.
-void decode_mxfp4(const uint8_t* row, int64_t b, wblock& w) {
-  const int8_t* VALUES = gguf::MXFP4_DOUBLED;
-  const uint8_t* p = row + b * 17;
-  w.d_mant = 1;
-  w.d_exp = static_cast<int32_t>(p[0]) - 128;
-  set_plain(w);
+// gguf's table and the device-friendly arithmetic agree on every code.
+constexpr bool mxfp4_table_agrees() {
+  for (int c = 0; c < 16; ++c)
+    if (inl::mxfp4_doubled(c) != gguf::MXFP4_DOUBLED[c]) return false;
+  return true;
+}
+static_assert(mxfp4_table_agrees());
+
+// mxfp4's only check: its scale byte (inl::decode_mxfp4 decodes it).
+void check_mxfp4(const uint8_t* row, int64_t b, const wblock& w) {
   int amax = 0;
-  for (int j = 0; j < QBLOCK / 2; ++j) {
-    w.q[j] = VALUES[p[1 + j] & 0xf];
-    w.q[j + 16] = VALUES[p[1 + j] >> 4];
-    amax = std::max({amax, std::abs(static_cast<int>(w.q[j])), std::abs(static_cast<int>(w.q[j + 16]))});
-  }
-  if (const char* why = mxfp4_block_problem(p[0], amax))
-    throw input_error("weight block: mxfp4 scale byte " + std::to_string(p[0]) + " " + why);
+  for (int j = 0; j < QBLOCK; ++j) amax = std::max(amax, std::abs(static_cast<int>(w.q[j])));
+  const uint8_t e = row[b * 17];
+  if (const char* why = mxfp4_block_problem(e, amax))
+    throw input_error("weight block: mxfp4 scale byte " + std::to_string(e) + " " + why);
 }
 
 }  // namespace
@@ -112,7 +109,8 @@ void weight_decode_block(gguf::dtype t, const uint8_t* row, int64_t block32_inde
     throw std::logic_error("weight_decode_block: n_valid " + std::to_string(n_valid) + " not in 1..32");
   }
   if (t == gguf::DTYPE_MXFP4) {
-    decode_mxfp4(row, block32_index, out);
+    inl::decode_block(static_cast<int32_t>(t), row, block32_index, QBLOCK, out);
+    check_mxfp4(row, block32_index, out);
     for (int i = n_valid; i < QBLOCK; ++i) out.q[i] = 0;
   } else {
     if (gguf::weight_type_of(t)->float_rows) {

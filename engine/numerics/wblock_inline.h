@@ -10,8 +10,7 @@
 // The Vulkan shaders are GLSL and necessarily a second text (kernels/vulkan/shaders/wblock.glsl),
 // held to this one by the op table's memcmp tests.
 // Non-goals: input validation (a non-finite fp16 scale or weight, an unsupported type id: the
-// caller checks, as numerics::weight_decode_block does; nothing here throws); mxfp4, whose decode
-// reads a host table and stays in wblock.cpp (no device computes it).
+// caller checks, as numerics::weight_decode_block does; nothing here throws).
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -53,6 +52,7 @@ constexpr int32_t W_Q3_K = static_cast<int32_t>(gguf::DTYPE_Q3_K);
 constexpr int32_t W_Q4_K = static_cast<int32_t>(gguf::DTYPE_Q4_K);
 constexpr int32_t W_Q5_K = static_cast<int32_t>(gguf::DTYPE_Q5_K);
 constexpr int32_t W_Q6_K = static_cast<int32_t>(gguf::DTYPE_Q6_K);
+constexpr int32_t W_MXFP4 = static_cast<int32_t>(gguf::DTYPE_MXFP4);
 
 DETAUDIT_HD uint32_t load_u16(const uint8_t* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8; }
 DETAUDIT_HD uint32_t load_u32(const uint8_t* p) { return load_u16(p) | load_u16(p + 2) << 16; }
@@ -128,6 +128,27 @@ DETAUDIT_HD void decode_legacy(int32_t t, const uint8_t* row, int64_t b, wblock&
   for (int j = 0; j < QBLOCK; ++j) {
     const int nibble = j < 16 ? (qs[j] & 0xf) : (qs[j - 16] >> 4);
     w.q[j] = static_cast<int16_t>((nibble | static_cast<int>((qh >> j) & 1u) << 4) - offset);
+  }
+}
+
+// gguf::MXFP4_DOUBLED[code] as arithmetic (no table in device memory): twice the e2m1 value of a
+// 4-bit code, magnitudes 0 1 2 3 4 6 8 12, bit 3 the sign.
+DETAUDIT_HD constexpr int mxfp4_doubled(int code) {
+  const int m = code & 7;
+  const int v = m < 4 ? m : ((m & 1) ? 3 : 2) << ((m >> 1) - 1);
+  return (code & 8) ? -v : v;
+}
+
+// mxfp4 (17 B): e (E8M0), qs[16]. Element j < 16 is the low nibble of qs[j], j >= 16 the high
+// nibble of qs[j - 16]; its value is the doubled e2m1 value times 2^(e - 128), exactly.
+DETAUDIT_HD void decode_mxfp4(const uint8_t* row, int64_t b, wblock& w) {
+  const uint8_t* p = row + b * 17;
+  w.d_mant = 1;
+  w.d_exp = static_cast<int32_t>(p[0]) - 128;
+  set_plain(w, 1, 1);
+  for (int j = 0; j < QBLOCK / 2; ++j) {
+    w.q[j] = static_cast<int16_t>(mxfp4_doubled(p[1 + j] & 0xf));
+    w.q[j + 16] = static_cast<int16_t>(mxfp4_doubled(p[1 + j] >> 4));
   }
 }
 
@@ -222,6 +243,7 @@ DETAUDIT_HD void decode_block(int32_t t, const uint8_t* row, int64_t b, int n_va
   const int s = static_cast<int>(b % 8);
   switch (t) {
     case W_Q8_0: decode_q8_0(row, b, w); break;
+    case W_MXFP4: decode_mxfp4(row, b, w); break;
     case W_Q2_K: decode_q2_k(row + sb * 84, s, w); break;
     case W_Q3_K: decode_q3_k(row + sb * 110, s, w); break;
     case W_Q4_K: decode_q45_k(row + sb * 144, s, false, w); break;

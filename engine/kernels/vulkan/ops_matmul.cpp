@@ -70,7 +70,7 @@ void act_quantize_rows(vk_device& dev, const buffer& x, uint64_t rows, uint64_t 
 
 gpu::weight_handle vk_device::upload_weight(gguf::dtype t, const uint8_t* data, int64_t n_in, int64_t n_out) {
   numerics::weight_check_type(t);
-  if (!gguf::weight_type_of(t)->gpu)  // gguf/weight_types.h: mxfp4's E8M0 scale is not the fp16 the shaders decode
+  if (!gguf::weight_type_of(t)->gpu)  // gguf/weight_types.h, column gpu: a type the kernels do not decode
     throw input_error(std::string("vulkan upload_weight: ") + gguf::dtype_get(t).name +
                       " weights are not computed on the GPU yet; use --backend cpu");
   if (n_in < 0 || n_out < 0) {

@@ -2,7 +2,7 @@
 // 32 elements at a time from a row of raw ggml bytes.
 //
 // Goals: wblock_decode gives exactly numerics::weight_decode_block's fields for every type the
-// exact engine computes (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K). Bytes are
+// exact engine computes (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K MXFP4). Bytes are
 // read with shifts from 32-bit words (no 8-bit storage needed); fp16 scales decode from their bits.
 // Non-goals: validation. The host checked the type, the row length and every fp16 scale / float
 // weight for finiteness (kernels::cpu::weight_row_bounds at upload); no other type reaches here.
@@ -200,6 +200,27 @@ void wb_decode_q6_k(uint p, uint s, inout wblock w) {  // 210 B
   }
 }
 
+// numerics::inl::mxfp4_doubled: twice the e2m1 value of a 4-bit code (0 1 2 3 4 6 8 12, bit 3 the sign).
+int wb_mxfp4_doubled(uint code) {
+  const int m = int(code & 7u);
+  const int v = m < 4 ? m : ((m & 1) != 0 ? 3 : 2) << ((m >> 1) - 1);
+  return (code & 8u) != 0u ? -v : v;
+}
+
+// mxfp4 (17 B): e (E8M0), qs[16]; element j < 16 the low nibble of qs[j], j >= 16 the high nibble
+// of qs[j - 16]; the value is the doubled e2m1 value times 2^(e - 128).
+void wb_decode_mxfp4(uint row, uint b, inout wblock w) {
+  const uint p = row + b * 17u;
+  w.d_mant = 1;
+  w.d_exp = int(wb_byte(p)) - 128;
+  wb_set_plain(w, 1, 1);
+  for (uint j = 0u; j < 16u; ++j) {
+    const uint byte = wb_byte(p + 1u + j);
+    w.q[j] = wb_mxfp4_doubled(byte & 15u);
+    w.q[j + 16u] = wb_mxfp4_doubled(byte >> 4u);
+  }
+}
+
 // Decodes 32-element block b of the row whose first byte is at byte offset `row` of the weight
 // words. n_valid (1..32) elements are in the row (fewer only in the last block of an F32/F16/BF16
 // row); the others are q = 0 and are never read.
@@ -208,6 +229,8 @@ void wblock_decode(int t, uint row, uint b, int n_valid, out wblock w) {
     wb_decode_float(t, row, b, n_valid, w);
   } else if (t == WT_Q8_0) {
     wb_decode_q8_0(row, b, w);
+  } else if (t == WT_MXFP4) {
+    wb_decode_mxfp4(row, b, w);
   } else if (t == WT_Q2_K) {
     wb_decode_q2_k(row + (b / 8u) * 84u, b % 8u, w);
   } else if (t == WT_Q3_K) {
