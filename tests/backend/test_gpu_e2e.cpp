@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "child_process.h"
 #include "gpu_test_util.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -156,7 +157,9 @@ std::string synth_path(model::arch_id a, gguf::dtype t, const std::string& dir) 
   return path;
 }
 
-// One test case per weight type, each over the five architectures.
+// One test case per weight type, each over llama, qwen2, qwen3, phi3 and qwen3moe, and one of gemma2,
+// gemma3 and gpt-oss in turn (by the type's id) with a sliding window of 5 positions, shorter than
+// the prompt, so that the rows of one step start their windows at different positions.
 void check_type(gguf::dtype t) {
   const std::string dir = test::scratch_dir(std::string("gpu_e2e_") + gguf::dtype_get(t).name);
   for (model::arch_id a : {model::ARCH_LLAMA, model::ARCH_QWEN2, model::ARCH_QWEN3, model::ARCH_PHI3, model::ARCH_QWEN3MOE}) {
@@ -164,6 +167,15 @@ void check_type(gguf::dtype t) {
     CAPTURE(gguf::dtype_get(t).name);
     check_same(synth_path(a, t, dir), dir);
   }
+  const model::arch_id windowed[] = {model::ARCH_GEMMA2, model::ARCH_GEMMA3, model::ARCH_GPT_OSS};
+  const model::arch_id a = windowed[static_cast<size_t>(t) % 3];
+  CAPTURE(model::arch_name(a));
+  CAPTURE(gguf::dtype_get(t).name);
+  const std::string path = dir + "/" + model::arch_name(a) + "-window5.gguf";
+  model::synth_options o = test::small_model(a, t, 17, 128);
+  o.sliding_window = 5;
+  model::synth_write(o, path);
+  check_same(path, dir);
 }
 
 }  // namespace
@@ -201,25 +213,6 @@ TEST_CASE("gpu e2e: a GPU backend refuses float numerics with a clear error") {
   CHECK_THROWS_WITH_AS(runtime::context(m, p), doctest::Contains("no such"), input_error);
 }
 
-// gemma2 (sliding window, soft-capped scores and logits, geglu), gemma3 (sliding window, geglu) and
-// gpt-oss (sliding window, sinks, swiglu_oai, biases, experts) with windows shorter than the
-// prompt, so that rows of one step start their window at different positions.
-TEST_CASE("gpu e2e: gemma2, gemma3 and gpt-oss with short sliding windows equal the CPU backend bit for bit") {
-  test::gpu_test_device();
-  const std::string dir = test::scratch_dir("gpu_e2e_windows");
-  for (model::arch_id a : {model::ARCH_GEMMA2, model::ARCH_GEMMA3, model::ARCH_GPT_OSS}) {
-    for (gguf::dtype t : {gguf::DTYPE_Q8_0, gguf::DTYPE_Q4_K}) {
-      CAPTURE(model::arch_name(a));
-      CAPTURE(gguf::dtype_get(t).name);
-      const std::string path = dir + "/" + model::arch_name(a) + "-" + gguf::dtype_get(t).name + ".gguf";
-      model::synth_options o = test::small_model(a, t, 17, 128);
-      o.sliding_window = 5;
-      model::synth_write(o, path);
-      check_same(path, dir);
-    }
-  }
-}
-
 // gpt-oss as llama.cpp's MXFP4_MOE writes it: the experts in mxfp4 (E8M0 block scales), the rest q8_0.
 TEST_CASE("gpu e2e: gpt-oss with mxfp4 experts equals the CPU backend bit for bit") {
   test::gpu_test_device();
@@ -254,6 +247,44 @@ TEST_CASE("gpu e2e: detaudit generate --hashes prints the same lines on the GPU 
     REQUIRE_MESSAGE(gpu.exit_code == 0, gpu.err);
     CHECK(cpu.out.find("chained ") != std::string::npos);
     CHECK(gpu.out == cpu.out);
+  }
+}
+
+// `detaudit serve --backend GPU` audited by `detaudit run` under concurrency and the prompt cache,
+// and the same against `serve --backend cpu`: every condition identical within each run (the
+// probes' verdict, exit 0 under --fail-on any), and the two runs identical item by item (compare).
+TEST_CASE("gpu e2e: serve on the GPU answers as serve on the CPU, under concurrency and the cache") {
+  test::gpu_test_device();
+  const std::string dir = test::scratch_dir("gpu_e2e_serve");
+  const std::string path = dir + "/gemma2-window5.gguf";
+  model::synth_options o = test::small_model(model::ARCH_GEMMA2, gguf::DTYPE_Q4_K, 17, 256);
+  o.sliding_window = 5;
+  model::synth_write(o, path);
+  const std::string prompts = test::write_file(dir + "/p.txt", "Once upon a time there was\nThe cat sat on the\n");
+  const std::string bin = test::shell_quote(test::detaudit_bin());
+  auto audit = [&](const char* backend) {
+    std::vector<std::string> extra = {"-t", "1", "-np", "4", "--backend", backend};
+    if (std::string(backend) != "cpu") extra.insert(extra.end(), {"--device", std::to_string(test::gpu_test_device_index())});
+    test::serve_process server(test::detaudit_bin(), path, extra, dir + "/serve-" + backend + ".err");
+    const std::string out = dir + "/run-" + backend;
+    const test::cmd_result r =
+        test::run_cmd(bin + " run --target http://127.0.0.1:" + std::to_string(server.port) + " --prompts " + prompts +
+                      " --raw -n 8 --probe concurrency,cache --concurrency 4 --fail-on any --out " + out);
+    CHECK_MESSAGE(r.exit_code == 0, backend << ": " << r.err);
+    CHECK(server.proc.stop() == 0);
+    return out;
+  };
+  const std::string gpu = audit(kernels::gpu::api_name(test::gpu_test_api()));
+  const std::string cpu = audit("cpu");
+  const test::cmd_result c = test::run_cmd(bin + " compare " + cpu + " " + gpu + " --fail-on any --format json");
+  INFO(c.err);
+  CHECK(c.exit_code == 0);
+  const nlohmann::json rep = nlohmann::json::parse(c.out);
+  REQUIRE(rep["pairs"].is_array());
+  REQUIRE_FALSE(rep["pairs"].empty());
+  for (const nlohmann::json& pair : rep["pairs"]) {
+    CHECK(pair["differ"] == 0);
+    CHECK(pair["items"].get<int64_t>() > 0);
   }
 }
 
