@@ -1,10 +1,10 @@
-// The benchmark driver of scripts/gpu-check.sh: the 1B synthetic preset (--preset) in Q8_0 and Q4_K, pp512
+// The benchmark driver of scripts/gpu-check.sh: the 1B synthetic preset (--preset) in Q8_0 and Q4_K_M, pp512
 // and tg128, on the CPU (exact and float) and the CUDA backend (exact), printed as one table.
 //
 //   gpu_check_bench --list                 the CUDA devices; exit status 2 and "no CUDA device"
 //                                          when there is none that runs exact numerics
 //   gpu_check_bench --dir DIR --synth      writes the models (one thread per type) and exits
-//   gpu_check_bench --dir DIR [--reps N] [--threads N] [--n-prompt P] [--n-gen N] [--types q8_0,q4_K]
+//   gpu_check_bench --dir DIR [--reps N] [--threads N] [--n-prompt P] [--n-gen N] [--types q8_0,q4_k_m]
 //                   [--float-n-prompt P] [--float-n-gen N] [--preset 1b] [--backends cpu,cuda]
 //                                          the benchmark (writing the models that are missing);
 //                                          --backends picks the exact rows (default both)
@@ -58,7 +58,8 @@ struct options {
   int64_t n_gen = 128;
   int64_t float_n_prompt = 128;
   int64_t float_n_gen = 16;
-  std::vector<gguf::dtype> types{gguf::DTYPE_Q8_0, gguf::DTYPE_Q4_K};
+  // Weight types ("q8_0") or llama.cpp mixtures ("q4_k_m": model::synth_apply_mixture).
+  std::vector<std::string> types{"q8_0", "q4_k_m"};
   std::string preset = "1b";
   std::vector<runtime::backend_kind> backends{runtime::BACKEND_CPU, runtime::BACKEND_CUDA};
 };
@@ -83,12 +84,23 @@ std::vector<runtime::backend_kind> parse_backends(const std::string& s) {
   return out;
 }
 
-std::vector<gguf::dtype> parse_types(const std::string& s) {
-  std::vector<gguf::dtype> out;
+// Applies a weight type or mixture name to o; false when it is neither.
+bool apply_type(model::synth_options& o, const std::string& name) {
+  if (model::synth_apply_mixture(o, name)) return true;
+  const gguf::dtype_traits* tr = gguf::dtype_from_name(name);
+  if (!tr) return false;
+  o.type = tr->type;
+  return true;
+}
+
+std::vector<std::string> parse_types(const std::string& s) {
+  std::vector<std::string> out;
   for (const std::string& name : split_commas(s)) {
-    const gguf::dtype_traits* tr = gguf::dtype_from_name(name);
-    if (!tr) throw std::runtime_error("unknown weight type " + name);
-    out.push_back(tr->type);
+    model::synth_options probe;
+    if (!apply_type(probe, name))
+      throw std::runtime_error("unknown weight type or mixture " + name + " (e.g. q8_0, q4_K, " +
+                               model::synth_mixture_names() + ")");
+    out.push_back(name);
   }
   return out;
 }
@@ -97,20 +109,20 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::string model_path(const options& o, gguf::dtype t) {
-  return o.dir + "/synth-" + o.preset + "-" + gguf::dtype_get(t).name + ".gguf";
+std::string model_path(const options& o, const std::string& type) {
+  return o.dir + "/synth-" + o.preset + "-" + type + ".gguf";
 }
 
-// Writes the preset in type t unless the file exists (written under a temporary name first, so
-// an interrupted run leaves no partial model behind).
-void synth_model(const options& o, gguf::dtype t) {
-  const std::string path = model_path(o, t);
+// Writes the preset in `type` (a weight type or mixture) unless the file exists (written under a
+// temporary name first, so an interrupted run leaves no partial model behind).
+void synth_model(const options& o, const std::string& type) {
+  const std::string path = model_path(o, type);
   if (std::filesystem::exists(path)) return;
   model::synth_options so;
   const model::synth_preset* preset = model::synth_find_preset(o.preset);
   if (!preset) throw std::runtime_error("unknown preset " + o.preset + " (" + model::synth_preset_names() + ")");
   synth_apply_preset(so, *preset);
-  so.type = t;
+  if (!apply_type(so, type)) throw std::runtime_error("unknown weight type or mixture " + type);
   model::synth_write(so, path + ".part");
   std::filesystem::rename(path + ".part", path);
 }
@@ -139,7 +151,7 @@ int synth_all(const options& o) {
 
 int run(const options& o) {
   std::filesystem::create_directories(o.dir);
-  for (gguf::dtype t : o.types) {
+  for (const std::string& t : o.types) {
     const auto t0 = std::chrono::steady_clock::now();
     synth_model(o, t);
     const std::string path = model_path(o, t);
