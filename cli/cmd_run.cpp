@@ -255,8 +255,19 @@ void run_run(run_cmd_options& o) {
   if (o.chat && o.raw) throw input_error("--chat and --raw exclude each other");
   if (o.dataset.empty() && (o.num_fewshot != probes::FEWSHOT_DEFAULT || !o.fewshot.empty() || !o.grader.empty()))
     throw input_error("--num-fewshot, --fewshot and --grader apply to --dataset gsm8k:FILE");
-  audit_session::output_check(o.report, "--report");
-  audit_session::output_check(o.junit, "--junit");
+  // --report and --junit may go into the run folder, which the run creates; elsewhere their folder
+  // must exist before anything is sent.
+  auto report_file_check = [&o](const std::string& path, const char* flag) {
+    if (path.empty()) return;
+    if (!o.out.empty()) {
+      const std::filesystem::path rel = std::filesystem::path(path).parent_path().lexically_normal().lexically_relative(
+          std::filesystem::path(o.out).lexically_normal());
+      if (!rel.empty() && *rel.begin() != "..") return;
+    }
+    audit_session::output_check(path, flag);
+  };
+  report_file_check(o.report, "--report");
+  report_file_check(o.junit, "--junit");
   o.audit.check(/*preflight=*/true);  // a bad gate list or oracle model is found before any request
   probes::run_options ro;
   ro.probes.clear();

@@ -221,6 +221,10 @@ TEST_CASE("dot_exact: block terms stay below 2^44 at the extremes of every type"
         std::memcpy(row.data() + off, &h, 2);
       }
       if (t == gguf::DTYPE_Q6_K) std::memset(row.data() + 192, 0x80, 16);  // scales -128
+      // mxfp4: a block's E8M0 byte is its exponent alone (d_mant 1) and leaves the terms as they
+      // are; 128 (2^0) is one the decode accepts, where 0xff is NaN in the MX format.
+      if (t == gguf::DTYPE_MXFP4)
+        for (int64_t b = 0; b < n / 32; ++b) row[static_cast<size_t>(b * 17)] = 128;
       std::vector<wblock> w(static_cast<size_t>(n / 32));
       kernels::weight_decode_row(t, row.data(), n, w.data());
       for (const wblock& b : w) {
