@@ -1,6 +1,7 @@
 #include "kernels/gpu/gpu.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
@@ -23,6 +24,13 @@ namespace {
   throw input_error("this build has no CUDA backend: configure with -DDETAUDIT_CUDA=ON");
 }
 
+// A float as %.9g prints it: every float told apart, 1e38 as 1e+38, a subnormal as itself.
+std::string float_text(float v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.9g", static_cast<double>(v));
+  return b;
+}
+
 }  // namespace
 
 const char* api_name(api a) { return a == api::vulkan ? "vulkan" : "cuda"; }
@@ -39,11 +47,11 @@ const char* act_name(act k) {
 
 float attention_extras_check(const attention_extras& x, int64_t n_head) {
   if (x.softcap != 0.0f && !numerics::softcap_cap_ok(x.softcap))
-    throw input_error("attention: soft cap " + std::to_string(x.softcap) +
+    throw input_error("attention: soft cap " + float_text(x.softcap) +
                       " is not 0 (none) or a positive normal float with a normal reciprocal");
   for (int64_t h = 0; x.sinks && h < n_head; ++h)
     if (!(x.sinks[h] - x.sinks[h] == 0.0f))
-      throw input_error("attention: the sink of head " + std::to_string(h) + " (" + std::to_string(x.sinks[h]) +
+      throw input_error("attention: the sink of head " + std::to_string(h) + " (" + float_text(x.sinks[h]) +
                         ") is not finite");
   return x.softcap > 0.0f ? numerics::recip_f32(x.softcap) : 0.0f;
 }
@@ -59,7 +67,7 @@ void act_kernel_params(act k, const act_params& p, float* p0, float* p1) {
       break;
     case act::softcap:
       if (!numerics::softcap_cap_ok(p.cap))  // softcap_f32_ref's refusal, before anything is sent
-        throw input_error("softcap: cap " + std::to_string(p.cap) +
+        throw input_error("softcap: cap " + float_text(p.cap) +
                           " is not a positive normal float with a normal reciprocal");
       *p0 = p.cap;
       *p1 = numerics::recip_f32(p.cap);
