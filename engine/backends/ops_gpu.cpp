@@ -3,7 +3,8 @@
 // device's slots (gpu.h) between ops: each activation is at one of three places, the host buffer
 // of ops_storage, the device slot of the same id, or both, and is copied only when an op on the
 // other side reads it. The device ops (matmul, RMS norm, RoPE, bias, SwiGLU, add, the activations
-// geglu, swiglu_oai, softcap and scale, the KV cell quantization) read and write slots; the host ops read and write the host buffer: the embedding
+// geglu, swiglu_oai, softcap and scale, the KV cell quantization) read and write slots; the host
+// ops read and write the host buffer: the embedding
 // lookup (a row decode, no arithmetic beyond the exact dequantization), the row gather and
 // scatter, reading logits, and attention's query gather (the KV cache stays in host memory with
 // ops_exact's layout, exact_cell.h, so a cache saved on one backend restores on another; the
