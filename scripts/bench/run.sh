@@ -16,6 +16,11 @@ and, when LLAMA_BENCH / LLAMA_BENCH_2 name llama-bench binaries,
 Prints one Markdown table (t/s of each engine, and exact / each llama.cpp) with the CPU model and
 its SIMD flags, and writes it to bench-results/YYYY-MM-DD-HHMM.md. It never builds llama.cpp.
 
+Before measuring, each llama-bench is run once (-p 0 -n 1 -r 1) to read the build number and commit
+it was compiled with; the table's header names them. A binary that reports build 0 or commit
+"unknown" was built outside a git checkout and cannot say which llama.cpp it is: run.sh refuses it
+(docs/performance.md, "Building llama.cpp for the comparison", says how to build one that can).
+
   --contended   measure everything twice: quiet, then beside one busy process (a shell loop,
                 normal priority, pinned to no core in particular) started before each engine's
                 run and stopped after it; the table adds each engine's contended t/s and the
@@ -106,6 +111,37 @@ for type in "${types[@]}"; do
     "$detaudit" synth -o "$file.part" --preset "$preset" --type "$type" --seed 7 >/dev/null || die "synth failed for $file"
     mv "$file.part" "$file"
   fi
+done
+
+# The build each llama-bench was compiled with, from its own JSON record (build_number and
+# build_commit, llama.cpp's build-info), read before any measurement so that a binary which cannot
+# name its build stops the run at once rather than after an hour of measuring an unknown llama.cpp.
+for i in "${!llamas[@]}"; do
+  echo "run.sh: reading the build of ${llamas[$i]}" >&2
+  "${llamas[$i]}" -m "$models/$preset-${types[0]}.gguf" -p 0 -n 1 -r 1 -t "$threads" -o json > "$work/build$i.json" 2> "$work/build$i.err" \
+    || die "llama-bench failed on $models/$preset-${types[0]}.gguf: $(tail -n 3 "$work/build$i.err")"
+  python3 - "$work/build$i.json" "${llamas[$i]}" > "$work/build$i.txt" <<'PY' || exit 1
+import json, sys
+path, binary = sys.argv[1], sys.argv[2]
+try:
+    recs = json.load(open(path))
+    rec = recs[0] if isinstance(recs, list) and recs else None
+except ValueError as e:
+    sys.exit(f"run.sh: {binary} printed no JSON records ({e})")
+if not isinstance(rec, dict):
+    sys.exit(f"run.sh: {binary} printed no JSON record to read its build from")
+number, commit = rec.get("build_number"), str(rec.get("build_commit", "")).strip()
+if not isinstance(number, int) or number <= 0 or commit in ("", "unknown"):
+    sys.exit(f"run.sh: {binary} reports build {number!r} (commit {commit!r}): it was built outside a git "
+             "checkout and cannot say which llama.cpp it is. Build it from a git checkout, or configure a "
+             "current llama.cpp with -DLLAMA_BUILD_NUMBER=N -DLLAMA_BUILD_COMMIT=HASH "
+             "(docs/performance.md, \"Building llama.cpp for the comparison\")")
+print(f"build {number} ({commit})")
+PY
+done
+
+for type in "${types[@]}"; do
+  file="$models/$preset-$type.gguf"
   measure quiet "$file" "$work/$type.quiet"
   [ "$contended" = 1 ] && measure contended "$file" "$work/$type.contended"
 done
@@ -153,8 +189,7 @@ def ratio(a, b):
     return f"{a['avg_ts'] / b['avg_ts']:.2f}" if a and b and b["avg_ts"] > 0 else "-"
 
 def llama_label(i):
-    rec = next((r for t in types for r in load(os.path.join(work, f"{t}.quiet.llama{i}.json"))), None)
-    build = f"build {rec.get('build_number', '?')} ({rec.get('build_commit', '?')})" if rec else "no records"
+    build = open(os.path.join(work, f"build{i}.txt")).read().strip()
     return f"llama.cpp {build}: {llamas[i]}"
 
 name, flags = cpu()
