@@ -29,6 +29,9 @@
 // 10. finish16_avx2 (the drivers' int64 sums to floats) against fixed_to_f32_fast on sums of every
 //     length, rounding ties with and without a sticky bit, the 2^52 switch, INT64_MIN, and
 //     exponents that flush to zero or overflow.
+// 11. The bounded pass of two narrow panels (no per-term check: panel::bound times
+//     act_pack::abs_scaled below 1 - 2^-20) with terms just inside that limit, and passes just
+//     outside it, which the checked pass takes: the scalar kernel's sums either way.
 #include <doctest/doctest.h>
 
 #include "op_cases.h"
@@ -135,7 +138,8 @@ void check_all_isas(const std::string& name, dtype t, const uint8_t* w, const cp
 
 cpu::act_view view_of(const cpu::act_pack& p) {
   return cpu::act_view{p.n_blocks, p.q.data(), p.exp.data(), p.max_exp.data(), p.half_sum.data(), p.scale.data(),
-                       p.half_scaled.data(), p.sum_scaled.data(), p.q_eo.empty() ? nullptr : p.q_eo.data()};
+                       p.half_scaled.data(), p.sum_scaled.data(), p.abs_scaled.data(), p.magic_div.data(),
+                       p.q_eo.empty() ? nullptr : p.q_eo.data()};
 }
 
 // Rows [r0, r0 + n_rows) of w decoded into p as matmul_exact_cpu does on AVX2.
@@ -473,15 +477,15 @@ struct guarded_panel {
   size_t m;
   guarded<int32_t> codes;
   guarded<int64_t> dm, dsh, mm0, mm1, msh;
-  guarded<double> wd, wm0, wm1;
+  guarded<double> wd, wm0, wm1, bound;
   cpu::panel gp;
   guarded_panel(const cpu::panel& p, int64_t nb, bool tail)
       : m(static_cast<size_t>(nb * ROWS)), codes(p.codes, static_cast<size_t>(nb * 16 * ROWS), tail), dm(p.dm, m, tail),
         dsh(p.dsh, m, tail), mm0(p.mm0, m, tail), mm1(p.mm1, m, tail), msh(p.msh, m, tail), wd(p.wd, m, tail),
-        wm0(p.wm0, m, tail), wm1(p.wm1, m, tail), gp(p) {
+        wm0(p.wm0, m, tail), wm1(p.wm1, m, tail), bound(p.bound, static_cast<size_t>(nb), tail), gp(p) {
     gp.codes = codes.p;
     gp.dm = dm.p, gp.dsh = dsh.p, gp.mm0 = mm0.p, gp.mm1 = mm1.p, gp.msh = msh.p;
-    gp.wd = wd.p, gp.wm0 = wm0.p, gp.wm1 = wm1.p;
+    gp.wd = wd.p, gp.wm0 = wm0.p, gp.wm1 = wm1.p, gp.bound = bound.p;
     gp.stage = nullptr;
   }
 };
@@ -489,14 +493,15 @@ struct guarded_panel {
 struct guarded_act {
   guarded<int16_t> q, qe;
   guarded<int32_t> ex, mx, hs;
-  guarded<double> sc, hsc, ssc;
+  guarded<double> sc, hsc, ssc, asc, mdv;
   cpu::act_view v;
   guarded_act(const cpu::act_pack& xp, bool tail)
       : q(xp.q.data(), xp.q.size(), tail), qe(xp.q_eo.data(), xp.q_eo.size(), tail), ex(xp.exp.data(), xp.exp.size(), tail),
         mx(xp.max_exp.data(), xp.max_exp.size(), tail), hs(xp.half_sum.data(), xp.half_sum.size(), tail),
         sc(xp.scale.data(), xp.scale.size(), tail), hsc(xp.half_scaled.data(), xp.half_scaled.size(), tail),
-        ssc(xp.sum_scaled.data(), xp.sum_scaled.size(), tail),
-        v{xp.n_blocks, q.p, ex.p, mx.p, hs.p, sc.p, hsc.p, ssc.p, xp.q_eo.empty() ? nullptr : qe.p} {}
+        ssc(xp.sum_scaled.data(), xp.sum_scaled.size(), tail), asc(xp.abs_scaled.data(), xp.abs_scaled.size(), tail),
+        mdv(xp.magic_div.data(), xp.magic_div.size(), tail),
+        v{xp.n_blocks, q.p, ex.p, mx.p, hs.p, sc.p, hsc.p, ssc.p, asc.p, mdv.p, xp.q_eo.empty() ? nullptr : qe.p} {}
 };
 
 TEST_CASE("cpu avx2 crafted: panel: panel_kernel_avx2 reads nothing outside the panel and activation arrays (guard pages)") {
@@ -1041,4 +1046,87 @@ TEST_CASE("cpu avx2 crafted: finish16_avx2 converts sums to floats as fixed_to_f
   }
   CHECK(n_bad == 0);
   MESSAGE(n_vec << " vectors of 16 sums (" << special.size() << " crafted sums among the random ones, then each at every exponent)");
+}
+
+// ---- 11 ----
+
+TEST_CASE("cpu avx2 crafted: panel: the bounded pass just inside its limit and the checked pass just outside give the scalar sums") {
+  if (!have_avx2()) {
+    MESSAGE("no AVX2 on this CPU: panel_kernel2_avx2 cannot be called here (skipped)");
+    return;
+  }
+  // Two hot panels (every code as large as the type allows) and tokens whose block 0 has the sign
+  // of each code, so that T = sum |a| * max |code| and panel::bound * act_pack::abs_scaled is the
+  // largest term itself, not just a bound on it. The rows' fp16 d sweeps a whole octave of
+  // mantissas and block 0's magnitudes vary per token, so the bound lands on both sides of the
+  // bounded pass's limit (1 - 2^-20 of the rounding binade): just inside, the pass runs without a
+  // per-term check with terms of nearly 2^51; just outside, the checked pass (or the integer
+  // kernel) takes over. Both must give the scalar kernel's int64 sums exactly; the test counts
+  // each side within 1/16 of the limit and requires both.
+  rng r{0x5eed0b};
+  constexpr double LIMIT = 1.0 - 0x1p-20;
+  int64_t n_cases = 0, n_bad = 0;
+  std::string summary;
+  for (dtype t : {gguf::DTYPE_Q4_K, gguf::DTYPE_Q5_K, gguf::DTYPE_Q8_0, gguf::DTYPE_Q6_K}) {
+    // Row lengths that put the largest terms within a factor 2 of the limit (the grid's constant C
+    // falls by one each time the row doubles): q4_K 2048, q5_K 4096, q8_0 256, q6_K 8192.
+    const int64_t n_in = t == gguf::DTYPE_Q4_K ? 2048 : t == gguf::DTYPE_Q5_K ? 4096 : t == gguf::DTYPE_Q8_0 ? 256 : 8192;
+    const int64_t nb = n_in / 32, n_out = 2 * ROWS, n_tok = 9;
+    const uint64_t rb = gguf::dtype_row_bytes(t, n_in);
+    const int64_t ts = gguf::dtype_get(t).type_size;
+    int64_t inside = 0, outside = 0;
+    double lo_w = 1e300, hi_w = 0;
+    for (int j = 0; j < 64; ++j) {
+      std::vector<uint8_t> w = crafted_rows(r, t, n_in, n_out, std::vector<row_kind>(static_cast<size_t>(n_out), row_kind::hot_all));
+      const uint16_t d = static_cast<uint16_t>(0x7bff - 16 * j - r.range(0, 15));  // mantissas 2047 down to 1024
+      for (int64_t row = 0; row < n_out; ++row)
+        for (int64_t u = 0; u < n_in / gguf::dtype_get(t).block_size; ++u) put16(w.data() + row * rb + u * ts + test::fp16_fields(t)[0], d);
+      const std::vector<int32_t> codes = slice0_codes(t, w.data());
+      std::vector<float> x(static_cast<size_t>(n_tok * n_in));
+      for (int64_t tok = 0; tok < n_tok; ++tok) {
+        fill_token(r, x.data() + tok * n_in, n_in, true, codes, 0, 0);
+        const int64_t n_full = r.range(20, 32);  // the others at 1/2 to 1 of the largest
+        for (int64_t i = n_full; i < 32; ++i) x[static_cast<size_t>(tok * n_in + i)] *= static_cast<float>(0.5 + 0.5 * r.uniform());
+      }
+      cpu::act_pack xp;
+      cpu::act_pack_build(x.data(), n_tok, n_in, xp);
+      const std::vector<int32_t> bounds = bounds_of(t, w, n_in, n_out);
+      cpu::panel_buffer b0, b1;
+      cpu::panel p0 = b0.view(nb), p1 = b1.view(nb);
+      decode_panel(t, w, n_in, 0, ROWS, bounds, p0);
+      decode_panel(t, w, n_in, ROWS, ROWS, bounds, p1);
+      for (int64_t tok = 0; tok < n_tok; ++tok) {
+        double worst = 0.0;
+        for (int64_t b = 0; b < nb; ++b) worst = std::max(worst, std::max(p0.bound[b], p1.bound[b]) * xp.abs_scaled[static_cast<size_t>(tok * nb + b)]);
+        lo_w = std::min(lo_w, worst), hi_w = std::max(hi_w, worst);
+        if (worst < LIMIT && worst >= LIMIT - 1.0 / 16) ++inside;
+        if (worst >= LIMIT && worst < LIMIT + 1.0 / 16) ++outside;
+      }
+      const cpu::act_view xv = view_of(xp);
+      std::vector<int64_t> want0(static_cast<size_t>(n_tok * ROWS), 0), want1(want0.size(), 0), got0(want0.size(), 0), got1(want0.size(), 0);
+      cpu::panel_kernel_scalar(p0, xv, 0, n_tok, want0.data());
+      cpu::panel_kernel_scalar(p1, xv, 0, n_tok, want1.data());
+      // Two panels at once where they pair (narrow ones: not q6_K's hot, wide panels), and each alone.
+      CHECK(cpu::panel_kernel2_avx2(p0, p1, xv, 0, n_tok, got0.data(), got1.data()) == (t != gguf::DTYPE_Q6_K));
+      if (t != gguf::DTYPE_Q6_K && (got0 != want0 || got1 != want1)) {
+        ++n_bad;
+        if (n_bad < 10) FAIL_CHECK(tname(t) << " d " << d << ": panel_kernel2_avx2 sums differ from the scalar kernel's");
+      }
+      std::fill(got0.begin(), got0.end(), 0);
+      std::fill(got1.begin(), got1.end(), 0);
+      cpu::panel_kernel_avx2(p0, xv, 0, n_tok, got0.data());
+      cpu::panel_kernel_avx2(p1, xv, 0, n_tok, got1.data());
+      if (got0 != want0 || got1 != want1) {
+        ++n_bad;
+        if (n_bad < 10) FAIL_CHECK(tname(t) << " d " << d << ": panel_kernel_avx2 sums differ from the scalar kernel's");
+      }
+      ++n_cases;
+    }
+    CAPTURE(tname(t));
+    CHECK(inside > 0);
+    CHECK(outside > 0);
+    summary += " " + tname(t) + " " + std::to_string(inside) + "/" + std::to_string(outside) + " [" + std::to_string(lo_w) + ", " + std::to_string(hi_w) + "]";
+  }
+  CHECK(n_bad == 0);
+  MESSAGE(n_cases << " pairs of panels; tokens within 1/16 inside / outside the bounded pass's limit:" << summary);
 }

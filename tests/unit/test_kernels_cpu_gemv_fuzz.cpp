@@ -304,11 +304,14 @@ TEST_CASE("gemv: no read past the end of the weights or any activation array (gu
         cpu::act_pack_build(c.x.data(), n_tok, n_in, p);
         guarded<int16_t> q(p.q.size()), qe(p.q_eo.size());
         guarded<int32_t> ex(p.exp.size()), mx(p.max_exp.size()), hs(p.half_sum.size());
-        guarded<double> sc(p.scale.size()), hsc(p.half_scaled.size()), ssc(p.sum_scaled.size());
+        guarded<double> sc(p.scale.size()), hsc(p.half_scaled.size()), ssc(p.sum_scaled.size()), asc(p.abs_scaled.size()),
+            mdv(p.magic_div.size());
         guarded<uint8_t> w(c.w.size());
         std::memcpy(sc.p, p.scale.data(), p.scale.size() * 8);
         std::memcpy(hsc.p, p.half_scaled.data(), p.half_scaled.size() * 8);
         std::memcpy(ssc.p, p.sum_scaled.data(), p.sum_scaled.size() * 8);
+        std::memcpy(asc.p, p.abs_scaled.data(), p.abs_scaled.size() * 8);
+        std::memcpy(mdv.p, p.magic_div.data(), p.magic_div.size() * 8);
         std::memcpy(q.p, p.q.data(), p.q.size() * 2);
         std::memcpy(qe.p, p.q_eo.data(), p.q_eo.size() * 2);
         std::memcpy(ex.p, p.exp.data(), p.exp.size() * 4);
@@ -317,9 +320,9 @@ TEST_CASE("gemv: no read past the end of the weights or any activation array (gu
         std::memcpy(w.p, c.w.data(), c.w.size());
         std::vector<int32_t> bounds(static_cast<size_t>(n_out));
         cpu::weight_row_bounds(t, c.w.data(), n_in, 0, n_out, bounds.data());
-        const cpu::act_view xv{p.n_blocks, q.p, ex.p, mx.p, hs.p, sc.p, hsc.p, ssc.p, qe.p};
-        const cpu::act_view xn{p.n_blocks, p.q.data(), p.exp.data(), p.max_exp.data(), p.half_sum.data(),
-                               p.scale.data(), p.half_scaled.data(), p.sum_scaled.data(), p.q_eo.data()};
+        const cpu::act_view xv{p.n_blocks, q.p, ex.p, mx.p, hs.p, sc.p, hsc.p, ssc.p, asc.p, mdv.p, qe.p};
+        const cpu::act_view xn{p.n_blocks, p.q.data(), p.exp.data(), p.max_exp.data(), p.half_sum.data(), p.scale.data(),
+                               p.half_scaled.data(), p.sum_scaled.data(), p.abs_scaled.data(), p.magic_div.data(), p.q_eo.data()};
         const uint64_t rb = gguf::dtype_row_bytes(t, n_in);
         for (cpu::isa isa : cpu::isa_all_supported()) {
           if (isa == cpu::isa::scalar) continue;

@@ -67,6 +67,12 @@ struct act_pack {
   std::vector<double> scale;         // (n_tokens, n_blocks)
   std::vector<double> half_scaled;   // (n_tokens, n_blocks, 2)
   std::vector<double> sum_scaled;    // (n_tokens, n_blocks)
+  // For the AVX2 prompt kernels' bounded pass (matmul_avx2.cpp): the sum of the block's |q| times
+  // scale (+inf where the block has a nonzero element but scale is 0, which refuses that pass),
+  // and ROUND_MAGIC / scale (ROUND_MAGIC where scale is 0): the rounding constant moved to the
+  // binade whose unit is the block's grid, so that the term's last product is the rounding.
+  std::vector<double> abs_scaled;    // (n_tokens, n_blocks)
+  std::vector<double> magic_div;     // (n_tokens, n_blocks)
   // Only when n_tokens <= GEMV_PACKED_MAX_TOKENS (the packed generation kernels' byte products):
   // each run of four elements q[4k .. 4k + 3] as its low bytes (unsigned) and its high bytes
   // (signed, q >> 8), so that q = 256 hi + lo.

@@ -100,17 +100,10 @@ void kernel_token(const panel& p, const act_view& x, int64_t t, int64_t* out) {
   for (int q = 0; q < 4; ++q) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 4 * q), acc[q]);
 }
 
-// The terms of one block for NT tokens (activation block i + k * stride of token k) through
-// double (panel_scales' wd, wm0, wm1 and the act_pack's powers of two), as dround: each panel
-// scale vector is loaded once for all tokens, one OR collects every term's pattern.
-// MIN: 0 no offset term, 1 one per half block (wm0 * A0 + wm1 * A1: both products integers
-// times the same power of two, their sum below 2^44, so the fused sum is exact), 2 one per block
-// (panel::min_whole: wm0 * (A0 + A1), one fused multiply-add on act_pack::sum_scaled).
-template <bool WIDE, int MIN, int NT>
-inline void block_terms_n(const panel& p, const act_view& x, int64_t i, int64_t stride, int64_t o, const __m256i (*sums)[4],
-                          __m256i (*acc)[4], __m256i& any) {
-  const __m256d magic = _mm256_set1_pd(ROUND_MAGIC);
-  __m256d v[NT][4];
+// The 16 rows' block sums of NT tokens as doubles, four rows per vector (wide panels: the two
+// half-block sums, each below 2^31, added: exact).
+template <bool WIDE, int NT>
+inline void block_sums_pd(const __m256i (*sums)[4], __m256d (*v)[4]) {
   #pragma GCC unroll 4
   for (int k = 0; k < NT; ++k) {
     v[k][0] = lo_pd(sums[k][0]);
@@ -124,6 +117,23 @@ inline void block_terms_n(const panel& p, const act_view& x, int64_t i, int64_t 
       v[k][3] = _mm256_add_pd(v[k][3], hi_pd(sums[k][3]));
     }
   }
+}
+
+// The terms of one block for NT tokens (activation block i + k * stride of token k) through
+// double (panel_scales' wd, wm0, wm1 and the act_pack's powers of two), as dround: each panel
+// scale vector is loaded once for all tokens, one OR collects every term's pattern.
+// MIN: 0 no offset term, 1 one per half block (wm0 * A0 + wm1 * A1: both products integers
+// times the same power of two, their sum below 2^44, so the fused sum is exact), 2 one per block
+// (panel::min_whole: wm0 * (A0 + A1), one fused multiply-add on act_pack::sum_scaled).
+// BOUNDED (the bounded pass below; MIN 0 or 2): no OR, and the main term is one fused
+// multiply-add on act_pack::magic_div.
+template <bool WIDE, int MIN, int NT, bool BOUNDED = false>
+inline void block_terms_n(const panel& p, const act_view& x, int64_t i, int64_t stride, int64_t o, const __m256i (*sums)[4],
+                          __m256i (*acc)[4], __m256i& any) {
+  static_assert(!BOUNDED || MIN != 1, "the bounded pass has one offset per block or none");
+  const __m256d magic = _mm256_set1_pd(ROUND_MAGIC);
+  __m256d v[NT][4];
+  block_sums_pd<WIDE, NT>(sums, v);
   #pragma GCC unroll 4
   for (int q = 0; q < 4; ++q) {
     const __m256d wd = _mm256_load_pd(p.wd + o + 4 * q);
@@ -133,6 +143,12 @@ inline void block_terms_n(const panel& p, const act_view& x, int64_t i, int64_t 
     #pragma GCC unroll 4
     for (int k = 0; k < NT; ++k) {
       const int64_t ik = i + k * stride;
+      if constexpr (BOUNDED) {
+        __m256i b = _mm256_castpd_si256(_mm256_fmadd_pd(v[k][q], wd, _mm256_set1_pd(x.magic_div[ik])));
+        if (MIN) b = _mm256_add_epi64(b, _mm256_castpd_si256(_mm256_fmadd_pd(wm0, _mm256_set1_pd(x.sum_scaled[ik]), magic)));
+        acc[k][q] = _mm256_add_epi64(acc[k][q], b);
+        continue;
+      }
       const __m256i b = _mm256_castpd_si256(_mm256_fmadd_pd(_mm256_mul_pd(v[k][q], wd), _mm256_set1_pd(x.scale[ik]), magic));
       acc[k][q] = _mm256_add_epi64(acc[k][q], b);
       any = _mm256_or_si256(any, b);
@@ -144,6 +160,9 @@ inline void block_terms_n(const panel& p, const act_view& x, int64_t i, int64_t 
         acc[k][q] = _mm256_add_epi64(acc[k][q], c);
         any = _mm256_or_si256(any, c);
       }
+      // Keeps the OR in a register, in order: GCC otherwise stores the terms and ORs them later
+      // (llvm-mca -mcpu=znver3 on the two-panel loop: 163 -> 147 cycles per block).
+      __asm__("" : "+x"(any));
     }
   }
 }
@@ -175,6 +194,11 @@ bool kernel_tokens_pd(const panel& p, const act_view& x, int64_t t, int64_t* out
   return kernel_tokens_pd<WIDE, MIN, NT, 1>(p, p, x, t, out, out);
 }
 
+// The bounded pass (below): kernel_tokens_pd without the per-term check, where a bound computed
+// beforehand shows that no term can leave the binade; false (nothing done) when it does not.
+template <bool WIDE, int MIN, int NT, int NP>
+bool kernel_tokens_bounded(const panel& p, const panel& p1, const act_view& x, int64_t t, int64_t* out, int64_t* out1);
+
 // Tokens per pass over a panel: every weight vector loaded once for NT tokens (Zen 3, scratch
 // harness, 16 rows x 2048, 64 tokens: q4_K 36 -> 31, q8_0 31.5 -> 27 tsc cycles per token and
 // block against one token per pass). Four narrow tokens' sums take 8 of the 16 vector registers;
@@ -183,12 +207,22 @@ template <bool WIDE, int MIN>
 void kernel_all(const panel& p, const act_view& x, int64_t t0, int64_t t1, int64_t* acc) {
   constexpr int NT = WIDE ? 3 : 4;
   int64_t t = t0;
-  for (; t + NT <= t1; t += NT)
+  for (; t + NT <= t1; t += NT) {
+    if constexpr (MIN != 1) {
+      int64_t* out = acc + (t - t0) * PANEL_ROWS;
+      if (kernel_tokens_bounded<WIDE, MIN, NT, 1>(p, p, x, t, out, out)) continue;
+    }
     if (!kernel_tokens_pd<WIDE, MIN, NT>(p, x, t, acc + (t - t0) * PANEL_ROWS))
       for (int64_t k = t; k < t + NT; ++k)
         if (!kernel_tokens_pd<WIDE, MIN, 1>(p, x, k, acc + (k - t0) * PANEL_ROWS)) kernel_token<WIDE, MIN != 0>(p, x, k, acc + (k - t0) * PANEL_ROWS);
-  for (; t < t1; ++t)
-    if (!kernel_tokens_pd<WIDE, MIN, 1>(p, x, t, acc + (t - t0) * PANEL_ROWS)) kernel_token<WIDE, MIN != 0>(p, x, t, acc + (t - t0) * PANEL_ROWS);
+  }
+  for (; t < t1; ++t) {
+    int64_t* out = acc + (t - t0) * PANEL_ROWS;
+    if constexpr (MIN != 1) {
+      if (kernel_tokens_bounded<WIDE, MIN, 1, 1>(p, p, x, t, out, out)) continue;
+    }
+    if (!kernel_tokens_pd<WIDE, MIN, 1>(p, x, t, out)) kernel_token<WIDE, MIN != 0>(p, x, t, out);
+  }
 }
 
 // ---- two narrow panels at once ----
@@ -234,6 +268,17 @@ __attribute__((always_inline)) inline void block_products_2p(const int32_t* cb0,
   }
 }
 
+// Block b's products with tokens t .. t + NT - 1 (activation block i0 = t * nb + b of the first)
+// for one panel (NP = 1) or two narrow ones (NP = 2: p1's sums in sums[NT + k]).
+template <bool WIDE, int NT, int NP>
+__attribute__((always_inline)) inline void block_products_np(const panel& p, const panel& p1, const act_view& x, int64_t i0, int64_t b,
+                                                             __m256i (*sums)[4]) {
+  const int64_t nb = p.n_blocks;
+  const int16_t* a = x.q + i0 * numerics::QBLOCK;
+  if constexpr (NP == 1) block_products_n<WIDE, NT>(p.codes + b * 16 * PANEL_ROWS, a, nb * numerics::QBLOCK, sums);
+  else block_products_2p<NT>(p.codes + b * 16 * PANEL_ROWS, p1.codes + b * 16 * PANEL_ROWS, a, nb * numerics::QBLOCK, sums);
+}
+
 // kernel_tokens_pd over NP panels: NP = 2 reads two narrow panels of the same offset kind (p and
 // p1, their sums added to out and out1) through block_products_2p.
 template <bool WIDE, int MIN, int NT, int NP>
@@ -249,9 +294,7 @@ bool kernel_tokens_pd(const panel& p, const panel& p1, const act_view& x, int64_
     const int64_t i0 = t * nb + b;
     if (!block_live(x, i0, nb, NT)) continue;
     __m256i sums[NP * NT][4];
-    const int16_t* a = x.q + i0 * numerics::QBLOCK;
-    if constexpr (NP == 1) block_products_n<WIDE, NT>(p.codes + b * 16 * PANEL_ROWS, a, nb * numerics::QBLOCK, sums);
-    else block_products_2p<NT>(p.codes + b * 16 * PANEL_ROWS, p1.codes + b * 16 * PANEL_ROWS, a, nb * numerics::QBLOCK, sums);
+    block_products_np<WIDE, NT, NP>(p, p1, x, i0, b, sums);
     block_terms_n<WIDE, MIN, NT>(p, x, i0, nb, b * PANEL_ROWS, sums, acc, any);
     if constexpr (NP == 2) block_terms_n<WIDE, MIN, NT>(p1, x, i0, nb, b * PANEL_ROWS, sums + NT, acc + NT, any);
     n += MIN ? 2 : 1;
@@ -267,8 +310,83 @@ void kernel_one(const panel& p, const act_view& x, int64_t t, int64_t* out) {
   if (!kernel_tokens_pd<WIDE, MIN, 1>(p, x, t, out)) kernel_token<WIDE, MIN != 0>(p, x, t, out);
 }
 
+// ---- the bounded pass ----
+// When every term of a pass is known beforehand to stay inside the rounding binade, the per-term
+// check (the OR of patterns) is not needed, and the term's last product moves into the rounding
+// constant: a double in [2, 4) scaled by 1 / scale (a power of two) lies in the binade whose unit
+// is the block's grid, so fma(T, wd, M / scale) rounds T * wd onto that grid, half to even, and
+// its pattern less that of M / scale is the same integer as the pattern of fma(T * wd, scale, M)
+// less M's (both results are normal: act_pack::magic_div). The offset term keeps M. A term is
+// at most panel::bound times act_pack::abs_scaled (|T| <= sum |a| * max |code|, |block sum| <=
+// sum |a|), and the result stays in [2, 4) while |term * scale| < 1 - 2^-49; the check's product
+// (bound: at most 38 significant bits, abs_scaled: 21) is rounded once, and it asks for less than
+// 1 - 2^-20. A zero
+// activation block adds M / scale = M exactly; a block whose scale is 0 but whose elements are
+// not (a shift below -971) has abs_scaled = +inf, and 0 x inf, like any NaN, fails the check.
+constexpr double BOUND_LIMIT = 1.0 - 0x1p-20;
+
+// True when every term of tokens t .. t + NT - 1 with panels p and p1 passes the bound.
+template <int NT>
+inline bool terms_bounded(const panel& p, const panel& p1, const act_view& x, int64_t t) {
+  const int64_t nb = p.n_blocks;
+  const __m256d lim = _mm256_set1_pd(BOUND_LIMIT);
+  __m256d bad = _mm256_setzero_pd();
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4) {
+    const __m256d m = _mm256_max_pd(_mm256_loadu_pd(p.bound + b), _mm256_loadu_pd(p1.bound + b));
+#pragma GCC unroll 4
+    for (int k = 0; k < NT; ++k)  // not (product < limit): true for NaN too
+      bad = _mm256_or_pd(bad, _mm256_cmp_pd(_mm256_mul_pd(m, _mm256_loadu_pd(x.abs_scaled + (t + k) * nb + b)), lim, _CMP_NLT_UQ));
+  }
+  bool fail = _mm256_movemask_pd(bad) != 0;
+  for (; b < nb; ++b)
+    for (int k = 0; k < NT; ++k) {
+      const double m = p.bound[b] > p1.bound[b] ? p.bound[b] : p1.bound[b];
+      fail |= !(m * x.abs_scaled[(t + k) * nb + b] < BOUND_LIMIT);
+    }
+  return !fail;
+}
+
+// kernel_tokens_pd<WIDE, MIN, NT, NP> as a bounded pass (NP = 1: p1 is p, out1 unused): the
+// terms through block_terms_n<..., true>, each token's M / scale patterns summed to take off.
+template <bool WIDE, int MIN, int NT, int NP>
+bool kernel_tokens_bounded(const panel& p, const panel& p1, const act_view& x, int64_t t, int64_t* out, int64_t* out1) {
+  static_assert(NP == 1 || (NP == 2 && !WIDE), "two panels at once: narrow ones");
+  if (!terms_bounded<NT>(p, p1, x, t)) return false;
+  const int64_t nb = p.n_blocks;
+  __m256i acc[NP * NT][4];
+  for (int k = 0; k < NP * NT; ++k)
+    for (int q = 0; q < 4; ++q) acc[k][q] = _mm256_setzero_si256();
+  __m256i unused = _mm256_setzero_si256();  // block_terms_n's OR, not taken in a bounded pass
+  uint64_t off[NT] = {};  // the patterns of every M / scale added to token k's lanes
+  uint64_t n = 0;         // offset terms per lane (M each)
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t i0 = t * nb + b;
+    if (!block_live(x, i0, nb, NT)) continue;
+    __m256i sums[NP * NT][4];
+    block_products_np<WIDE, NT, NP>(p, p1, x, i0, b, sums);
+    block_terms_n<WIDE, MIN, NT, true>(p, x, i0, nb, b * PANEL_ROWS, sums, acc, unused);
+    if constexpr (NP == 2) block_terms_n<WIDE, MIN, NT, true>(p1, x, i0, nb, b * PANEL_ROWS, sums + NT, acc + NT, unused);
+    for (int k = 0; k < NT; ++k) {
+      uint64_t m;
+      __builtin_memcpy(&m, x.magic_div + i0 + k * nb, 8);
+      off[k] += m;
+    }
+    if (MIN) ++n;
+  }
+  for (int k = 0; k < NP * NT; ++k) {
+    const __m256i o = _mm256_set1_epi64x(static_cast<int64_t>(off[k % NT] + n * ROUND_MAGIC_BITS));
+    int64_t* dst = (k < NT ? out : out1) + (k % NT) * PANEL_ROWS;
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 4 * q), _mm256_add_epi64(load4(dst + 4 * q), _mm256_sub_epi64(acc[k][q], o)));
+  }
+  return true;
+}
+
 // Tokens [t0, t1) of two narrow panels, two tokens per pass (four sums per token in eight of the
-// 16 registers); a pass whose terms left the binade is redone panel by panel.
+// 16 registers), as a bounded pass where the bound holds; a pass whose terms left the binade is
+// redone panel by panel.
 template <int MIN>
 void kernel_all_2p(const panel& p0, const panel& p1, const act_view& x, int64_t t0, int64_t t1, int64_t* acc0, int64_t* acc1) {
   constexpr int NT = 2;
@@ -277,6 +395,9 @@ void kernel_all_2p(const panel& p0, const panel& p1, const act_view& x, int64_t 
     const int64_t m = std::min<int64_t>(NT, t1 - t);
     int64_t* o0 = acc0 + (t - t0) * PANEL_ROWS;
     int64_t* o1 = acc1 + (t - t0) * PANEL_ROWS;
+    if constexpr (MIN != 1) {
+      if (m == NT ? kernel_tokens_bounded<false, MIN, NT, 2>(p0, p1, x, t, o0, o1) : kernel_tokens_bounded<false, MIN, 1, 2>(p0, p1, x, t, o0, o1)) continue;
+    }
     if (m == NT ? kernel_tokens_pd<false, MIN, NT, 2>(p0, p1, x, t, o0, o1) : kernel_tokens_pd<false, MIN, 1, 2>(p0, p1, x, t, o0, o1)) continue;
     for (int64_t k = 0; k < m; ++k) {
       kernel_one<false, MIN>(p0, x, t + k, o0 + k * PANEL_ROWS);

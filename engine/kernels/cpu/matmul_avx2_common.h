@@ -46,8 +46,8 @@ inline __m256i round_shift_v(__m256i v, __m256i s) {
 // more (a left shift of a large product, short rows only) leaves [2, 4), which changes the sign
 // or exponent bits of the OR, and the sum is then redone on the integer path. No term can give
 // exactly 0 (whose pattern would hide in the OR): M has 52 significant bits, a term at most 45.
-constexpr double ROUND_MAGIC = 0x1.8000000000002p+1;  // 3 + 2^-50
-constexpr uint64_t ROUND_MAGIC_BITS = 0x4008000000000002ull;
+// ROUND_MAGIC and ROUND_MAGIC_BITS (M and its pattern) are in matmul_internal.h, whose act_pack
+// code derives the per-block constants of the bounded pass (matmul_avx2.cpp) from M.
 constexpr uint64_t ROUND_TOP = 0xfff0000000000000ull;  // sign and exponent
 constexpr uint64_t ROUND_TOP_OK = 0x4000000000000000ull;  // positive, in [2, 4)
 

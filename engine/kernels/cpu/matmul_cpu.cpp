@@ -153,6 +153,8 @@ void act_pack_init(int64_t n_tokens, int64_t n_in, act_pack& p) {
   p.scale.resize(static_cast<size_t>(n_tokens * nb));
   p.half_scaled.resize(static_cast<size_t>(n_tokens * nb * 2));
   p.sum_scaled.resize(static_cast<size_t>(n_tokens * nb));
+  p.abs_scaled.resize(static_cast<size_t>(n_tokens * nb));
+  p.magic_div.resize(static_cast<size_t>(n_tokens * nb));
   const bool few = n_tokens <= GEMV_PACKED_MAX_TOKENS;
   p.bytes.resize(few ? static_cast<size_t>(n_tokens * nb * 16) : 0);
   p.q_eo.resize(few ? static_cast<size_t>(n_tokens * n_in) : 0);
@@ -216,6 +218,11 @@ void act_pack_rows(const float* x, int64_t t0, int64_t t1, act_pack& p) {
       p.half_scaled[2 * i] = f * p.half_sum[2 * i];
       p.half_scaled[2 * i + 1] = f * p.half_sum[2 * i + 1];
       p.sum_scaled[i] = f * p.block_sum[i];
+      const int16_t* q = p.q.data() + t * n_in + b * QBLOCK;
+      int32_t sa = 0;  // below 2^21
+      for (int k = 0; k < QBLOCK; ++k) sa += q[k] < 0 ? -q[k] : q[k];
+      p.abs_scaled[i] = f != 0.0 ? f * sa : sa == 0 ? 0.0 : HUGE_VAL;
+      p.magic_div[i] = f != 0.0 ? ROUND_MAGIC / f : ROUND_MAGIC;
     }
   }
 }
@@ -239,7 +246,7 @@ panel panel_buffer::view(int64_t n_blocks) {
     std::free(meta);
     std::free(stage);
     const size_t code_bytes = static_cast<size_t>(n_blocks) * 16 * PANEL_ROWS * sizeof(int32_t);
-    const size_t meta_bytes = static_cast<size_t>(n_blocks) * 8 * PANEL_ROWS * sizeof(int64_t);
+    const size_t meta_bytes = static_cast<size_t>(n_blocks) * (8 * PANEL_ROWS + 1) * sizeof(int64_t);
     codes = static_cast<int32_t*>(std::aligned_alloc(64, code_bytes));
     meta = static_cast<int64_t*>(std::aligned_alloc(64, meta_bytes));
     stage = static_cast<int16_t*>(std::aligned_alloc(64, code_bytes));
@@ -258,6 +265,7 @@ panel panel_buffer::view(int64_t n_blocks) {
   p.wd = reinterpret_cast<double*>(meta + 5 * m);
   p.wm0 = reinterpret_cast<double*>(meta + 6 * m);
   p.wm1 = reinterpret_cast<double*>(meta + 7 * m);
+  p.bound = reinterpret_cast<double*>(meta + 8 * m);
   p.stage = stage;
   return p;
 }
@@ -427,6 +435,28 @@ void panel_scales(panel& p) {
     p.wm0[i] = static_cast<double>(p.mm0[i]) * f;
     p.wm1[i] = static_cast<double>(p.mm1[i]) * f;
   }
+  for (int64_t b = 0; b < p.n_blocks; ++b) {
+    // The block's largest |code| (16 pairs of 16 rows, two int16 codes per int32) and largest
+    // |wd| need not come from one row: their product still bounds every row's.
+    const int32_t* cb = p.codes + b * 16 * PANEL_ROWS;
+    int16_t hi = 0, lo = 0;
+    for (int j = 0; j < 16 * PANEL_ROWS; j += 16) {  // as int16 lanes (max and min vectorise)
+      int16_t h[32];
+      std::memcpy(h, cb + j, sizeof h);
+      for (int i = 0; i < 32; ++i) {
+        hi = std::max(hi, h[i]);
+        lo = std::min(lo, h[i]);
+      }
+    }
+    const int32_t cmax = std::max<int32_t>(hi, -static_cast<int32_t>(lo));
+    double wd = 0.0, wm = 0.0;
+    for (int r = 0; r < PANEL_ROWS; ++r) {
+      const int64_t i = b * PANEL_ROWS + r;
+      wd = std::max(wd, std::fabs(p.wd[i]));
+      wm = std::max(wm, std::max(std::fabs(p.wm0[i]), std::fabs(p.wm1[i])));
+    }
+    p.bound[b] = std::max(cmax * wd, wm);
+  }
 }
 
 // ---- the scalar kernel ----
@@ -475,7 +505,7 @@ void matmul_exact_cpu(isa i, const act_pack& x, gguf::dtype t, const uint8_t* w,
   const int64_t nb = x.n_blocks;
   const int32_t c = matmul_shift_const(nb);
   const act_view xv{nb, x.q.data(), x.exp.data(), x.max_exp.data(), x.half_sum.data(), x.scale.data(), x.half_scaled.data(),
-                    x.sum_scaled.data(), x.q_eo.empty() ? nullptr : x.q_eo.data()};
+                    x.sum_scaled.data(), x.abs_scaled.data(), x.magic_div.data(), x.q_eo.empty() ? nullptr : x.q_eo.data()};
   const int64_t n_rows_all = row_end - row_begin;
   // Converts the sum of (token, row) on its grid and stores it.
   auto finish = [&](int64_t tok, int64_t r, int64_t sum) {

@@ -61,6 +61,11 @@ struct panel {
   double* wd = nullptr;
   double* wm0 = nullptr;
   double* wm1 = nullptr;
+  // (n_blocks) panel_scales: per block, the larger of (largest |code|) x (largest |wd|) and the
+  // largest |wm0|, |wm1| over its rows, so that a term's magnitude is at most bound times the
+  // activation block's abs_scaled (the AVX2 kernels' bounded pass). An exact product: a 16-bit
+  // code times a term of at most 22 significant bits.
+  double* bound = nullptr;
   int16_t* stage = nullptr;  // (16 rows, n_blocks, 32) scratch for decoders (row-major codes)
 };
 
@@ -93,6 +98,11 @@ void panel_scales(panel& p);
 void panel_decode_generic(gguf::dtype t, const uint8_t* w, uint64_t row_bytes, int64_t row0,
                           int n_rows, const int32_t* bounds, panel& p);
 
+// The rounding constant of the AVX2 kernels' "rounding through double" (matmul_avx2_common.h):
+// M = 3 + 2^-50 and its bit pattern. act_pack_rows derives act_pack::magic_div from it.
+constexpr double ROUND_MAGIC = 0x1.8000000000002p+1;
+constexpr uint64_t ROUND_MAGIC_BITS = 0x4008000000000002ull;
+
 // An act_pack as plain pointers (what the SIMD files may touch: no std:: code there).
 struct act_view {
   int64_t n_blocks = 0;
@@ -103,6 +113,8 @@ struct act_view {
   const double* scale = nullptr;       // (n_tokens, n_blocks) act_pack::scale
   const double* half_scaled = nullptr; // (n_tokens, n_blocks, 2)
   const double* sum_scaled = nullptr;  // (n_tokens, n_blocks)
+  const double* abs_scaled = nullptr;  // (n_tokens, n_blocks) act_pack::abs_scaled
+  const double* magic_div = nullptr;   // (n_tokens, n_blocks) act_pack::magic_div
   const int16_t* q_eo = nullptr;       // (n_tokens, n_blocks * 32) act_pack::q_eo; null when absent
 };
 
