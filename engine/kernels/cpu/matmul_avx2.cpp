@@ -319,10 +319,10 @@ void kernel_one(const panel& p, const act_view& x, int64_t t, int64_t* out) {
 // less M's (both results are normal: act_pack::magic_div). The offset term keeps M. A term is
 // at most panel::bound times act_pack::abs_scaled (|T| <= sum |a| * max |code|, |block sum| <=
 // sum |a|), and the result stays in [2, 4) while |term * scale| < 1 - 2^-49; the check's product
-// (bound: at most 38 significant bits, abs_scaled: 21) is rounded once, and it asks for less than
-// 1 - 2^-20. A zero
-// activation block adds M / scale = M exactly; a block whose scale is 0 but whose elements are
-// not (a shift below -971) has abs_scaled = +inf, and 0 x inf, like any NaN, fails the check.
+// is rounded at most once, and it asks for less than 1 - 2^-20. A zero activation block adds
+// its magic_div, M (the pack's choice for scale 0), exactly. A live block whose scale is 0 (a
+// shift below -971, which quantize_act's exponents do not reach today) would have abs_scaled =
+// +inf, and +inf or 0 x inf (NaN) fails the check.
 constexpr double BOUND_LIMIT = 1.0 - 0x1p-20;
 
 // True when every term of tokens t .. t + NT - 1 with panels p and p1 passes the bound.

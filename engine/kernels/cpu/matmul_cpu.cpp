@@ -246,7 +246,9 @@ panel panel_buffer::view(int64_t n_blocks) {
     std::free(meta);
     std::free(stage);
     const size_t code_bytes = static_cast<size_t>(n_blocks) * 16 * PANEL_ROWS * sizeof(int32_t);
-    const size_t meta_bytes = static_cast<size_t>(n_blocks) * (8 * PANEL_ROWS + 1) * sizeof(int64_t);
+    // aligned_alloc wants a multiple of the alignment (AddressSanitizer refuses anything else):
+    // the bounds' n_blocks doubles make the metadata's size one only when n_blocks % 8 == 0.
+    const size_t meta_bytes = (static_cast<size_t>(n_blocks) * (8 * PANEL_ROWS + 1) * sizeof(int64_t) + 63) / 64 * 64;
     codes = static_cast<int32_t*>(std::aligned_alloc(64, code_bytes));
     meta = static_cast<int64_t*>(std::aligned_alloc(64, meta_bytes));
     stage = static_cast<int16_t*>(std::aligned_alloc(64, code_bytes));
