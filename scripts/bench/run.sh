@@ -57,6 +57,7 @@ models=${args[0]:-bench-models}
 detaudit=${DETAUDIT_BIN:-$root/build/cli/detaudit}
 preset=${BENCH_PRESET:-1b}
 read -r -a types <<< "${BENCH_TYPES:-q4_k_m q5_k_m q6_k q8_0 q4_0}"
+[ "${#types[@]}" -ge 1 ] || die "BENCH_TYPES names no weight type"
 numerics=${BENCH_NUMERICS:-exact}
 threads=${BENCH_THREADS:-2}
 read -r -a sizes <<< "${BENCH_ARGS:--p 512 -n 128 -r 3}"
@@ -89,7 +90,7 @@ start_busy() {
 
 # measure TAG FILE OUT_PREFIX: runs every engine on FILE, beside a busy process when TAG is contended.
 measure() {
-  local tag=$1 file=$2 prefix=$3 i
+  local tag=$1 file=$2 prefix=$3 i got
   [ "$tag" = contended ] && start_busy
   echo "run.sh: [$tag] detaudit bench on $file" >&2
   "$detaudit" bench -m "$file" "${sizes[@]}" -t "$threads" --numerics "$numerics" --json > "$prefix.detaudit.json" \
@@ -101,6 +102,8 @@ measure() {
     "${llamas[$i]}" -m "$file" "${sizes[@]}" -t "$threads" -o json > "$prefix.llama$i.json" 2> "$prefix.llama$i.err" \
       || { stop_busy; die "llama-bench failed on $file: $(tail -n 3 "$prefix.llama$i.err")"; }
     stop_busy
+    got=$(build_of "$prefix.llama$i.json" "${llamas[$i]}") || exit 1
+    [ "$got" = "$(cat "$work/build$i.txt")" ] || die "${llamas[$i]} measured $file as $got, not the $(cat "$work/build$i.txt") it reported first"
   done
 }
 
@@ -113,31 +116,48 @@ for type in "${types[@]}"; do
   fi
 done
 
-# The build each llama-bench was compiled with, from its own JSON record (build_number and
-# build_commit, llama.cpp's build-info), read before any measurement so that a binary which cannot
-# name its build stops the run at once rather than after an hour of measuring an unknown llama.cpp.
+# The build a llama-bench was compiled with, from its JSON records (build_number and build_commit,
+# llama.cpp's build-info): build_of FILE BINARY prints "build N (COMMIT)" when every record of FILE
+# names the same build, and stops the run with the reason otherwise.
+build_of() {
+  python3 - "$1" "$2" <<'PY' || exit 1
+import json, re, sys
+path, binary = sys.argv[1], sys.argv[2]
+try:
+    recs = json.load(open(path))
+except (ValueError, RecursionError) as e:
+    sys.exit(f"run.sh: {binary} printed no JSON records ({type(e).__name__})")
+if not isinstance(recs, list) or not recs or not all(isinstance(r, dict) for r in recs):
+    sys.exit(f"run.sh: {binary} printed no JSON records to read its build from")
+builds = set()
+for rec in recs:
+    number, commit = rec.get("build_number"), rec.get("build_commit")
+    if not isinstance(number, int) or isinstance(number, bool) or not 0 <= number < 10**9:
+        sys.exit(f"run.sh: {binary} reports build_number {str(number)[:40]!r}, which is not a build number")
+    if not isinstance(commit, str):
+        sys.exit(f"run.sh: {binary} reports build_commit {str(commit)[:40]!r}, which is not a string")
+    commit = commit.strip()
+    if number == 0 or commit.lower() in ("", "unknown"):
+        sys.exit(f"run.sh: {binary} reports build {number} (commit {commit!r}): it was built outside a git "
+                 "checkout and cannot say which llama.cpp it is. Build it from a git checkout, or configure a "
+                 "current llama.cpp with -DLLAMA_BUILD_NUMBER=N -DLLAMA_BUILD_COMMIT=HASH "
+                 "(docs/performance.md, \"Building llama.cpp for the comparison\")")
+    if not re.fullmatch(r"[0-9A-Za-z._+-]{1,64}", commit):  # it goes into a Markdown header
+        sys.exit(f"run.sh: {binary} reports build commit {commit[:80]!r}, which is not a commit name")
+    builds.add(f"build {number} ({commit})")
+if len(builds) != 1:
+    sys.exit(f"run.sh: {binary}'s records name more than one build: {', '.join(sorted(builds))}")
+print(builds.pop())
+PY
+}
+
+# Read before any measurement, so that a binary which cannot name its build stops the run before an
+# hour of measuring an unknown llama.cpp; each measurement's records must then name the same build.
 for i in "${!llamas[@]}"; do
   echo "run.sh: reading the build of ${llamas[$i]}" >&2
   "${llamas[$i]}" -m "$models/$preset-${types[0]}.gguf" -p 0 -n 1 -r 1 -t "$threads" -o json > "$work/build$i.json" 2> "$work/build$i.err" \
     || die "llama-bench failed on $models/$preset-${types[0]}.gguf: $(tail -n 3 "$work/build$i.err")"
-  python3 - "$work/build$i.json" "${llamas[$i]}" > "$work/build$i.txt" <<'PY' || exit 1
-import json, sys
-path, binary = sys.argv[1], sys.argv[2]
-try:
-    recs = json.load(open(path))
-    rec = recs[0] if isinstance(recs, list) and recs else None
-except ValueError as e:
-    sys.exit(f"run.sh: {binary} printed no JSON records ({e})")
-if not isinstance(rec, dict):
-    sys.exit(f"run.sh: {binary} printed no JSON record to read its build from")
-number, commit = rec.get("build_number"), str(rec.get("build_commit", "")).strip()
-if not isinstance(number, int) or number <= 0 or commit in ("", "unknown"):
-    sys.exit(f"run.sh: {binary} reports build {number!r} (commit {commit!r}): it was built outside a git "
-             "checkout and cannot say which llama.cpp it is. Build it from a git checkout, or configure a "
-             "current llama.cpp with -DLLAMA_BUILD_NUMBER=N -DLLAMA_BUILD_COMMIT=HASH "
-             "(docs/performance.md, \"Building llama.cpp for the comparison\")")
-print(f"build {number} ({commit})")
-PY
+  build_of "$work/build$i.json" "${llamas[$i]}" > "$work/build$i.txt"
 done
 
 for type in "${types[@]}"; do
