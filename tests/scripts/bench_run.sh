@@ -83,6 +83,13 @@ refused capital "reports build 9749 (commit 'Unknown'): it was built outside a g
 refused switches "reports build 0 (commit 'unknown'): it was built outside a git checkout"
 [ "$(wc -l < "$work/switches.calls")" = 2 ] || fail "expected the probe and one measurement of the switching stand-in"
 refused other "measured $work/models/tiny-q8_0.gguf as build 9750 (0123abcd), not the build 9749 (d32676d77) it reported first"
+# Output that is not JSON records, or JSON too deep for the reader: refused with a message, not a traceback.
+printf '#!/usr/bin/env bash\necho "$*" >> "%s/deep.calls"\nhead -c 100000 /dev/zero | tr "\\0" "["\n' "$work" > "$work/deep"
+chmod +x "$work/deep"
+refused deep "printed no JSON records (RecursionError)"
+printf '#!/usr/bin/env bash\necho "$*" >> "%s/text.calls"\necho "build: d32676d77 (9749)"\n' "$work" > "$work/text"
+chmod +x "$work/text"
+refused text "printed no JSON records (JSONDecodeError)"
 # No weight type at all.
 if BENCH_TYPES=" " LLAMA_BENCH=$work/named bash "$root/scripts/bench/run.sh" "$work/models" > /dev/null 2> "$work/notypes.err"; then
   fail "run.sh accepted BENCH_TYPES with no type"
