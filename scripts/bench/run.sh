@@ -16,8 +16,9 @@ and, when LLAMA_BENCH / LLAMA_BENCH_2 name llama-bench binaries,
 Prints one Markdown table (t/s of each engine, and exact / each llama.cpp) with the CPU model and
 its SIMD flags, and writes it to bench-results/YYYY-MM-DD-HHMM.md. It never builds llama.cpp.
 
-Before measuring, each llama-bench is run once (-p 0 -n 1 -r 1) to read the build number and commit
-it was compiled with; the table's header names them. A binary that reports build 0 or commit
+Before measuring (and before generating any file but the first type's), each llama-bench is run
+once (-p 0 -n 1 -r 1) to read the build number and commit it was compiled with; the table's header
+names them, and every later record of that binary must name the same. A binary that reports build 0 or commit
 "unknown" was built outside a git checkout and cannot say which llama.cpp it is: run.sh refuses it
 (docs/performance.md, "Building llama.cpp for the comparison", says how to build one that can).
 
@@ -107,14 +108,15 @@ measure() {
   done
 }
 
-for type in "${types[@]}"; do
-  file="$models/$preset-$type.gguf"
+# generate TYPE: the model file of TYPE, generated unless it is there.
+generate() {
+  local file="$models/$preset-$1.gguf"
   if [ ! -f "$file" ]; then
     echo "run.sh: generating $file" >&2
-    "$detaudit" synth -o "$file.part" --preset "$preset" --type "$type" --seed 7 >/dev/null || die "synth failed for $file"
+    "$detaudit" synth -o "$file.part" --preset "$preset" --type "$1" --seed 7 >/dev/null || die "synth failed for $file"
     mv "$file.part" "$file"
   fi
-done
+}
 
 # The build a llama-bench was compiled with, from its JSON records (build_number and build_commit,
 # llama.cpp's build-info): build_of FILE BINARY prints "build N (COMMIT)" when every record of FILE
@@ -151,8 +153,10 @@ print(builds.pop())
 PY
 }
 
-# Read before any measurement, so that a binary which cannot name its build stops the run before an
-# hour of measuring an unknown llama.cpp; each measurement's records must then name the same build.
+# Read on the first type's file, before the other files are generated and before any measurement, so
+# that a binary which cannot name its build stops the run before an hour of measuring an unknown
+# llama.cpp; each measurement's records must then name the same build.
+generate "${types[0]}"
 for i in "${!llamas[@]}"; do
   echo "run.sh: reading the build of ${llamas[$i]}" >&2
   "${llamas[$i]}" -m "$models/$preset-${types[0]}.gguf" -p 0 -n 1 -r 1 -t "$threads" -o json > "$work/build$i.json" 2> "$work/build$i.err" \
@@ -160,6 +164,7 @@ for i in "${!llamas[@]}"; do
   build_of "$work/build$i.json" "${llamas[$i]}" > "$work/build$i.txt"
 done
 
+for type in "${types[@]}"; do generate "$type"; done
 for type in "${types[@]}"; do
   file="$models/$preset-$type.gguf"
   measure quiet "$file" "$work/$type.quiet"

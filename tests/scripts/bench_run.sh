@@ -62,6 +62,11 @@ grep -q "LLAMA_BUILD_NUMBER" "$work/unnamed.err" || fail "the refusal does not s
 [ "$(wc -l < "$work/unnamed.calls")" = 1 ] || fail "the unnamed binary was measured: $(cat "$work/unnamed.calls")"
 grep -q "detaudit bench on" "$work/unnamed.err" && fail "detaudit was measured before the refusal"
 [ ! -s "$work/unnamed.out" ] || fail "a table was printed: $(cat "$work/unnamed.out")"
+# With two types, the refusal comes before the second type's file is generated.
+if BENCH_TYPES="q8_0 q4_0" LLAMA_BENCH=$work/unnamed bash "$root/scripts/bench/run.sh" "$work/models" > /dev/null 2>&1; then
+  fail "run.sh accepted a llama-bench that reports build 0 (unknown), with two types"
+fi
+[ ! -e "$work/models/tiny-q4_0.gguf" ] || fail "the second type's file was generated before the refusal"
 # A commit that is not a commit name (it would go into the Markdown header as it stands): refused.
 if LLAMA_BENCH=$work/markdown bash "$root/scripts/bench/run.sh" "$work/models" > "$work/markdown.out" 2> "$work/markdown.err"; then
   fail "run.sh accepted the build commit 'd32676d77|x'"
