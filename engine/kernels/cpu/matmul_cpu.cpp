@@ -177,6 +177,9 @@ void act_pack_rows(const float* x, int64_t t0, int64_t t1, act_pack& p) {
       p.half_sum[static_cast<size_t>((t * nb + b) * 2)] = s0;
       p.half_sum[static_cast<size_t>((t * nb + b) * 2 + 1)] = s1;
       p.block_sum[static_cast<size_t>(t * nb + b)] = s0 + s1;
+      int32_t sa = 0;  // sum |q|, below 2^21: scaled into abs_scaled below
+      for (int i = 0; i < QBLOCK; ++i) sa += q[i] < 0 ? -q[i] : q[i];
+      p.abs_scaled[static_cast<size_t>(t * nb + b)] = sa;
       if (!p.q_eo.empty()) {
         int16_t* eo = p.q_eo.data() + t * n_in + b * QBLOCK;
         for (int i = 0; i < 16; ++i) {
@@ -218,10 +221,8 @@ void act_pack_rows(const float* x, int64_t t0, int64_t t1, act_pack& p) {
       p.half_scaled[2 * i] = f * p.half_sum[2 * i];
       p.half_scaled[2 * i + 1] = f * p.half_sum[2 * i + 1];
       p.sum_scaled[i] = f * p.block_sum[i];
-      const int16_t* q = p.q.data() + t * n_in + b * QBLOCK;
-      int32_t sa = 0;  // below 2^21
-      for (int k = 0; k < QBLOCK; ++k) sa += q[k] < 0 ? -q[k] : q[k];
-      p.abs_scaled[i] = f != 0.0 ? f * sa : sa == 0 ? 0.0 : HUGE_VAL;
+      const double sa = p.abs_scaled[i];  // the exact integer sum |q| from the loop above
+      p.abs_scaled[i] = f != 0.0 ? f * sa : sa == 0.0 ? 0.0 : HUGE_VAL;
       p.magic_div[i] = f != 0.0 ? ROUND_MAGIC / f : ROUND_MAGIC;
     }
   }
