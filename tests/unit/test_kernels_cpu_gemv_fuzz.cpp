@@ -221,6 +221,82 @@ TEST_CASE("packed fuzz: q4_0, q5_K and q6_K tiles (byte products) at extreme cod
   MESSAGE(n_cases << " packed cases of all four types");
 }
 
+// The AVX2 scalar tile kernel (the fallback of a group whose terms leave the rounding binade)
+// against the vector kernel on the same AVX2 pack, group by group, int64 sums compared: where the
+// vector kernel keeps a group (every q4_0 group: its terms cannot leave the binade) the two must
+// agree, so the fallback is checked on inputs that never reach it. Returns the groups compared
+// (0 without AVX2); a difference fails the check.
+int64_t check_scalar_tiles(const fuzz_case& c) {
+  if (!cpu::row_pack_kernel(c.t, cpu::isa::avx2)) return 0;
+  cpu::act_pack p;
+  cpu::act_pack_build(c.x.data(), c.n_tok, c.n_in, p);
+  std::vector<int32_t> bounds(static_cast<size_t>(c.n_out));
+  cpu::weight_row_bounds(c.t, c.w.data(), c.n_in, 0, c.n_out, bounds.data());
+  cpu::row_pack w;
+  cpu::row_pack_init(c.t, c.n_out, c.n_in, cpu::isa::avx2, w);
+  REQUIRE(cpu::row_pack_groups(c.w.data(), bounds.data(), 0, w.n_groups, w));
+  const cpu::packed_act xa{p.bytes.data(), p.q.data(), p.shift.data(), p.half_sum.data(), p.block_sum.data(), p.n_blocks,
+                           c.n_tok, p.pairs.data(), p.scale.data(), p.sum_scaled.data(), p.lo_half.data()};
+  int64_t n = 0;
+  for (int64_t g = 0; g < w.n_groups; ++g) {
+    const uint8_t* tiles = w.data + g * w.n_super * w.tile_bytes;
+    std::vector<int64_t> vec(static_cast<size_t>(16 * c.n_tok), 0), sca(vec.size(), 0);
+    if (c.t == gguf::DTYPE_Q4_0) cpu::gemv_q40_packed_avx2(tiles, w.n_super, xa, vec.data());
+    else if (c.t == gguf::DTYPE_Q4_K) cpu::gemv_q4k_packed_avx2(tiles, w.n_super, xa, vec.data());
+    else if (c.t == gguf::DTYPE_Q5_K) cpu::gemv_q5k_packed_avx2(tiles, w.n_super, xa, vec.data());
+    else cpu::gemv_q6k_packed_avx2(tiles, w.n_super, xa, vec.data());
+    REQUIRE(cpu::gemv_packed_scalar_avx2(c.t, tiles, w.n_super, xa, sca.data()));
+    CHECK_MESSAGE(vec == sca, c.name << " group " << g << ": the scalar tile kernel's sums differ from the vector kernel's");
+    ++n;
+  }
+  return n;
+}
+
+// AVX2 q4_0 tiles hold each block's fp16 d as it stands and the row's -bound once (cpu.h); the
+// kernel widens d twice and multiplies by 2^-bound, the other layout's d_mant * 2^dsh. The rows
+// here take that to its ends: every scale zero or -0 (bound EXP_ZERO, output 0), every scale
+// subnormal (bound -24: the largest -bound), -0 next to a subnormal, +-65504 next to the smallest
+// subnormal (dsh -29), and one row of random scales, over one, two and three super-blocks, each
+// block's codes random. Each row is compared bit for bit with the reference, and the scalar tile
+// kernel, which no q4_0 input reaches through the driver, with the vector kernel.
+TEST_CASE("packed q4_0: zero, -0, subnormal and extreme fp16 scales give the reference bits; the scalar tile kernel agrees") {
+  if (!cpu::row_pack_kernel(gguf::DTYPE_Q4_0, cpu::isa_default())) MESSAGE("no packed q4_0 kernel on this CPU: nothing to check");
+  rng r{2336};
+  int64_t n_cases = 0, n_bad = 0, n_groups = 0;
+  const uint16_t patterns[6][4] = {{0x0000, 0x8000, 0x0000, 0x8000},   // every scale zero: bound EXP_ZERO
+                                   {0x0001, 0x8001, 0x03ff, 0x0200},   // subnormal only: bound -24
+                                   {0x8000, 0x0001, 0x8000, 0x0000},   // -0 beside the smallest subnormal
+                                   {0x7bff, 0x0001, 0xfbff, 0x8001},   // +-65504 beside +-2^-24
+                                   {0x3c00, 0xbc00, 0x0400, 0x8400},   // +-1 and the smallest normals
+                                   {0, 0, 0, 0}};                      // random (filled below)
+  for (int64_t n_in : {256, 512, 768})
+    for (int64_t n_tok = 1; n_tok <= 4; ++n_tok) {
+      const int64_t n_out = 37;
+      const gguf::dtype_traits& tr = gguf::dtype_get(gguf::DTYPE_Q4_0);
+      fuzz_case c{gguf::DTYPE_Q4_0, n_in, n_out, n_tok, {}, {}, {}};
+      c.w.assign(gguf::dtype_row_bytes(gguf::DTYPE_Q4_0, n_in) * static_cast<uint64_t>(n_out), 0);
+      for (int64_t row = 0; row < n_out; ++row) {
+        const int p = static_cast<int>(row % 6);
+        for (int64_t b = 0; b < n_in / 32; ++b) {
+          uint8_t* blk = c.w.data() + static_cast<uint64_t>(row * (n_in / 32) + b) * tr.type_size;
+          const uint16_t h = p == 5 ? static_cast<uint16_t>(r.range(0, 0x7bff) | (r.range(0, 1) << 15)) : patterns[p][b % 4];
+          std::memcpy(blk, &h, 2);
+          for (int i = 2; i < 18; ++i) blk[i] = static_cast<uint8_t>(r.range(0, 255));
+        }
+      }
+      c.x = extreme_acts(r, n_tok * n_in);
+      c.name = "q4_0 scales n_in " + std::to_string(n_in) + " n_tok " + std::to_string(n_tok);
+      check_packed(r, c, n_cases, n_bad);
+      n_groups += check_scalar_tiles(c);
+    }
+  // The scalar tile kernel of the other three types on random and extreme blocks as well.
+  for (dtype t : {gguf::DTYPE_Q4_0, gguf::DTYPE_Q4_K, gguf::DTYPE_Q5_K, gguf::DTYPE_Q6_K})
+    for (int64_t n_tok = 1; n_tok <= 4; ++n_tok)
+      for (int kind = 0; kind < 3; ++kind) n_groups += check_scalar_tiles(make_case(r, t, 512, 40, n_tok, kind));
+  CHECK(n_bad == 0);
+  MESSAGE(n_cases << " packed q4_0 cases, " << n_groups << " groups of the scalar tile kernel against the vector kernels");
+}
+
 // The int16 lanes of the AVX2 packed kernels at their bounds (matmul_avx2.cpp, tile_block_sums):
 // every activation of a token's blocks has low byte 255 (+32767 = 0x7fff: high byte +127;
 // -32513 = 0x80ff: high byte -128) or is -32767 (0x8001: high byte -128), and each row's codes sit

@@ -135,11 +135,18 @@ void matmul_exact_cpu(isa i, const act_pack& x, gguf::dtype t, const uint8_t* w,
 //   q5_K fifth[8 blocks][2 groups of runs 4g .. 4g + 3][32] u8  bits 2m and 2m + 1 of byte 2r + e:
 //                                       bit 4 of elements 4k + e and 4k + 2 + e, k = 4g + m
 //   q6_K hi[8 blocks][4 pairs of runs 2p, 2p + 1][32] u8  bits 4m .. 4m + 3 of byte 2r + e: the
-//                                       high pairs of elements 4k + e and 4k + 2 + e, k = 2p + m q8_0 keeps its mapped
+//                                       high pairs of elements 4k + e and 4k + 2 + e, k = 2p + m
+// and their q4_0 tiles are smaller (2336 bytes, a multiple of 32 so that no code load splits a
+// cache line), with each block's fp16 scale as it stands and the row's bound once:
+//   q4_0 codes[8 blocks][8 runs][16 rows][2] u8 as above
+//        d[8][16]                      fp16 each block's d (d_mant * 2^d_exp exactly)
+//        nb[16]                        i8  -bound (0 where the row's bound is EXP_ZERO), 16 bytes
+//                                          of padding
+// (d * 2^-bound = d_mant * 2^(d_exp - bound), the other layout's term, exactly). q8_0 keeps its mapped
 // rows: in its tiles (4480 bytes) generation measured 10% slower than the row kernel
 // (docs/performance.md).
 bool row_pack_type(gguf::dtype t);     // q4_0, q4_K, q5_K and q6_K (rows of whole 256s)
-int64_t row_pack_tile_bytes(gguf::dtype t);
+int64_t row_pack_tile_bytes(gguf::dtype t, isa i);  // the tile's bytes in a pack made for i
 
 struct row_pack {
   gguf::dtype type = gguf::DTYPE_Q4_K;

@@ -363,17 +363,26 @@ bool q6k_packed_tokens_avx2(const uint8_t* tiles, int64_t n_super, const packed_
   return true;
 }
 
-// q4_0 tiles (2432 bytes: codes, d_mant[8][16] at 2048, shifts[8][16] at 2304) for NT tokens:
-// (T - 8 A) * d_mant * 2^dsh times the activation's power of two, per block.
+// q4_0 tiles in the AVX2 layout (cpu.h; 2336 bytes: codes, fp16 d[8][16] at 2048, -bound[16] at
+// 2304) for NT tokens: (T - 8 A) * d * 2^-bound times the activation's power of two, per block,
+// where d * 2^-bound is d_mant * 2^dsh exactly (an fp16 value widened twice, times a power of two).
+constexpr int64_t Q40_TILE = 2336, Q40_D = 2048, Q40_NB = 2304;
+
 template <int NT, int NG>
 bool q40_packed_tokens_avx2(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc_out) {
   static_assert(NG == 1 || NT == 1, "several groups at once for one token only");
-  constexpr int64_t TILE = 2432, DM = 2048, DSH = 2304;
+  constexpr int64_t TILE = Q40_TILE, D = Q40_D, NB = Q40_NB;
   constexpr int NR = NG * NT;
   const int64_t gstride = n_super * TILE;
   dround r[NR];
 #pragma GCC unroll 4
   for (int t = 0; t < NR; ++t) r[t].init();
+  // 2^-bound of each row, the same in every tile of a group (read from its first).
+  __m256d rowp[NG][4];
+#pragma GCC unroll 4
+  for (int g = 0; g < NG; ++g)
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) rowp[g][q] = rows4_pow2(tiles + g * gstride + NB + TILE_ROW0[q]);
   for (int64_t sb = 0; sb < n_super; ++sb) {
     for (int b = 0; b < 8; ++b) {
       const int64_t blk = sb * 8 + b;
@@ -386,8 +395,10 @@ bool q40_packed_tokens_avx2(const uint8_t* tiles, int64_t n_super, const packed_
         const uint8_t* tile = tiles + g * gstride + sb * TILE;
         __m256d dmd[4];
 #pragma GCC unroll 4
-        for (int q = 0; q < 4; ++q)
-          dmd[q] = _mm256_mul_pd(rows4_i16(tile + DM + 32 * b + 2 * TILE_ROW0[q]), rows4_pow2(tile + DSH + 16 * b + TILE_ROW0[q]));
+        for (int q = 0; q < 4; ++q) {
+          const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile + D + 32 * b + 2 * TILE_ROW0[q]));
+          dmd[q] = _mm256_mul_pd(_mm256_cvtps_pd(_mm_cvtph_ps(h)), rowp[g][q]);
+        }
 #pragma GCC unroll 4
         for (int t = 0; t < NT; ++t) {
           const __m256i a8 = _mm256_set1_epi32(8 * x.asum[t * x.nb + blk]);
@@ -410,7 +421,7 @@ enum class tile_kind { q4_0, q4_k, q5_k, q6_k };
 // The scalar tile kernel, the fallback of a group whose terms left the binade: every code read
 // back from the AVX2 tile, the block terms rounded with the contract's integer round_shift.
 void packed_tile_scalar(tile_kind kind, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc_out) {
-  const int64_t tile_bytes = kind == tile_kind::q4_0 ? 2432 : kind == tile_kind::q4_k ? 2400 : kind == tile_kind::q5_k ? 2912 : 3392;
+  const int64_t tile_bytes = kind == tile_kind::q4_0 ? Q40_TILE : kind == tile_kind::q4_k ? 2400 : kind == tile_kind::q5_k ? 2912 : 3392;
   const int64_t qk = kind == tile_kind::q5_k ? 512 : 0;  // q5_K's scales and shifts lie 512 bytes after q4_K's
   for (int64_t sb = 0; sb < n_super; ++sb) {
     const uint8_t* tile = tiles + sb * tile_bytes;
@@ -435,9 +446,9 @@ void packed_tile_scalar(tile_kind kind, const uint8_t* tiles, int64_t n_super, c
           const int64_t sa = x.shift[t * x.nb + blk];
           int64_t term = 0;
           if (kind == tile_kind::q4_0) {
-            int16_t dm;
-            __builtin_memcpy(&dm, tile + 2048 + 32 * b + 2 * row, 2);
-            term = round_shift_fast((sum[0] + sum[1]) * dm, sa + static_cast<int8_t>(tile[2304 + 16 * b + row]));
+            int32_t dm = 0, de = 0;
+            fp16_field(tile + Q40_D + 32 * b + 2 * row, &dm, &de);  // finite: the pack refuses others
+            term = round_shift_fast((sum[0] + sum[1]) * dm, sa + (dm == 0 ? 0 : de + static_cast<int8_t>(tile[Q40_NB + row])));
           } else if (kind == tile_kind::q6_k) {
             int16_t dm;
             __builtin_memcpy(&dm, tile + 3328 + 2 * row, 2);
@@ -479,7 +490,7 @@ void packed_avx2_pair(tile_kind kind, const uint8_t* tiles, int64_t n_super, con
   else if (kind == tile_kind::q6_k) ok = q6k_packed_tokens_avx2<1, 2>(tiles, n_super, x, acc);
   else ok = q40_packed_tokens_avx2<1, 2>(tiles, n_super, x, acc);
   if (ok) return;
-  const int64_t tile_bytes = kind == tile_kind::q4_0 ? 2432 : kind == tile_kind::q4_k ? 2400 : kind == tile_kind::q5_k ? 2912 : 3392;
+  const int64_t tile_bytes = kind == tile_kind::q4_0 ? Q40_TILE : kind == tile_kind::q4_k ? 2400 : kind == tile_kind::q5_k ? 2912 : 3392;
   for (int g = 0; g < 2; ++g) packed_avx2<1>(kind, tiles + g * n_super * tile_bytes, n_super, x, acc + 16 * g);
 }
 
@@ -493,6 +504,15 @@ void packed_avx2_any(tile_kind kind, const uint8_t* tiles, int64_t n_super, cons
   }
 }
 
+// The tile kind of a packed type; false for the others.
+bool tile_kind_of(gguf::dtype t, tile_kind* kind) {
+  if (t == gguf::DTYPE_Q4_K) *kind = tile_kind::q4_k;
+  else if (t == gguf::DTYPE_Q5_K) *kind = tile_kind::q5_k;
+  else if (t == gguf::DTYPE_Q6_K) *kind = tile_kind::q6_k;
+  else if (t == gguf::DTYPE_Q4_0) *kind = tile_kind::q4_0;
+  else return false;
+  return true;
+}
 
 }  // namespace
 
@@ -508,13 +528,16 @@ void gemv_q6k_packed_avx2(const uint8_t* tiles, int64_t n_super, const packed_ac
 void gemv_q40_packed_avx2(const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc) {
   packed_avx2_any(tile_kind::q4_0, tiles, n_super, x, acc);
 }
+bool gemv_packed_scalar_avx2(gguf::dtype t, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc) {
+  tile_kind kind{};
+  if (!tile_kind_of(t, &kind)) return false;
+  packed_tile_scalar(kind, tiles, n_super, x, acc);
+  return true;
+}
 bool gemv_packed_pair_avx2(gguf::dtype t, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc) {
-  if (x.n_tok != 1) return false;
-  if (t == gguf::DTYPE_Q4_K) packed_avx2_pair(tile_kind::q4_k, tiles, n_super, x, acc);
-  else if (t == gguf::DTYPE_Q5_K) packed_avx2_pair(tile_kind::q5_k, tiles, n_super, x, acc);
-  else if (t == gguf::DTYPE_Q6_K) packed_avx2_pair(tile_kind::q6_k, tiles, n_super, x, acc);
-  else if (t == gguf::DTYPE_Q4_0) packed_avx2_pair(tile_kind::q4_0, tiles, n_super, x, acc);
-  else return false;
+  tile_kind kind{};
+  if (x.n_tok != 1 || !tile_kind_of(t, &kind)) return false;
+  packed_avx2_pair(kind, tiles, n_super, x, acc);
   return true;
 }
 
@@ -527,6 +550,7 @@ void gemv_q4k_packed_avx2(const uint8_t*, int64_t, const packed_act&, int64_t*) 
 void gemv_q5k_packed_avx2(const uint8_t*, int64_t, const packed_act&, int64_t*) {}
 void gemv_q6k_packed_avx2(const uint8_t*, int64_t, const packed_act&, int64_t*) {}
 void gemv_q40_packed_avx2(const uint8_t*, int64_t, const packed_act&, int64_t*) {}
+bool gemv_packed_scalar_avx2(gguf::dtype, const uint8_t*, int64_t, const packed_act&, int64_t*) { return false; }
 bool gemv_packed_pair_avx2(gguf::dtype, const uint8_t*, int64_t, const packed_act&, int64_t*) { return false; }
 }  // namespace detaudit::kernels::cpu
 

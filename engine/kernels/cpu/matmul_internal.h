@@ -170,6 +170,11 @@ void gemv_q40_packed_avx2(const uint8_t* tiles, int64_t n_super, const packed_ac
 // Two neighbouring groups at once (the second's tiles at tiles + n_super tiles, its acc at acc +
 // 16) for one token (x.n_tok 1) of q4_0, q4_K, q5_K or q6_K; false (nothing done) otherwise.
 bool gemv_packed_pair_avx2(gguf::dtype t, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc);
+// The scalar kernel over the same AVX2 tiles (integer rounding at any magnitude), which the
+// vector kernels fall back on for a group whose terms leave the rounding binade; exposed so that
+// the tests can check it where no input reaches it (q4_0). False (nothing done) for other types
+// and without AVX2.
+bool gemv_packed_scalar_avx2(gguf::dtype t, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc);
 
 // y[r] = fixed_to_f32_fast(a[r], xmax + bounds[r] - c) for the 16 rows r of one token, 0.0f where
 // xmax or bounds[r] is EXP_ZERO (the drivers' last step), bit for bit; false (nothing done)
