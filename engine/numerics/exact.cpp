@@ -59,7 +59,9 @@ int32_t quantize_block(const float* x, int n, int16_t* q) {
   return inl::quantize_block(x, n, q);
 }
 
-void quantize_act(const float* x, int64_t n, qvec& out) {
+void quantize_act(const float* x, int64_t n, qvec& out) { quantize_act_by(x, n, out, quantize_block); }
+
+void quantize_act_by(const float* x, int64_t n, qvec& out, int32_t (*block)(const float* x, int n, int16_t* q)) {
   if (n < 0) throw input_error("quantize_act: negative length " + std::to_string(n));
   const int64_t n_blocks = (n + QBLOCK - 1) / QBLOCK;
   out.n = n;
@@ -68,7 +70,7 @@ void quantize_act(const float* x, int64_t n, qvec& out) {
   out.max_exp = EXP_ZERO;
   for (int64_t b = 0; b < n_blocks; ++b) {
     const int64_t len = n - b * QBLOCK < QBLOCK ? n - b * QBLOCK : QBLOCK;
-    const int32_t e = quantize_block(x + b * QBLOCK, static_cast<int>(len), out.q.data() + b * QBLOCK);
+    const int32_t e = block(x + b * QBLOCK, static_cast<int>(len), out.q.data() + b * QBLOCK);
     out.exp[static_cast<size_t>(b)] = e;
     if (e > out.max_exp) out.max_exp = e;
   }

@@ -98,6 +98,9 @@ struct qvec {
 // Quantizes n floats into out. Pure integer arithmetic on the float bits.
 // Throws input_error for a NaN or infinite element.
 void quantize_act(const float* x, int64_t n, qvec& out);
+// quantize_act with each block quantized by `block`, which must give quantize_block's integers
+// (the CPU kernels pass their faster form of it, kernels/cpu/cpu.h's quantize_block_cpu).
+void quantize_act_by(const float* x, int64_t n, qvec& out, int32_t (*block)(const float* x, int n, int16_t* q));
 // Quantizes one block of n (0..QBLOCK) values into q[QBLOCK] (zero-padded); returns its exp.
 // Throws input_error for a NaN or infinite element.
 int32_t quantize_block(const float* x, int n, int16_t* q);

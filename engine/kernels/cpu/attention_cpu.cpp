@@ -49,6 +49,16 @@ float score_one(const attn_query& q, const int16_t* kq, const int32_t* ke, int c
   return numerics::inl::flush(fixed_to_f32_fast(acc, g) * scale);
 }
 
+// attention_finish_ref with fixed_to_f32_fast (the same floats, exact_inline.h) in place of the
+// reference's conversion.
+void finish_head(const int64_t* acc, int64_t s_sum, const int32_t* gv, int64_t head_dim, float* out) {
+  const float inv_s = numerics::recip_f32(fixed_to_f32_fast(s_sum, 0));
+  for (int64_t d = 0; d < head_dim; ++d) {
+    const int32_t g = gv[d / QBLOCK];
+    out[d] = g == EXP_ZERO ? 0.0f : numerics::inl::flush(fixed_to_f32_fast(acc[d], g) * inv_s);
+  }
+}
+
 // rne(w * 2^30) for w = exp_f32(...) in [0, 1]: w * 2^30 is exact, and below 2^23 adding and
 // removing 2^23 rounds it to an integer half to even (round_shift of the float's bits).
 inline int32_t weight_of_unit(float w) {
@@ -198,7 +208,7 @@ void attention_exact_cpu(isa i, const float* q, int64_t head_dim, const kv_head_
     throw input_error(std::string("attention_exact_cpu: ") + isa_name(i) + " is not supported here");
   const int64_t nb = (head_dim + QBLOCK - 1) / QBLOCK;
   numerics::qvec qq;
-  numerics::quantize_act(q, head_dim, qq);
+  numerics::quantize_act_by(q, head_dim, qq, quantize_block_cpu);  // the same integers, faster
   const float scale = numerics::flush(kq_scale);
   std::vector<float> s(static_cast<size_t>(n_kv));
   if (qq.max_exp == EXP_ZERO) {
@@ -222,7 +232,7 @@ void attention_exact_cpu(isa i, const float* q, int64_t head_dim, const kv_head_
   value_grids(v, n_kv, nb, gv.data());
   std::vector<int64_t> acc(static_cast<size_t>(nb * QBLOCK), 0);
   values_dispatch(i, w.data(), v, n_kv, gv.data(), nb, acc.data());
-  attention_finish_ref(acc.data(), s_sum, gv.data(), head_dim, out);
+  finish_head(acc.data(), s_sum, gv.data(), head_dim, out);
 }
 
 namespace {
@@ -251,7 +261,7 @@ void attention_exact_cpu_heads(isa i, const float* q, int64_t n_heads, int64_t h
   std::vector<numerics::qvec> qq(static_cast<size_t>(n_heads));
   std::vector<float> s(static_cast<size_t>(n_heads * n_kv));
   for (int64_t h = 0; h < n_heads; ++h) {
-    numerics::quantize_act(q + h * head_dim, head_dim, qq[static_cast<size_t>(h)]);
+    numerics::quantize_act_by(q + h * head_dim, head_dim, qq[static_cast<size_t>(h)], quantize_block_cpu);
     if (qq[static_cast<size_t>(h)].max_exp == EXP_ZERO)
       std::fill(s.begin() + h * n_kv, s.begin() + (h + 1) * n_kv, numerics::flush(0.0f * scale));
   }
@@ -297,7 +307,7 @@ void attention_exact_cpu_heads(isa i, const float* q, int64_t n_heads, int64_t h
   }
   for (int64_t h = 0; h < n_heads; ++h) {
     if (by_ref[static_cast<size_t>(h)]) continue;
-    attention_finish_ref(acc.data() + h * nb * QBLOCK, s_sum[static_cast<size_t>(h)], gv.data(), head_dim, out + h * head_dim);
+    finish_head(acc.data() + h * nb * QBLOCK, s_sum[static_cast<size_t>(h)], gv.data(), head_dim, out + h * head_dim);
   }
 }
 
