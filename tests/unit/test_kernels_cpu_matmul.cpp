@@ -115,6 +115,68 @@ TEST_CASE("cpu act_pack: the same blocks as quantize_act, ties, subnormals and e
   CHECK_THROWS_AS(cpu::quantize_block_cpu(x.data() + 96, 32, q), input_error);
 }
 
+// Both full-block quantizers of the CPU kernels (matmul_internal.h: the portable one, and the
+// AVX2 one that act_pack_build and quantize_block_cpu take on AVX2 machines) against
+// numerics::quantize_block, block by block: random bits over the whole finite range, subnormal
+// and zero blocks of either sign, ties at every shift (values k + 1/2 on the block's grid), the
+// block maximum rounding up to 2^15 (clamped to QMAX), one element 2^9 .. 2^40 below the maximum
+// (shifts past the 32-bit lanes), and non-finite values, which must throw the reference's error.
+TEST_CASE("cpu quantize_block: the portable and AVX2 full-block quantizers give the reference's integers") {
+  rng r{0x9b10c};
+  std::vector<std::pair<const char*, int32_t (*)(const float*, int16_t*)>> qs = {{"scalar", cpu::quantize_block_scalar}};
+  if (cpu::isa_supported(cpu::isa::avx2)) qs.emplace_back("avx2", cpu::quantize_block_avx2);
+  else MESSAGE("no AVX2 on this CPU: its quantizer is not compared here");
+  int64_t n_blocks = 0, n_bad = 0;
+  auto check = [&](const float* x, const std::string& what) {
+    int16_t want[32];
+    const int32_t we = numerics::quantize_block(x, 32, want);
+    for (const auto& [name, fn] : qs) {
+      int16_t got[32];
+      std::memset(got, 0x55, sizeof got);
+      const int32_t ge = fn(x, got);
+      if (ge != we || std::memcmp(want, got, sizeof got) != 0) {
+        if (++n_bad < 10) FAIL_CHECK(name << " differs on " << what << " block " << n_blocks);
+      }
+    }
+    ++n_blocks;
+  };
+  float x[32];
+  auto set_bits = [&](int i, uint32_t b) { std::memcpy(&x[i], &b, 4); };
+  for (int rep = 0; rep < 4000; ++rep) {
+    const int kind = static_cast<int>(r.range(0, 7));
+    const uint32_t top = static_cast<uint32_t>(r.range(1, 254));  // the block's largest exponent
+    for (int i = 0; i < 32; ++i) {
+      uint32_t b = static_cast<uint32_t>(r.next());
+      if (kind == 0) b &= 0xff7fffffu;                                      // any finite
+      else if (kind == 1) b &= 0x807fffffu;                                 // subnormal or zero
+      else if (kind == 2) b = (b & 0x807fffffu) | std::min<uint32_t>(top, static_cast<uint32_t>(r.range(0, 254))) << 23;
+      else if (kind == 3) {                                                 // ties: k + 1/2 on the grid
+        const uint32_t e = static_cast<uint32_t>(std::max<int64_t>(1, static_cast<int64_t>(top) - r.range(0, 23)));
+        const uint32_t sh = top - e + 9;                                    // the element's shift
+        const uint32_t m = sh >= 24 ? 0 : ((static_cast<uint32_t>(r.next()) >> (sh + 8)) << sh) | (1u << (sh - 1));
+        b = (b & 0x80000000u) | e << 23 | (m & 0x7fffffu);
+      } else if (kind == 4) b = (b & 0x80000000u) | top << 23 | 0x7fffffu;   // rounds up to 2^15: QMAX
+      else if (kind == 5) b = (b & 0x80000000u) | std::max<int64_t>(1, static_cast<int64_t>(top) - r.range(0, 40)) << 23 | (b & 0x7fffffu);
+      else if (kind == 6) b = i == 0 ? (top << 23) : (b & 0x80000000u);     // one value, the rest +-0
+      else b = (b & 0x807fffffu) | static_cast<uint32_t>(r.range(100, 140)) << 23;
+      set_bits(i, b);
+    }
+    check(x, "kind " + std::to_string(kind));
+  }
+  for (int i = 0; i < 32; ++i) set_bits(i, 0x80000000u);  // every element -0
+  check(x, "-0");
+  for (const uint32_t nf : {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffffffffu}) {
+    for (int i = 0; i < 32; ++i) x[i] = 1.0f;
+    set_bits(static_cast<int>(r.range(0, 31)), nf);
+    for (const auto& [name, fn] : qs) {
+      int16_t q[32];
+      CHECK_THROWS_AS(fn(x, q), input_error);
+    }
+  }
+  CHECK(n_bad == 0);
+  MESSAGE(n_blocks << " blocks against numerics::quantize_block");
+}
+
 TEST_CASE("cpu fixed_to_f32_fast: the reference's bits over every magnitude, exponent and edge") {
   rng r{23};
   int n_checked = 0;

@@ -604,6 +604,54 @@ struct gemv_row_blocks {
 
 }  // namespace
 
+// quantize_block_scalar over eight lanes (matmul_cpu.cpp): the same integers. |x| as bits gives
+// the exponent e and the 24-bit m; the shift n = emax - e + 9 is at least 9 and, clamped to 32
+// (where m >> n and the rounded value are 0, as the scalar form's 40 gives), fits the 32-bit
+// variable shifts: m + 2^(n - 1) - 1 + odd < 2^24 + 2^31.
+int32_t quantize_block_avx2(const float* x, int16_t* q) {
+  __m256i bits[4], a[4];
+  __m256i bad = _mm256_setzero_si256(), amax = _mm256_setzero_si256();
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; ++v) {
+    bits[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8 * v));
+    a[v] = _mm256_and_si256(bits[v], abs_mask);
+    bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(a[v], _mm256_set1_epi32(0x7f7fffff)));
+    // Subnormals count as zero for the block's exponent (the contract flushes them).
+    amax = _mm256_max_epu32(amax, _mm256_and_si256(a[v], _mm256_cmpgt_epi32(a[v], _mm256_set1_epi32(0x007fffff))));
+  }
+  if (!_mm256_testz_si256(bad, bad)) return numerics::quantize_block(x, numerics::QBLOCK, q);  // reports the value
+  __m128i m4 = _mm_max_epu32(_mm256_castsi256_si128(amax), _mm256_extracti128_si256(amax, 1));
+  m4 = _mm_max_epu32(m4, _mm_shuffle_epi32(m4, 0x4e));
+  m4 = _mm_max_epu32(m4, _mm_shuffle_epi32(m4, 0xb1));
+  const uint32_t top = static_cast<uint32_t>(_mm_cvtsi128_si32(m4));
+  if (top == 0) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), _mm256_setzero_si256());
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 16), _mm256_setzero_si256());
+    return numerics::EXP_ZERO;
+  }
+  const int32_t emax = static_cast<int32_t>(top >> 23);
+  const __m256i one = _mm256_set1_epi32(1);
+  __m256i out[4];
+#pragma GCC unroll 4
+  for (int v = 0; v < 4; ++v) {
+    const __m256i e = _mm256_srli_epi32(a[v], 23);
+    const __m256i n = _mm256_min_epi32(_mm256_sub_epi32(_mm256_set1_epi32(emax + 9), e), _mm256_set1_epi32(32));
+    const __m256i m = _mm256_andnot_si256(_mm256_cmpeq_epi32(e, _mm256_setzero_si256()),
+                                          _mm256_or_si256(_mm256_and_si256(a[v], _mm256_set1_epi32(0x007fffff)), _mm256_set1_epi32(0x00800000)));
+    const __m256i half_m1 = _mm256_sub_epi32(_mm256_sllv_epi32(one, _mm256_sub_epi32(n, one)), one);
+    const __m256i odd = _mm256_and_si256(_mm256_srlv_epi32(m, n), one);
+    __m256i r = _mm256_srlv_epi32(_mm256_add_epi32(_mm256_add_epi32(m, half_m1), odd), n);
+    r = _mm256_min_epu32(r, _mm256_set1_epi32(numerics::QMAX));
+    const __m256i neg = _mm256_srai_epi32(bits[v], 31);
+    out[v] = _mm256_sub_epi32(_mm256_xor_si256(r, neg), neg);
+  }
+  // packs interleaves 128-bit halves: (0 lo, 1 lo, 0 hi, 1 hi), put back in order.
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), _mm256_permute4x64_epi64(_mm256_packs_epi32(out[0], out[1]), 0xd8));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 16), _mm256_permute4x64_epi64(_mm256_packs_epi32(out[2], out[3]), 0xd8));
+  return emax - 127 - 14;
+}
+
 bool gemv_avx2(gguf::dtype t, const act_view& x, int64_t n_tokens, const uint8_t* w,
                uint64_t row_bytes, const int32_t* row_bounds, int64_t r0, int64_t r1, int64_t* acc) {
   if (x.q_eo == nullptr) return false;
@@ -625,6 +673,7 @@ namespace detaudit::kernels::cpu {
 bool gemv_avx2(gguf::dtype, const act_view&, int64_t, const uint8_t*, uint64_t, const int32_t*, int64_t, int64_t, int64_t*) {
   return false;
 }
+int32_t quantize_block_avx2(const float* x, int16_t* q) { return quantize_block_scalar(x, q); }
 }  // namespace detaudit::kernels::cpu
 
 #endif

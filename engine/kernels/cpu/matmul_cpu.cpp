@@ -34,11 +34,13 @@ int32_t fp16_exp(const uint8_t* p) {
   return e == 0 ? -24 : e - 25;
 }
 
+}  // namespace
+
 // numerics::quantize_block of a full block, the same integers without the per-element calls: for
 // a normal x = m * 2^(E - 150) and block exponent Emax - 141, q = round-half-even(m / 2^n) with
 // n = Emax - E + 9 >= 9, on the magnitude (rounding is symmetric), clamped to QMAX. Blocks with a
 // non-finite element go to quantize_block, which reports it.
-int32_t quantize_block_fast(const float* x, int16_t* q) {
+int32_t quantize_block_scalar(const float* x, int16_t* q) {
   uint32_t bits[QBLOCK];
   std::memcpy(bits, x, sizeof bits);
   uint32_t amax = 0;
@@ -64,6 +66,15 @@ int32_t quantize_block_fast(const float* x, int16_t* q) {
     q[i] = static_cast<int16_t>((bits[i] & 0x80000000u) ? -static_cast<int32_t>(v) : static_cast<int32_t>(v));
   }
   return emax - 127 - 14;
+}
+
+namespace {
+
+// A full block through quantize_block_avx2 where the CPU has AVX2 (the same integers), else
+// quantize_block_scalar.
+int32_t quantize_block_fast(const float* x, int16_t* q) {
+  static const bool avx2 = isa_supported(isa::avx2);
+  return avx2 ? quantize_block_avx2(x, q) : quantize_block_scalar(x, q);
 }
 
 int64_t shifted(int32_t e, int32_t bound) { return e == EXP_ZERO ? 0 : static_cast<int64_t>(e) - bound; }

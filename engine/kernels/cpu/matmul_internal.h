@@ -176,6 +176,13 @@ bool gemv_packed_pair_avx2(gguf::dtype t, const uint8_t* tiles, int64_t n_super,
 // and without AVX2.
 bool gemv_packed_scalar_avx2(gguf::dtype t, const uint8_t* tiles, int64_t n_super, const packed_act& x, int64_t* acc);
 
+// numerics::quantize_block of one full block (QBLOCK finite or not values; a non-finite one
+// throws its input_error), the same integers and exponent: in portable C++, and over AVX2 lanes
+// (quantize_block_scalar's without AVX2). quantize_block_cpu and act_pack_build take the second
+// where the CPU has AVX2.
+int32_t quantize_block_scalar(const float* x, int16_t* q);
+int32_t quantize_block_avx2(const float* x, int16_t* q);
+
 // y[r] = fixed_to_f32_fast(a[r], xmax + bounds[r] - c) for the 16 rows r of one token, 0.0f where
 // xmax or bounds[r] is EXP_ZERO (the drivers' last step), bit for bit; false (nothing done)
 // without AVX2.
