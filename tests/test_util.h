@@ -145,6 +145,18 @@ inline std::string process_scratch_dir(const std::string& name) {
   return scratch_dir(name + "_" + std::to_string(::getpid()));
 }
 
+// The text of the exception of type E that f() throws, "(nothing thrown)" when it returns; any
+// other exception goes through.
+template <class E, class F>
+std::string thrown_text(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "(nothing thrown)";
+}
+
 // API keys and the search for them in everything a run wrote or printed (test_secrets.cpp in
 // tests/unit and tests/e2e).
 namespace secrets {

@@ -165,6 +165,62 @@ TEST_CASE("attention_exact_cpu fails like attention_exact_ref on non-finite scor
   }
 }
 
+// The queries are quantized by quantize_block_cpu (its AVX2 form where the CPU has AVX2), the
+// reference's by numerics::quantize_act: a non-finite query value must be refused with the
+// reference's error, its text included, wherever it lies (first, middle or last element; in a full
+// block or in a partial last one; the first or last head of a group), for head sizes that are not
+// multiples of 32 and for ones that are, per head and per group on every instruction set. The
+// same queries made finite again (-0, a subnormal or a value whose 24 bits round up to 2^15 in
+// the slot) give the reference's bits.
+TEST_CASE("attention_exact_cpu refuses a non-finite query with the reference's error at every place, head size and set") {
+  auto error_of = [](auto&& f) { return test::thrown_text<input_error>(f); };
+  const uint32_t non_finite[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xff800001u, 0x7fbfffffu};
+  int64_t n_checked = 0;
+  for (int64_t hd : {1, 17, 31, 32, 33, 64, 80, 100, 128}) {
+    const int64_t per = 4;
+    op_case c = test::op_detail::attn(per, 1, hd, 7, {7}, attention_kq_scale(hd), test::dist{.lo = -3, .hi = 3},
+                                      test::dist{.lo = -3, .hi = 3}, test::dist{.lo = -3, .hi = 3});
+    c.seed = static_cast<uint64_t>(9000 + hd);
+    test::op_inputs in = test::make_inputs(c);
+    const kv_head_view k = test::cell_view(in.cells.data(), 1, hd, 0, 0), v = test::cell_view(in.cells.data(), 1, hd, 0, 1);
+    std::vector<float> want(static_cast<size_t>(per * hd)), got(want.size());
+    for (int64_t h : {int64_t{0}, per - 1})
+      for (int64_t pos : {int64_t{0}, hd / 2, hd - 1})
+        for (const uint32_t nf : non_finite) {
+          CAPTURE(hd);
+          CAPTURE(h);
+          CAPTURE(pos);
+          CAPTURE(nf);
+          float& slot = in.q[static_cast<size_t>(h * hd + pos)];
+          const float keep = slot;
+          slot = std::bit_cast<float>(nf);
+          const std::string refused =
+              error_of([&] { attention_exact_ref(in.q.data() + h * hd, hd, k, v, 7, c.kq_scale, want.data()); });
+          REQUIRE(refused != "(nothing thrown)");
+          for (cpu::isa i : cpu::isa_all_supported()) {
+            CHECK(error_of([&] { cpu::attention_exact_cpu(i, in.q.data() + h * hd, hd, k, v, 7, c.kq_scale, got.data()); }) == refused);
+            CHECK(error_of([&] { cpu::attention_exact_cpu_heads(i, in.q.data(), per, hd, k, v, 7, c.kq_scale, got.data()); }) == refused);
+            n_checked += 2;
+          }
+          // Finite again: -0, a subnormal, or 8 - 2^-21 (all mantissa bits set: rounds up to 2^15 when
+          // it is its block's maximum).
+          const uint32_t finite[] = {0x80000000u, 0x00000001u | (nf & 0x80000000u), 0x40ffffffu | (nf & 0x80000000u)};
+          slot = std::bit_cast<float>(finite[n_checked % 3]);
+          for (int64_t j = 0; j < per; ++j) attention_exact_ref(in.q.data() + j * hd, hd, k, v, 7, c.kq_scale, want.data() + j * hd);
+          for (cpu::isa i : cpu::isa_all_supported()) {
+            std::fill(got.begin(), got.end(), -1.0f);
+            for (int64_t j = 0; j < per; ++j) cpu::attention_exact_cpu(i, in.q.data() + j * hd, hd, k, v, 7, c.kq_scale, got.data() + j * hd);
+            CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
+            std::fill(got.begin(), got.end(), -1.0f);
+            cpu::attention_exact_cpu_heads(i, in.q.data(), per, hd, k, v, 7, c.kq_scale, got.data());
+            CHECK(std::memcmp(want.data(), got.data(), want.size() * 4) == 0);
+          }
+          slot = keep;
+        }
+  }
+  MESSAGE(n_checked << " refusals compared with attention_exact_ref's");
+}
+
 TEST_CASE("attention scores: every instruction set's pass equals the scalar one on hostile raw K blocks") {
   // The score pass alone (attention_internal.h), on int16 K blocks and exponents written directly:
   // values at the int16 edges (-32768 included), exponents spread so that some block terms shift

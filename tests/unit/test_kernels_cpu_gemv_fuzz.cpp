@@ -19,6 +19,7 @@
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/ref/ref.h"
 #include "numerics/exact.h"
+#include "util/error.h"
 
 using namespace detaudit;
 using namespace detaudit::kernels;
@@ -295,6 +296,88 @@ TEST_CASE("packed q4_0: zero, -0, subnormal and extreme fp16 scales give the ref
       for (int kind = 0; kind < 3; ++kind) n_groups += check_scalar_tiles(make_case(r, t, 512, 40, n_tok, kind));
   CHECK(n_bad == 0);
   MESSAGE(n_cases << " packed q4_0 cases, " << n_groups << " groups of the scalar tile kernel against the vector kernels");
+}
+
+// AVX2 q4_0 tiles copy each block's fp16 d as it stands (cpu.h), so a non-finite d would reach
+// the kernel's conversions unless the pack refuses it as the reference does: +-inf, quiet and
+// signalling NaNs with payloads, in each of the eight blocks of a super-block, in the last
+// super-block of the last row of a partial group (rows 0..19, the bad one 19). Every such matrix
+// must be refused by the reference, the unpacked CPU kernels and weight_row_bounds with an
+// input_error, and by row_pack_groups (given the finite matrix's bounds) on every set with a
+// packed kernel; the same matrix with the scale finite again packs and gives the reference bits.
+TEST_CASE("packed q4_0: a non-finite fp16 scale in any block of any super-block is refused like the reference refuses it") {
+  rng r{0x7c00};
+  const int64_t n_in = 768, n_out = 20, bad_row = 19;
+  fuzz_case c = make_case(r, gguf::DTYPE_Q4_0, n_in, n_out, 1, 0);
+  const uint64_t row_bytes = gguf::dtype_row_bytes(gguf::DTYPE_Q4_0, n_in);
+  std::vector<int32_t> bounds(static_cast<size_t>(n_out));
+  cpu::weight_row_bounds(c.t, c.w.data(), n_in, 0, n_out, bounds.data());
+  int64_t n_refused = 0;
+  for (int64_t b = 0; b < 8; ++b)
+    for (const uint16_t h : {uint16_t{0x7c00}, uint16_t{0xfc00}, uint16_t{0x7e00}, uint16_t{0x7c01}, uint16_t{0xfdff}, uint16_t{0xffff}}) {
+      CAPTURE(b);
+      CAPTURE(h);
+      uint8_t* d = c.w.data() + static_cast<uint64_t>(bad_row) * row_bytes + static_cast<uint64_t>((16 + b) * 18);  // super-block 2
+      uint8_t keep[2];
+      std::memcpy(keep, d, 2);
+      std::memcpy(d, &h, 2);
+      CHECK_THROWS_AS(ref_out(c, 0, n_out), input_error);
+      for (cpu::isa isa : cpu::isa_all_supported()) {
+        CHECK_THROWS_AS(cpu_out(c, isa, 0, n_out), input_error);
+        std::vector<int32_t> bad_bounds(static_cast<size_t>(n_out));
+        CHECK_THROWS_AS(cpu::weight_row_bounds(c.t, c.w.data(), n_in, 0, n_out, bad_bounds.data()), input_error);
+        if (!cpu::row_pack_kernel(c.t, isa)) continue;
+        // weight_row_bounds refuses the matrix too; the pack is given the finite matrix's bounds.
+        cpu::row_pack w;
+        cpu::row_pack_init(c.t, n_out, n_in, isa, w);
+        const bool packed = cpu::row_pack_groups(c.w.data(), bounds.data(), 0, w.n_groups, w);
+        CHECK_FALSE(packed);
+        n_refused += !packed;
+      }
+      std::memcpy(d, keep, 2);
+    }
+  for (cpu::isa isa : cpu::isa_all_supported()) {
+    if (!cpu::row_pack_kernel(c.t, isa)) continue;
+    bool packed = false;
+    CHECK(first_diff(ref_out(c, 0, n_out), packed_out(c, isa, 0, n_out, &packed)) == -1);
+    CHECK(packed);
+  }
+  MESSAGE(n_refused << " packs refused for a non-finite q4_0 scale");
+}
+
+// AVX2 q4_0 tiles keep -bound per row, read once per group (two groups at once for one token):
+// groups here differ as a whole (every scale zero: bound EXP_ZERO; subnormal only: bound -24;
+// +-65504 beside +-2^-24 and -0; random scales), in that order, so that each pair of neighbouring
+// groups has different row exponents, over long rows (8 to 21 super-blocks: the sums of many
+// blocks), 1..4 tokens and group-aligned row ranges that end inside a group. Bits against the
+// reference, and the scalar tile kernel against the vector kernel.
+TEST_CASE("packed q4_0: long rows, neighbouring groups with different row bounds, 1..4 tokens, row ranges") {
+  if (!cpu::row_pack_kernel(gguf::DTYPE_Q4_0, cpu::isa_default())) MESSAGE("no packed q4_0 kernel on this CPU: nothing to check");
+  rng r{9749};
+  int64_t n_cases = 0, n_bad = 0, n_groups = 0;
+  const uint16_t patterns[3][4] = {{0x0000, 0x8000, 0x0000, 0x8000}, {0x0001, 0x83ff, 0x0200, 0x8001}, {0x7bff, 0x0001, 0x8000, 0xfbff}};
+  const gguf::dtype_traits& tr = gguf::dtype_get(gguf::DTYPE_Q4_0);
+  for (int64_t n_in : {2048, 4096, 5376})
+    for (int64_t n_out : {32, 47, 80})
+      for (int64_t n_tok = 1; n_tok <= 4; ++n_tok) {
+        fuzz_case c{gguf::DTYPE_Q4_0, n_in, n_out, n_tok, {}, {}, {}};
+        c.w.assign(gguf::dtype_row_bytes(gguf::DTYPE_Q4_0, n_in) * static_cast<uint64_t>(n_out), 0);
+        for (int64_t row = 0; row < n_out; ++row) {
+          const int p = static_cast<int>((row / 16) % 4);
+          for (int64_t b = 0; b < n_in / 32; ++b) {
+            uint8_t* blk = c.w.data() + static_cast<uint64_t>(row * (n_in / 32) + b) * tr.type_size;
+            const uint16_t h = p == 3 ? static_cast<uint16_t>(r.range(0, 0x7bff) | (r.range(0, 1) << 15)) : patterns[p][(b + row) % 4];
+            std::memcpy(blk, &h, 2);
+            for (int i = 2; i < 18; ++i) blk[i] = static_cast<uint8_t>(r.range(0, 1) ? r.range(0, 255) : (r.range(0, 1) ? 0x00 : 0xff));
+          }
+        }
+        c.x = r.range(0, 1) ? extreme_acts(r, n_tok * n_in) : test::draw(r, test::d_mixed, n_tok * n_in, n_in);
+        c.name = "q4_0 groups n_in " + std::to_string(n_in) + " n_out " + std::to_string(n_out) + " n_tok " + std::to_string(n_tok);
+        check_packed(r, c, n_cases, n_bad);
+        n_groups += check_scalar_tiles(c);
+      }
+  CHECK(n_bad == 0);
+  MESSAGE(n_cases << " packed q4_0 cases of long rows, " << n_groups << " groups of the scalar tile kernel");
 }
 
 // The int16 lanes of the AVX2 packed kernels at their bounds (matmul_avx2.cpp, tile_block_sums):

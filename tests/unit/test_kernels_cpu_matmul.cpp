@@ -8,6 +8,7 @@
 // (act_pack, fixed_to_f32_fast, round_shift_fast, row bounds) against their numerics twins.
 #include <doctest/doctest.h>
 
+#include "guard_pages.h"
 #include "op_cases.h"
 #include "op_table_driver.h"
 #include "test_util.h"
@@ -175,6 +176,75 @@ TEST_CASE("cpu quantize_block: the portable and AVX2 full-block quantizers give 
   }
   CHECK(n_bad == 0);
   MESSAGE(n_blocks << " blocks against numerics::quantize_block");
+}
+
+// A non-finite activation must be refused with the reference's error, text included, whichever
+// quantizer sees it: numerics::quantize_block names the first non-finite element, so the full-block
+// quantizers (portable, AVX2, quantize_block_cpu) and act_pack_build are compared with it on a
+// block holding one non-finite value at each of the 32 positions (+-inf, quiet and signalling
+// NaNs with payloads), and two of them (the first is named). Finite blocks at every float offset
+// from a 32-byte boundary, and blocks whose input and output end at a guard page, give the
+// reference's integers.
+TEST_CASE("cpu quantize_block: non-finite values at every position give the reference's error; any address gives its integers") {
+  std::vector<std::pair<const char*, int32_t (*)(const float*, int16_t*)>> qs = {{"scalar", cpu::quantize_block_scalar}};
+  if (cpu::isa_supported(cpu::isa::avx2)) qs.emplace_back("avx2", cpu::quantize_block_avx2);
+  qs.emplace_back("quantize_block_cpu", [](const float* x, int16_t* q) { return cpu::quantize_block_cpu(x, 32, q); });
+  qs.emplace_back("act_pack_build", [](const float* x, int16_t*) {
+    cpu::act_pack p;
+    cpu::act_pack_build(x, 1, 32, p);
+    return 0;
+  });
+  auto error_of = [](auto&& f) { return test::thrown_text<input_error>(f); };
+  rng r{0x7fc00001};
+  const uint32_t non_finite[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xffbfffffu, 0x7fffffffu, 0xffffffffu};
+  int64_t n_checked = 0;
+  float x[32];
+  int16_t q[32];
+  for (int pos = 0; pos < 32; ++pos)
+    for (const uint32_t nf : non_finite) {
+      for (int i = 0; i < 32; ++i) x[i] = static_cast<float>(r.range(-1000, 1000)) * 0.37f;
+      std::memcpy(&x[pos], &nf, 4);
+      if (pos < 31 && r.range(0, 1)) {  // a second non-finite value after the first
+        const uint32_t other = non_finite[r.range(0, 7)];
+        std::memcpy(&x[r.range(pos + 1, 31)], &other, 4);
+      }
+      const std::string want = error_of([&] { numerics::quantize_block(x, 32, q); });
+      REQUIRE(want != "(nothing thrown)");
+      for (const auto& [name, fn] : qs) {
+        CAPTURE(name);
+        CAPTURE(pos);
+        CAPTURE(nf);
+        CHECK(error_of([&] { fn(x, q); }) == want);
+        ++n_checked;
+      }
+    }
+  // Finite blocks: every offset from a 32-byte boundary, then at the end of a guarded page.
+  std::vector<float> buf(64 + 8);
+  for (int rep = 0; rep < 200; ++rep)
+    for (int off = 0; off < 8; ++off) {
+      float* xs = buf.data() + off;
+      for (int i = 0; i < 32; ++i) {
+        uint32_t b = static_cast<uint32_t>(r.next());
+        b = (b & 0x807fffffu) | static_cast<uint32_t>(r.range(rep % 2 ? 0 : 100, 140)) << 23;  // odd reps: subnormals too
+        std::memcpy(&xs[i], &b, 4);
+      }
+      int16_t want[32];
+      const int32_t we = numerics::quantize_block(xs, 32, want);
+      for (const auto& [name, fn] : qs) {
+        if (std::string(name) == "act_pack_build") continue;
+        test::guarded<int16_t> out(32);
+        test::guarded<float> in(xs, 32, true);
+        CAPTURE(name);
+        CAPTURE(off);
+        CHECK(fn(in.p, out.p) == we);
+        CHECK(std::memcmp(out.p, want, sizeof want) == 0);
+        int16_t got[33];
+        CHECK(fn(xs, got + 1) == we);  // an output 2 bytes past a 4-byte boundary
+        CHECK(std::memcmp(got + 1, want, sizeof want) == 0);
+        ++n_checked;
+      }
+    }
+  MESSAGE(n_checked << " quantizer calls against numerics::quantize_block");
 }
 
 TEST_CASE("cpu fixed_to_f32_fast: the reference's bits over every magnitude, exponent and edge") {

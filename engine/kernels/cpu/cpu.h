@@ -34,7 +34,9 @@ std::vector<isa> isa_all_supported();
 
 // ---- activation blocks ----
 
-// numerics::quantize_block, bit for bit (the same q and exponent), faster for full blocks.
+// numerics::quantize_block, bit for bit (the same q and exponent), faster for full blocks: their
+// AVX2 form wherever the CPU has AVX2, whatever isa_default() says (the integers are the same;
+// matmul_internal.h has both forms for the tests), as in act_pack_build.
 int32_t quantize_block_cpu(const float* x, int n, int16_t* q);
 
 // ---- matmul ----
