@@ -260,7 +260,7 @@ int64_t check_scalar_tiles(const fuzz_case& c) {
 // subnormal (dsh -29), and one row of random scales, over one, two and three super-blocks, each
 // block's codes random. Each row is compared bit for bit with the reference, and the scalar tile
 // kernel, which no q4_0 input reaches through the driver, with the vector kernel.
-TEST_CASE("packed q4_0: zero, -0, subnormal and extreme fp16 scales give the reference bits; the scalar tile kernel agrees") {
+TEST_CASE("packed q4_0: zero, -0, subnormal and extreme fp16 scales give the reference bits, and the scalar tile kernel agrees") {
   if (!cpu::row_pack_kernel(gguf::DTYPE_Q4_0, cpu::isa_default())) MESSAGE("no packed q4_0 kernel on this CPU: nothing to check");
   rng r{2336};
   int64_t n_cases = 0, n_bad = 0, n_groups = 0;

@@ -185,7 +185,7 @@ TEST_CASE("cpu quantize_block: the portable and AVX2 full-block quantizers give 
 // NaNs with payloads), and two of them (the first is named). Finite blocks at every float offset
 // from a 32-byte boundary, and blocks whose input and output end at a guard page, give the
 // reference's integers.
-TEST_CASE("cpu quantize_block: non-finite values at every position give the reference's error; any address gives its integers") {
+TEST_CASE("cpu quantize_block: non-finite values at every position give the reference's error, and any address gives its integers") {
   std::vector<std::pair<const char*, int32_t (*)(const float*, int16_t*)>> qs = {{"scalar", cpu::quantize_block_scalar}};
   if (cpu::isa_supported(cpu::isa::avx2)) qs.emplace_back("avx2", cpu::quantize_block_avx2);
   qs.emplace_back("quantize_block_cpu", [](const float* x, int16_t* q) { return cpu::quantize_block_cpu(x, 32, q); });
